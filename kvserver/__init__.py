@@ -1,0 +1,1 @@
+"""kvserver: everything that runs — node driver, transport, store, HTTP API, client, CLI."""

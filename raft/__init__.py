@@ -1,0 +1,1 @@
+"""raft package (being built)."""

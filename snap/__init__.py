@@ -1,0 +1,1 @@
+"""snap package (being built)."""

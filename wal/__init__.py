@@ -1,0 +1,1 @@
+"""wal package (being built)."""
