@@ -1,0 +1,193 @@
+"""``Snapshotter``: the directory of ``.snap`` files — save, load the newest usable, purge.
+
+Contract (see the package docstring for the file layout):
+
+* ``save_snap`` makes a snapshot durable under its final name or leaves no file under that
+  name: temp file, write, fsync, close, rename, fsync the directory. When it returns, the
+  file survives power loss; the caller may then write the WAL's snapshot record. An empty
+  snapshot (``metadata.index == 0``) is not saved.
+* ``load_newest_available(wal_snapshots)`` returns the newest snapshot whose (index, term)
+  equals one of the WAL's snapshot records, so a file saved just before a crash, before its
+  WAL record, is never used. ``load()`` is the same without the WAL filter.
+  A file that is corrupt (``CorruptSnapshotError``) is renamed ``*.snap.broken`` and the next
+  older one is tried; any other error (I/O, ``SnapshotTooLargeError``) propagates and leaves
+  the file alone. Nothing left: ``NoSnapshotError``.
+* ``purge(keep)`` deletes all but the newest ``keep`` ``.snap`` files (0 = keep all), oldest
+  first; the newest file is never deleted. Call it only after the newest snapshot's WAL
+  record is durable (as the server does), otherwise it may delete the only snapshot the WAL
+  knows about. ``.broken`` files are kept for inspection, never purged.
+* Opening removes leftover ``*.snap.tmp`` files of interrupted saves. One ``Snapshotter`` per
+  directory (the node's data-dir lock guarantees that); within a process, calls are
+  serialized by a lock, so ``save_snap`` may run in a worker thread.
+"""
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from raftpb import Snapshot
+from snap.codec import DEFAULT_MAX_SNAPSHOT_BYTES, encode_pieces, read_snap, write_pieces
+from snap.errors import CorruptSnapshotError, NoSnapshotError, SnapshotTooLargeError
+from snap.names import SnapName, is_tmp_name, parse_snap_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEEP_SNAPSHOTS = 5
+_FILE_MODE = 0o600
+
+
+class _IndexTerm(Protocol):
+    index: int
+    term: int
+
+
+def _fsync_dir(dir_path: str) -> None:
+    fd = os.open(dir_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Snapshotter:
+    """The snapshot files of one node, in ``dir_path`` (created if missing)."""
+
+    def __init__(self, dir_path: str | os.PathLike,
+                 max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
+        if max_snapshot_bytes <= 0:
+            raise ValueError(f"max_snapshot_bytes must be positive, got {max_snapshot_bytes}")
+        self._dir = os.fspath(dir_path)
+        self._max_snapshot_bytes = max_snapshot_bytes
+        self._lock = threading.Lock()
+        if not os.path.isdir(self._dir):
+            os.makedirs(self._dir, mode=0o700, exist_ok=True)
+            _fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
+        self._remove_tmp_leftovers()
+
+    @property
+    def dir_path(self) -> str:
+        return self._dir
+
+    @property
+    def max_snapshot_bytes(self) -> int:
+        return self._max_snapshot_bytes
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def save_snap(self, snapshot: Snapshot) -> str | None:
+        """Durably save ``snapshot`` as ``{term:016x}-{index:016x}.snap``; return its path.
+
+        Returns None without writing for an empty snapshot (index 0). An existing file of the
+        same name is replaced atomically. On any error no file of the final name is created
+        (a replaced one stays intact) and the temp file is removed.
+        """
+        md = snapshot.metadata
+        if md.index == 0:
+            return None
+        name = SnapName(term=md.term, index=md.index)  # validates the uint64 range
+        encoded = encode_pieces(snapshot)
+        if encoded.size_bytes > self._max_snapshot_bytes:
+            raise SnapshotTooLargeError(name.file_name, encoded.size_bytes,
+                                        self._max_snapshot_bytes)
+        final_path = os.path.join(self._dir, name.file_name)
+        tmp_path = os.path.join(self._dir, name.tmp_name)
+        with self._lock:
+            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         _FILE_MODE)
+            try:
+                try:
+                    write_pieces(fd, encoded)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp_path, final_path)
+            except BaseException:
+                # Not a crash: we are still running, so do not leave the temp file behind.
+                try:
+                    os.unlink(tmp_path)
+                except OSError:
+                    pass
+                raise
+            # The rename is durable only once the directory entry is; until this returns the
+            # caller must not write the WAL record (a lost file without a record is harmless).
+            _fsync_dir(self._dir)
+        return final_path
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def snap_names(self) -> list[str]:
+        """Names of the well-formed ``.snap`` files, newest (highest term, then index) first."""
+        parsed = []
+        for entry in os.listdir(self._dir):
+            name = parse_snap_name(entry)
+            if name is not None:
+                parsed.append(name)
+        parsed.sort(reverse=True)
+        return [n.file_name for n in parsed]
+
+    def load(self) -> Snapshot:
+        """The newest valid snapshot, whatever the WAL says (for tools and for tests)."""
+        return self._load_matching(lambda name: True, "")
+
+    def load_newest_available(self, wal_snapshots: Iterable[_IndexTerm]) -> Snapshot:
+        """The newest valid snapshot whose (index, term) is one of ``wal_snapshots``."""
+        known = {(ws.index, ws.term) for ws in wal_snapshots}
+        return self._load_matching(lambda name: (name.index, name.term) in known,
+                                   f" among the WAL's {len(known)} snapshot record(s)")
+
+    def _load_matching(self, match: Callable[[SnapName], bool], among: str) -> Snapshot:
+        broken: list[str] = []
+        with self._lock:
+            names = self.snap_names()
+            for file_name in names:
+                name = parse_snap_name(file_name)
+                assert name is not None
+                if not match(name):
+                    continue
+                path = os.path.join(self._dir, file_name)
+                try:
+                    return read_snap(path, self._max_snapshot_bytes)
+                except CorruptSnapshotError as exc:
+                    broken_path = os.path.join(self._dir, name.broken_name)
+                    log.warning("%s; renaming it to %s and trying an older snapshot",
+                                exc, broken_path)
+                    os.replace(path, broken_path)
+                    _fsync_dir(self._dir)
+                    broken.append(broken_path)
+        if not names:
+            detail = "no .snap files"
+        elif broken:
+            detail = f"every matching .snap file was corrupt{among}"
+        else:
+            detail = f"none of {len(names)} .snap file(s) matches{among}"
+        raise NoSnapshotError(self._dir, tuple(broken), detail)
+
+    # --- housekeeping ----------------------------------------------------------------------
+
+    def purge(self, keep: int = DEFAULT_KEEP_SNAPSHOTS) -> list[str]:
+        """Delete all but the newest ``keep`` snapshot files (0 = unlimited); return the
+        deleted names, oldest first."""
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        if keep == 0:
+            return []
+        with self._lock:
+            doomed = self.snap_names()[keep:]
+            doomed.reverse()  # oldest first: an interrupted purge leaves the newer ones
+            for file_name in doomed:
+                os.unlink(os.path.join(self._dir, file_name))
+            if doomed:
+                _fsync_dir(self._dir)
+        return doomed
+
+    def _remove_tmp_leftovers(self) -> None:
+        removed = 0
+        for entry in os.listdir(self._dir):
+            if is_tmp_name(entry):
+                log.info("removing leftover of an interrupted snapshot save: %s", entry)
+                os.unlink(os.path.join(self._dir, entry))
+                removed += 1
+        if removed:
+            _fsync_dir(self._dir)
