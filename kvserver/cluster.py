@@ -1,0 +1,136 @@
+"""A local cluster of real ``raftkv serve`` processes on loopback.
+
+Used by ``raftkv cluster up`` and by the multi-process tests. Each node is a child process
+with its own data directory ``<data_dir>/<name>`` and its own log file
+``<data_dir>/<name>.log``; ``kill`` sends any signal (SIGKILL, SIGSTOP, SIGCONT), ``restart``
+starts a stopped node again on the same ports and data.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports that were free a moment ago (bound and released by the kernel)."""
+    socks, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class NodeProcess:
+    name: str
+    client_port: int
+    peer_port: int
+    data_dir: str
+    log_path: str
+    args: list[str]
+    proc: subprocess.Popen | None = None
+
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    data_dir: str
+    size: int = 3
+    base_port: int | None = None           # None: free ports chosen by the kernel
+    extra_args: list[str] = field(default_factory=list)
+    token: str = "raftkv-local"
+    nodes: list[NodeProcess] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.base_port is None:
+            ports = free_ports(2 * self.size)
+            pairs = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.size)]
+        else:  # etcd's Procfile: 2379/2380, 22379/22380, 32379/32380, ...
+            offsets = [10000 * (i + 1) if i else 0 for i in range(self.size)]
+            pairs = [(self.base_port + o, self.base_port + o + 1) for o in offsets]
+        names = [f"node{i + 1}" for i in range(self.size)]
+        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, (_, p) in zip(names, pairs, strict=True))
+        os.makedirs(self.data_dir, exist_ok=True)
+        for name, (cport, pport) in zip(names, pairs, strict=True):
+            node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
+                               os.path.join(self.data_dir, f"{name}.log"), [])
+            node.args = [
+                sys.executable, "-m", "kvserver.cli", "serve",
+                "--name", name, "--data-dir", node.data_dir,
+                "--listen-client-urls", node.client_url,
+                "--advertise-client-urls", node.client_url,
+                "--listen-peer-urls", node.peer_url,
+                "--initial-advertise-peer-urls", node.peer_url,
+                "--initial-cluster", initial,
+                "--initial-cluster-token", self.token,
+                *self.extra_args,
+            ]
+            self.nodes.append(node)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [n.client_url for n in self.nodes]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            self.start_node(node)
+
+    def start_node(self, node: NodeProcess) -> None:
+        if node.alive():
+            return
+        log = open(node.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        node.proc = subprocess.Popen(node.args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        log.close()
+
+    def kill(self, node: NodeProcess, sig: int = signal.SIGKILL) -> None:
+        if node.proc is not None and node.proc.poll() is None:
+            node.proc.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+                node.proc.wait(timeout=30)
+
+    def restart(self, node: NodeProcess) -> None:
+        self.kill(node, signal.SIGKILL)
+        self.start_node(node)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every node (resuming stopped ones first), SIGKILL what outlives timeout."""
+        for node in self.nodes:
+            if node.alive():
+                node.proc.send_signal(signal.SIGCONT)
+                node.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            if node.proc is None:
+                continue
+            try:
+                node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait()
+
+    def log_tail(self, node: NodeProcess, lines: int = 30) -> str:
+        try:
+            with open(node.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return ""

@@ -1,0 +1,159 @@
+"""Server configuration: etcd-style flags, ``RAFTKV_*`` environment variables, defaults.
+
+Precedence: command-line flag > environment variable > default. Every flag ``--foo-bar``
+has the environment twin ``RAFTKV_FOO_BAR``. With no flags at all, ``raftkv serve`` runs a
+one-node store in ``./raftkv-data`` with clients on 127.0.0.1:2379 and peers on :2380.
+"""
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from kvserver.membership import ClusterConfigError, Member, check_url, parse_initial_cluster
+
+DEFAULT_CLIENT_URL = "http://127.0.0.1:2379"
+DEFAULT_PEER_URL = "http://127.0.0.1:2380"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    name: str = "default"
+    data_dir: str = "raftkv-data"
+    listen_client_urls: tuple[str, ...] = (DEFAULT_CLIENT_URL,)
+    advertise_client_urls: tuple[str, ...] = (DEFAULT_CLIENT_URL,)
+    listen_peer_urls: tuple[str, ...] = (DEFAULT_PEER_URL,)
+    initial_advertise_peer_urls: tuple[str, ...] = (DEFAULT_PEER_URL,)
+    initial_cluster: str = ""
+    initial_cluster_state: str = "new"
+    initial_cluster_token: str = "raftkv-cluster"
+    heartbeat_interval_ms: int = 100
+    election_timeout_ms: int = 1000
+    snapshot_count: int = 10000
+    snapshot_catchup_entries: int = 5000
+    max_snapshots: int = 5
+    max_wals: int = 5
+    max_request_bytes: int = 1536 * 1024
+    wal_sync: str = "always"
+    pre_vote: bool = True
+    members: tuple[Member, ...] = field(default=(), compare=False)
+
+    @property
+    def election_ticks(self) -> int:
+        return max(2, self.election_timeout_ms // self.heartbeat_interval_ms)
+
+    @property
+    def member_dir(self) -> str:
+        return os.path.join(self.data_dir, "member")
+
+    @property
+    def wal_dir(self) -> str:
+        return os.path.join(self.member_dir, "wal")
+
+    @property
+    def snap_dir(self) -> str:
+        return os.path.join(self.member_dir, "snap")
+
+    def local_member(self) -> Member:
+        for m in self.members:
+            if m.name == self.name:
+                return m
+        raise ClusterConfigError(f"--name {self.name!r} is not in --initial-cluster")
+
+
+# (flag, field, type, help). Types: "str", "urls", "int", "bool".
+_FLAGS = (
+    ("--name", "name", "str", "human-readable name of this member"),
+    ("--data-dir", "data_dir", "str", "path to the data directory"),
+    ("--listen-client-urls", "listen_client_urls", "urls", "URLs to listen on for clients"),
+    ("--advertise-client-urls", "advertise_client_urls", "urls",
+     "client URLs advertised to the cluster"),
+    ("--listen-peer-urls", "listen_peer_urls", "urls", "URLs to listen on for peers"),
+    ("--initial-advertise-peer-urls", "initial_advertise_peer_urls", "urls",
+     "this member's peer URLs, advertised to the cluster"),
+    ("--initial-cluster", "initial_cluster", "str",
+     "initial cluster configuration: name=peer-url,..."),
+    ("--initial-cluster-state", "initial_cluster_state", "str", "new or existing"),
+    ("--initial-cluster-token", "initial_cluster_token", "str",
+     "cluster token: different clusters get different IDs"),
+    ("--heartbeat-interval", "heartbeat_interval_ms", "int", "heartbeat interval (ms)"),
+    ("--election-timeout", "election_timeout_ms", "int", "election timeout (ms)"),
+    ("--snapshot-count", "snapshot_count", "int",
+     "applied entries between two snapshots"),
+    ("--snapshot-catchup-entries", "snapshot_catchup_entries", "int",
+     "entries kept after a snapshot for slow followers"),
+    ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
+    ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),
+    ("--max-request-bytes", "max_request_bytes", "int", "largest client request body"),
+    ("--wal-sync", "wal_sync", "str",
+     "always (default), interval=<ms> (bounded loss window) or never (tests only)"),
+    ("--pre-vote", "pre_vote", "bool", "use raft PreVote"),
+)
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = ServerConfig()
+    for flag, attr, kind, text in _FLAGS:
+        default = getattr(defaults, attr)
+        shown = ",".join(default) if kind == "urls" else default
+        env = "RAFTKV_" + flag[2:].upper().replace("-", "_")
+        parser.add_argument(flag, dest=attr, default=None,
+                            help=f"{text} (default {shown!r}; env {env})")
+
+
+def _convert(kind: str, flag: str, raw: str):
+    if kind == "int":
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ClusterConfigError(f"{flag}: want an integer, got {raw!r}") from None
+        if value < 0:
+            raise ClusterConfigError(f"{flag}: must not be negative")
+        return value
+    if kind == "bool":
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ClusterConfigError(f"{flag}: want true or false, got {raw!r}")
+    if kind == "urls":
+        urls = tuple(check_url(u.strip()) for u in raw.split(",") if u.strip())
+        if not urls:
+            raise ClusterConfigError(f"{flag}: no URL given")
+        return urls
+    return raw
+
+
+def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConfig:
+    """Build and validate a ServerConfig; raises ClusterConfigError with a clear message."""
+    values = {}
+    for flag, attr, kind, _ in _FLAGS:
+        raw = getattr(args, attr, None)
+        if raw is None:
+            raw = environ.get("RAFTKV_" + flag[2:].upper().replace("-", "_"))
+        if raw is not None:
+            values[attr] = _convert(kind, flag, raw)
+    cfg = ServerConfig(**values)
+    if cfg.initial_cluster_state not in ("new", "existing"):
+        raise ClusterConfigError("--initial-cluster-state must be 'new' or 'existing'")
+    if cfg.heartbeat_interval_ms <= 0 or cfg.election_timeout_ms < 2 * cfg.heartbeat_interval_ms:
+        raise ClusterConfigError(
+            "--election-timeout must be at least twice --heartbeat-interval (and both > 0)")
+    if cfg.wal_sync != "always" and cfg.wal_sync != "never" \
+            and not cfg.wal_sync.startswith("interval="):
+        raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
+    initial = cfg.initial_cluster or \
+        f"{cfg.name}={','.join(cfg.initial_advertise_peer_urls)}"
+    members = parse_initial_cluster(initial, cfg.initial_cluster_token)
+    cfg = ServerConfig(**{**values, "initial_cluster": initial, "members": tuple(members)})
+    local = cfg.local_member()
+    if set(local.peer_urls) != set(cfg.initial_advertise_peer_urls):
+        raise ClusterConfigError(
+            f"--initial-advertise-peer-urls {','.join(cfg.initial_advertise_peer_urls)} do "
+            f"not match {cfg.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})")
+    return cfg
+
+
+def host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname, parts.port
