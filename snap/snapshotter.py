@@ -51,6 +51,22 @@ def _fsync_dir(dir_path: str) -> None:
         os.close(fd)
 
 
+def _make_dirs_durably(dir_path: str) -> None:
+    """mkdir -p, fsyncing the parent of each directory created so the entries survive."""
+    missing = []
+    path = os.path.abspath(dir_path)
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+        _fsync_dir(os.path.dirname(path))
+
+
 class Snapshotter:
     """The snapshot files of one node, in ``dir_path`` (created if missing)."""
 
@@ -61,9 +77,7 @@ class Snapshotter:
         self._dir = os.fspath(dir_path)
         self._max_snapshot_bytes = max_snapshot_bytes
         self._lock = threading.Lock()
-        if not os.path.isdir(self._dir):
-            os.makedirs(self._dir, mode=0o700, exist_ok=True)
-            _fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
+        _make_dirs_durably(self._dir)
         self._remove_tmp_leftovers()
 
     @property
