@@ -34,9 +34,10 @@ Contract:
 Limits: the whole payload lives in memory on both sides. Saving holds no second copy of it
 (header, payload and metadata are written as separate pieces); loading etcd's field layout
 holds one copy (any other layout: up to three, transiently). ``max_snapshot_bytes`` (default
-8 GiB) bounds both. CRC and I/O proceed in 256 KiB steps so a save in a worker thread does
-not hold the GIL for long; the calls themselves block, so an event loop must run them in an
-executor.
+8 GiB) bounds both. The CRC runs in 256 KiB steps and the payload is written/read in one
+large system call (which releases the GIL), so a save or load in a worker thread delays the
+event loop's thread by at most about one GIL switch interval (5 ms) at a time; the calls
+themselves block, so an event loop must run them in an executor.
 """
 
 from snap.codec import CHUNK_BYTES, EncodedSnap, encode_pieces, read_snap
