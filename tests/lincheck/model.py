@@ -1,0 +1,41 @@
+"""The sequential specification a history is checked against.
+
+A model is any object with these methods (a structural ``Protocol``, no base class needed):
+
+- ``init() -> state``: the state before any operation.
+- ``step(state, input, output) -> (ok, new_state)``: can ``input`` applied to ``state``
+  return ``output``? If so, also the state afterwards. ``output is None`` means the outcome
+  is unknown (a pending operation placed somewhere in the order): then ``ok`` must be true
+  whenever the input can be applied at all. ``step`` must be pure and deterministic.
+- ``partition(operations) -> list of sub-histories``: split a history into independent parts
+  (P-compositionality, e.g. one per key) that are checked separately. A history is
+  linearizable iff every part is, *provided* operations of different parts never constrain
+  each other. Returning ``[list(operations)]`` is always correct. A model may drop operations
+  that cannot matter (a pending read has no effect and any output would do).
+- ``describe_operation(input, output) -> str`` and ``describe_state(state) -> str``: short
+  human-readable text for explanations (``output is None`` for a pending operation).
+- optional ``describe_partition(operations) -> str``: a title for one part ("key 'x'").
+
+States must be hashable and two equal states must behave identically in every future
+``step``: the checker memoizes ``(set of linearized operations, state)`` pairs it has already
+explored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol
+
+from tests.lincheck.history import Operation
+
+
+class Model(Protocol):
+    def init(self) -> Hashable: ...
+
+    def step(self, state: Any, input: Any, output: Any) -> tuple[bool, Hashable]: ...
+
+    def partition(self, operations: Sequence[Operation]) -> list[list[Operation]]: ...
+
+    def describe_operation(self, input: Any, output: Any) -> str: ...
+
+    def describe_state(self, state: Any) -> str: ...
