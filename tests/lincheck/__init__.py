@@ -84,8 +84,8 @@ from tests.lincheck.history import (
     INFINITY,
     History,
     HistoryError,
-    OpHandle,
     Operation,
+    OpHandle,
     Recording,
     merge_operations,
 )

@@ -214,9 +214,7 @@ def _search(
     def stuck() -> Counterexample | None:
         if best_blocked < 0:
             return None
-        return _counterexample(
-            model, ops, best_prefix, best_state, best_blocked, call_pos, ret_pos
-        )
+        return _counterexample(model, ops, best_prefix, best_state, best_blocked, call_pos, ret_pos)
 
     e = nxt[0]
     while True:
@@ -298,8 +296,7 @@ def _counterexample(
         state=state,
         blocked=ops[blocked],
         candidates=tuple(
-            Candidate(ops[j], model.step(state, ops[j].input, ops[j].output)[0])
-            for j in candidates
+            Candidate(ops[j], model.step(state, ops[j].input, ops[j].output)[0]) for j in candidates
         ),
     )
 

@@ -40,7 +40,9 @@ def _some_order(
             continue
         key = op.input.key
         ok, new_state = model.step(states.get(key, model.init()), op.input, op.output)
-        if ok and _some_order(model, remaining[:i] + remaining[i + 1 :], {**states, key: new_state}):
+        if ok and _some_order(
+            model, remaining[:i] + remaining[i + 1 :], {**states, key: new_state}
+        ):
             return True
     return False
 
