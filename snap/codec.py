@@ -68,8 +68,8 @@ class EncodedSnap:
 
 def _as_byte_view(data) -> memoryview:
     view = memoryview(data)
-    if not view.contiguous:
-        raise ValueError("snapshot data must be a contiguous buffer")
+    if not view.c_contiguous:
+        raise ValueError("snapshot data must be a C-contiguous buffer")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
@@ -82,7 +82,11 @@ def crc32c_chunked(view: memoryview, prev: int = 0) -> int:
 
 
 def encode_pieces(snapshot: Snapshot) -> EncodedSnap:
-    """Lay out ``snapshot`` as a ``.snap`` file without copying its data."""
+    """Lay out ``snapshot`` as a ``.snap`` file without copying its data.
+
+    The pieces reference ``snapshot.data`` itself: a mutable buffer (bytearray) must not
+    change until they are written, or the file's CRC will not match (caught on load).
+    """
     # encode_snapshot of the metadata alone is exactly the trailing metadata field (field 2).
     metadata_field = encode_snapshot(Snapshot(data=None, metadata=snapshot.metadata))
     inner: list[bytes | memoryview] = []

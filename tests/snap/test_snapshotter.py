@@ -67,6 +67,12 @@ def test_directory_is_created_when_missing(tmp_path):
     assert os.listdir(d) == ["0000000000000001-0000000000000001.snap"]
 
 
+def test_a_file_in_place_of_the_directory_is_an_error(tmp_path):
+    (tmp_path / "snap").write_bytes(b"")
+    with pytest.raises(FileExistsError):
+        Snapshotter(tmp_path / "snap")
+
+
 def test_empty_snapshot_is_not_saved(snapper):
     """etcd's SaveSnap returns early for raft.IsEmptySnap (metadata index 0)."""
     assert snapper.save_snap(raftpb.Snapshot(data=b"x")) is None
