@@ -1,0 +1,881 @@
+"""The Raft state machine (etcd's ``raft`` struct), without any I/O.
+
+Inputs are ``step(message)`` and ``tick()``; outputs accumulate in ``msgs`` and
+``read_states`` and in the log's unstable part, and are collected by RawNode into a Ready.
+Each role has its own step and tick functions, swapped on every role change
+(``become_follower`` / ``become_pre_candidate`` / ``become_candidate`` / ``become_leader``).
+
+Rules implemented here, by Raft paper/thesis section:
+
+* §5.1 terms: a message with a higher term makes us a follower of that term (except the
+  PreVote cases below); messages with a lower term are ignored (or answered, so that a stale
+  leader or pre-candidate learns the newer term).
+* §5.2 election: followers campaign after a randomized timeout in
+  [election_tick, 2*election_tick); one vote per term, persisted in HardState before the
+  MsgVoteResp leaves (Ready contract); a candidate wins with a majority of voters.
+* §5.3 replication: MsgApp carries (log_term, index) of the preceding entry; followers
+  reject on mismatch and the leader walks ``next`` back (with etcd's term-based hint);
+  conflicting suffixes are truncated.
+* §5.4.1 election restriction: votes only for candidates whose log is at least as
+  up-to-date. §5.4.2: the leader commits by counting replicas only entries of its own term;
+  it appends an empty entry on election to commit earlier ones.
+* thesis §9.6 PreVote, §6.2 CheckQuorum + leader stickiness (votes ignored while a live
+  leader is known), §6.4 ReadIndex (SAFE) and lease reads (LEASE_BASED), §3.10 leadership
+  transfer (MsgTimeoutNow), §4.2.1 learners, §4.1 single-server membership changes with at
+  most one uncommitted/unapplied change.
+
+Deviations from etcd, on purpose: the leader counts itself towards commit only after its
+own write is reported durable (``on_persisted``, as etcd v3.6 does); a leader that applies
+its own removal steps down instead of leading a group it is not part of; a conf change that
+would leave no voters is ignored (etcd panics); local proposals and read requests that
+cannot be served raise ProposalDroppedError (etcd drops reads silently).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from enum import Enum
+
+from raft import confchange
+from raft.config import Config, ReadOnlyOption
+from raft.errors import (
+    CompactedError,
+    ConfChangeError,
+    ProposalDroppedError,
+    RaftInvariantError,
+    UnavailableError,
+)
+from raft.log import RaftLog
+from raft.progress import ProgressState
+from raft.quorum import VoteResult, vote_result
+from raft.readonly import ReadOnly
+from raft.tracker import ProgressTracker
+from raft.types import (
+    NONE,
+    ConfChange,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    ReadState,
+    Snapshot,
+    SoftState,
+    StateType,
+    payload_size_bytes,
+    vote_response_type,
+)
+from raft.types import MessageType as MT
+
+CAMPAIGN_TRANSFER_CONTEXT = b"CampaignTransfer"  # marks MsgVote of a leadership transfer
+MAX_PENDING_READ_REQUESTS = 4096  # bound on queued ReadIndex requests on a leader
+
+
+class CampaignType(Enum):
+    PRE_ELECTION = "CampaignPreElection"
+    ELECTION = "CampaignElection"
+    TRANSFER = "CampaignTransfer"
+
+
+_CONF_TYPES = (EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2)
+
+
+class Raft:
+    def __init__(self, config: Config) -> None:
+        config.validate()
+        self.id = config.id
+        self.config = config
+        self.logger = config.logger
+        self.rng = config.rng if config.rng is not None else random.Random(config.id)
+        self.log = RaftLog(config.storage, config.committed_per_ready_bytes())
+
+        # persistent state (HardState): written by the caller before dependent messages leave
+        self.term = 0  # invariant: never decreases
+        self.vote = NONE  # invariant: at most one vote per term (reset only on term change)
+
+        self.state = StateType.FOLLOWER
+        self.lead = NONE  # leader of the current term, if known
+        self.is_learner = False
+        self.tracker = ProgressTracker(config.max_inflight_msgs, config.inflight_limit_bytes())
+        self.msgs: list[Message] = []  # outbox, drained by RawNode.ready()
+        self.read_states: list[ReadState] = []  # drained by RawNode.ready()
+        self.read_only = ReadOnly(config.read_only_option)
+        self.pending_read_index_messages: list[Message] = []  # until a current-term commit
+        self.lead_transferee = NONE
+        # invariant: a conf change may be proposed only when pending_conf_index <= applied
+        self.pending_conf_index = 0
+        self.uncommitted_size_bytes = 0  # payload appended by this leader, not yet applied
+
+        self.election_elapsed = 0  # ticks since the last reset (leader: since quorum check)
+        self.heartbeat_elapsed = 0  # leader only
+        self.election_timeout = config.election_tick
+        self.heartbeat_timeout = config.heartbeat_tick
+        self.randomized_election_timeout = config.election_tick  # in [et, 2*et)
+        self.max_msg_size_bytes = config.max_size_per_msg_bytes
+        self.max_uncommitted_size_bytes = config.uncommitted_limit_bytes()
+        self.check_quorum = config.check_quorum
+        self.pre_vote = config.pre_vote
+        self.disable_proposal_forwarding = config.disable_proposal_forwarding
+
+        self._step_fn = self._step_follower
+        self._tick_fn = self._tick_election
+
+        hs, cs = config.storage.initial_state()
+        confchange.restore(self.tracker, cs, self.log.last_index())
+        self._switch_to_config()
+        if not hs.is_empty():
+            self._load_state(hs)
+        if config.applied > 0:
+            self.log.applied_to(config.applied)
+        self.become_follower(self.term, NONE)
+
+    # --- small helpers ---------------------------------------------------------------
+
+    def _info(self, msg: str, *args) -> None:
+        if self.logger is not None:
+            self.logger.info("%x " + msg, self.id, *args)
+
+    def soft_state(self) -> SoftState:
+        return SoftState(lead=self.lead, raft_state=self.state)
+
+    def hard_state(self) -> HardState:
+        return HardState(term=self.term, vote=self.vote, commit=self.log.committed)
+
+    def _load_state(self, hs: HardState) -> None:
+        if hs.commit < self.log.committed or hs.commit > self.log.last_index():
+            raise RaftInvariantError(
+                f"hard state commit {hs.commit} out of range "
+                f"[{self.log.committed}, {self.log.last_index()}]"
+            )
+        self.log.committed = hs.commit
+        self.term = hs.term
+        self.vote = hs.vote
+
+    def _send(self, m: Message) -> None:
+        self.msgs.append(m)
+
+    def _msg(self, mtype, to: int, **kw) -> Message:
+        """A message from us at our current term."""
+        return Message(type=mtype, to=to, frm=self.id, term=self.term, **kw)
+
+    def _promotable(self) -> bool:
+        """Whether this node may campaign: a voter with no snapshot waiting to be applied."""
+        pr = self.tracker.progress.get(self.id)
+        return pr is not None and not pr.is_learner and not self.log.has_pending_snapshot()
+
+    def _stable_last_index(self) -> int:
+        """Last index of the log prefix that is already durable (in storage)."""
+        if self.log.unstable.snapshot is not None:
+            return 0
+        return min(self.log.storage.last_index(), self.log.unstable.offset - 1)
+
+    def _reset_randomized_election_timeout(self) -> None:
+        self.randomized_election_timeout = self.election_timeout + self.rng.randrange(
+            self.election_timeout
+        )
+
+    def _past_election_timeout(self) -> bool:
+        return self.election_elapsed >= self.randomized_election_timeout
+
+    def _committed_entry_in_current_term(self) -> bool:
+        return self.log.term_or_zero(self.log.committed) == self.term
+
+    # --- role changes -----------------------------------------------------------------
+
+    def _reset(self, term: int) -> None:
+        if self.term != term:
+            self.term = term
+            self.vote = NONE
+        self.lead = NONE
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._reset_randomized_election_timeout()
+        self.lead_transferee = NONE
+        self.tracker.reset_votes()
+        last = self.log.last_index()
+        stable = self._stable_last_index()
+        for node_id, pr in list(self.tracker.progress.items()):
+            fresh = self.tracker.new_progress(0, last + 1, pr.is_learner)
+            if node_id == self.id:
+                fresh.match = stable  # more is acknowledged in on_persisted()
+            self.tracker.progress[node_id] = fresh
+        self.pending_conf_index = 0
+        self.uncommitted_size_bytes = 0
+        self.read_only = ReadOnly(self.read_only.option)
+        self.pending_read_index_messages = []
+
+    def become_follower(self, term: int, lead: int) -> None:
+        self._step_fn = self._step_follower
+        self._reset(term)
+        self._tick_fn = self._tick_election
+        self.lead = lead
+        self.state = StateType.FOLLOWER
+        self._info("became follower at term %d", self.term)
+
+    def become_candidate(self) -> None:
+        if self.state == StateType.LEADER:
+            raise RaftInvariantError("invalid transition [leader -> candidate]")
+        self._step_fn = self._step_candidate
+        self._reset(self.term + 1)
+        self._tick_fn = self._tick_election
+        self.vote = self.id
+        self.state = StateType.CANDIDATE
+        self._info("became candidate at term %d", self.term)
+
+    def become_pre_candidate(self) -> None:
+        if self.state == StateType.LEADER:
+            raise RaftInvariantError("invalid transition [leader -> pre-candidate]")
+        # A pre-candidate keeps its term and vote: the pre-election changes nothing durable.
+        self._step_fn = self._step_candidate
+        self.tracker.reset_votes()
+        self._tick_fn = self._tick_election
+        self.lead = NONE
+        self.state = StateType.PRE_CANDIDATE
+        self._info("became pre-candidate at term %d", self.term)
+
+    def become_leader(self) -> None:
+        if self.state == StateType.FOLLOWER:
+            raise RaftInvariantError("invalid transition [follower -> leader]")
+        self._step_fn = self._step_leader
+        self._reset(self.term)
+        self._tick_fn = self._tick_heartbeat
+        self.lead = self.id
+        self.state = StateType.LEADER
+        pr = self.tracker.progress[self.id]
+        pr.become_replicate()  # the leader trivially has its own log
+        pr.recent_active = True
+        # Entries after our committed index may include a conf change we cannot see as
+        # applied yet: conservatively block new conf changes until all of them are applied.
+        self.pending_conf_index = self.log.last_index()
+        # §5.4.2: an entry of the new term lets earlier-term entries commit. Not counted
+        # towards the uncommitted-size bound (it is empty anyway).
+        if not self._append_entries([Entry(term=0, index=0)]):
+            raise RaftInvariantError("empty entry was dropped")
+        self._info("became leader at term %d", self.term)
+
+    # --- elections ------------------------------------------------------------------
+
+    def _hup(self, t: CampaignType) -> None:
+        if self.state == StateType.LEADER:
+            self._info("ignoring MsgHup because already leader")
+            return
+        if not self._promotable():
+            self._info("is unpromotable and can not campaign")
+            return
+        lo = max(self.log.applied + 1, self.log.first_index())
+        if self.log.pending_conf_changes(lo, self.log.committed + 1):
+            # Our configuration may be stale until those changes are applied.
+            self._info("cannot campaign: committed but unapplied conf changes")
+            return
+        self._campaign(t)
+
+    def _campaign(self, t: CampaignType) -> None:
+        if not self._promotable():
+            return
+        if t == CampaignType.PRE_ELECTION:
+            self.become_pre_candidate()
+            vote_type = MT.MsgPreVote
+            term = self.term + 1  # the term we would use; ours does not change yet
+        else:
+            self.become_candidate()
+            vote_type = MT.MsgVote
+            term = self.term
+        if self._poll(self.id, True) == VoteResult.WON:
+            # A single-voter configuration: we win immediately.
+            if t == CampaignType.PRE_ELECTION:
+                self._campaign(CampaignType.ELECTION)
+            else:
+                self.become_leader()
+            return
+        ctx = CAMPAIGN_TRANSFER_CONTEXT if t == CampaignType.TRANSFER else b""
+        last_index = self.log.last_index()
+        last_term = self.log.last_term()
+        for node_id in sorted(self.tracker.voters):
+            if node_id == self.id:
+                continue
+            self._send(
+                Message(
+                    type=vote_type,
+                    to=node_id,
+                    frm=self.id,
+                    term=term,
+                    index=last_index,
+                    log_term=last_term,
+                    context=ctx,
+                )
+            )
+
+    def _poll(self, node_id: int, granted: bool) -> VoteResult:
+        self.tracker.record_vote(node_id, granted)
+        return self.tracker.tally_votes()[2]
+
+    # --- ticks ----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        self._tick_fn()
+
+    def _tick_election(self) -> None:
+        """Followers and (pre-)candidates: campaign when the randomized timeout passes."""
+        self.election_elapsed += 1
+        if self._promotable() and self._past_election_timeout():
+            self.election_elapsed = 0
+            self.step(Message(type=MT.MsgHup, to=self.id, frm=self.id))
+
+    def _tick_heartbeat(self) -> None:
+        """Leader: heartbeats every heartbeat_tick; every election_tick check the quorum and
+        give up a leadership transfer that did not finish."""
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.election_timeout:
+            self.election_elapsed = 0
+            if self.check_quorum:
+                self.step(Message(type=MT.MsgCheckQuorum, to=self.id, frm=self.id))
+            if self.state == StateType.LEADER and self.lead_transferee != NONE:
+                self._info("leadership transfer to %x timed out", self.lead_transferee)
+                self.lead_transferee = NONE
+        if self.state != StateType.LEADER:
+            return
+        if self.heartbeat_elapsed >= self.heartbeat_timeout:
+            self.heartbeat_elapsed = 0
+            self.step(Message(type=MT.MsgBeat, to=self.id, frm=self.id))
+
+    # --- step: term handling common to all roles ---------------------------------------
+
+    def step(self, m: Message) -> None:
+        if m.term == 0:
+            pass  # local message (or a forwarded proposal / read request)
+        elif m.term > self.term:
+            if m.type in (MT.MsgVote, MT.MsgPreVote):
+                force = m.context == CAMPAIGN_TRANSFER_CONTEXT
+                in_lease = (
+                    self.check_quorum
+                    and self.lead != NONE
+                    and self.election_elapsed < self.election_timeout
+                )
+                if not force and in_lease:
+                    # Leader stickiness (thesis §4.2.3): we heard from a live leader within
+                    # the minimum election timeout, so this candidate cannot be legitimate.
+                    self._info("ignored %s from %x: lease not expired", m.type, m.frm)
+                    return
+            if m.type == MT.MsgPreVote:
+                pass  # never change term because of a pre-vote request
+            elif m.type == MT.MsgPreVoteResp and not m.reject:
+                pass  # a granted pre-vote carries the term we will campaign at
+            elif m.type in (MT.MsgApp, MT.MsgHeartbeat, MT.MsgSnap):
+                self.become_follower(m.term, m.frm)
+            else:
+                self.become_follower(m.term, NONE)
+        elif m.term < self.term:
+            if (self.check_quorum or self.pre_vote) and m.type in (MT.MsgHeartbeat, MT.MsgApp):
+                # A stale leader (e.g. just healed from a partition) would never learn our
+                # term otherwise: with check_quorum/pre_vote nobody's term bumps it.
+                self._send(self._msg(MT.MsgAppResp, m.frm))
+            elif m.type == MT.MsgPreVote:
+                # Tell the pre-candidate about our term so it gives up.
+                self._send(self._msg(MT.MsgPreVoteResp, m.frm, reject=True))
+            return
+
+        t = m.type
+        if t == MT.MsgHup:
+            self._hup(CampaignType.PRE_ELECTION if self.pre_vote else CampaignType.ELECTION)
+        elif t in (MT.MsgVote, MT.MsgPreVote):
+            self._handle_vote_request(m)
+        else:
+            self._step_fn(m)
+
+    def _handle_vote_request(self, m: Message) -> None:
+        can_vote = (
+            self.vote == m.frm  # a repeated request from the node we voted for
+            or (self.vote == NONE and self.lead == NONE)  # no vote and no leader this term
+            or (m.type == MT.MsgPreVote and m.term > self.term)  # a future-term pre-vote
+        )
+        resp_type = vote_response_type(m.type)
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            # The response carries the candidate's term: for a pre-vote our term is lower.
+            self._send(Message(type=resp_type, to=m.frm, frm=self.id, term=m.term))
+            if m.type == MT.MsgVote:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(self._msg(resp_type, m.frm, reject=True))
+
+    # --- leader -----------------------------------------------------------------------
+
+    def _step_leader(self, m: Message) -> None:
+        t = m.type
+        if t == MT.MsgBeat:
+            self._bcast_heartbeat()
+            return
+        if t == MT.MsgCheckQuorum:
+            pr = self.tracker.progress.get(self.id)
+            if pr is not None:
+                pr.recent_active = True
+            if not self.tracker.quorum_active():
+                self._info("stepped down to follower since quorum is not active")
+                self.become_follower(self.term, NONE)
+            for node_id, pr in self.tracker.progress.items():
+                if node_id != self.id:
+                    pr.recent_active = False
+            return
+        if t == MT.MsgProp:
+            self._leader_propose(m)
+            return
+        if t == MT.MsgReadIndex:
+            self._leader_read_index(m)
+            return
+
+        pr = self.tracker.progress.get(m.frm)
+        if pr is None:
+            return
+        if t == MT.MsgAppResp:
+            self._handle_append_response(m, pr)
+        elif t == MT.MsgHeartbeatResp:
+            self._handle_heartbeat_response(m, pr)
+        elif t == MT.MsgSnapStatus:
+            if pr.state != ProgressState.SNAPSHOT:
+                return
+            if m.reject:
+                pr.pending_snapshot = 0
+            pr.become_probe()
+            # Wait for the follower's MsgAppResp (success) or a heartbeat interval (failure)
+            # before the next MsgApp.
+            pr.msg_app_flow_paused = True
+        elif t == MT.MsgUnreachable:
+            # The transport failed to deliver a MsgApp: stop streaming optimistically.
+            if pr.state == ProgressState.REPLICATE:
+                pr.become_probe()
+        elif t == MT.MsgTransferLeader:
+            self._handle_transfer_leader(m, pr)
+
+    def _leader_propose(self, m: Message) -> None:
+        if not m.entries:
+            raise RaftInvariantError("stepped empty MsgProp")
+        if self.id not in self.tracker.progress:
+            raise ProposalDroppedError("this leader was removed from the configuration")
+        if self.lead_transferee != NONE:
+            raise ProposalDroppedError(f"leadership is being transferred to {self.lead_transferee}")
+        ents = list(m.entries)
+        for i, e in enumerate(ents):
+            if e.type not in _CONF_TYPES:
+                continue
+            refuse = ""
+            if e.type == EntryType.CONF_CHANGE_V2:
+                refuse = "ConfChangeV2 (joint consensus) is not supported"
+            elif self.pending_conf_index > self.log.applied:
+                refuse = (
+                    f"possible unapplied conf change at index {self.pending_conf_index} "
+                    f"(applied to {self.log.applied})"
+                )
+            if refuse:
+                # As etcd: keep the slot (so indexes stay as the proposer expects) but make
+                # it a no-op; the proposer sees its change never applied.
+                self._info("ignoring conf change %s: %s", e, refuse)
+                ents[i] = Entry(term=0, index=0)
+            else:
+                self.pending_conf_index = self.log.last_index() + i + 1
+        if not self._append_entries(ents):
+            raise ProposalDroppedError("too many uncommitted entry bytes")
+        self._bcast_append()
+
+    def _append_entries(self, ents: list[Entry]) -> bool:
+        last = self.log.last_index()
+        ents = [
+            Entry(term=self.term, index=last + 1 + i, type=e.type, data=e.data)
+            for i, e in enumerate(ents)
+        ]
+        if not self._increase_uncommitted_size(ents):
+            return False
+        self.log.append(ents)
+        # The leader acknowledges its own entries once they are durable: on_persisted().
+        return True
+
+    def _increase_uncommitted_size(self, ents: list[Entry]) -> bool:
+        size = payload_size_bytes(ents)
+        if (
+            self.uncommitted_size_bytes > 0
+            and size > 0
+            and self.uncommitted_size_bytes + size > self.max_uncommitted_size_bytes
+        ):
+            # Always admit a proposal when nothing is uncommitted, so a single large entry
+            # cannot block the leader forever.
+            return False
+        self.uncommitted_size_bytes += size
+        return True
+
+    def reduce_uncommitted_size(self, ents) -> None:
+        if self.state != StateType.LEADER:
+            return
+        size = payload_size_bytes(ents)
+        self.uncommitted_size_bytes = max(0, self.uncommitted_size_bytes - size)
+
+    def _maybe_commit(self) -> bool:
+        """Advance commit to the quorum-replicated index if it is of our term (§5.4.2)."""
+        return self.log.maybe_commit(self.tracker.committed(), self.term)
+
+    def on_persisted(self, index: int, term: int) -> None:
+        """The caller made entries up to ``index`` (term ``term``) durable (RawNode.advance).
+
+        A leader counts its own copy towards the commit quorum only now.
+        """
+        if self.state != StateType.LEADER or not self.log.match_term(index, term):
+            return
+        pr = self.tracker.progress.get(self.id)
+        if pr is not None and pr.maybe_update(index) and self._maybe_commit():
+            self._release_pending_read_index_messages()
+            self._bcast_append()
+
+    def _handle_append_response(self, m: Message, pr) -> None:
+        pr.recent_active = True
+        if m.reject:
+            next_probe = m.reject_hint
+            if m.log_term > 0:
+                # Skip every entry of ours whose term is above the follower's term at the
+                # hint: they cannot match (etcd's fast backtracking).
+                next_probe = self.log.find_conflict_by_term(m.reject_hint, m.log_term)
+            if pr.maybe_decr_to(m.index, next_probe):
+                if pr.state == ProgressState.REPLICATE:
+                    pr.become_probe()
+                self._send_append(m.frm)
+            return
+        old_paused = pr.is_paused()
+        if not pr.maybe_update(m.index):
+            return
+        if pr.state == ProgressState.PROBE:
+            pr.become_replicate()
+        elif pr.state == ProgressState.SNAPSHOT and pr.match + 1 >= self.log.first_index():
+            # The follower caught up past our compaction point (via the snapshot or not):
+            # resume normal replication.
+            pr.become_probe()
+            pr.become_replicate()
+        elif pr.state == ProgressState.REPLICATE:
+            pr.inflights.free_le(m.index)
+        if self._maybe_commit():
+            self._release_pending_read_index_messages()
+            self._bcast_append()
+        elif old_paused:
+            self._send_append(m.frm)
+        # Flow control may now allow several (size-limited) messages at once.
+        while self._maybe_send_append(m.frm, send_if_empty=False):
+            pass
+        if m.frm == self.lead_transferee and pr.match == self.log.last_index():
+            self._info("sends MsgTimeoutNow to %x after it caught up", m.frm)
+            self._send(self._msg(MT.MsgTimeoutNow, m.frm))
+
+    def _handle_heartbeat_response(self, m: Message, pr) -> None:
+        pr.recent_active = True
+        pr.msg_app_flow_paused = False
+        if pr.match < self.log.last_index():
+            self._send_append(m.frm)
+        if self.read_only.option != ReadOnlyOption.SAFE or not m.context:
+            return
+        acks = self.read_only.recv_ack(m.frm, m.context)
+        if acks is None:
+            return
+        if vote_result(self.tracker.voters, dict.fromkeys(acks, True)) != VoteResult.WON:
+            return
+        for rs in self.read_only.advance(m.context):
+            self._respond_to_read_index(rs.req, rs.index)
+
+    def _handle_transfer_leader(self, m: Message, pr) -> None:
+        transferee = m.frm
+        if pr.is_learner:
+            self._info("ignored transferring leadership to learner %x", transferee)
+            return
+        if self.lead_transferee != NONE:
+            if self.lead_transferee == transferee:
+                return  # already in progress
+            self.lead_transferee = NONE  # abort the previous transfer
+        if transferee == self.id:
+            return  # already leader
+        # The transfer must finish within one election timeout (else _tick_heartbeat aborts).
+        self.election_elapsed = 0
+        self.lead_transferee = transferee
+        if pr.match == self.log.last_index():
+            self._send(self._msg(MT.MsgTimeoutNow, transferee))
+        else:
+            self._send_append(transferee)  # catch it up first; see _handle_append_response
+
+    # --- leader: sending ----------------------------------------------------------------
+
+    def _send_append(self, to: int) -> None:
+        self._maybe_send_append(to, send_if_empty=True)
+
+    def _maybe_send_append(self, to: int, send_if_empty: bool) -> bool:
+        """Send entries from ``next`` (or a snapshot) to ``to``; False if nothing was sent."""
+        pr = self.tracker.progress[to]
+        if pr.is_paused():
+            return False
+        prev_index = pr.next - 1
+        try:
+            prev_term = self.log.term(prev_index)
+            ents = self.log.entries(pr.next, self.max_msg_size_bytes)
+        except CompactedError:
+            return self._maybe_send_snapshot(to, pr)
+        if not ents and not send_if_empty:
+            return False
+        self._send(
+            self._msg(
+                MT.MsgApp,
+                to,
+                index=prev_index,
+                log_term=prev_term,
+                entries=tuple(ents),
+                commit=self.log.committed,
+            )
+        )
+        if ents:
+            pr.sent_entries(ents[-1].index, len(ents), payload_size_bytes(ents))
+        else:
+            pr.sent_entries(prev_index, 0, 0)
+        return True
+
+    def _maybe_send_snapshot(self, to: int, pr) -> bool:
+        if not pr.recent_active:
+            # Do not send a (large) snapshot to a node we have not heard from.
+            return False
+        try:
+            snap = self.log.snapshot()
+        except UnavailableError:
+            return False  # the caller's storage is still producing one
+        if snap.is_empty():
+            raise RaftInvariantError("need a non-empty snapshot")
+        pr.become_snapshot(snap.metadata.index)
+        self._info("sends snapshot at index %d to %x", snap.metadata.index, to)
+        self._send(self._msg(MT.MsgSnap, to, snapshot=snap))
+        return True
+
+    def _bcast_append(self) -> None:
+        for node_id in self.tracker.ids():
+            if node_id != self.id:
+                self._send_append(node_id)
+
+    def _bcast_heartbeat(self, ctx: bytes | None = None) -> None:
+        if ctx is None:
+            ctx = self.read_only.last_pending_request_ctx()
+        for node_id, pr in self.tracker.items():
+            if node_id == self.id:
+                continue
+            # Never tell a follower to commit beyond what it is known to have.
+            commit = min(pr.match, self.log.committed)
+            self._send(self._msg(MT.MsgHeartbeat, node_id, commit=commit, context=ctx))
+
+    # --- leader: reads --------------------------------------------------------------------
+
+    def _leader_read_index(self, m: Message) -> None:
+        if len(m.entries) != 1:
+            raise RaftInvariantError("MsgReadIndex must carry exactly one entry (the context)")
+        if self.tracker.is_singleton() and self.id in self.tracker.voters:
+            self._respond_to_read_index(m, self.log.committed)
+            return
+        if not self._committed_entry_in_current_term():
+            # §6.4 step 1: until an entry of our term commits we may not know the latest
+            # commit index. Park the request; released in _release_pending_...().
+            if len(self.pending_read_index_messages) >= MAX_PENDING_READ_REQUESTS:
+                raise ProposalDroppedError("too many pending read requests")
+            self.pending_read_index_messages.append(m)
+            return
+        self._send_read_index_response(m)
+
+    def _send_read_index_response(self, m: Message) -> None:
+        if self.read_only.option == ReadOnlyOption.SAFE:
+            if len(self.read_only.queue) >= MAX_PENDING_READ_REQUESTS:
+                raise ProposalDroppedError("too many pending read requests")
+            ctx = m.entries[0].data
+            self.read_only.add_request(self.log.committed, m)
+            self.read_only.recv_ack(self.id, ctx)
+            self._bcast_heartbeat(ctx)
+        else:  # LEASE_BASED: valid while check_quorum keeps our lease
+            self._respond_to_read_index(m, self.log.committed)
+
+    def _respond_to_read_index(self, req: Message, index: int) -> None:
+        if req.frm in (NONE, self.id):
+            self.read_states.append(ReadState(index=index, request_ctx=req.entries[0].data))
+        else:
+            self._send(self._msg(MT.MsgReadIndexResp, req.frm, index=index, entries=req.entries))
+
+    def _release_pending_read_index_messages(self) -> None:
+        if not self.pending_read_index_messages or not self._committed_entry_in_current_term():
+            return
+        msgs, self.pending_read_index_messages = self.pending_read_index_messages, []
+        for m in msgs:
+            try:
+                self._send_read_index_response(m)
+            except ProposalDroppedError:
+                self._info("dropped read request: too many pending")
+
+    # --- candidate ------------------------------------------------------------------------
+
+    def _step_candidate(self, m: Message) -> None:
+        # Only answers to our current kind of campaign count (a stale MsgVoteResp must not
+        # count in a pre-election and vice versa).
+        my_resp = (
+            MT.MsgPreVoteResp if self.state == StateType.PRE_CANDIDATE else MT.MsgVoteResp
+        )
+        t = m.type
+        if t == MT.MsgProp:
+            raise ProposalDroppedError("no leader (campaigning)")
+        if t == MT.MsgApp:
+            self.become_follower(m.term, m.frm)  # §5.2: a leader of our term exists
+            self._handle_append_entries(m)
+        elif t == MT.MsgHeartbeat:
+            self.become_follower(m.term, m.frm)
+            self._handle_heartbeat(m)
+        elif t == MT.MsgSnap:
+            self.become_follower(m.term, m.frm)
+            self._handle_snapshot(m)
+        elif t == my_resp:
+            result = self._poll(m.frm, not m.reject)
+            if result == VoteResult.WON:
+                if self.state == StateType.PRE_CANDIDATE:
+                    self._campaign(CampaignType.ELECTION)
+                else:
+                    self.become_leader()
+                    self._bcast_append()
+            elif result == VoteResult.LOST:
+                # A MsgPreVoteResp with a higher term already made us a follower in step();
+                # here our term is unchanged.
+                self.become_follower(self.term, NONE)
+        elif t == MT.MsgReadIndex:
+            raise ProposalDroppedError("no leader (campaigning)")
+        # MsgTimeoutNow and anything else: ignored.
+
+    # --- follower -------------------------------------------------------------------------
+
+    def _step_follower(self, m: Message) -> None:
+        t = m.type
+        if t == MT.MsgProp:
+            if self.lead == NONE:
+                raise ProposalDroppedError("no leader")
+            if self.disable_proposal_forwarding:
+                raise ProposalDroppedError("proposal forwarding is disabled")
+            self._send(replace(m, to=self.lead))
+        elif t == MT.MsgApp:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append_entries(m)
+        elif t == MT.MsgHeartbeat:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_heartbeat(m)
+        elif t == MT.MsgSnap:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_snapshot(m)
+        elif t == MT.MsgTransferLeader:
+            if self.lead == NONE:
+                self._info("no leader; dropping leader transfer request")
+                return
+            self._send(replace(m, to=self.lead))
+        elif t == MT.MsgTimeoutNow:
+            # A transfer: campaign now, without pre-vote (we know the leader is alive and
+            # wants us to take over, so there is no partition to protect against).
+            self._info("received MsgTimeoutNow from %x; campaigning", m.frm)
+            self._hup(CampaignType.TRANSFER)
+        elif t == MT.MsgReadIndex:
+            if self.lead == NONE:
+                raise ProposalDroppedError("no leader")
+            self._send(replace(m, to=self.lead))
+        elif t == MT.MsgReadIndexResp:
+            if len(m.entries) != 1:
+                self._info("invalid MsgReadIndexResp from %x", m.frm)
+                return
+            self.read_states.append(ReadState(index=m.index, request_ctx=m.entries[0].data))
+
+    def _handle_append_entries(self, m: Message) -> None:
+        if m.index < self.log.committed:
+            # Everything up to our commit index matches the leader's log already.
+            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.committed))
+            return
+        last_new = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
+        if last_new is not None:
+            self._send(self._msg(MT.MsgAppResp, m.frm, index=last_new))
+            return
+        # §5.3: reject; hint the leader at the last index that could match, and our term
+        # there, so it can skip a whole term of mismatching entries per round trip.
+        hint_index = min(m.index, self.log.last_index())
+        hint_index = self.log.find_conflict_by_term(hint_index, m.log_term)
+        hint_term = self.log.term_or_zero(hint_index)
+        self._send(
+            self._msg(
+                MT.MsgAppResp,
+                m.frm,
+                index=m.index,
+                reject=True,
+                reject_hint=hint_index,
+                log_term=hint_term,
+            )
+        )
+
+    def _handle_heartbeat(self, m: Message) -> None:
+        self.log.commit_to(m.commit)
+        self._send(self._msg(MT.MsgHeartbeatResp, m.frm, context=m.context))
+
+    def _handle_snapshot(self, m: Message) -> None:
+        if m.snapshot is not None and self._restore(m.snapshot):
+            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.last_index()))
+        else:
+            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.committed))
+
+    def _restore(self, snap: Snapshot) -> bool:
+        """Install ``snap`` if it is ahead of our commit index; True if installed."""
+        meta = snap.metadata
+        if meta.index <= self.log.committed:
+            return False
+        if self.state != StateType.FOLLOWER:
+            # Only a leader sends snapshots and we step down on its messages: unreachable.
+            self.become_follower(self.term + 1, NONE)
+            return False
+        cs = meta.conf_state
+        if self.id not in cs.voters and self.id not in cs.learners and self.id not in cs.voters_outgoing:
+            self._info("ignoring snapshot %d: not in its configuration %s", meta.index, cs)
+            return False
+        if self.log.match_term(meta.index, meta.term):
+            # We already have the snapshot's last entry: just fast-forward the commit index.
+            self.log.commit_to(meta.index)
+            return False
+        self.log.restore(snap)
+        confchange.restore(self.tracker, cs, self.log.last_index())
+        self._switch_to_config()
+        self._info("restored snapshot at index %d term %d", meta.index, meta.term)
+        return True
+
+    # --- membership -----------------------------------------------------------------------
+
+    def apply_conf_change(self, cc: ConfChange) -> ConfState:
+        """Apply a committed conf change to the configuration; returns the new ConfState.
+
+        A change that would leave no voters is ignored (every node ignores it alike).
+        """
+        try:
+            confchange.apply_change(self.tracker, cc, self.log.last_index())
+        except ConfChangeError as e:
+            self._info("ignoring conf change %s: %s", cc, e)
+            return self.tracker.conf_state()
+        return self._switch_to_config()
+
+    def _switch_to_config(self) -> ConfState:
+        cs = self.tracker.conf_state()
+        pr = self.tracker.progress.get(self.id)
+        self.is_learner = pr is not None and pr.is_learner
+        if self.state != StateType.LEADER:
+            return cs
+        if pr is None or self.is_learner:
+            # This leader was removed (or demoted). Let the remaining voters learn the new
+            # commit index, then step down: they elect a leader among themselves after an
+            # election timeout (we are no longer promotable, so we never campaign).
+            self._maybe_commit()
+            self._bcast_append()
+            self._info("removed from the configuration; stepping down")
+            self.become_follower(self.term, NONE)
+            return cs
+        if self._maybe_commit():
+            # The quorum shrank: entries may now be committed.
+            self._bcast_append()
+        else:
+            for node_id in self.tracker.ids():
+                if node_id != self.id:
+                    self._maybe_send_append(node_id, send_if_empty=False)
+        if self.lead_transferee != NONE and self.lead_transferee not in self.tracker.voters:
+            self.lead_transferee = NONE
+        return cs
