@@ -1,0 +1,249 @@
+"""Snapshot stream of the MVCC store: chunked msgpack, exact round trip.
+
+Byte layout
+-----------
+The stream is a sequence of msgpack objects, cut into chunks of about ``chunk_size_bytes``
+(a chunk boundary may fall anywhere inside an object; concatenating the chunks gives the
+stream):
+
+1. header map ``{"magic": "raftkv-mvcc-snapshot", "version": 1, "revision": R,
+   "compact_revision": C}``
+2. ``["base", [record, ...]]`` zero or more times: for each key (in key order) whose oldest
+   retained version is below ``C``, that version. (After a compaction at ``C`` a key keeps at
+   most one version below ``C`` and it is never a tombstone.)
+3. ``["log", [record, ...]]`` zero or more times: every version with ``mod_revision >= C``
+   in the order it was applied (tombstones included, except those at exactly ``C``, which
+   compaction removed).
+4. ``["dedup", [[client_id, [[request_id, outcome], ...]], ...]]`` zero or more times: the
+   deduplication table in least-recently-used-first order; ``outcome`` is a response or
+   error in ``codec`` form.
+5. ``["end", {"base": n, "log": n, "dedup_clients": n}]``: counts, so truncation is caught.
+
+A record is ``[key, value, create_revision, mod_revision, version, lease]`` (a tombstone has
+``create_revision == 0``).
+
+Serialization runs on a ``SnapshotView`` captured when ``serialize`` is called, so the store
+may keep applying entries between chunks. ``SnapshotLoader`` accepts chunks incrementally
+(``feed``) so an event loop can restore as bytes arrive; ``finish`` checks the trailer and
+builds the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from kvserver.mvcc.codec import from_plain, to_plain
+from kvserver.mvcc.errors import CodecError, SnapshotFormatError
+from kvserver.mvcc.store import MVCCStore, SnapshotView
+from kvserver.mvcc.types import KeyValue
+
+MAGIC = "raftkv-mvcc-snapshot"
+FORMAT_VERSION = 1
+DEFAULT_CHUNK_SIZE_BYTES = 64 * 1024
+_BATCH_MAX_RECORDS = 1024
+_RECORD_OVERHEAD_BYTES = 24  # msgpack framing + four integers, roughly
+_MAX_BUFFER_BYTES = 256 * 1024 * 1024  # one msgpack object (a batch) never exceeds this
+
+
+def _record(kv: KeyValue) -> tuple:
+    return (kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+
+
+def serialize(
+    view: SnapshotView, chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES
+) -> Iterator[bytes]:
+    """Yield the snapshot of ``view`` in chunks of about ``chunk_size_bytes``."""
+    if chunk_size_bytes < 1:
+        raise ValueError("chunk_size_bytes must be positive")
+    packer = msgpack.Packer(use_bin_type=True)
+    buf = bytearray()
+    batch_budget = max(1, chunk_size_bytes // 2)
+    compact_rev = view.compact_revision
+    buf += packer.pack(
+        {
+            "magic": MAGIC,
+            "version": FORMAT_VERSION,
+            "revision": view.revision,
+            "compact_revision": compact_rev,
+        }
+    )
+
+    counts = {"base": 0, "log": 0, "dedup_clients": 0}
+
+    def batches(section: str, records: Iterator[tuple]) -> Iterator[bytes]:
+        nonlocal buf
+        batch: list[tuple] = []
+        size = 0
+        for rec in records:
+            batch.append(rec)
+            size += len(rec[0]) + len(rec[1]) + _RECORD_OVERHEAD_BYTES
+            if size >= batch_budget or len(batch) >= _BATCH_MAX_RECORDS:
+                counts[section] += len(batch)
+                buf += packer.pack([section, batch])
+                batch, size = [], 0
+                if len(buf) >= chunk_size_bytes:
+                    yield bytes(buf)
+                    buf = bytearray()
+        if batch:
+            counts[section] += len(batch)
+            buf += packer.pack([section, batch])
+
+    def base_records() -> Iterator[tuple]:
+        histories = view.histories
+        for k in view.keys:
+            kv = histories[k][0]
+            if kv.mod_revision < compact_rev:
+                yield _record(kv)
+
+    def log_records() -> Iterator[tuple]:
+        log = view.log
+        for i in range(view.log_start, view.log_end):
+            kv = log[i]
+            if kv.create_revision == 0 and kv.mod_revision == compact_rev:
+                continue  # compacted tombstone (see store.py)
+            yield _record(kv)
+
+    yield from batches("base", base_records())
+    yield from batches("log", log_records())
+
+    clients: list[Any] = []
+    size = 0
+    for cid, items in view.dedup:
+        clients.append([cid, [[rid, to_plain(outcome)] for rid, outcome in items]])
+        size += 64 * len(items)
+        if size >= batch_budget:
+            counts["dedup_clients"] += len(clients)
+            buf += packer.pack(["dedup", clients])
+            clients, size = [], 0
+            if len(buf) >= chunk_size_bytes:
+                yield bytes(buf)
+                buf = bytearray()
+    if clients:
+        counts["dedup_clients"] += len(clients)
+        buf += packer.pack(["dedup", clients])
+
+    buf += packer.pack(["end", counts])
+    yield bytes(buf)
+
+
+_SECTION_ORDER = {"base": 0, "log": 1, "dedup": 2, "end": 3}
+
+
+def _kv(rec: Any) -> KeyValue:
+    if (
+        type(rec) is not list
+        or len(rec) != 6
+        or type(rec[0]) is not bytes
+        or type(rec[1]) is not bytes
+        or not all(type(x) is int for x in rec[2:])
+    ):
+        raise SnapshotFormatError("malformed record")
+    return KeyValue(*rec)
+
+
+class SnapshotLoader:
+    """Incremental reader of a snapshot stream: ``feed(chunk)``... then ``finish()``."""
+
+    def __init__(self) -> None:
+        self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_BUFFER_BYTES)
+        self._header: dict | None = None
+        self._stage = -1
+        self._base: dict[bytes, KeyValue] = {}
+        self._log: list[KeyValue] = []
+        self._dedup: list[tuple[int, list[tuple[int, Any]]]] = []
+        self._end: dict | None = None
+        self._fed_bytes = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self._fed_bytes += len(chunk)
+        try:
+            self._unpacker.feed(chunk)
+            for obj in self._unpacker:
+                self._handle(obj)
+        except SnapshotFormatError:
+            raise
+        except Exception as err:  # msgpack errors, buffer overflow
+            raise SnapshotFormatError(f"undecodable snapshot data: {err}") from err
+
+    def _handle(self, obj: Any) -> None:
+        if self._header is None:
+            if (
+                type(obj) is not dict
+                or obj.get("magic") != MAGIC
+                or obj.get("version") != FORMAT_VERSION
+                or type(obj.get("revision")) is not int
+                or type(obj.get("compact_revision")) is not int
+            ):
+                raise SnapshotFormatError("not a raftkv MVCC snapshot (or unknown version)")
+            self._header = obj
+            return
+        if self._end is not None:
+            raise SnapshotFormatError("data after the end of the snapshot")
+        if type(obj) is not list or len(obj) != 2 or obj[0] not in _SECTION_ORDER:
+            raise SnapshotFormatError("malformed snapshot section")
+        section, body = obj
+        stage = _SECTION_ORDER[section]
+        if stage < self._stage:
+            raise SnapshotFormatError(f"snapshot section {section!r} out of order")
+        self._stage = stage
+        if section == "end":
+            if type(body) is not dict:
+                raise SnapshotFormatError("malformed snapshot trailer")
+            self._end = body
+            return
+        if type(body) is not list:
+            raise SnapshotFormatError(f"malformed {section} section")
+        if section == "base":
+            base = self._base
+            for rec in body:
+                kv = _kv(rec)
+                if kv.key in base:
+                    raise SnapshotFormatError("key repeated in the base section")
+                base[kv.key] = kv
+        elif section == "log":
+            self._log.extend(_kv(rec) for rec in body)
+        else:
+            for entry in body:
+                if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not list:
+                    raise SnapshotFormatError("malformed dedup entry")
+                try:
+                    items = [(rid, from_plain(outcome)) for rid, outcome in entry[1]]
+                except (CodecError, ValueError, TypeError) as err:
+                    raise SnapshotFormatError(f"malformed dedup outcome: {err}") from err
+                self._dedup.append((entry[0], items))
+
+    def finish(self, **options: Any) -> MVCCStore:
+        """Check completeness and build the store (``options`` go to ``MVCCStore``)."""
+        if self._header is None or self._end is None:
+            raise SnapshotFormatError("snapshot is truncated")
+        if self._unpacker.tell() != self._fed_bytes:
+            raise SnapshotFormatError("trailing bytes after the snapshot")
+        expected = {
+            "base": len(self._base),
+            "log": len(self._log),
+            "dedup_clients": len(self._dedup),
+        }
+        if self._end != expected:
+            raise SnapshotFormatError(f"snapshot counts {self._end} != read {expected}")
+        revision = self._header["revision"]
+        compact_rev = self._header["compact_revision"]
+        if revision < 1 or compact_rev > revision:
+            raise SnapshotFormatError("snapshot revisions are inconsistent")
+        if any(
+            kv.mod_revision >= compact_rev or not kv.create_revision for kv in self._base.values()
+        ):
+            raise SnapshotFormatError("base version at or above the compact revision")
+        prev = compact_rev
+        for kv in self._log:
+            if kv.mod_revision < prev or kv.mod_revision > revision:
+                raise SnapshotFormatError("log versions out of revision order")
+            prev = kv.mod_revision
+        try:
+            return MVCCStore._from_parts(
+                revision, compact_rev, self._base, self._log, self._dedup, **options
+            )
+        except ValueError as err:
+            raise SnapshotFormatError(str(err)) from err

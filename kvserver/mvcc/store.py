@@ -1,0 +1,833 @@
+"""The MVCC key-value store: raftkv's replicated state machine (etcd's mvcc semantics).
+
+Contract
+--------
+A pure, deterministic, single-threaded object. The node driver feeds it committed log entries
+in order through ``apply(request, client_id, request_id)`` (or ``apply_entry(bytes)``); every
+replica that applies the same entries reaches the same state and returns the same results.
+No I/O, clocks, randomness or asyncio here.
+
+Revisions (etcd): the store starts at revision 1; each write transaction that changes
+something gets the next main revision (the first write is revision 2). All changes of one
+transaction share that revision (etcd also numbers them with a sub-revision: their order
+inside ``events``). A write that changes nothing (deleting a missing key, a txn whose taken
+branch only reads) does not advance the revision. Per key: ``create_revision`` (revision of
+the put that created the current generation), ``mod_revision`` (last change), ``version``
+(1 on creation, +1 per put, reset by a delete), ``lease``.
+
+History and compaction: every change is kept until ``compact(C)``, which forgets, per key,
+all versions older than the newest one at or below ``C`` and that one too if it is a deletion
+(etcd's keyIndex.compact). Reads at any revision in ``[C, current]`` stay exact; reads below
+``C`` raise ``CompactedError``, above the current revision ``FutureRevisionError``.
+``compact(C)`` with ``C <= compact_revision`` raises ``CompactedError`` (etcd starts with a
+compact revision of -1, so ``compact(0)`` once succeeds on a new store, as in etcd).
+
+Errors raised by an operation leave the store unchanged. ``apply`` turns them into
+``ApplyResult.error``; the direct methods (``put``, ``range``, ...) raise them.
+
+Data layout (memory ~ live data + uncompacted history)
+------------------------------------------------------
+- ``_index``: SortedDict key -> history list of ``KeyValue`` records in revision order,
+  tombstones included (``create_revision == 0``). invariant: a key has at most one record per
+  main revision (validation rejects txns that write a key twice), and a key whose history is
+  empty is not in the index. The current state of a key is ``history[-1]``.
+- ``_log``: every record with ``mod_revision >= compact_revision`` in the order applied (a
+  revision-ordered change log, shared objects with ``_index``), from ``_log_start`` on. It
+  serves watch replay (``events_since``) and snapshots; compaction advances ``_log_start``.
+  Tombstones at exactly the compact revision stay in ``_log`` but are not part of the state
+  (etcd drops them at compaction); readers skip them.
+- ``_leases``: lease id -> set of live keys attached to it.
+
+Immutability rules that let ``serialize`` stream a consistent point-in-time view while writes
+continue: history lists and ``_log`` are only ever appended to; compaction replaces a key's
+history list by a new list and rebuilds ``_log`` as a new list instead of editing in place.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
+from kvserver.mvcc.errors import (
+    CompactedError,
+    EtcdError,
+    FutureRevisionError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    LeaseNotFoundError,
+)
+from kvserver.mvcc.types import (
+    ApplyResult,
+    CompactionRequest,
+    CompactionResponse,
+    Compare,
+    CompareResult,
+    CompareTarget,
+    DeleteRangeRequest,
+    DeleteRangeResponse,
+    Event,
+    EventType,
+    KeyValue,
+    PutRequest,
+    PutResponse,
+    RangeRequest,
+    RangeResponse,
+    RequestOp,
+    ResponseHeader,
+    ResponseOp,
+    SortOrder,
+    SortTarget,
+    TxnRequest,
+    TxnResponse,
+)
+from kvserver.mvcc.validate import (
+    DEFAULT_MAX_TXN_OPS,
+    check_compaction,
+    check_delete,
+    check_put,
+    check_range,
+    check_txn,
+)
+
+_MOD = attrgetter("mod_revision")
+_PUT = EventType.PUT
+_DELETE = EventType.DELETE
+_EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
+_LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
+
+_SORT_KEYS: dict[int, Callable[[KeyValue], Any]] = {
+    SortTarget.KEY: attrgetter("key"),
+    SortTarget.VERSION: attrgetter("version"),
+    SortTarget.CREATE: attrgetter("create_revision"),
+    SortTarget.MOD: attrgetter("mod_revision"),
+    SortTarget.VALUE: attrgetter("value"),
+}
+
+LeaseExists = Callable[[int], bool]
+# A txn's taken path: (compares held, plans of the nested txns in the taken list, in order).
+_Plan = tuple[bool, list["_Plan"]]
+
+
+def _visible(hist: list[KeyValue], rev: int) -> KeyValue | None:
+    """The key's live version at revision ``rev``, or None (absent or deleted)."""
+    kv = hist[-1]
+    if kv.mod_revision > rev:
+        i = bisect_right(hist, rev, key=_MOD)
+        if i == 0:
+            return None
+        kv = hist[i - 1]
+    return None if kv.create_revision == 0 else kv
+
+
+def _header(revision: int) -> ResponseHeader:
+    return ResponseHeader(0, 0, revision, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotView:
+    """A point-in-time capture of the store for ``snapshot.serialize`` (see module rules)."""
+
+    revision: int
+    compact_revision: int
+    keys: list[bytes]  # sorted
+    histories: dict[bytes, list[KeyValue]]  # records with mod_revision > revision are ignored
+    log: list[KeyValue]
+    log_start: int
+    log_end: int
+    dedup: list[tuple[int, list[tuple[int, Any]]]]
+
+
+class MVCCStore:
+    """etcd-compatible multi-version key-value state machine (see the module docstring)."""
+
+    __slots__ = (
+        "_index",
+        "_rev",
+        "_compact_rev",
+        "_log",
+        "_log_start",
+        "_leases",
+        "_live",
+        "_wevents",
+        "_dedup",
+        "lease_exists",
+        "max_txn_ops",
+    )
+
+    def __init__(
+        self,
+        *,
+        lease_exists: LeaseExists | None = None,
+        max_txn_ops: int = DEFAULT_MAX_TXN_OPS,
+        dedup_ids_per_client: int = DEFAULT_IDS_PER_CLIENT,
+        dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
+    ) -> None:
+        self._index: SortedDict = SortedDict()
+        self._rev = 1  # etcd: a new store is at revision 1
+        self._compact_rev = -1  # etcd: compactMainRev of a never-compacted store
+        self._log: list[KeyValue] = []
+        self._log_start = 0  # invariant: _log[_log_start:] are the records >= compact rev
+        self._leases: dict[int, set[bytes]] = {}
+        self._live = 0  # number of keys whose current record is not a tombstone
+        self._wevents: list[Event] | None = None  # events of the open write txn
+        self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
+        # Hook of the lease manager: does this lease exist? None accepts every lease id.
+        self.lease_exists = lease_exists
+        self.max_txn_ops = max_txn_ops
+
+    # -----------------------------------------------------------------------------------------
+    # Introspection
+
+    @property
+    def revision(self) -> int:
+        """The current (main) revision: 1 for an empty store, +1 per changing write."""
+        return self._rev
+
+    @property
+    def compact_revision(self) -> int:
+        """The last compaction's revision, -1 before the first one (etcd's compactMainRev)."""
+        return self._compact_rev
+
+    @property
+    def key_count(self) -> int:
+        """Number of live keys at the current revision."""
+        return self._live
+
+    @property
+    def history_size(self) -> int:
+        """Number of stored versions (records) across all keys, tombstones included."""
+        return sum(len(h) for h in self._index.values())
+
+    @property
+    def dedup(self) -> DedupTable:
+        return self._dedup
+
+    # -----------------------------------------------------------------------------------------
+    # The state-machine entry point
+
+    def apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> ApplyResult:
+        """Apply one committed request; never raises for a bad request (see ApplyResult).
+
+        With ``client_id != 0`` a write is deduplicated on ``(client_id, request_id)``: a pair
+        seen before returns the first outcome with ``duplicate=True`` and changes nothing.
+        """
+        dedup = client_id != 0 and type(request) is not RangeRequest
+        if dedup:
+            seen = self._dedup.lookup(client_id, request_id)
+            if seen is not MISS:
+                if isinstance(seen, EtcdError):
+                    return ApplyResult(None, seen, (), True, self._rev)
+                return ApplyResult(seen, None, (), True, self._rev)
+        try:
+            response, events = self._execute(request)
+        except EtcdError as err:
+            if dedup:
+                self._dedup.remember(client_id, request_id, err)
+            return ApplyResult(None, err, (), False, self._rev)
+        if dedup:
+            self._dedup.remember(client_id, request_id, response)
+        return ApplyResult(response, None, events, False, self._rev)
+
+    def apply_entry(self, data: bytes) -> ApplyResult:
+        """Decode a log entry made by ``codec.encode_entry`` and apply it."""
+        from kvserver.mvcc.codec import decode_entry
+
+        client_id, request_id, request = decode_entry(data)
+        return self.apply(request, client_id, request_id)
+
+    def _execute(self, request: Any) -> tuple[Any, tuple[Event, ...]]:
+        kind = type(request)
+        if kind is PutRequest:
+            check_put(request)
+            if request.lease:
+                self._check_lease(request.lease)
+            self._wevents = []
+            try:
+                response = self._put(request)
+            finally:
+                events = self._end_write()
+            return response, events
+        if kind is RangeRequest:
+            check_range(request)
+            return self._range(request, self._rev), ()
+        if kind is DeleteRangeRequest:
+            check_delete(request)
+            self._wevents = []
+            try:
+                response = self._delete_range(request)
+            finally:
+                events = self._end_write()
+            return response, events
+        if kind is TxnRequest:
+            check_txn(request, self.max_txn_ops)
+            return self._txn(request)
+        if kind is CompactionRequest:
+            check_compaction(request)
+            return self._compact(request.revision), ()
+        raise InvalidArgumentError(f"raftkv: unknown request type {kind.__name__}")
+
+    # -----------------------------------------------------------------------------------------
+    # Direct API (raises EtcdError; events are returned only by apply)
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes = b"",
+        lease: int = 0,
+        prev_kv: bool = False,
+        ignore_value: bool = False,
+        ignore_lease: bool = False,
+    ) -> PutResponse:
+        return self._run(PutRequest(key, value, lease, prev_kv, ignore_value, ignore_lease))
+
+    def range(
+        self,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        revision: int = 0,
+        limit: int = 0,
+        sort_order: SortOrder = SortOrder.NONE,
+        sort_target: SortTarget = SortTarget.KEY,
+        serializable: bool = False,
+        keys_only: bool = False,
+        count_only: bool = False,
+        min_mod_revision: int = 0,
+        max_mod_revision: int = 0,
+        min_create_revision: int = 0,
+        max_create_revision: int = 0,
+    ) -> RangeResponse:
+        req = RangeRequest(
+            key,
+            range_end,
+            limit,
+            revision,
+            sort_order,
+            sort_target,
+            serializable,
+            keys_only,
+            count_only,
+            min_mod_revision,
+            max_mod_revision,
+            min_create_revision,
+            max_create_revision,
+        )
+        return self._run(req)
+
+    def get(self, key: bytes, revision: int = 0) -> KeyValue | None:
+        """Convenience: the live KeyValue of ``key`` at ``revision`` (0 = current) or None."""
+        kvs = self.range(key, revision=revision).kvs
+        return kvs[0] if kvs else None
+
+    def delete_range(
+        self, key: bytes, range_end: bytes = b"", prev_kv: bool = False
+    ) -> DeleteRangeResponse:
+        return self._run(DeleteRangeRequest(key, range_end, prev_kv))
+
+    def txn(
+        self,
+        compare: Iterable[Compare] = (),
+        success: Iterable[Any] = (),
+        failure: Iterable[Any] = (),
+    ) -> TxnResponse:
+        """``success``/``failure`` items may be ``RequestOp``s or bare requests."""
+
+        def ops(items: Iterable[Any]) -> tuple[RequestOp, ...]:
+            return tuple(x if type(x) is RequestOp else RequestOp.of(x) for x in items)
+
+        return self._run(TxnRequest(tuple(compare), ops(success), ops(failure)))
+
+    def compact(self, revision: int) -> CompactionResponse:
+        return self._run(CompactionRequest(revision))
+
+    def _run(self, request: Any) -> Any:
+        return self._execute(request)[0]
+
+    # -----------------------------------------------------------------------------------------
+    # Write transactions
+
+    def _end_write(self) -> tuple[Event, ...]:
+        events = self._wevents
+        self._wevents = None
+        if not events:
+            return ()
+        self._rev += 1
+        return tuple(events)
+
+    def _check_lease(self, lease: int) -> None:
+        exists = self.lease_exists
+        if exists is not None and not exists(lease):
+            raise LeaseNotFoundError()
+
+    def _attach(self, lease: int, key: bytes) -> None:
+        keys = self._leases.get(lease)
+        if keys is None:
+            self._leases[lease] = {key}
+        else:
+            keys.add(key)
+
+    def _detach(self, lease: int, key: bytes) -> None:
+        keys = self._leases.get(lease)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._leases[lease]
+
+    def _put(self, r: PutRequest) -> PutResponse:
+        """One put inside the open write txn; checks before changing anything."""
+        wrev = self._rev + 1
+        key = r.key
+        hist = self._index.get(key)
+        prev = None
+        if hist is not None:
+            last = hist[-1]
+            # invariant: a key is written at most once per revision
+            assert last.mod_revision < wrev, "key written twice in one revision"
+            if last.create_revision != 0:
+                prev = last
+            key = last.key  # share one bytes object per key
+        value = r.value
+        lease = r.lease
+        if r.ignore_value or r.ignore_lease:
+            if prev is None:
+                raise KeyNotFoundError()
+            if r.ignore_value:
+                value = prev.value
+            if r.ignore_lease:
+                lease = prev.lease
+        if prev is None:
+            kv = KeyValue(key, value, wrev, wrev, 1, lease)
+            if hist is None:
+                self._index[key] = [kv]
+            else:
+                hist.append(kv)
+            self._live += 1
+        else:
+            kv = KeyValue(key, value, prev.create_revision, wrev, prev.version + 1, lease)
+            hist.append(kv)  # type: ignore[union-attr]
+            if prev.lease and prev.lease != lease:
+                self._detach(prev.lease, key)
+        if lease and (prev is None or prev.lease != lease):
+            self._attach(lease, key)
+        self._log.append(kv)
+        self._wevents.append(Event(_PUT, kv, prev))  # type: ignore[union-attr]
+        return PutResponse(_header(wrev), prev if r.prev_kv else None)
+
+    def _delete_keys(self, keys: list[bytes]) -> int:
+        """Tombstone the given live keys (sorted) inside the open write txn."""
+        wrev = self._rev + 1
+        index = self._index
+        log = self._log
+        events = self._wevents
+        for k in keys:
+            hist = index[k]
+            prev = hist[-1]
+            assert prev.mod_revision < wrev and prev.create_revision != 0
+            tomb = KeyValue(prev.key, b"", 0, wrev, 0, 0)
+            hist.append(tomb)
+            log.append(tomb)
+            events.append(Event(_DELETE, tomb, prev))  # type: ignore[union-attr]
+            if prev.lease:
+                self._detach(prev.lease, prev.key)
+        self._live -= len(keys)
+        return len(keys)
+
+    def _delete_range(self, r: DeleteRangeRequest) -> DeleteRangeResponse:
+        # Sees the txn's own earlier writes, like etcd's storeTxnWrite.
+        read_rev = self._rev + 1 if self._wevents else self._rev
+        kvs, _ = self._collect(r.key, r.range_end, read_rev, 0, False)
+        n = self._delete_keys([kv.key for kv in kvs])
+        rev = self._rev + 1 if (n or self._wevents) else self._rev
+        return DeleteRangeResponse(_header(rev), n, tuple(kvs) if r.prev_kv else ())
+
+    # -----------------------------------------------------------------------------------------
+    # Reads
+
+    def _collect(
+        self, key: bytes, range_end: bytes, rev: int, limit: int, count_only: bool
+    ) -> tuple[list[KeyValue], int]:
+        """Live versions at ``rev`` of the keys in the range, in key order: (first ``limit``
+        of them (all if limit <= 0; none if count_only), total count)."""
+        index = self._index
+        if not range_end:
+            hist = index.get(key)
+            if hist is None:
+                return [], 0
+            kv = _visible(hist, rev)
+            if kv is None:
+                return [], 0
+            return ([] if count_only else [kv]), 1
+        if range_end == b"\0":
+            keys = index.irange(minimum=key)
+        elif range_end <= key:
+            return [], 0
+        else:
+            keys = index.irange(key, range_end, inclusive=(True, False))
+        kvs: list[KeyValue] = []
+        count = 0
+        want = 0 if count_only else (limit if limit > 0 else -1)
+        for k in keys:
+            hist = index[k]
+            kv = hist[-1]
+            if kv.mod_revision > rev:
+                kv = _visible(hist, rev)
+                if kv is None:
+                    continue
+            elif kv.create_revision == 0:
+                continue
+            count += 1
+            if want:
+                kvs.append(kv)
+                want -= 1
+        return kvs, count
+
+    def _range(self, r: RangeRequest, cur_rev: int) -> RangeResponse:
+        """etcd's applierV3backend.Range + mvcc rangeKeys, at read revision ``cur_rev``."""
+        rev = r.revision
+        if rev > cur_rev:
+            raise FutureRevisionError()
+        if rev <= 0:
+            rev = cur_rev
+        if rev < self._compact_rev:
+            raise CompactedError(compact_revision=self._compact_rev)
+
+        filtered = bool(
+            r.min_mod_revision
+            or r.max_mod_revision
+            or r.min_create_revision
+            or r.max_create_revision
+        )
+        limit = r.limit
+        if r.sort_order != SortOrder.NONE or filtered:
+            limit = 0  # fetch everything; sort and truncate afterwards
+        if limit > 0:
+            limit += 1  # one extra for `more`
+        kvs, count = self._collect(r.key, r.range_end, rev, limit, r.count_only)
+
+        if filtered:
+            if r.max_mod_revision:
+                kvs = [kv for kv in kvs if kv.mod_revision <= r.max_mod_revision]
+            if r.min_mod_revision:
+                kvs = [kv for kv in kvs if kv.mod_revision >= r.min_mod_revision]
+            if r.max_create_revision:
+                kvs = [kv for kv in kvs if kv.create_revision <= r.max_create_revision]
+            if r.min_create_revision:
+                kvs = [kv for kv in kvs if kv.create_revision >= r.min_create_revision]
+
+        sort_order = r.sort_order
+        if r.sort_target != SortTarget.KEY and sort_order == SortOrder.NONE:
+            # etcd: results come key-ascending; any other target defaults to ASCEND
+            sort_order = SortOrder.ASCEND
+        if sort_order != SortOrder.NONE and len(kvs) > 1:
+            # Stable sort; etcd's sort.Sort is stable only for small inputs (see report).
+            kvs.sort(key=_SORT_KEYS[r.sort_target], reverse=sort_order == SortOrder.DESCEND)
+
+        more = False
+        if r.limit > 0 and len(kvs) > r.limit:
+            kvs = kvs[: r.limit]
+            more = True
+        if r.keys_only:
+            kvs = [
+                KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+                for kv in kvs
+            ]
+        return RangeResponse(_header(cur_rev), tuple(kvs), more, count)
+
+    # -----------------------------------------------------------------------------------------
+    # Transactions
+
+    def _compare(self, c: Compare, rev: int) -> bool:
+        """etcd's applyCompare: holds iff it holds for every key in the range; a missing key
+        compares as a zero KeyValue, except that a VALUE compare on no key always fails."""
+        kvs, _ = self._collect(c.key, c.range_end, rev, 0, False)
+        if not kvs:
+            if c.target == CompareTarget.VALUE:
+                return False
+            kvs = [_EMPTY_KV]
+        target = c.target
+        result = c.result
+        for kv in kvs:
+            if target == CompareTarget.VALUE:
+                a, b = kv.value, c.value
+            elif target == CompareTarget.VERSION:
+                a, b = kv.version, c.version
+            elif target == CompareTarget.CREATE:
+                a, b = kv.create_revision, c.create_revision
+            elif target == CompareTarget.MOD:
+                a, b = kv.mod_revision, c.mod_revision
+            else:
+                a, b = kv.lease, c.lease
+            if result == CompareResult.EQUAL:
+                ok = a == b
+            elif result == CompareResult.NOT_EQUAL:
+                ok = a != b
+            elif result == CompareResult.GREATER:
+                ok = a > b
+            else:
+                ok = a < b
+            if not ok:
+                return False
+        return True
+
+    def _plan(self, t: TxnRequest, rev: int) -> _Plan:
+        """etcd's compareToPath: every compare, nested ones included, sees the state before
+        the txn."""
+        ok = all(self._compare(c, rev) for c in t.compare)
+        ops = t.success if ok else t.failure
+        return ok, [self._plan(op.request_txn, rev) for op in ops if op.request_txn is not None]
+
+    def _check_plan(self, t: TxnRequest, plan: _Plan, puts: bool) -> None:
+        """etcd's checkRequests over the taken path, before anything is written: puts
+        (ignore_* needs an existing key, a lease must exist) or ranges (revision bounds)."""
+        ok, subs = plan
+        nested = iter(subs)
+        for op in t.success if ok else t.failure:
+            if op.request_txn is not None:
+                self._check_plan(op.request_txn, next(nested), puts)
+            elif puts and op.request_put is not None:
+                p = op.request_put
+                if p.ignore_value or p.ignore_lease:
+                    if _visible_now(self._index, p.key) is None:
+                        raise KeyNotFoundError()
+                if p.lease:
+                    self._check_lease(p.lease)
+            elif not puts and op.request_range is not None:
+                rr = op.request_range
+                if rr.revision != 0:
+                    if rr.revision > self._rev:
+                        raise FutureRevisionError()
+                    if rr.revision < self._compact_rev:
+                        raise CompactedError(compact_revision=self._compact_rev)
+
+    def _txn(self, t: TxnRequest) -> tuple[TxnResponse, tuple[Event, ...]]:
+        plan = self._plan(t, self._rev)
+        self._check_plan(t, plan, True)
+        self._check_plan(t, plan, False)
+        self._wevents = []
+        try:
+            succeeded, responses = self._apply_ops(t, plan)
+        finally:
+            events = self._end_write()
+        return TxnResponse(_header(self._rev), succeeded, responses), events
+
+    def _apply_ops(self, t: TxnRequest, plan: _Plan) -> tuple[bool, tuple[ResponseOp, ...]]:
+        ok, subs = plan
+        nested = iter(subs)
+        out = []
+        for op in t.success if ok else t.failure:
+            if op.request_put is not None:
+                out.append(ResponseOp(response_put=self._put(op.request_put)))
+            elif op.request_range is not None:
+                read_rev = self._rev + 1 if self._wevents else self._rev
+                out.append(ResponseOp(response_range=self._range(op.request_range, read_rev)))
+            elif op.request_delete_range is not None:
+                resp = self._delete_range(op.request_delete_range)
+                out.append(ResponseOp(response_delete_range=resp))
+            else:
+                sub_ok, sub_resps = self._apply_ops(op.request_txn, next(nested))  # type: ignore[arg-type]
+                # etcd leaves a nested txn's header revision at 0
+                out.append(ResponseOp(response_txn=TxnResponse(_header(0), sub_ok, sub_resps)))
+        return ok, tuple(out)
+
+    # -----------------------------------------------------------------------------------------
+    # Compaction
+
+    def _compact(self, rev: int) -> CompactionResponse:
+        if rev <= self._compact_rev:
+            raise CompactedError(compact_revision=self._compact_rev)
+        if rev > self._rev:
+            raise FutureRevisionError()
+        self._compact_rev = rev
+        log = self._log
+        start = self._log_start
+        # Keys with a change at or below rev are the only ones whose history can shrink.
+        stop = bisect_right(log, rev, lo=start, key=_MOD)
+        touched = {log[i].key for i in range(start, stop)}
+        index = self._index
+        for k in touched:
+            hist = index.get(k)
+            if hist is None:
+                continue
+            j = bisect_right(hist, rev, key=_MOD)  # versions at or below rev: hist[:j]
+            if j == 0:
+                continue
+            cut = j if hist[j - 1].create_revision == 0 else j - 1
+            if cut == 0:
+                continue
+            if cut == len(hist):
+                del index[k]
+            else:
+                index[k] = hist[cut:]  # a new list: a running serialize() keeps the old one
+        # The log keeps records >= rev (a retained put at exactly rev is still an event).
+        self._log_start = bisect_left(log, rev, lo=start, hi=stop, key=_MOD)
+        if self._log_start >= _LOG_REBUILD_MIN and self._log_start * 2 > len(log):
+            self._log = log[self._log_start :]
+            self._log_start = 0
+        return CompactionResponse(_header(self._rev))
+
+    # -----------------------------------------------------------------------------------------
+    # Watch support
+
+    def events_since(
+        self,
+        revision: int,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        prev_kv: bool = False,
+        max_events: int = 0,
+    ) -> list[Event]:
+        """The events with ``mod_revision >= revision`` on keys in (key, range_end), in
+        revision order, as etcd's watch replays them from history.
+
+        Raises ``CompactedError`` (with ``compact_revision``) if ``revision`` is below the
+        compact revision. At exactly the compact revision only the surviving puts are
+        replayed (deletions there were compacted), as in etcd. ``prev_kv`` adds each event's
+        previous version (the key at ``mod_revision - 1``) when it is not compacted. With
+        ``max_events > 0`` the list stops after that many events, but never inside one
+        revision; continue from ``events[-1].kv.mod_revision + 1``.
+        """
+        compact_rev = self._compact_rev
+        if revision < compact_rev:
+            raise CompactedError(compact_revision=compact_rev)
+        log = self._log
+        single = not range_end
+        open_ended = range_end == b"\0"
+        out: list[Event] = []
+        last_rev = -1
+        for i in range(bisect_left(log, revision, lo=self._log_start, key=_MOD), len(log)):
+            kv = log[i]
+            k = kv.key
+            if single:
+                if k != key:
+                    continue
+            elif k < key or (not open_ended and k >= range_end):
+                continue
+            rev = kv.mod_revision
+            if max_events and len(out) >= max_events and rev != last_rev:
+                break
+            tomb = kv.create_revision == 0
+            if tomb and rev == compact_rev:
+                continue  # compacted away
+            prev = None
+            if prev_kv and kv.version != 1 and rev - 1 >= compact_rev:
+                hist = self._index.get(k)
+                if hist is not None:
+                    prev = _visible(hist, rev - 1)
+            out.append(Event(_DELETE if tomb else _PUT, kv, prev))
+            last_rev = rev
+        return out
+
+    # -----------------------------------------------------------------------------------------
+    # Lease hooks (the lease manager lives elsewhere)
+
+    def keys_with_lease(self, lease_id: int) -> list[bytes]:
+        """The live keys attached to ``lease_id``, sorted."""
+        return sorted(self._leases.get(lease_id, ()))
+
+    def lease_ids(self) -> list[int]:
+        """Lease ids that have at least one live key attached, sorted."""
+        return sorted(self._leases)
+
+    def delete_keys_of_lease(self, lease_id: int) -> ApplyResult:
+        """Delete every key attached to ``lease_id`` in one revision, in key order (etcd's
+        lessor.Revoke). No keys: nothing changes and the revision stays."""
+        keys = self.keys_with_lease(lease_id)
+        self._wevents = []
+        try:
+            prev_kvs = tuple(self._index[k][-1] for k in keys)
+            n = self._delete_keys(keys)
+        finally:
+            events = self._end_write()
+        return ApplyResult(
+            DeleteRangeResponse(_header(self._rev), n, prev_kvs), None, events, False, self._rev
+        )
+
+    # -----------------------------------------------------------------------------------------
+    # Snapshots (encoding lives in kvserver.mvcc.snapshot)
+
+    def capture(self) -> SnapshotView:
+        """A consistent point-in-time view, cheap to take (C-speed copies of references)."""
+        index = self._index
+        return SnapshotView(
+            revision=self._rev,
+            compact_revision=self._compact_rev,
+            keys=list(index.keys()),
+            histories=dict.copy(index),
+            log=self._log,
+            log_start=self._log_start,
+            log_end=len(self._log),
+            dedup=self._dedup.export(),
+        )
+
+    def serialize(self, chunk_size_bytes: int = 64 * 1024) -> Iterator[bytes]:
+        """The snapshot as msgpack chunks of about ``chunk_size_bytes`` (see snapshot.py).
+        The view is taken now; the store may keep applying while the chunks are consumed."""
+        from kvserver.mvcc.snapshot import serialize
+
+        return serialize(self.capture(), chunk_size_bytes)
+
+    @classmethod
+    def restore(cls, chunks: Iterable[bytes], **options: Any) -> MVCCStore:
+        """Rebuild a store from ``serialize`` chunks; ``options`` are constructor options."""
+        from kvserver.mvcc.snapshot import SnapshotLoader
+
+        loader = SnapshotLoader()
+        for chunk in chunks:
+            loader.feed(chunk)
+        return loader.finish(**options)
+
+    @classmethod
+    def _from_parts(
+        cls,
+        revision: int,
+        compact_revision: int,
+        base: dict[bytes, KeyValue],
+        log: list[KeyValue],
+        dedup: list[tuple[int, list[tuple[int, Any]]]],
+        **options: Any,
+    ) -> MVCCStore:
+        """Build a store from a snapshot's parts: ``base`` holds each key's retained version
+        below the compact revision, ``log`` every record from the compact revision on."""
+        store = cls(**options)
+        histories: dict[bytes, list[KeyValue]] = {k: [kv] for k, kv in base.items()}
+        for kv in log:
+            hist = histories.get(kv.key)
+            if hist is None:
+                histories[kv.key] = [kv]
+            else:
+                if hist[-1].mod_revision >= kv.mod_revision:
+                    raise ValueError("snapshot history out of order")
+                hist.append(kv)
+        store._index = SortedDict(histories)
+        store._rev = revision
+        store._compact_rev = compact_revision
+        store._log = log
+        store._log_start = 0
+        live = 0
+        leases = store._leases
+        for k, hist in histories.items():
+            cur = hist[-1]
+            if cur.create_revision != 0:
+                live += 1
+                if cur.lease:
+                    leases.setdefault(cur.lease, set()).add(k)
+        store._live = live
+        store._dedup = DedupTable.from_export(
+            dedup, store._dedup.ids_per_client, store._dedup.max_clients
+        )
+        return store
+
+
+def _visible_now(index: SortedDict, key: bytes) -> KeyValue | None:
+    hist = index.get(key)
+    if hist is None:
+        return None
+    kv = hist[-1]
+    return None if kv.create_revision == 0 else kv
