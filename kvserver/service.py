@@ -1,0 +1,91 @@
+"""The service layer both HTTP dialects call: one interface over the replicated store.
+
+``KVService`` is what a handler sees. Requests and responses are the MVCC store's typed
+dataclasses (``kvserver.mvcc.types``, etcd's etcdserverpb in snake_case); responses come back
+with a complete ``header`` (cluster_id, member_id, revision, raft_term). Failures are raised
+as ``kvserver.mvcc.errors.EtcdError`` subclasses (``kvserver.errors.ServiceError`` for
+cluster-level ones such as "no leader" or "request timed out"), carrying etcd's text, gRPC
+code and HTTP status; a failed request changed nothing.
+
+Writes carry an optional ``(client_id, request_id)``: a client that retries a write after a
+timeout sends the same pair and the state machine applies it once. Over HTTP the pair travels
+in the headers ``X-Raftkv-Client-Id`` and ``X-Raftkv-Request-Id`` (decimal uint64).
+
+Reads are linearizable unless ``RangeRequest.serializable`` is set, in which case this node
+answers from its local state at once (possibly stale).
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvserver.mvcc.types import (
+    CompactionRequest,
+    CompactionResponse,
+    DeleteRangeRequest,
+    DeleteRangeResponse,
+    PutRequest,
+    PutResponse,
+    RangeRequest,
+    RangeResponse,
+    TxnRequest,
+    TxnResponse,
+)
+
+CLIENT_ID_HEADER = "X-Raftkv-Client-Id"
+REQUEST_ID_HEADER = "X-Raftkv-Request-Id"
+ETCD_VERSION = "3.5.0"          # the etcd API version we speak (GET /version)
+RAFTKV_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+    is_learner: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """This node's view of itself and the cluster (/v3/maintenance/status, /v1/status,
+    /health)."""
+
+    member_id: int
+    cluster_id: int
+    name: str
+    leader: int                 # 0 = no leader known
+    raft_term: int
+    raft_index: int             # committed index
+    raft_applied_index: int
+    revision: int               # the store's current revision
+    compact_revision: int
+    db_size_bytes: int          # approximate size of the store's data
+    is_learner: bool
+    members: tuple[MemberInfo, ...] = field(default=())
+    version: str = RAFTKV_VERSION
+
+    @property
+    def healthy(self) -> bool:
+        """A leader is known and everything committed here has been applied."""
+        return self.leader != 0 and self.raft_applied_index >= self.raft_index
+
+
+class KVService(Protocol):
+    cluster_id: int
+    member_id: int
+
+    async def range(self, req: RangeRequest) -> RangeResponse: ...
+
+    async def put(self, req: PutRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> PutResponse: ...
+
+    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
+                           request_id: int = 0) -> DeleteRangeResponse: ...
+
+    async def txn(self, req: TxnRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> TxnResponse: ...
+
+    async def compact(self, req: CompactionRequest) -> CompactionResponse: ...
+
+    def status(self) -> NodeStatus: ...
