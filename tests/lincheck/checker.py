@@ -199,32 +199,78 @@ def _search(
     inputs = [op.input for op in ops]
     outputs = [op.output for op in ops]
     bits = [1 << i for i in range(n)]
+    is_observer = getattr(model, "is_observer", None)
+    observer = [
+        is_observer is not None and not op.pending and is_observer(op.input, op.output)
+        for op in ops
+    ]
     step = model.step
 
     state = model.init()
     linearized = 0  # bitset of operation indexes
     cache: set[tuple[int, Hashable]] = set()
-    calls: list[tuple[int, Hashable]] = []  # (call event, state before it)
+    # (call event, state before it, forced): forced = placed as the only option of its node
+    calls: list[tuple[int, Hashable, bool]] = []
     steps = 0
     best_depth = -1
     best_prefix: list[int] = []
     best_blocked = -1
     best_state: Hashable = state
 
-    def stuck() -> Counterexample | None:
+    def result(verdict: Verdict, order: list[int] | None = None) -> _Search:
         if best_blocked < 0:
-            return None
-        return _counterexample(model, ops, best_prefix, best_state, best_blocked, call_pos, ret_pos)
+            cx = None
+        else:
+            cx = _counterexample(
+                model, ops, best_prefix, best_state, best_blocked, call_pos, ret_pos
+            )
+        return _Search(verdict, steps, len(cache), order, cx)
 
     e = nxt[0]
+    arrived = True  # at a node for the first time: look for an observer to place greedily
     while True:
+        if arrived:
+            arrived = False
+            # An observer (e.g. a read) that the current state accepts without changing it can
+            # go first: any valid order continuing from here stays valid with it moved to the
+            # front. So it is this node's only option -- concurrent reads are not permuted.
+            g = nxt[0]
+            while match[g]:
+                i = opi[g]
+                if observer[i]:
+                    steps += 1
+                    if steps > max_steps:
+                        steps -= 1
+                        return result(Verdict.UNKNOWN)
+                    ok, new_state = step(state, inputs[i], outputs[i])
+                    if ok and new_state == state:
+                        break
+                g = nxt[g]
+            if match[g]:  # found one
+                new_linearized = linearized | bits[i]
+                config = (new_linearized, state)
+                if config in cache:  # explored before, without success: this node fails too
+                    e = g
+                    while match[e]:
+                        e = nxt[e]
+                else:
+                    cache.add(config)
+                    calls.append((g, state, True))
+                    linearized = new_linearized
+                    _lift(nxt, prv, g, match[g])
+                    e = nxt[0]
+                    if e == _END:
+                        return result(Verdict.OK, [opi[c] for c, _, _ in calls])
+                    arrived = True
+                    continue
         r = match[e]
         if r:  # a call event: try to linearize its operation next
             steps += 1
             if steps > max_steps or (
                 deadline is not None and not steps & 1023 and time.monotonic() > deadline
             ):
-                return _Search(Verdict.UNKNOWN, steps - 1, len(cache), None, stuck())
+                steps -= 1
+                return result(Verdict.UNKNOWN)
             i = opi[e]
             ok, new_state = step(state, inputs[i], outputs[i])
             if ok:
@@ -232,48 +278,59 @@ def _search(
                 config = (new_linearized, new_state)
                 if config not in cache:
                     cache.add(config)
-                    calls.append((e, state))
+                    calls.append((e, state, False))
                     state = new_state
                     linearized = new_linearized
-                    # lift the call and the return event out of the list
-                    p = prv[e]
-                    q = nxt[e]
-                    nxt[p] = q
-                    prv[q] = p
-                    p = prv[r]
-                    q = nxt[r]
-                    nxt[p] = q
-                    if q != _END:
-                        prv[q] = p
+                    _lift(nxt, prv, e, r)
                     e = nxt[0]
                     if e == _END:
-                        order = [opi[c] for c, _ in calls]
-                        return _Search(Verdict.OK, steps, len(cache), order, None)
+                        return result(Verdict.OK, [opi[c] for c, _, _ in calls])
+                    arrived = True
                     continue
             e = nxt[e]
         else:  # a return event of an operation not linearized yet: backtrack
             depth = len(calls)
             if depth > best_depth:
                 best_depth = depth
-                best_prefix = [opi[c] for c, _ in calls]
+                best_prefix = [opi[c] for c, _, _ in calls]
                 best_blocked = opi[e]
                 best_state = state
-            if not depth:
-                return _Search(Verdict.ILLEGAL, steps, len(cache), None, stuck())
-            e, state = calls.pop()
-            linearized ^= bits[opi[e]]
-            r = match[e]
-            # put the return and the call event back (the reverse of lifting)
-            p = prv[r]
-            q = nxt[r]
-            nxt[p] = r
-            if q != _END:
-                prv[q] = r
-            p = prv[e]
-            q = nxt[e]
-            nxt[p] = e
-            prv[q] = e
+            while True:
+                if not calls:
+                    return result(Verdict.ILLEGAL)
+                e, state, forced = calls.pop()
+                linearized ^= bits[opi[e]]
+                _unlift(nxt, prv, e, match[e])
+                if not forced:
+                    break
+                # a forced placement failed: its node has no other option, so it failed too
             e = nxt[e]
+
+
+def _lift(nxt: list[int], prv: list[int], call: int, ret: int) -> None:
+    """Take an operation's call and return events out of the linked list."""
+    p = prv[call]
+    q = nxt[call]
+    nxt[p] = q
+    prv[q] = p
+    p = prv[ret]
+    q = nxt[ret]
+    nxt[p] = q
+    if q != _END:
+        prv[q] = p
+
+
+def _unlift(nxt: list[int], prv: list[int], call: int, ret: int) -> None:
+    """Put back the events of the operation lifted last (their own links were kept)."""
+    p = prv[ret]
+    q = nxt[ret]
+    nxt[p] = ret
+    if q != _END:
+        prv[q] = ret
+    p = prv[call]
+    q = nxt[call]
+    nxt[p] = call
+    prv[q] = call
 
 
 def _counterexample(

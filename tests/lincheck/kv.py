@@ -157,6 +157,25 @@ class KvModel:
             return False, (new_value, None, floor)
         return True, (new_value, created, created)
 
+    def is_observer(self, input: KvInput, output: KvOutput) -> bool:
+        """Completed reads, failed CASes and deletes of nothing only observe the key.
+
+        Dropping one from any sequence this model accepts leaves an accepted sequence: a
+        failed CAS never changes the state; a ``deleted=0`` delete is accepted only when the
+        key is absent (whose revision is always unknown), and leaves it so; a get leaves the
+        state alone or, reading a value of unknown revision, learns that revision -- and the
+        state without that knowledge accepts everything the one with it does (the revision
+        checks only get looser).
+        """
+        kind = input.kind
+        if kind is _GET:
+            return True
+        if kind is _DELETE:
+            return output.deleted == 0
+        if kind is KvOpKind.CAS:
+            return output.succeeded is False
+        return False
+
     def partition(self, operations: Sequence[Operation]) -> list[list[Operation]]:
         by_key: dict[Hashable, list[Operation]] = {}
         for op in operations:

@@ -15,6 +15,13 @@ A model is any object with these methods (a structural ``Protocol``, no base cla
 - ``describe_operation(input, output) -> str`` and ``describe_state(state) -> str``: short
   human-readable text for explanations (``output is None`` for a pending operation).
 - optional ``describe_partition(operations) -> str``: a title for one part ("key 'x'").
+- optional ``is_observer(input, output) -> bool`` (asked only for completed operations):
+  true if the operation only observes -- removing it from any sequence that ``step``
+  accepts (from any state) leaves a sequence that is still accepted. A read is the typical
+  observer. The checker then places an observer as soon as the current state accepts it
+  *unchanged*, without trying other orders: any valid continuation stays valid with the
+  observer moved to the front. Without this, ``r`` concurrent reads of one value are tried
+  in up to ``2**r`` subsets. Answering False is always correct, just slower.
 
 States must be hashable and two equal states must behave identically in every future
 ``step``: the checker memoizes ``(set of linearized operations, state)`` pairs it has already
@@ -39,3 +46,6 @@ class Model(Protocol):
     def describe_operation(self, input: Any, output: Any) -> str: ...
 
     def describe_state(self, state: Any) -> str: ...
+
+    # optional: def describe_partition(self, operations) -> str
+    # optional: def is_observer(self, input, output) -> bool
