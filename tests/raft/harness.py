@@ -115,7 +115,7 @@ class Cluster:
         kw.setdefault("heartbeat_tick", 1)
         rng = random.Random(self.seed * 1000 + node_id)
         node = RawNode(Config(id=node_id, storage=storage, rng=rng, **kw))
-        peer = Peer(node_id, storage, node, kw)
+        peer = Peer(node_id, storage, node, kw, conf_state=storage.initial_state()[1])
         self.peers[node_id] = peer
         return peer
 
@@ -130,6 +130,14 @@ class Cluster:
             Config(id=node_id, storage=peer.storage, rng=rng, applied=applied, **kw)
         )
         return peer.node
+
+    def compact(self, node_id: int, data: bytes = b"state") -> None:
+        """Snapshot node_id's state machine at its applied index and compact its log (what a
+        driver does periodically; the snapshot carries the current configuration)."""
+        peer = self.peers[node_id]
+        applied = peer.node.raft.log.applied
+        peer.storage.create_snapshot(applied, peer.conf_state, data)
+        peer.storage.compact(applied)
 
     def node(self, node_id: int) -> RawNode:
         return self.peers[node_id].node
