@@ -1,0 +1,83 @@
+"""Reading a run of segments as one log: CRC chained across files, errors typed.
+
+``replay(paths, readers, state)`` scans the segments in order with ``decoder.scan`` and
+returns where the data of the last one ends. A bad frame becomes a ``CorruptError``
+subclass naming the file and the frame's offset; when it is in the last segment and
+``decoder.is_torn`` says the failure is a partially written tail, it is a
+``TornWriteError`` instead, which ``tolerate_torn=True`` turns into a normal end of data
+(read-only tools; etcd's read mode does the same).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from wal import decoder
+from wal.decoder import BadRecord, ScanState, is_torn, scan
+from wal.errors import (
+    CorruptError,
+    CRCMismatchError,
+    MetadataMismatchError,
+    SnapshotMismatchError,
+    TornWriteError,
+)
+
+_ERROR_FOR_KIND = {
+    decoder.CRC: CRCMismatchError,
+    decoder.CRC_RECORD: CRCMismatchError,
+    decoder.METADATA: MetadataMismatchError,
+    decoder.SNAPSHOT_TERM: SnapshotMismatchError,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayEnd:
+    end_offset: int                 # where the last segment's good data ends
+    last_size: int                  # that segment's file size
+    trailing_garbage: bool          # non-zero bytes after end_offset in the last segment
+    torn: TornWriteError | None     # the torn tail that was tolerated, if any
+
+
+def typed_error(path: str, bad: BadRecord, buf: bytes, last: bool) -> CorruptError:
+    if last and is_torn(buf, bad.offset, bad.kind):
+        return TornWriteError(path, bad.offset, f"torn write ({bad.reason}); "
+                                                f"`raftkv wal repair` truncates it here")
+    return _ERROR_FOR_KIND.get(bad.kind, CorruptError)(path, bad.offset, bad.reason)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Replay allocates one object per entry that stays alive; collecting young
+    generations over and over while the list grows costs more than the decoding."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def replay(paths: Sequence[str], readers: Sequence[Callable[[], bytes]], st: ScanState, *,
+           tolerate_torn: bool = False) -> ReplayEnd:
+    assert paths and len(paths) == len(readers)
+    last_i = len(paths) - 1
+    end = 0
+    buf = b""
+    torn = None
+    with gc_paused():
+        for i, (path, read) in enumerate(zip(paths, readers, strict=True)):
+            buf = read()
+            try:
+                end = scan(buf, 0, st)
+            except BadRecord as bad:
+                err = typed_error(path, bad, buf, i == last_i)
+                if not (tolerate_torn and isinstance(err, TornWriteError)):
+                    raise err from None
+                torn = err
+                end = bad.offset
+    garbage = buf.count(0, end) != len(buf) - end
+    return ReplayEnd(end, len(buf), garbage, torn)
