@@ -50,6 +50,8 @@ _MAX_PREFIX_SHOWN = 25
 _MAX_CANDIDATES_SHOWN = 20
 _MAX_PARTITIONS_EXPLAINED = 3
 
+_DEADLINE_CHECK_STEPS = 1024  # how often the search looks at the clock
+
 _END = -1  # "no next event" in the linked list; index 0 is the head sentinel
 
 
@@ -212,6 +214,9 @@ def _search(
     # (call event, state before it, forced): forced = placed as the only option of its node
     calls: list[tuple[int, Hashable, bool]] = []
     steps = 0
+    # one comparison per step covers both bounds: past `limit`, look at the step budget and
+    # (only when there is a deadline) the clock
+    limit = max_steps if deadline is None else min(max_steps, _DEADLINE_CHECK_STEPS)
     best_depth = -1
     best_prefix: list[int] = []
     best_blocked = -1
@@ -239,9 +244,11 @@ def _search(
                 i = opi[g]
                 if observer[i]:
                     steps += 1
-                    if steps > max_steps:
-                        steps -= 1
-                        return result(Verdict.UNKNOWN)
+                    if steps > limit:
+                        if steps > max_steps or time.monotonic() > deadline:  # type: ignore[operator]
+                            steps -= 1
+                            return result(Verdict.UNKNOWN)
+                        limit = min(max_steps, steps + _DEADLINE_CHECK_STEPS)
                     ok, new_state = step(state, inputs[i], outputs[i])
                     if ok and new_state == state:
                         break
@@ -266,11 +273,11 @@ def _search(
         r = match[e]
         if r:  # a call event: try to linearize its operation next
             steps += 1
-            if steps > max_steps or (
-                deadline is not None and not steps & 1023 and time.monotonic() > deadline
-            ):
-                steps -= 1
-                return result(Verdict.UNKNOWN)
+            if steps > limit:
+                if steps > max_steps or time.monotonic() > deadline:  # type: ignore[operator]
+                    steps -= 1
+                    return result(Verdict.UNKNOWN)
+                limit = min(max_steps, steps + _DEADLINE_CHECK_STEPS)
             i = opi[e]
             ok, new_state = step(state, inputs[i], outputs[i])
             if ok:

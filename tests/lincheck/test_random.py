@@ -57,11 +57,11 @@ def test_a_read_of_a_value_never_written_is_illegal(config: str) -> None:
         assert repr(NEVER_WRITTEN) in result.explanation
 
 
-def _tiny_history(rng: random.Random) -> list[Operation]:
-    """A few operations with arbitrary (mostly wrong) outputs over two keys and two values."""
+def _tiny_history(rng: random.Random, keys: str = "xy", max_ops: int = 6) -> list[Operation]:
+    """A few operations with arbitrary (often wrong) outputs over few keys and two values."""
     ops = []
-    for i in range(rng.randint(1, 6)):
-        key = rng.choice("xy")
+    for i in range(rng.randint(1, max_ops)):
+        key = rng.choice(keys)
         call = rng.randint(0, 8)
         ret = INFINITY if rng.random() < 0.2 else call + rng.randint(0, 4)
         value = rng.choice("ab")
@@ -81,19 +81,29 @@ def _tiny_history(rng: random.Random) -> list[Operation]:
 
 
 @pytest.mark.parametrize("prune", [True, False], ids=["pruned", "unpruned"])
-def test_checker_agrees_with_brute_force_on_tiny_histories(prune: bool) -> None:
+@pytest.mark.parametrize(
+    "shape", [("xy", 6, 1500), ("x", 8, 800)], ids=["two-keys", "one-key-dense"]
+)
+def test_checker_agrees_with_brute_force_on_tiny_histories(
+    prune: bool, shape: tuple[str, int, int]
+) -> None:
+    keys, max_ops, cases = shape
     rng = random.Random(2024)
     model = KvModel(prune_unobserved_pending_writes=prune)
     verdicts = {True: 0, False: 0}
-    for case in range(1500):
-        ops = _tiny_history(rng)
+    for case in range(cases):
+        ops = _tiny_history(rng, keys, max_ops)
         expected = brute_force_linearizable(ops)
         result = check(model, ops)
         assert result.verdict is not Verdict.UNKNOWN
         assert result.ok == expected, f"case {case}: {ops}\n{result.explanation}"
         verdicts[expected] += 1
+        if result.ok:
+            for p in result.partitions:
+                assert p.linearization is not None
+                validate_linearization(model, p.operations, p.linearization)
     # the generator must exercise both outcomes substantially, or this test proves little
-    assert min(verdicts.values()) > 300, verdicts
+    assert min(verdicts.values()) > cases // 10, verdicts
 
 
 def test_step_budget_gives_unknown_not_a_guess() -> None:
@@ -116,3 +126,20 @@ def test_expired_timeout_gives_unknown() -> None:
     result = check(KvModel(), ops, timeout_s=0.0)
     assert result.verdict is Verdict.UNKNOWN
     assert result.steps == 0
+
+
+def test_timeout_is_checked_during_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.lincheck import checker
+
+    rng = random.Random(1)
+    ops = generate_kv_history(rng, operations=2000, keys=1, clients=8)
+    mutated, _ = impossible_read(ops, rng)
+    full = check(KvModel(), mutated)
+    assert full.verdict is Verdict.ILLEGAL and full.steps > 10_000
+    ticks = iter(range(1_000_000))  # a fake clock: one unit per look
+    monkeypatch.setattr(checker.time, "monotonic", lambda: next(ticks))
+    # deadline at 5: set at tick 0, partition start at tick 1, then one look per ~1024
+    # steps; the fifth look (tick 6) is past the deadline
+    result = check(KvModel(), mutated, timeout_s=5)
+    assert result.verdict is Verdict.UNKNOWN
+    assert 4 * 1024 < result.steps <= 5 * 1025 < full.steps
