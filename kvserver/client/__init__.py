@@ -1,0 +1,88 @@
+"""raftkv client library: asyncio ``AsyncClient`` and blocking ``Client``.
+
+They speak etcd's v3 JSON gateway dialect, so they work against raftkv and against etcd.
+Both take a list of endpoints and find the leader, fail over between nodes, retry what is
+safe to retry (writes carry a client id and a request id, the same on every retry, so raftkv
+applies them once), bound every call by a deadline, return typed results and raise typed
+errors::
+
+    from kvserver.client import Client, Cmp, Op, Txn
+
+    with Client(["http://127.0.0.1:2379", "http://127.0.0.1:22379"]) as kv:
+        kv.put("jobs/1", "running")
+        kv.get("jobs/1").value                          # b"running"
+        kv.range("jobs/", prefix=True).kvs              # (KeyValue(...), ...)
+        kv.txn(Txn().when(Cmp.version("lock") == 0).then(Op.put("lock", "me")))
+
+Modules: ``aio`` (the client and its routing/retry loop), ``sync`` (the blocking wrapper),
+``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON).
+"""
+
+from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient, normalize_endpoints
+from kvserver.client.errors import (
+    Attempt,
+    ClientError,
+    CompactedError,
+    ConnectionFailedError,
+    FailedPreconditionError,
+    FutureRevisionError,
+    InvalidArgumentError,
+    LeaderChangedError,
+    NoLeaderError,
+    NotFoundError,
+    OutOfRangeError,
+    RequestTimeoutError,
+    ResponseFormatError,
+    UnavailableError,
+)
+from kvserver.client.sync import Client
+from kvserver.client.txn import Cmp, Op, Txn
+from kvserver.client.types import (
+    CompactResult,
+    DeleteResult,
+    EndpointStatus,
+    KeyValue,
+    Member,
+    PutResult,
+    RangeResult,
+    ResponseHeader,
+    Status,
+    TxnResult,
+)
+from kvserver.mvcc.types import SortOrder, SortTarget
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "AsyncClient",
+    "Attempt",
+    "Client",
+    "ClientError",
+    "Cmp",
+    "CompactResult",
+    "CompactedError",
+    "ConnectionFailedError",
+    "DeleteResult",
+    "EndpointStatus",
+    "FailedPreconditionError",
+    "FutureRevisionError",
+    "InvalidArgumentError",
+    "KeyValue",
+    "LeaderChangedError",
+    "Member",
+    "NoLeaderError",
+    "NotFoundError",
+    "Op",
+    "OutOfRangeError",
+    "PutResult",
+    "RangeResult",
+    "RequestTimeoutError",
+    "ResponseFormatError",
+    "ResponseHeader",
+    "SortOrder",
+    "SortTarget",
+    "Status",
+    "Txn",
+    "TxnResult",
+    "UnavailableError",
+    "normalize_endpoints",
+]

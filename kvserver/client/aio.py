@@ -1,0 +1,616 @@
+"""The asyncio client: a list of endpoints, leader discovery, failover, retries, timeouts.
+
+Wire protocol: etcd's v3 JSON gateway (``kvserver.client.codec``), so the client works against
+raftkv and against a real etcd (3.4+). Writes additionally carry ``X-Raftkv-Client-Id`` and
+``X-Raftkv-Request-Id`` (decimal uint64): the client id is random per client object, the request
+id increases per call, and every retry of a call re-sends the same pair, so a raftkv server
+applies a retried write once. (etcd ignores the headers: against etcd a write retried after an
+ambiguous failure — a timeout or a dropped connection — may be applied twice.)
+
+Routing. Writes and linearizable reads go to the leader when it is known (followers would
+forward them anyway; sending to the leader saves a hop). The leader is found lazily and again
+after any failure that suggests it moved: every endpoint is asked ``POST
+/v3/maintenance/status`` at once; the answer with the highest ``raft_term`` names the leader's
+member id, and each answer's ``header.member_id`` tells which configured endpoint is which
+member. A leader that is not among the configured endpoints is looked up in the member list
+(``GET /v1/status``, else ``POST /v3/cluster/member/list``) and reached through its first
+client URL. Serializable reads, status and member calls stay on the endpoint that last
+answered (any node can serve them).
+
+Retries. One call has an overall deadline (``timeout_s``); each HTTP attempt is bounded by
+``attempt_timeout_s`` (connecting by ``connect_timeout_s``), and at most ``retries`` attempts
+follow the first. Only ``retryable`` failures are retried — no connection, a broken
+connection, no answer in time, HTTP 503 (no leader, leader changed, request timed out) or
+502/504. After such a failure the call moves at once to an endpoint not yet tried in this
+round; when every endpoint has failed in the round it sleeps (exponential backoff from
+``backoff_initial_s`` to ``backoff_max_s``, with jitter) and starts a new round. Anything else
+(400 invalid argument, compacted revision, 404, ...) ends the call on the first answer.
+When retries or time run out the call raises the last failure's type — or
+``ConnectionFailedError`` if no endpoint could be reached at all — with every attempt listed.
+
+One ``aiohttp.ClientSession`` (keep-alive connections, at most ``max_connections``) is created
+on first use; an ``AsyncClient`` belongs to the event loop that first used it. Close it with
+``await client.close()`` or ``async with AsyncClient(...) as client``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from kvserver.client import codec
+from kvserver.client.errors import (
+    Attempt,
+    ClientError,
+    CompactedError,
+    ConnectionFailedError,
+    NotFoundError,
+    RequestTimeoutError,
+    ResponseFormatError,
+    UnavailableError,
+    from_http,
+)
+from kvserver.client.txn import KeyLike, Txn, as_bytes, key_range, range_request
+from kvserver.client.types import (
+    CompactResult,
+    DeleteResult,
+    EndpointStatus,
+    KeyValue,
+    Member,
+    PutResult,
+    RangeResult,
+    Status,
+    TxnResult,
+)
+from kvserver.mvcc.types import (
+    CompactionRequest,
+    DeleteRangeRequest,
+    PutRequest,
+    ResponseHeader,
+    SortOrder,
+    SortTarget,
+    TxnRequest,
+)
+from kvserver.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER
+
+log = logging.getLogger("raftkv.client")
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:2379"
+MAX_ENDPOINTS = 64
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a range answer can be big, but not unbounded
+MAX_RETRIES = 1000
+UINT64_MAX = (1 << 64) - 1
+
+T = TypeVar("T")
+
+
+class Route(Enum):
+    LEADER = "leader"  # writes and linearizable reads
+    ANY = "any"  # serializable reads, status, member list
+
+
+def normalize_endpoints(endpoints: str | Sequence[str]) -> tuple[str, ...]:
+    """``http://host:port`` URLs from a list or a comma-separated string; ``host:port`` gets
+    ``http://``; trailing slashes go; duplicates are dropped (order kept)."""
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    out: list[str] = []
+    for item in items:
+        url = str(item).strip().rstrip("/")
+        if not url:
+            continue
+        if "://" not in url:
+            url = "http://" + url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"bad endpoint {item!r}: want http://host:port")
+        try:
+            parts.port  # noqa: B018  # raises ValueError on a malformed port
+        except ValueError:
+            raise ValueError(f"bad endpoint {item!r}: bad port") from None
+        if parts.path or parts.query:
+            raise ValueError(f"bad endpoint {item!r}: want http://host:port without a path")
+        if url not in out:
+            out.append(url)
+    if not out:
+        raise ValueError("no endpoints given")
+    if len(out) > MAX_ENDPOINTS:
+        raise ValueError(f"too many endpoints ({len(out)} > {MAX_ENDPOINTS})")
+    return tuple(out)
+
+
+def _show_key(key: KeyLike) -> str:
+    text = key if isinstance(key, str) else as_bytes(key).decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+class AsyncClient:
+    """asyncio client for raftkv (and etcd's JSON gateway). See the module docstring."""
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str] = DEFAULT_ENDPOINT,
+        *,
+        timeout_s: float = 5.0,
+        attempt_timeout_s: float = 2.0,
+        connect_timeout_s: float = 1.0,
+        retries: int = 10,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+        prefer_leader: bool = True,
+        client_id: int | None = None,
+        max_connections: int = 64,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._endpoints = normalize_endpoints(endpoints)
+        for name, value in (("timeout_s", timeout_s), ("attempt_timeout_s", attempt_timeout_s),
+                            ("connect_timeout_s", connect_timeout_s),
+                            ("backoff_initial_s", backoff_initial_s),
+                            ("backoff_max_s", backoff_max_s)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be in [0, {MAX_RETRIES}], got {retries!r}")
+        if not 1 <= max_connections <= 10_000:
+            raise ValueError(f"max_connections must be in [1, 10000], got {max_connections!r}")
+        self._timeout_s = float(timeout_s)
+        self._attempt_timeout_s = float(attempt_timeout_s)
+        self._connect_timeout_s = float(connect_timeout_s)
+        self._retries = retries
+        self._backoff_initial_s = float(backoff_initial_s)
+        self._backoff_max_s = max(float(backoff_max_s), self._backoff_initial_s)
+        self._prefer_leader = prefer_leader
+        self._max_connections = max_connections
+        self._max_response_bytes = max_response_bytes
+        self._rng = rng or random.Random()
+        if client_id is None:
+            client_id = random.SystemRandom().getrandbits(64) or 1
+        if not 0 < client_id <= UINT64_MAX:
+            raise ValueError(f"client_id must be a non-zero uint64, got {client_id!r}")
+        self._client_id = client_id
+        self._request_ids = itertools.count(1)
+
+        self._http: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._leader: str | None = None  # endpoint of the leader, when known
+        self._current: str | None = None  # the endpoint that answered last
+        self._round_robin = 0
+        self._member_endpoints: dict[int, str] = {}  # member id -> endpoint, as learned
+        self._discovery_lock: asyncio.Lock | None = None
+        self._last_discovery_s = float("-inf")
+
+    # -----------------------------------------------------------------------------------------
+    # Properties and lifecycle
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self._endpoints
+
+    @property
+    def client_id(self) -> int:
+        return self._client_id
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def leader_endpoint(self) -> str | None:
+        """The leader's endpoint as last discovered (``None`` when unknown)."""
+        return self._leader
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (f"AsyncClient(endpoints={list(self._endpoints)!r}, "
+                f"timeout_s={self._timeout_s}, leader={self._leader!r})")
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            if self._closed:
+                raise ClientError("the client is closed")
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60)
+            self._http = aiohttp.ClientSession(connector=connector)
+        return self._http
+
+    # -----------------------------------------------------------------------------------------
+    # Key-value API
+
+    async def put(self, key: KeyLike, value: KeyLike, *, lease: int = 0,
+                  prev_kv: bool = False) -> PutResult:
+        """Set ``key`` to ``value`` (optionally attached to ``lease``); with ``prev_kv`` the
+        result carries the key's previous version."""
+        req = PutRequest(key=as_bytes(key), value=as_bytes(value, "value"), lease=lease,
+                         prev_kv=prev_kv)
+        return await self._call(f"put {_show_key(key)}", "POST", "/v3/kv/put",
+                                codec.encode_put(req), _plain(codec.decode_put), Route.LEADER,
+                                write=True)
+
+    async def get(self, key: KeyLike, *, revision: int = 0,
+                  serializable: bool = False) -> KeyValue | None:
+        """The current (or ``revision``'s) version of ``key``, or ``None``. Use ``range`` for
+        the response revision, prefixes and options."""
+        result = await self.range(key, revision=revision, serializable=serializable)
+        return result.first()
+
+    async def range(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        limit: int = 0,
+        revision: int = 0,
+        serializable: bool = False,
+        keys_only: bool = False,
+        count_only: bool = False,
+        sort_order: SortOrder | str = SortOrder.NONE,
+        sort_target: SortTarget | str = SortTarget.KEY,
+    ) -> RangeResult:
+        """Keys in ``[key, range_end)`` (``range_end=b"\\0"``: every key >= ``key``), or with
+        ``prefix`` every key starting with ``key``, or just ``key``. Linearizable unless
+        ``serializable`` (then any node answers from its local, possibly stale, state)."""
+        req = range_request(key, range_end=range_end, prefix=prefix, limit=limit,
+                            revision=revision, serializable=serializable, keys_only=keys_only,
+                            count_only=count_only, sort_order=sort_order,
+                            sort_target=sort_target)
+        what = f"get {_show_key(key)}" + (" --prefix" if prefix else "")
+        return await self._call(what, "POST", "/v3/kv/range", codec.encode_range(req),
+                                _plain(codec.decode_range),
+                                Route.ANY if serializable else Route.LEADER)
+
+    async def delete(self, key: KeyLike, range_end: KeyLike | None = None, *,
+                     prefix: bool = False, prev_kv: bool = False) -> DeleteResult:
+        """Delete ``key`` (or the range / prefix); ``deleted`` counts the keys removed."""
+        k, end = key_range(key, range_end, prefix)
+        req = DeleteRangeRequest(key=k, range_end=end, prev_kv=prev_kv)
+        what = f"delete {_show_key(key)}" + (" --prefix" if prefix else "")
+        return await self._call(what, "POST", "/v3/kv/deleterange", codec.encode_delete(req),
+                                _plain(codec.decode_delete), Route.LEADER, write=True)
+
+    async def txn(self, txn: Txn | TxnRequest) -> TxnResult:
+        """Run a transaction (see ``kvserver.client.txn``) atomically."""
+        req = txn.to_request() if isinstance(txn, Txn) else txn
+        return await self._call("txn", "POST", "/v3/kv/txn", codec.encode_txn(req),
+                                _plain(codec.decode_txn), Route.LEADER, write=True)
+
+    async def compact(self, revision: int, *, physical: bool = False) -> CompactResult:
+        """Drop the history below ``revision``.
+
+        If an attempt failed ambiguously (e.g. timed out) and a retry is told the revision is
+        already compacted, the compaction did happen: the call succeeds, with a result whose
+        ``revision`` is 0 because no server answered it directly."""
+        if revision <= 0:
+            raise ValueError(f"revision must be > 0, got {revision}")
+        req = CompactionRequest(revision=revision, physical=physical)
+        try:
+            return await self._call(f"compact {revision}", "POST", "/v3/kv/compaction",
+                                    codec.encode_compaction(req), _plain(codec.decode_compaction),
+                                    Route.LEADER, write=True)
+        except CompactedError as err:
+            if len(err.attempts) > 1:
+                return CompactResult(header=ResponseHeader())
+            raise
+
+    # -----------------------------------------------------------------------------------------
+    # Cluster API
+
+    async def status(self, endpoint: str | None = None) -> Status:
+        """``/v3/maintenance/status`` of ``endpoint`` (only that one, with retries), or of any
+        endpoint that answers."""
+        if endpoint is None:
+            return await self._call("status", "POST", "/v3/maintenance/status", {},
+                                    codec.decode_status, Route.ANY)
+        pinned = normalize_endpoints([endpoint])[0]
+        return await self._call(f"status of {pinned}", "POST", "/v3/maintenance/status", {},
+                                codec.decode_status, Route.ANY, pinned=pinned)
+
+    async def statuses(self) -> tuple[EndpointStatus, ...]:
+        """The status of every configured endpoint, asked at once, one attempt each (bounded by
+        ``attempt_timeout_s`` and ``timeout_s``); a failure is reported, not raised."""
+
+        async def one(endpoint: str) -> EndpointStatus:
+            try:
+                status = await self._call(f"status of {endpoint}", "POST",
+                                          "/v3/maintenance/status", {}, codec.decode_status,
+                                          Route.ANY, pinned=endpoint, max_attempts=1)
+            except ClientError as err:
+                return EndpointStatus(endpoint=endpoint, status=None, error=err)
+            return EndpointStatus(endpoint=endpoint, status=status, error=None)
+
+        return tuple(await asyncio.gather(*(one(ep) for ep in self._endpoints)))
+
+    async def member_list(self) -> tuple[Member, ...]:
+        """The cluster's members (``/v3/cluster/member/list``; ``/v1/status`` where the former
+        is not served)."""
+        try:
+            return await self._call("member list", "POST", "/v3/cluster/member/list", {},
+                                    _decode_members, Route.ANY)
+        except NotFoundError:
+            return await self._call("member list", "GET", "/v1/status", None,
+                                    _decode_members, Route.ANY)
+
+    async def find_leader(self) -> str | None:
+        """Discover the leader now (ignoring what is cached); its endpoint, or ``None``."""
+        self._leader = None
+        self._last_discovery_s = float("-inf")
+        loop = asyncio.get_running_loop()
+        return await self._discover(loop.time() + self._timeout_s)
+
+    # -----------------------------------------------------------------------------------------
+    # The request loop
+
+    async def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None,
+        decode: Callable[[Any, str], T],
+        route: Route,
+        *,
+        write: bool = False,
+        pinned: str | None = None,
+        max_attempts: int | None = None,
+    ) -> T:
+        loop = asyncio.get_running_loop()
+        start_s = loop.time()
+        deadline_s = start_s + self._timeout_s
+        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        headers = {} if body is None else {"Content-Type": "application/json"}
+        if write:
+            # The same pair on every attempt of this call: the server applies the write once.
+            headers[CLIENT_ID_HEADER] = str(self._client_id)
+            headers[REQUEST_ID_HEADER] = str(next(self._request_ids))
+        limit = self._retries + 1 if max_attempts is None else max_attempts
+        attempts: list[Attempt] = []
+        failed_in_round: set[str] = set()
+        backoff_s = self._backoff_initial_s
+        while True:
+            endpoint = pinned or await self._pick(route, failed_in_round, deadline_s)
+            remaining_s = deadline_s - loop.time()
+            if remaining_s <= 0:
+                break
+            try:
+                doc = await self._send(endpoint, method, path, body, headers,
+                                       min(remaining_s, self._attempt_timeout_s))
+                result = decode(doc, endpoint)
+            except ClientError as err:
+                attempts.append(Attempt(endpoint, err.message, type(err).__name__))
+                if not err.retryable:
+                    raise err.with_context(what, tuple(attempts)) from None
+                self._note_failure(endpoint, err)
+                log.debug("%s: attempt %d at %s failed: %s", what, len(attempts), endpoint,
+                          err.message)
+                if len(attempts) >= limit:
+                    break
+                failed_in_round.add(endpoint)
+                if pinned is None and self._untried(failed_in_round):
+                    continue  # fail over to another endpoint at once
+                failed_in_round.clear()
+                delay_s = min(backoff_s * (0.5 + self._rng.random() / 2),
+                              deadline_s - loop.time())
+                if delay_s <= 0:
+                    break
+                await asyncio.sleep(delay_s)
+                backoff_s = min(backoff_s * 2, self._backoff_max_s)
+                continue
+            self._current = endpoint
+            return result
+        raise self._give_up(what, attempts, loop.time() - start_s)
+
+    def _untried(self, failed: set[str]) -> bool:
+        return any(ep not in failed for ep in self._endpoints)
+
+    def _give_up(self, what: str, attempts: list[Attempt], elapsed_s: float) -> ClientError:
+        if not attempts:
+            return RequestTimeoutError(f"no attempt fit in the {self._timeout_s:g} s timeout",
+                                       operation=what)
+        tried = tuple(dict.fromkeys(a.endpoint for a in attempts))
+        summary = f"gave up after {len(attempts)} attempt(s) in {elapsed_s:.2f} s"
+        if all(a.error == ConnectionFailedError.__name__ for a in attempts):
+            detail = f": {attempts[0].reason}" if len(attempts) == 1 else ""
+            return ConnectionFailedError(
+                f"could not reach any endpoint ({', '.join(tried)}){detail}; {summary}",
+                endpoints=tried, endpoint=attempts[-1].endpoint, operation=what,
+                attempts=tuple(attempts))
+        last = attempts[-1]
+        cls: type[ClientError] = _RETRYABLE_BY_NAME.get(last.error, UnavailableError)
+        return cls(f"{last.reason} ({summary})", endpoint=last.endpoint, operation=what,
+                   attempts=tuple(attempts))
+
+    def _note_failure(self, endpoint: str, err: ClientError) -> None:
+        if endpoint == self._leader or err.code is not None:
+            # The leader failed, or some node said "no leader" / "leader changed": look again.
+            self._leader = None
+        if endpoint == self._current:
+            self._current = None
+
+    async def _pick(self, route: Route, failed: set[str], deadline_s: float) -> str:
+        if route is Route.LEADER and self._prefer_leader:
+            leader = self._leader
+            if leader is None:
+                leader = await self._discover(deadline_s)
+            if leader is not None and leader not in failed:
+                return leader
+        candidates = [ep for ep in self._endpoints if ep not in failed] or list(self._endpoints)
+        if self._current in candidates:
+            return self._current  # type: ignore[return-value]
+        self._round_robin += 1
+        return candidates[self._round_robin % len(candidates)]
+
+    async def _send(self, endpoint: str, method: str, path: str, body: bytes | None,
+                    headers: dict[str, str], timeout_s: float) -> Any:
+        """One HTTP attempt; the parsed JSON of a 200 answer, or a typed ``ClientError``."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s,
+                                        sock_connect=min(self._connect_timeout_s, timeout_s))
+        try:
+            async with self._session().request(method, endpoint + path, data=body,
+                                               headers=headers, timeout=timeout) as resp:
+                status = resp.status
+                raw = await self._read_body(resp, endpoint)
+        except aiohttp.ConnectionTimeoutError:
+            raise ConnectionFailedError(
+                f"cannot connect: no answer within {min(self._connect_timeout_s, timeout_s):g} s",
+                endpoints=(endpoint,), endpoint=endpoint) from None
+        except aiohttp.ClientConnectorError as exc:
+            reason = exc.os_error.strerror if exc.os_error.strerror else str(exc)
+            raise ConnectionFailedError(f"cannot connect: {reason}", endpoints=(endpoint,),
+                                        endpoint=endpoint) from None
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer within {timeout_s:.3g} s",
+                                      endpoint=endpoint) from None
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise ConnectionFailedError(f"connection lost: {exc or type(exc).__name__}",
+                                        endpoints=(endpoint,), endpoint=endpoint) from None
+        except aiohttp.ClientError as exc:
+            raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
+        if status != 200:
+            raise from_http(status, raw, endpoint)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            snippet = raw[:80].decode("utf-8", "replace")
+            raise ResponseFormatError(f"answer is not JSON: {snippet!r}", http_status=status,
+                                      endpoint=endpoint) from None
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, endpoint: str) -> bytes:
+        limit = self._max_response_bytes
+        if resp.content_length is not None and resp.content_length > limit:
+            raise ResponseFormatError(f"answer of {resp.content_length} bytes is over the "
+                                      f"{limit}-byte limit", endpoint=endpoint)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > limit:
+                raise ResponseFormatError(f"answer is over the {limit}-byte limit",
+                                          endpoint=endpoint)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # -----------------------------------------------------------------------------------------
+    # Leader discovery
+
+    async def _discover(self, deadline_s: float) -> str | None:
+        if self._discovery_lock is None:
+            self._discovery_lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        async with self._discovery_lock:
+            if self._leader is not None:
+                return self._leader  # found by a call that held the lock before us
+            if loop.time() - self._last_discovery_s < self._backoff_initial_s:
+                return None  # just looked and found none; don't storm the cluster
+            timeout_s = min(deadline_s - loop.time(), self._attempt_timeout_s)
+            if timeout_s <= 0:
+                return None
+            try:
+                self._leader = await self._find_leader_once(timeout_s)
+            finally:
+                self._last_discovery_s = loop.time()
+            if self._leader is not None:
+                log.debug("leader is at %s", self._leader)
+            return self._leader
+
+    async def _find_leader_once(self, timeout_s: float) -> str | None:
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + timeout_s
+
+        async def ask(endpoint: str) -> Status:
+            doc = await self._send(endpoint, "POST", "/v3/maintenance/status", b"{}",
+                                   {"Content-Type": "application/json"}, timeout_s)
+            return codec.decode_status(doc, endpoint)
+
+        tasks = [asyncio.ensure_future(ask(ep)) for ep in self._endpoints]
+        best: Status | None = None  # the answer naming a leader in the highest term
+        answered: list[str] = []
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    status = await next_done
+                except ClientError:
+                    continue
+                answered.append(status.endpoint)
+                self._member_endpoints[status.member_id] = status.endpoint
+                if status.leader and (best is None or status.raft_term > best.raft_term):
+                    best = status
+                if best is status and status.is_leader:
+                    break  # the leader itself answered: nobody can name a newer one sooner
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if best is None:
+            return None
+        known = self._member_endpoints.get(best.leader)
+        if known is not None:
+            return known
+        # The leader is not one of our endpoints: find its client URL in the member list.
+        for endpoint in answered:
+            remaining_s = deadline_s - loop.time()
+            if remaining_s <= 0:
+                break
+            try:
+                members = await self._members_once(endpoint, remaining_s)
+            except ClientError:
+                continue
+            for member in members:
+                if member.id == best.leader and member.client_urls:
+                    try:
+                        url = normalize_endpoints([member.client_urls[0]])[0]
+                    except ValueError:
+                        return None
+                    self._member_endpoints[member.id] = url
+                    return url
+            return None
+        return None
+
+    async def _members_once(self, endpoint: str, timeout_s: float) -> tuple[Member, ...]:
+        try:
+            doc = await self._send(endpoint, "GET", "/v1/status", None, {}, timeout_s)
+        except NotFoundError:
+            doc = await self._send(endpoint, "POST", "/v3/cluster/member/list", b"{}",
+                                   {"Content-Type": "application/json"}, timeout_s)
+        return codec.decode_members(doc)
+
+
+def _plain(decode: Callable[[Any], T]) -> Callable[[Any, str], T]:
+    """A decoder that does not need to know which endpoint answered."""
+    return lambda doc, endpoint: decode(doc)
+
+
+_decode_members = _plain(codec.decode_members)
+
+
+def _retryable_classes() -> dict[str, type[ClientError]]:
+    found: dict[str, type[ClientError]] = {}
+    pending: list[type[ClientError]] = [UnavailableError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_RETRYABLE_BY_NAME = _retryable_classes()
+
+__all__ = ["AsyncClient", "DEFAULT_ENDPOINT", "Route", "normalize_endpoints"]

@@ -1,0 +1,339 @@
+"""The etcd v3 JSON gateway dialect, client side: typed requests → JSON bodies, JSON answers →
+typed results.
+
+Conventions (grpc-gateway's, as etcd 3.4/3.5 speak them): field names as in the protobufs
+(snake_case, except StatusResponse's ``dbSize``/``raftIndex``/... and Member's ``ID``/
+``peerURLs``/``clientURLs``, which etcd declares in camelCase); ``bytes`` fields base64 (standard
+alphabet, padded); 64-bit integers as JSON strings; enums by name; fields with default values
+omitted, both ways. Decoding is lenient where servers differ: an integer may come as a string
+or a number, and a field may be spelled snake_case or camelCase.
+
+Bodies sent (only non-default fields appear):
+
+- put: ``{"key", "value", "lease", "prev_kv"}``
+- range: ``{"key", "range_end", "limit", "revision", "sort_order", "sort_target",
+  "serializable", "keys_only", "count_only"}``
+- deleterange: ``{"key", "range_end", "prev_kv"}``
+- txn: ``{"compare": [{"result", "target", "key", "range_end", <target field>}],
+  "success": [{"request_put"|"request_range"|"request_delete_range"|"request_txn": {...}}],
+  "failure": [...]}`` — the compare's target field (``version``, ``create_revision``,
+  ``mod_revision``, ``value`` or ``lease``) is always present, even when zero.
+- compaction: ``{"revision", "physical"}``
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from kvserver.client.errors import ResponseFormatError
+from kvserver.client.types import (
+    CompactResult,
+    DeleteResult,
+    Member,
+    PutResult,
+    RangeResult,
+    Status,
+    TxnResult,
+)
+from kvserver.mvcc.types import (
+    CompactionRequest,
+    Compare,
+    CompareTarget,
+    DeleteRangeRequest,
+    KeyValue,
+    PutRequest,
+    RangeRequest,
+    RequestOp,
+    ResponseHeader,
+    SortOrder,
+    SortTarget,
+    TxnRequest,
+)
+
+_COMPARE_FIELD = {
+    CompareTarget.VERSION: "version",
+    CompareTarget.CREATE: "create_revision",
+    CompareTarget.MOD: "mod_revision",
+    CompareTarget.VALUE: "value",
+    CompareTarget.LEASE: "lease",
+}
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def encode_put(req: PutRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": b64(req.key)}
+    if req.value:
+        body["value"] = b64(req.value)
+    if req.lease:
+        body["lease"] = str(req.lease)
+    if req.prev_kv:
+        body["prev_kv"] = True
+    if req.ignore_value:
+        body["ignore_value"] = True
+    if req.ignore_lease:
+        body["ignore_lease"] = True
+    return body
+
+
+def encode_range(req: RangeRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": b64(req.key)}
+    if req.range_end:
+        body["range_end"] = b64(req.range_end)
+    if req.limit:
+        body["limit"] = str(req.limit)
+    if req.revision:
+        body["revision"] = str(req.revision)
+    if req.sort_order != SortOrder.NONE:
+        body["sort_order"] = SortOrder(req.sort_order).name
+    if req.sort_target != SortTarget.KEY:
+        body["sort_target"] = SortTarget(req.sort_target).name
+    for flag in ("serializable", "keys_only", "count_only"):
+        if getattr(req, flag):
+            body[flag] = True
+    for bound in ("min_mod_revision", "max_mod_revision", "min_create_revision",
+                  "max_create_revision"):
+        if getattr(req, bound):
+            body[bound] = str(getattr(req, bound))
+    return body
+
+
+def encode_delete(req: DeleteRangeRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": b64(req.key)}
+    if req.range_end:
+        body["range_end"] = b64(req.range_end)
+    if req.prev_kv:
+        body["prev_kv"] = True
+    return body
+
+
+def encode_compare(cmp: Compare) -> dict[str, Any]:
+    target = CompareTarget(cmp.target)
+    body: dict[str, Any] = {"result": cmp.result.name, "target": target.name,
+                            "key": b64(cmp.key)}
+    if cmp.range_end:
+        body["range_end"] = b64(cmp.range_end)
+    field = _COMPARE_FIELD[target]
+    raw = getattr(cmp, field)
+    body[field] = b64(raw) if target == CompareTarget.VALUE else str(raw)
+    return body
+
+
+def encode_op(op: RequestOp) -> dict[str, Any]:
+    if op.request_put is not None:
+        return {"request_put": encode_put(op.request_put)}
+    if op.request_range is not None:
+        return {"request_range": encode_range(op.request_range)}
+    if op.request_delete_range is not None:
+        return {"request_delete_range": encode_delete(op.request_delete_range)}
+    if op.request_txn is not None:
+        return {"request_txn": encode_txn(op.request_txn)}
+    raise ValueError("empty txn operation")
+
+
+def encode_txn(req: TxnRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if req.compare:
+        body["compare"] = [encode_compare(c) for c in req.compare]
+    if req.success:
+        body["success"] = [encode_op(op) for op in req.success]
+    if req.failure:
+        body["failure"] = [encode_op(op) for op in req.failure]
+    return body
+
+
+def encode_compaction(req: CompactionRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {"revision": str(req.revision)}
+    if req.physical:
+        body["physical"] = True
+    return body
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+def _field(doc: Mapping[str, Any], *names: str, default: Any = None) -> Any:
+    for name in names:
+        if name in doc:
+            return doc[name]
+    return default
+
+
+def to_int(raw: Any, what: str) -> int:
+    """A 64-bit integer sent as a JSON string or number (absent → 0)."""
+    if raw is None:
+        return 0
+    if isinstance(raw, bool):
+        raise ResponseFormatError(f"field {what!r}: expected an integer, got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw, 10)
+        except ValueError:
+            pass
+        try:  # member ids printed in hex, as etcdctl does
+            return int(raw, 16)
+        except ValueError:
+            pass
+    raise ResponseFormatError(f"field {what!r}: expected an integer, got {raw!r}")
+
+
+def to_bytes(raw: Any, what: str) -> bytes:
+    if raw is None:
+        return b""
+    if not isinstance(raw, str):
+        raise ResponseFormatError(f"field {what!r}: expected base64 text, got {raw!r}")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise ResponseFormatError(f"field {what!r}: bad base64 {raw[:40]!r}") from None
+
+
+def _to_bool(raw: Any, what: str) -> bool:
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        raise ResponseFormatError(f"field {what!r}: expected true/false, got {raw!r}")
+    return raw
+
+
+def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ResponseFormatError(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _list(raw: Any, what: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ResponseFormatError(f"{what}: expected a JSON list, got {type(raw).__name__}")
+    return raw
+
+
+def decode_header(raw: Any) -> ResponseHeader:
+    doc = _mapping(raw, "header")
+    return ResponseHeader(
+        cluster_id=to_int(doc.get("cluster_id"), "cluster_id"),
+        member_id=to_int(doc.get("member_id"), "member_id"),
+        revision=to_int(doc.get("revision"), "revision"),
+        raft_term=to_int(doc.get("raft_term"), "raft_term"),
+    )
+
+
+def decode_kv(raw: Any) -> KeyValue:
+    doc = _mapping(raw, "kv")
+    return KeyValue(
+        key=to_bytes(doc.get("key"), "key"),
+        value=to_bytes(doc.get("value"), "value"),
+        create_revision=to_int(doc.get("create_revision"), "create_revision"),
+        mod_revision=to_int(doc.get("mod_revision"), "mod_revision"),
+        version=to_int(doc.get("version"), "version"),
+        lease=to_int(doc.get("lease"), "lease"),
+    )
+
+
+def decode_put(raw: Any) -> PutResult:
+    doc = _mapping(raw, "put response")
+    prev = doc.get("prev_kv")
+    return PutResult(header=decode_header(doc.get("header")),
+                     prev_kv=decode_kv(prev) if prev is not None else None)
+
+
+def decode_range(raw: Any) -> RangeResult:
+    doc = _mapping(raw, "range response")
+    return RangeResult(
+        header=decode_header(doc.get("header")),
+        kvs=tuple(decode_kv(kv) for kv in _list(doc.get("kvs"), "kvs")),
+        more=_to_bool(doc.get("more"), "more"),
+        count=to_int(doc.get("count"), "count"),
+    )
+
+
+def decode_delete(raw: Any) -> DeleteResult:
+    doc = _mapping(raw, "deleterange response")
+    return DeleteResult(
+        header=decode_header(doc.get("header")),
+        deleted=to_int(doc.get("deleted"), "deleted"),
+        prev_kvs=tuple(decode_kv(kv) for kv in _list(doc.get("prev_kvs"), "prev_kvs")),
+    )
+
+
+def decode_txn(raw: Any) -> TxnResult:
+    doc = _mapping(raw, "txn response")
+    responses = []
+    for item in _list(doc.get("responses"), "responses"):
+        op = _mapping(item, "txn response op")
+        if "response_put" in op:
+            responses.append(decode_put(op["response_put"]))
+        elif "response_range" in op:
+            responses.append(decode_range(op["response_range"]))
+        elif "response_delete_range" in op:
+            responses.append(decode_delete(op["response_delete_range"]))
+        elif "response_txn" in op:
+            responses.append(decode_txn(op["response_txn"]))
+        else:
+            raise ResponseFormatError(f"txn response op with no known field: {sorted(op)}")
+    return TxnResult(header=decode_header(doc.get("header")),
+                     succeeded=_to_bool(doc.get("succeeded"), "succeeded"),
+                     responses=tuple(responses))
+
+
+def decode_compaction(raw: Any) -> CompactResult:
+    return CompactResult(header=decode_header(_mapping(raw, "compaction response").get("header")))
+
+
+def decode_status(raw: Any, endpoint: str) -> Status:
+    doc = _mapping(raw, "status response")
+
+    def num(*names: str) -> int:
+        return to_int(_field(doc, *names), names[0])
+
+    errors = _list(_field(doc, "errors", default=None), "errors")
+    return Status(
+        endpoint=endpoint,
+        header=decode_header(doc.get("header")),
+        version=str(doc.get("version") or ""),
+        db_size_bytes=num("db_size", "dbSize"),
+        db_size_in_use_bytes=num("db_size_in_use", "dbSizeInUse"),
+        leader=num("leader"),
+        raft_index=num("raft_index", "raftIndex"),
+        raft_term=num("raft_term", "raftTerm"),
+        raft_applied_index=num("raft_applied_index", "raftAppliedIndex"),
+        is_learner=_to_bool(_field(doc, "is_learner", "isLearner"), "is_learner"),
+        errors=tuple(str(e) for e in errors),
+    )
+
+
+def decode_member(raw: Any) -> Member:
+    doc = _mapping(raw, "member")
+
+    def urls(*names: str) -> tuple[str, ...]:
+        return tuple(str(u) for u in _list(_field(doc, *names), names[0]))
+
+    return Member(
+        id=to_int(_field(doc, "ID", "id", "member_id"), "ID"),
+        name=str(doc.get("name") or ""),
+        peer_urls=urls("peer_urls", "peerURLs"),
+        client_urls=urls("client_urls", "clientURLs"),
+        is_learner=_to_bool(_field(doc, "is_learner", "isLearner"), "is_learner"),
+    )
+
+
+def decode_members(raw: Any) -> tuple[Member, ...]:
+    """Members from ``/v3/cluster/member/list`` or ``/v1/status`` (both carry ``members``)."""
+    doc = _mapping(raw, "member list")
+    return tuple(decode_member(m) for m in _list(doc.get("members"), "members"))
