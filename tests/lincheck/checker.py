@@ -22,6 +22,16 @@ event is reached with an empty stack. The configuration cache (Lowe, "Testing fo
 linearizability", 2017; used by porcupine) is what keeps this from being exponential in
 practice: a configuration's future does not depend on how it was reached.
 
+One addition to porcupine's search: **observers are placed greedily.** When the model marks
+an operation as an observer (``is_observer``: a read; dropping it from any accepted sequence
+leaves an accepted sequence), and it may come next and the current state accepts it without
+change, it becomes the *only* option at that node. Exact, not a heuristic: from any valid
+completion, moving that observer to the front gives another (it is minimal, so real time
+allows it; the state is unchanged; the rest stays accepted because it is removable). If the
+forced branch fails, so does the node. Without this, ``r`` reads of one value overlapping each
+other are explored in up to ``2**r`` subsets before a violation can be reported
+(``test_concurrent_reads_are_not_permuted``: 57 steps instead of 25,606).
+
 Bounds: ``max_steps_per_partition`` counts ``model.step`` calls (deterministic, so tests can
 assert on it); ``timeout_s`` is an optional wall-clock cap for the whole check. Exceeding
 either yields ``UNKNOWN``, never a guess. Memory is bounded by the step count (one cache entry
