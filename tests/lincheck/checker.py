@@ -85,7 +85,7 @@ class Counterexample:
 
     prefix: tuple[Operation, ...]  # longest linearizable prefix found, in order
     state: Hashable  # model state after the prefix
-    blocked: Operation  # returned before every operation still to place was called; unplaceable
+    blocked: Operation  # not placed; returned before the ops outside `candidates` were called
     candidates: tuple[Candidate, ...]  # every operation that could go next (blocked included)
 
 

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from tests.lincheck import INFINITY, KvModel, Operation, Verdict, check, kv
+from tests.lincheck import INFINITY, KvModel, Operation, Verdict, assert_linearizable, check, kv
 from tests.lincheck.generate import NEVER_WRITTEN, generate_kv_history, impossible_read
 from tests.lincheck.reference import brute_force_linearizable, validate_linearization
 
@@ -119,6 +119,8 @@ def test_step_budget_gives_unknown_not_a_guess() -> None:
     assert "UNKNOWN -- search stopped after 100 steps" in capped.explanation
     # an OK history under the same cap is UNKNOWN too: no partial answer passes as OK
     assert check(KvModel(), ops, max_steps_per_partition=100).verdict is Verdict.UNKNOWN
+    with pytest.raises(AssertionError, match="UNKNOWN"):
+        assert_linearizable(KvModel(), ops, max_steps_per_partition=100)
 
 
 def test_expired_timeout_gives_unknown() -> None:
