@@ -1,0 +1,439 @@
+"""The node driver: one asyncio task owns the raft core and runs its Ready loop.
+
+Nothing but the raft task touches the ``RawNode``. Everything else hands it work through
+queues and wakes it: peer messages (``receive``), proposals (``propose``), linearizable read
+barriers (``read_barrier``) and ticks. Each turn of the raft task drains those queues into
+the core — so every proposal that arrived while the previous Ready was being written goes
+into the next Ready together (batching falls out of the loop) — and then handles one Ready in
+the order DESIGN §2 requires:
+
+1. replication messages of a leader (MsgApp, MsgHeartbeat, MsgSnap) are sent first: a leader
+   may send entries before its own write completes (Raft thesis §10.2.1);
+2. the snapshot, entries and hard state are persisted (the WAL writer thread fsyncs when
+   ``must_sync``; the loop keeps serving meanwhile);
+3. all other messages — votes and acknowledgements, which promise durable state — are sent;
+4. the snapshot and committed entries are applied to the state machine, read states are
+   served once applied, and then ``advance``.
+
+Proposal payloads travel in entries as ``origin (8 bytes) | sequence (8 bytes) | payload``.
+``origin`` is random per process, so the node that proposed an entry recognises it when it
+applies it and hands the state machine's result to the waiting caller; other nodes just
+apply it. Retried client writes are de-duplicated by the state machine (client request ids),
+not here.
+
+Linearizable reads use ReadIndex, batched: all callers waiting when the raft task runs share
+one read_index request; a batch whose answer does not come (leader change, dropped message)
+is asked again every ``read_retry_s``.
+"""
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvserver import errors
+from raft import (
+    ConfChange,
+    ConfState,
+    Entry,
+    EntryType,
+    Message,
+    MessageType,
+    ProposalDroppedError,
+    RawNode,
+    Ready,
+    Snapshot,
+    StateType,
+)
+
+log = logging.getLogger(__name__)
+
+_SEND_BEFORE_PERSIST = frozenset(
+    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap})
+_HEADER_BYTES = 16
+_APPLY_YIELD_EVERY = 512          # committed entries applied between two yields to the loop
+
+
+class StateMachine(Protocol):
+    """What the driver needs from the replicated state machine (the KV store)."""
+
+    def apply(self, index: int, payload: bytes) -> object:
+        """Apply one committed proposal; the result goes to the proposer's caller."""
+
+    def snapshot_chunks(self) -> Iterator[bytes]:
+        """The state's image, in chunks small enough to produce without stalling the loop."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a snapshot image."""
+
+
+class DurableStorage(Protocol):
+    """WAL + snapshot files behind the raft core's MemoryStorage (kvserver.storage)."""
+
+    raft_storage: object
+
+    async def persist(self, rd: Ready) -> None: ...
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def compact(self, index: int) -> None: ...
+
+
+@dataclass
+class NodeOptions:
+    heartbeat_interval_s: float = 0.1
+    request_timeout_s: float = 5.0
+    read_retry_s: float = 0.5
+    snapshot_count: int = 10000
+    snapshot_catchup_entries: int = 5000
+    max_pending_proposals: int = 10000
+
+
+class _ReadBatch:
+    __slots__ = ("ctx", "waiters", "index", "asked_at")
+
+    def __init__(self, ctx: bytes):
+        self.ctx = ctx
+        self.waiters: list[asyncio.Future] = []
+        self.index: int | None = None      # known once the ReadState arrives
+        self.asked_at = 0.0
+
+
+class Node:
+    def __init__(self, *, raw: RawNode, node_id: int, storage: DurableStorage,
+                 state_machine: StateMachine, send: Callable[[list[Message]], None],
+                 options: NodeOptions, applied: int, conf_state: ConfState,
+                 on_conf_change: Callable[[ConfChange, ConfState], None] | None = None):
+        self.raw = raw
+        self.id = node_id
+        self.storage = storage
+        self.sm = state_machine
+        self._send = send
+        self.opts = options
+        self._on_conf_change = on_conf_change
+        # invariant: snapshot_index <= applied <= committed
+        self.applied = applied
+        self.snapshot_index = applied
+        self.conf_state = conf_state
+        self.leader = 0
+        self.term = 0
+        self.role = StateType.FOLLOWER
+        self.leader_changes = 0
+
+        self._origin = os.urandom(8)
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._inbox: list[Message] = []
+        self._ticks = 0
+        self._proposals: list[bytes] = []
+        self._proposal_waiters: dict[int, asyncio.Future] = {}
+        self._conf_proposals: list[tuple[ConfChange, asyncio.Future]] = []
+        self._pending_conf: asyncio.Future | None = None
+        self._unreachable: list[int] = []
+        self._snapshot_status: list[tuple[int, bool]] = []
+        self._read_new: _ReadBatch | None = None
+        self._reads_asked: dict[bytes, _ReadBatch] = {}
+        self._reads_ready: list[_ReadBatch] = []
+        self._read_seq = 0
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = False
+        self.applied_event = asyncio.Event()
+        self.stats = {"proposals": 0, "proposals_dropped": 0, "readies": 0,
+                      "entries_persisted": 0, "entries_applied": 0, "snapshots": 0,
+                      "read_batches": 0, "reads": 0}
+
+    # --- inputs (called from any coroutine on the loop) ----------------------------------
+
+    def receive(self, messages: list[Message]) -> None:
+        self._inbox.extend(messages)
+        self._wake.set()
+
+    def report_unreachable(self, peer_id: int) -> None:
+        self._unreachable.append(peer_id)
+        self._wake.set()
+
+    def report_snapshot(self, peer_id: int, failed: bool) -> None:
+        self._snapshot_status.append((peer_id, failed))
+        self._wake.set()
+
+    async def propose(self, payload: bytes, timeout_s: float | None = None) -> object:
+        """Replicate ``payload``; return the state machine's result once applied here."""
+        if self._stopped:
+            raise errors.stopping()
+        if len(self._proposal_waiters) >= self.opts.max_pending_proposals:
+            raise errors.ServiceError(errors.GrpcCode.RESOURCE_EXHAUSTED,
+                                      "etcdserver: too many requests", retryable=True)
+        self._seq += 1
+        seq = self._seq
+        fut = asyncio.get_running_loop().create_future()
+        self._proposal_waiters[seq] = fut
+        self._proposals.append(self._origin + seq.to_bytes(8, "big") + payload)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+        except TimeoutError:
+            raise errors.timed_out() from None
+        finally:
+            self._proposal_waiters.pop(seq, None)
+
+    async def propose_conf_change(self, cc: ConfChange,
+                                  timeout_s: float | None = None) -> ConfState:
+        fut = asyncio.get_running_loop().create_future()
+        self._conf_proposals.append((cc, fut))
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+        except TimeoutError:
+            raise errors.timed_out() from None
+
+    async def read_barrier(self, timeout_s: float | None = None) -> int:
+        """Wait until this node's state machine reflects every write acknowledged before the
+        call (ReadIndex); return the read index."""
+        if self._stopped:
+            raise errors.stopping()
+        if self._read_new is None:
+            self._read_seq += 1
+            self._read_new = _ReadBatch(self._read_seq.to_bytes(8, "big") + self._origin)
+        fut = asyncio.get_running_loop().create_future()
+        self._read_new.waiters.append(fut)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+        except TimeoutError:
+            if self.leader == 0:
+                raise errors.no_leader() from None
+            raise errors.timed_out() from None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id:x}"),
+                       loop.create_task(self._ticker(), name=f"tick-{self.id:x}")]
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for fut in self._proposal_waiters.values():
+            if not fut.done():
+                fut.set_exception(errors.stopping())
+
+    async def _ticker(self) -> None:
+        interval = self.opts.heartbeat_interval_s
+        next_at = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += interval
+            now = time.monotonic()
+            if next_at < now:  # the loop was stalled: do not burst ticks to catch up
+                next_at = now + interval
+            self._ticks += 1
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                self._feed_core()
+                while self.raw.has_ready():
+                    await self._handle_ready(self.raw.ready())
+                    self._feed_core()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("raft loop failed; the node stops serving")
+            self._stopped = True
+            raise
+
+    # --- the raft task -------------------------------------------------------------------
+
+    def _feed_core(self) -> None:
+        raw = self.raw
+        ticks, self._ticks = self._ticks, 0
+        for _ in range(ticks):
+            raw.tick()
+        if self._unreachable:
+            for peer in self._unreachable:
+                raw.report_unreachable(peer)
+            self._unreachable.clear()
+        if self._snapshot_status:
+            for peer, failed in self._snapshot_status:
+                raw.report_snapshot(peer, failed)
+            self._snapshot_status.clear()
+        if self._inbox:
+            inbox, self._inbox = self._inbox, []
+            for m in inbox:
+                try:
+                    raw.step(m)
+                except Exception as exc:  # a peer's bad message must not stop the node
+                    log.debug("dropped message %s: %s", m, exc)
+        if self._proposals:
+            proposals, self._proposals = self._proposals, []
+            for data in proposals:
+                try:
+                    raw.propose(data)
+                    self.stats["proposals"] += 1
+                except ProposalDroppedError:
+                    self.stats["proposals_dropped"] += 1
+                    self._fail_proposal(data, errors.no_leader() if self.leader == 0
+                                        else errors.leader_changed())
+        if self._conf_proposals:
+            confs, self._conf_proposals = self._conf_proposals, []
+            for cc, fut in confs:
+                try:
+                    raw.propose_conf_change(cc)
+                    self._pending_conf = fut
+                except ProposalDroppedError as exc:
+                    if not fut.done():
+                        fut.set_exception(errors.ServiceError(
+                            errors.GrpcCode.UNAVAILABLE, f"conf change dropped: {exc}",
+                            retryable=True))
+        self._ask_reads()
+
+    def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
+        fut = self._proposal_waiters.get(int.from_bytes(data[8:16], "big"))
+        if fut is not None and not fut.done():
+            fut.set_exception(error)
+
+    def _ask_reads(self) -> None:
+        now = time.monotonic()
+        batch, self._read_new = self._read_new, None
+        if batch is not None:
+            batch.waiters = [w for w in batch.waiters if not w.done()]
+            if batch.waiters:
+                self._reads_asked[batch.ctx] = batch
+                self.stats["read_batches"] += 1
+        for batch in self._reads_asked.values():
+            if batch.index is None and now - batch.asked_at >= self.opts.read_retry_s:
+                batch.asked_at = now
+                self.raw.read_index(batch.ctx)
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        self.stats["readies"] += 1
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        if rd.hard_state is not None:
+            self.term = rd.hard_state.term
+        early, late = [], []
+        for m in rd.messages:
+            (early if m.type in _SEND_BEFORE_PERSIST else late).append(m)
+        if early:
+            self._send(early)
+        await self.storage.persist(rd)
+        self.stats["entries_persisted"] += len(rd.entries)
+        if late:
+            self._send(late)
+        if rd.snapshot is not None and not rd.snapshot.is_empty():
+            self.sm.restore(rd.snapshot.data)
+            self.applied = self.snapshot_index = rd.snapshot.metadata.index
+            self.conf_state = rd.snapshot.metadata.conf_state
+        if rd.committed_entries:
+            await self._apply(rd.committed_entries)
+        for rs in rd.read_states:
+            batch = self._reads_asked.pop(rs.request_ctx, None)
+            if batch is not None:
+                batch.index = rs.index
+                self._reads_ready.append(batch)
+        self._serve_reads()
+        self.raw.advance(rd)
+        if self.applied - self.snapshot_index > self.opts.snapshot_count:
+            await self._snapshot()
+
+    def _on_soft_state(self, ss) -> None:
+        if ss.lead != self.leader:
+            self.leader_changes += 1
+            log.info("node %x: leader is now %x", self.id, ss.lead)
+        self.leader = ss.lead
+        self.role = ss.raft_state
+
+    async def _apply(self, entries: tuple[Entry, ...]) -> None:
+        origin = self._origin
+        waiters = self._proposal_waiters
+        for n, e in enumerate(entries):
+            if e.index <= self.applied:
+                continue  # already in the snapshot we restored
+            if e.type == EntryType.NORMAL:
+                if e.data:
+                    result = self.sm.apply(e.index, e.data[_HEADER_BYTES:])
+                    if e.data[:8] == origin:
+                        fut = waiters.get(int.from_bytes(e.data[8:16], "big"))
+                        if fut is not None and not fut.done():
+                            if isinstance(result, Exception):
+                                fut.set_exception(result)
+                            else:
+                                fut.set_result(result)
+            elif e.type == EntryType.CONF_CHANGE:
+                self._apply_conf_change(ConfChange.decode(e.data))
+            self.applied = e.index
+            if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
+        self.stats["entries_applied"] += len(entries)
+        self.applied_event.set()
+        self.applied_event.clear()
+
+    def _apply_conf_change(self, cc: ConfChange) -> None:
+        self.conf_state = self.raw.apply_conf_change(cc)
+        if self._on_conf_change is not None:
+            self._on_conf_change(cc, self.conf_state)
+        fut, self._pending_conf = self._pending_conf, None
+        if fut is not None and not fut.done():
+            fut.set_result(self.conf_state)
+
+    def _serve_reads(self) -> None:
+        if not self._reads_ready:
+            return
+        still = []
+        for batch in self._reads_ready:
+            if batch.index <= self.applied:
+                for fut in batch.waiters:
+                    if not fut.done():
+                        fut.set_result(batch.index)
+                self.stats["reads"] += len(batch.waiters)
+            else:
+                still.append(batch)
+        self._reads_ready = still
+
+    async def _snapshot(self) -> None:
+        """Snapshot the state machine at ``applied``; runs inside the raft task, so nothing
+        is applied meanwhile, but it yields to the loop between chunks."""
+        index = self.applied
+        chunks = []
+        for chunk in self.sm.snapshot_chunks():
+            chunks.append(chunk)
+            await asyncio.sleep(0)
+        snap = self.raw_storage.create_snapshot(index, self.conf_state, b"".join(chunks))
+        await self.storage.save_snapshot(snap)
+        self.snapshot_index = index
+        compact_to = index - self.opts.snapshot_catchup_entries
+        if compact_to > self.raw_storage.first_index():
+            self.storage.compact(compact_to)
+        self.stats["snapshots"] += 1
+        log.info("node %x: snapshot at %d (compacted to %d)", self.id, index, compact_to)
+
+    @property
+    def raw_storage(self):
+        return self.storage.raft_storage
+
+    # --- status ----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == StateType.LEADER
+
+    def status(self) -> dict:
+        st = self.raw.status()
+        return {"id": self.id, "leader": self.leader, "term": self.term,
+                "role": str(self.role), "applied": self.applied,
+                "committed": st.hard_state.commit, "snapshot_index": self.snapshot_index,
+                "voters": list(self.conf_state.voters),
+                "learners": list(self.conf_state.learners)}

@@ -1,0 +1,158 @@
+"""``raftkv serve``: assemble and run one member — storage, raft node, transport, HTTP.
+
+Startup:
+1. open ``<data-dir>/member`` (WAL + snapshots; a torn WAL tail is repaired once, any other
+   corruption stops the start with the file, the offset and the repair command);
+2. build the raft core from what was recovered; a brand-new member of a new cluster
+   bootstraps the initial configuration from ``--initial-cluster``;
+3. restore the state machine from the newest snapshot (committed entries after it are
+   re-applied by the normal Ready loop);
+4. serve peers on ``--listen-peer-urls`` and clients on ``--listen-client-urls``.
+
+SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then the WAL).
+"""
+
+import asyncio
+import json
+import logging
+import signal
+
+from aiohttp import web
+
+from kvserver.api.app import build_client_app
+from kvserver.config import ServerConfig, host_port
+from kvserver.membership import cluster_id as derive_cluster_id
+from kvserver.metrics import Metrics
+from kvserver.node import Node, NodeOptions
+from kvserver.raftkv import RaftKV
+from kvserver.service import MemberInfo
+from kvserver.storage import NodeStorage
+from kvserver.transport import PeerTransport
+from raft import Config, RawNode
+
+log = logging.getLogger(__name__)
+
+
+def _member_context(info: MemberInfo) -> bytes:
+    return json.dumps({"name": info.name, "peer_urls": list(info.peer_urls)},
+                      sort_keys=True).encode()
+
+
+class Member:
+    """One running raftkv member."""
+
+    def __init__(self, cfg: ServerConfig):
+        self.cfg = cfg
+        local = cfg.local_member()
+        self.member_id = local.id
+        self.cluster_id = derive_cluster_id([m.id for m in cfg.members])
+        self.members = tuple(
+            MemberInfo(m.id, m.name, m.peer_urls,
+                       cfg.advertise_client_urls if m.id == local.id else ())
+            for m in cfg.members)
+        self.runners: list[web.AppRunner] = []
+        self.node: Node | None = None
+        self.storage: NodeStorage | None = None
+        self.transport: PeerTransport | None = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        storage, fresh = await NodeStorage.open(
+            cfg, member_id=self.member_id, cluster_id=self.cluster_id)
+        self.storage = storage
+        kv = RaftKV(cluster_id=self.cluster_id, member_id=self.member_id, name=cfg.name,
+                    members=self.members)
+        snapshot = storage.raft_storage.snapshot()
+        applied = 0
+        if not snapshot.is_empty():
+            kv.restore(snapshot.data)
+            applied = snapshot.metadata.index
+        raft_cfg = Config(id=self.member_id, storage=storage.raft_storage,
+                          election_tick=cfg.election_ticks, heartbeat_tick=1,
+                          applied=applied, check_quorum=True, pre_vote=cfg.pre_vote,
+                          max_size_per_msg_bytes=1 << 20, max_inflight_msgs=512,
+                          max_uncommitted_entries_size_bytes=1 << 30)
+        raw = RawNode(raft_cfg)
+        if fresh and cfg.initial_cluster_state == "new":
+            raw.bootstrap(sorted(m.id for m in self.members))
+        _, conf_state = storage.raft_storage.initial_state()
+
+        self.transport = PeerTransport(
+            local_id=self.member_id, cluster_id=self.cluster_id,
+            on_messages=lambda msgs: self.node.receive(msgs),
+            on_unreachable=lambda peer: self.node.report_unreachable(peer),
+            on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed))
+        await self.transport.start()
+        for m in self.members:
+            if m.id != self.member_id:
+                self.transport.add_peer(m.id, m.peer_urls[0])
+
+        self.node = Node(
+            raw=raw, node_id=self.member_id, storage=storage, state_machine=kv,
+            send=self.transport.send,
+            options=NodeOptions(heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
+                                snapshot_count=cfg.snapshot_count,
+                                snapshot_catchup_entries=cfg.snapshot_catchup_entries),
+            applied=applied, conf_state=conf_state)
+        kv.node = self.node
+        self.node.start()
+
+        metrics = Metrics(stats=self._stats)
+        peer_app = web.Application(client_max_size=(64 << 20))
+        peer_app.add_routes(self.transport.routes())
+        client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
+        for app, urls in ((peer_app, cfg.listen_peer_urls), (client_app, cfg.listen_client_urls)):
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            self.runners.append(runner)
+            for url in urls:
+                host, port = host_port(url)
+                await web.TCPSite(runner, host, port, reuse_address=True).start()
+        log.info("member %s (%x) of cluster %x serving clients on %s, peers on %s",
+                 cfg.name, self.member_id, self.cluster_id,
+                 ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))
+
+    def _stats(self) -> dict:
+        node = self.node
+        stats = dict(node.stats)
+        stats.update(term=node.term, applied=node.applied, leader_changes=node.leader_changes,
+                     is_leader=int(node.is_leader), has_leader=int(node.leader != 0))
+        if self.transport is not None:
+            stats.update(peer_dropped_messages=self.transport.dropped_messages,
+                         peer_send_failures=self.transport.send_failures)
+        if self.storage is not None:
+            stats.update(self.storage.stats())
+        return stats
+
+    async def stop(self) -> None:
+        for runner in reversed(self.runners):
+            await runner.cleanup()
+        if self.node is not None:
+            await self.node.stop()
+        if self.transport is not None:
+            await self.transport.stop()
+        if self.storage is not None:
+            self.storage.close()
+
+
+async def serve(cfg: ServerConfig) -> None:
+    member = Member(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await member.start()
+        await stop.wait()
+    finally:
+        await member.stop()
+
+
+def run(cfg: ServerConfig) -> None:
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at runtime
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(serve(cfg))

@@ -1,0 +1,283 @@
+"""Peer transport: raft messages between nodes over HTTP (aiohttp).
+
+Contract:
+- ``send(messages)`` never blocks and never raises: messages go to a bounded per-peer queue;
+  when the queue is full the message is dropped and the peer reported unreachable, so raft
+  falls back to probing that peer instead of this node growing memory.
+- Each peer has one long-lived WebSocket stream (``GET /raft/stream``) carrying batches of
+  messages in order (one WebSocket binary frame = one msgpack batch, see peer_codec). The
+  stream reconnects with exponential backoff; while it is down, messages to that peer are
+  dropped and reported unreachable.
+- Snapshots (MsgSnap) travel on their own request, ``POST /raft/snapshot``, whose body is
+  streamed in chunks: a 4-byte big-endian header length, the message encoded without snapshot
+  data, then the data bytes. The outcome is reported back with ``on_snapshot_status``.
+- Every connection carries ``X-Raftkv-Cluster-Id`` and ``X-Raftkv-From``; a request from
+  another cluster is refused with 412, and a malformed batch closes the stream. Nothing a peer
+  sends can crash the node.
+"""
+
+import asyncio
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import aiohttp
+from aiohttp import web
+
+from kvserver.peer_codec import (
+    PeerMessageError,
+    decode_batch,
+    decode_message,
+    encode_batch,
+    encode_message,
+)
+from raft import Message, MessageType
+
+log = logging.getLogger(__name__)
+
+CLUSTER_HEADER = "X-Raftkv-Cluster-Id"
+FROM_HEADER = "X-Raftkv-From"
+STREAM_PATH = "/raft/stream"
+SNAPSHOT_PATH = "/raft/snapshot"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransportLimits:
+    queue_messages: int = 4096          # per peer, before messages are dropped
+    batch_bytes: int = 4 << 20          # stop adding messages to a batch past this size
+    frame_bytes: int = 64 << 20         # largest WebSocket frame accepted
+    snapshot_bytes: int = 1 << 30       # largest snapshot accepted
+    snapshot_chunk_bytes: int = 256 << 10
+    backoff_min_s: float = 0.05
+    backoff_max_s: float = 1.0
+    heartbeat_s: float = 2.0            # WebSocket ping: detects a dead peer connection
+
+
+OnMessages = Callable[[list[Message]], None]
+
+
+class PeerTransport:
+    def __init__(self, *, local_id: int, cluster_id: int, on_messages: OnMessages,
+                 on_unreachable: Callable[[int], None],
+                 on_snapshot_status: Callable[[int, bool], None],
+                 limits: TransportLimits | None = None):
+        self.local_id = local_id
+        self.cluster_id = cluster_id
+        self._on_messages = on_messages
+        self._on_unreachable = on_unreachable
+        self._on_snapshot_status = on_snapshot_status
+        self.limits = limits or TransportLimits()
+        self._peers: dict[int, _PeerSender] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._snapshot_tasks: set[asyncio.Task] = set()
+        self.dropped_messages = 0
+        self.send_failures = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, connect=2.0),
+            connector=aiohttp.TCPConnector(limit=0))
+
+    async def stop(self) -> None:
+        for peer in list(self._peers.values()):
+            await peer.stop()
+        self._peers.clear()
+        for task in list(self._snapshot_tasks):
+            task.cancel()
+        if self._session is not None:
+            await self._session.close()
+
+    def add_peer(self, peer_id: int, url: str) -> None:
+        if peer_id == self.local_id or peer_id in self._peers:
+            return
+        sender = _PeerSender(self, peer_id, url.rstrip("/"))
+        self._peers[peer_id] = sender
+        sender.start()
+
+    def remove_peer(self, peer_id: int) -> None:
+        sender = self._peers.pop(peer_id, None)
+        if sender is not None:
+            asyncio.get_running_loop().create_task(sender.stop())
+
+    def peer_url(self, peer_id: int) -> str | None:
+        sender = self._peers.get(peer_id)
+        return sender.url if sender else None
+
+    # --- sending -------------------------------------------------------------------------
+
+    def send(self, messages: Iterable[Message]) -> None:
+        for m in messages:
+            peer = self._peers.get(m.to)
+            if peer is None:
+                continue  # removed or unknown peer: raft will stop sending to it
+            if m.type == MessageType.MsgSnap:
+                task = asyncio.get_running_loop().create_task(self._send_snapshot(peer, m))
+                self._snapshot_tasks.add(task)
+                task.add_done_callback(self._snapshot_tasks.discard)
+            else:
+                peer.enqueue(m)
+
+    async def _send_snapshot(self, peer: "_PeerSender", m: Message) -> None:
+        data = m.snapshot.data
+        header = encode_message(dataclasses.replace(
+            m, snapshot=dataclasses.replace(m.snapshot, data=b"")))
+        chunk = self.limits.snapshot_chunk_bytes
+
+        async def body():
+            yield len(header).to_bytes(4, "big") + header
+            view = memoryview(data)
+            for start in range(0, len(view), chunk):
+                yield bytes(view[start:start + chunk])
+
+        failed = True
+        try:
+            async with self._session.post(peer.url + SNAPSHOT_PATH, data=body(),
+                                          headers=self._headers()) as resp:
+                failed = resp.status != 204
+                if failed:
+                    log.warning("snapshot to %x refused: %s %s", m.to, resp.status,
+                                await resp.text())
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.warning("snapshot to %x failed: %s", m.to, exc)
+        self._on_snapshot_status(m.to, failed)
+
+    def _headers(self) -> dict[str, str]:
+        return {CLUSTER_HEADER: str(self.cluster_id), FROM_HEADER: str(self.local_id)}
+
+    # --- receiving -----------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get(STREAM_PATH, self._handle_stream),
+                web.post(SNAPSHOT_PATH, self._handle_snapshot)]
+
+    def _check_headers(self, request: web.Request) -> int:
+        try:
+            cluster = int(request.headers.get(CLUSTER_HEADER, ""))
+            sender = int(request.headers.get(FROM_HEADER, ""))
+        except ValueError:
+            raise web.HTTPBadRequest(text="missing or bad peer headers") from None
+        if cluster != self.cluster_id:
+            raise web.HTTPPreconditionFailed(
+                text=f"cluster id mismatch: local {self.cluster_id:x}, remote {cluster:x}")
+        return sender
+
+    async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
+        sender = self._check_headers(request)
+        ws = web.WebSocketResponse(max_msg_size=self.limits.frame_bytes,
+                                   heartbeat=self.limits.heartbeat_s)
+        await ws.prepare(request)
+        async for frame in ws:
+            if frame.type != aiohttp.WSMsgType.BINARY:
+                break
+            try:
+                batch = decode_batch(frame.data)
+            except PeerMessageError as exc:
+                log.warning("bad batch from peer %x: %s; closing its stream", sender, exc)
+                break
+            accepted = [m for m in batch if m.to == self.local_id and m.frm == sender]
+            if accepted:
+                self._on_messages(accepted)
+        await ws.close()
+        return ws
+
+    async def _handle_snapshot(self, request: web.Request) -> web.Response:
+        sender = self._check_headers(request)
+        limit = self.limits.snapshot_bytes
+        try:
+            size = int.from_bytes(await request.content.readexactly(4), "big")
+            if size > self.limits.frame_bytes:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.limits.frame_bytes,
+                                                    actual_size=size)
+            m = decode_message(await request.content.readexactly(size))
+            if m.type != MessageType.MsgSnap or m.snapshot is None or m.frm != sender:
+                raise web.HTTPBadRequest(text="snapshot request does not carry a MsgSnap")
+            data = bytearray()
+            async for chunk in request.content.iter_chunked(1 << 16):
+                data += chunk
+                if len(data) > limit:
+                    raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
+        except asyncio.IncompleteReadError:
+            raise web.HTTPBadRequest(text="snapshot body ended early") from None
+        except PeerMessageError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        if m.to == self.local_id:
+            self._on_messages([dataclasses.replace(
+                m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))])
+        return web.Response(status=204)
+
+
+class _PeerSender:
+    """One peer's queue and stream task."""
+
+    def __init__(self, transport: PeerTransport, peer_id: int, url: str):
+        self.transport = transport
+        self.peer_id = peer_id
+        self.url = url
+        self.queue: deque[Message] = deque()
+        self.wakeup = asyncio.Event()
+        self.connected = False
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def enqueue(self, m: Message) -> None:
+        t = self.transport
+        if not self.connected or len(self.queue) >= t.limits.queue_messages:
+            t.dropped_messages += 1
+            t._on_unreachable(self.peer_id)
+            return
+        self.queue.append(m)
+        self.wakeup.set()
+
+    async def _run(self) -> None:
+        t = self.transport
+        backoff = t.limits.backoff_min_s
+        while True:
+            try:
+                async with t._session.ws_connect(
+                        self.url + STREAM_PATH, headers=t._headers(),
+                        heartbeat=t.limits.heartbeat_s, max_msg_size=t.limits.frame_bytes,
+                        autoclose=True) as ws:
+                    self.connected = True
+                    backoff = t.limits.backoff_min_s
+                    await self._pump(ws)
+            except asyncio.CancelledError:
+                raise
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                log.debug("stream to %x: %s", self.peer_id, exc)
+            self.connected = False
+            if self.queue:
+                t.send_failures += 1
+                self.queue.clear()
+                t._on_unreachable(self.peer_id)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, t.limits.backoff_max_s)
+
+    async def _pump(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        limit = self.transport.limits.batch_bytes
+        while not ws.closed:
+            if not self.queue:
+                self.wakeup.clear()
+                # Wake on new messages, or notice a closed socket within a second.
+                try:
+                    await asyncio.wait_for(self.wakeup.wait(), timeout=1.0)
+                except TimeoutError:
+                    continue
+            batch, size = [], 0
+            while self.queue and size < limit:
+                m = self.queue.popleft()
+                batch.append(m)
+                size += 64 + sum(len(e.data) for e in m.entries)
+            await ws.send_bytes(encode_batch(batch))
