@@ -58,11 +58,14 @@ from tests.sim.kv import KVStore, decode_put, encode_put
 from tests.sim.scenario import TICK_SLOTS, Scenario
 
 _MSG_SNAP = MessageType.MsgSnap
+_APP_RESP = MessageType.MsgAppResp
+_VOTE_RESP = MessageType.MsgVoteResp
 _MSG_PROP = MessageType.MsgProp
 _LEADER = StateType.LEADER
 _CONF_CHANGE = EntryType.CONF_CHANGE
 
-READY_ROUNDS_MAX = 100  # a node whose Ready loop does not settle is a bug (livelock)
+READY_ROUNDS_MAX = 10_000  # Readys in one flush; more is a livelock (a restarted node
+# may need one Ready per committed entry when max_size_per_msg_bytes is 0)
 
 
 class LivenessFailure(AssertionError):
@@ -369,9 +372,12 @@ class Cluster:
             )
         msgs = rd.messages
         crash_point = n.crash_point
-        if self.sc.sends_first and msgs and n.role == _LEADER:
-            self._send(n, [m for m in msgs if m.type in _EARLY_TYPES])
-            msgs = [m for m in msgs if m.type not in _EARLY_TYPES]
+        if self.sc.sends_first and msgs:
+            early = self._early_messages(n, msgs)
+            if early:
+                self._send(n, early)
+                sent = {id(m) for m in early}
+                msgs = [m for m in msgs if id(m) not in sent]
         if crash_point == 0:
             self._crash(n, "before persisting a Ready")
             return
@@ -467,6 +473,12 @@ class Cluster:
         # (4) advance
         n.raw.advance(rd)
 
+    def _early_messages(self, n: SimNode, msgs) -> list[Message]:
+        """The messages this Ready may send before persisting (only a leader's, contract)."""
+        if n.role != _LEADER:
+            return []
+        return [m for m in msgs if m.type in _EARLY_TYPES]
+
     def _apply_entries(self, n: SimNode, entries) -> None:
         safety = self.safety
         kv = n.kv
@@ -524,16 +536,51 @@ class Cluster:
         inc = n.incarnation
         for m in msgs:
             stats["msgs"] += 1
+            if not m.reject and (m.type == _APP_RESP or m.type == _VOTE_RESP):
+                self._check_ack_durable(n, m)
+            if self.log:
+                self._say(f"send {m}")
             if m.type == _MSG_SNAP:
                 stats["snapshots_sent"] += 1
             if self.drop_rate and rng.random() < self.drop_rate:
                 stats["dropped"] += 1
+                if self.log:
+                    self._say(f"lose {m}")
                 if m.type == _MSG_SNAP:
                     self._at(self.now + 1, self._report_snapshot, m.frm, inc, m.to, True)
                 continue
             self._at(self.now + self._delay(), self._deliver, m, inc, True)
             if self.dup_rate and rng.random() < self.dup_rate:
                 self._at(self.now + self._delay(), self._deliver, m, inc, False)
+
+    @staticmethod
+    def _check_ack_durable(n: SimNode, m: Message) -> None:
+        """An acknowledgement leaves only after what it acknowledges is durable (contract):
+        a granted vote after the vote, a MsgAppResp after the entries up to its index.
+
+        A later durable term covers an older acknowledgement: one Ready may grant a vote in
+        term 6 and then move to term 7 (only term 7's vote is persisted, and the node never
+        votes in term 6 again), or ack entries of term 6 and then let a term-7 leader
+        truncate them; neither can be used against the node.
+        """
+        hs = n.disk.hard_state
+        if hs is None or hs.term < m.term:
+            raise ContractViolation(
+                f"node {n.id} sent {m} but its durable hard state is {hs}"
+            )
+        if hs.term > m.term:
+            return
+        if m.type == _VOTE_RESP:
+            if hs.vote != m.to:
+                raise ContractViolation(
+                    f"node {n.id} grants its vote to {m.to} in term {m.term}, but its durable "
+                    f"hard state is {hs}"
+                )
+        elif m.index > n.disk.durable_last_index():
+            raise ContractViolation(
+                f"node {n.id} acknowledges index {m.index} ({m}) but its durable log ends at "
+                f"{n.disk.durable_last_index()}"
+            )
 
     def _delay(self) -> int:
         rng = self.rng
@@ -545,9 +592,13 @@ class Cluster:
         target = self.nodes[m.to]
         if (m.frm, m.to) in self.blocked or target.raw is None:
             self.stats["dropped"] += 1
+            if self.log:
+                self._say(f"drop ({'partition' if target.raw else 'node down'}) {m}")
             if report:
                 self._report_unreachable(m.frm, sender_inc, m.to, m.type == _MSG_SNAP)
             return
+        if self.log:
+            self._say(f"deliver {m}")
         try:
             target.raw.step(m)
         except ProposalDroppedError:
@@ -748,6 +799,8 @@ class Cluster:
             self._say(f"nemesis: partition {sorted(side)} | {other}")
 
     def _crash_if(self, n: SimNode, incarnation: int) -> None:
+        if self.liveness:
+            return  # the liveness phase keeps every node up
         if n.raw is not None and n.incarnation == incarnation:
             self._crash(n, "(mid-Ready crash did not happen)")
 

@@ -78,6 +78,11 @@ class Disk:
         self.pending.clear()
 
     # -- reading back -------------------------------------------------------------------
+    def durable_last_index(self) -> int:
+        if self.entries:
+            return self.entries[-1].index
+        return self.snapshot.metadata.index if self.snapshot is not None else 0
+
     def is_empty(self) -> bool:
         return self.snapshot is None and self.hard_state is None and not self.entries
 
