@@ -1,0 +1,134 @@
+"""Handlers of the etcd v3 JSON gateway dialect (``POST /v3/...``, also under ``/v3beta/``).
+
+Each handler is parse -> check -> one service call -> render:
+read the body (bounded, 413 over ``ApiLimits.max_body_bytes``), decode it with
+``gateway_json`` (400 on bad JSON/base64/types), refuse a decoded request over
+``max_request_bytes`` (etcd's ``request is too large``), run etcd's stateless checks
+(``validate_request``; bad input never reaches the log), call ``KVService``, encode.
+Writes carry the ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair (bad values: 400).
+
+Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/compaction``,
+``maintenance/status``. The other etcd gateway endpoints (lease, watch, cluster, the rest of
+maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
+other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from kvserver.errors import GrpcCode, ServiceError
+from kvserver.mvcc.validate import validate_request
+
+from . import gateway_json as gj
+from .common import (
+    LIMITS_KEY,
+    SERVICE_KEY,
+    HTTPStatusError,
+    check_request_size,
+    json_response,
+    read_body,
+    request_ids,
+)
+
+PREFIXES = ("/v3", "/v3beta")
+
+# Paths (after the /v3 prefix) served here, and etcd gateway paths that are not built yet.
+IMPLEMENTED = frozenset({
+    "/kv/range", "/kv/put", "/kv/deleterange", "/kv/txn", "/kv/compaction",
+    "/maintenance/status",
+})
+UNIMPLEMENTED = frozenset({
+    "/watch",
+    "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
+    "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
+    "/cluster/member/add", "/cluster/member/remove", "/cluster/member/update",
+    "/cluster/member/list", "/cluster/member/promote",
+    "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
+    "/maintenance/hashkv", "/maintenance/snapshot", "/maintenance/transfer-leadership",
+    "/maintenance/downgrade",
+    "/auth/enable", "/auth/disable", "/auth/status", "/auth/authenticate",
+    "/auth/user/add", "/auth/user/get", "/auth/user/list", "/auth/user/delete",
+    "/auth/user/changepw", "/auth/user/grant", "/auth/user/revoke",
+    "/auth/role/add", "/auth/role/get", "/auth/role/list", "/auth/role/delete",
+    "/auth/role/grant", "/auth/role/revoke",
+})
+
+
+async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def]
+    limits = request.app[LIMITS_KEY]
+    req = decode(await read_body(request, limits.max_body_bytes))
+    check_request_size(req, limits)
+    validate_request(req)
+    return req
+
+
+async def kv_range(request: web.Request) -> web.Response:
+    request_ids(request.headers)  # reads ignore them, but malformed ones are still refused
+    req = await _decoded(request, gj.decode_range)
+    resp = await request.app[SERVICE_KEY].range(req)
+    return json_response(gj.encode(gj.range_response(resp)))
+
+
+async def kv_put(request: web.Request) -> web.Response:
+    client_id, request_id = request_ids(request.headers)
+    req = await _decoded(request, gj.decode_put)
+    resp = await request.app[SERVICE_KEY].put(req, client_id=client_id, request_id=request_id)
+    return json_response(gj.encode(gj.put_response(resp)))
+
+
+async def kv_delete_range(request: web.Request) -> web.Response:
+    client_id, request_id = request_ids(request.headers)
+    req = await _decoded(request, gj.decode_delete_range)
+    resp = await request.app[SERVICE_KEY].delete_range(
+        req, client_id=client_id, request_id=request_id)
+    return json_response(gj.encode(gj.delete_range_response(resp)))
+
+
+async def kv_txn(request: web.Request) -> web.Response:
+    client_id, request_id = request_ids(request.headers)
+    req = await _decoded(request, gj.decode_txn)
+    resp = await request.app[SERVICE_KEY].txn(req, client_id=client_id, request_id=request_id)
+    return json_response(gj.encode(gj.txn_response(resp)))
+
+
+async def kv_compaction(request: web.Request) -> web.Response:
+    req = await _decoded(request, gj.decode_compaction)
+    resp = await request.app[SERVICE_KEY].compact(req)
+    return json_response(gj.encode(gj.compaction_response(resp)))
+
+
+async def maintenance_status(request: web.Request) -> web.Response:
+    # StatusRequest has no fields, but the body must still be a JSON object (or empty).
+    body = gj.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
+    if body is not None and type(body) is not dict:
+        raise ServiceError(GrpcCode.INVALID_ARGUMENT, "raftkv: body: expected a JSON object")
+    status = request.app[SERVICE_KEY].status()
+    return json_response(gj.encode(gj.status_response(status)))
+
+
+async def fallback(request: web.Request) -> web.Response:
+    """Any other method or path under a v3 prefix: 405, 501 or 404 in etcd's error shape."""
+    tail = "/" + request.match_info["tail"]
+    where = f"{request.method} {request.path}"
+    if tail in IMPLEMENTED:
+        raise HTTPStatusError(GrpcCode.UNIMPLEMENTED,
+                              f"raftkv: method not allowed: {where} (use POST)", 405)
+    if tail in UNIMPLEMENTED:
+        if request.method != "POST":
+            raise HTTPStatusError(GrpcCode.UNIMPLEMENTED,
+                                  f"raftkv: method not allowed: {where} (use POST)", 405)
+        raise ServiceError(GrpcCode.UNIMPLEMENTED, f"raftkv: not implemented yet: {where}")
+    raise HTTPStatusError(GrpcCode.NOT_FOUND, f"raftkv: no such endpoint: {where}", 404)
+
+
+# (path after the prefix, handler) of every implemented v3 route; app.py mounts them.
+ROUTES = (
+    ("/kv/range", kv_range),
+    ("/kv/put", kv_put),
+    ("/kv/deleterange", kv_delete_range),
+    ("/kv/txn", kv_txn),
+    ("/kv/compaction", kv_compaction),
+    ("/maintenance/status", maintenance_status),
+)
+assert {path for path, _ in ROUTES} == IMPLEMENTED

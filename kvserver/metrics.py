@@ -1,0 +1,300 @@
+"""Prometheus metrics of one raftkv node: HTTP latency plus numbers the node driver reports.
+
+Contract
+--------
+``Metrics`` owns its own ``prometheus_client.CollectorRegistry`` (no process globals, so
+several nodes can live in one process, as in tests). It exposes:
+
+- ``raftkv_http_request_duration_seconds{dialect,route,status}`` — a histogram recorded by
+  ``Metrics.http_middleware()`` (an aiohttp middleware) for every request. ``dialect`` is
+  ``etcd`` (``/v3/...``, ``/v3beta/...``), ``rest`` (``/v1/...``) or ``ops`` (``/health``,
+  ``/metrics``, ``/version``); ``route`` is the matched route's pattern (``/v1/kv/{key}``), or
+  ``unmatched`` — never the raw path, so label cardinality stays bounded.
+- the node's own numbers, read on every scrape from a callable (the *node stats source*).
+- the standard ``process_*`` metrics (CPU, memory, open fds).
+
+The node stats hook
+-------------------
+The driver hands over a zero-argument callable returning a mapping; ``Metrics`` calls it once
+per scrape, on the scraping thread (the event loop thread when served by our HTTP app), so
+the callable must be cheap and must not block. Keys are the names in ``NODE_METRICS`` below;
+unknown keys are ignored (so a newer driver works with an older table) and a missing key is
+simply not exported. Values:
+
+- a number (int/float) for gauges and counters (counters are cumulative totals since start);
+- a ``Mapping[label_value, number]`` for the metrics that have a label (``peer`` for
+  ``peer_send_failures``), one sample per entry;
+- a ``DurationHistogram`` (defined here) for histograms: the driver keeps one, calls
+  ``observe(seconds)`` from whatever thread does the work (the WAL writer thread for fsyncs),
+  and returns the object itself in the mapping.
+
+The driver's whole part, therefore::
+
+    fsync_hist = DurationHistogram(FSYNC_BUCKETS_SECONDS)   # writer thread: observe(dt)
+    metrics.node_stats = lambda: {
+        "raft_term": node.term, "raft_commit_index": node.commit, ...,
+        "wal_fsync_duration_seconds": fsync_hist,
+    }
+
+If the callable raises, the scrape still succeeds: the node metrics are left out, the error
+is logged, and ``raftkv_node_stats_errors_total`` counts it.
+
+Exported names: ``raftkv_`` + the key, with ``_total`` appended to counters by the exposition
+format (so key ``proposals_committed`` becomes ``raftkv_proposals_committed_total``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+
+log = logging.getLogger(__name__)
+
+# HTTP request latency buckets: a loopback request takes ~0.1-2 ms, a write waits for a
+# quorum fsync, a linearizable read for a ReadIndex round; timeouts are seconds.
+HTTP_BUCKETS_SECONDS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+# fdatasync on the target machine takes ~0.15 ms, a slow disk tens of ms: 100 us * 2^i.
+FSYNC_BUCKETS_SECONDS = tuple(0.0001 * 2**i for i in range(16))  # 100 us .. 3.3 s
+
+
+class MetricKind(Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetricSpec:
+    kind: MetricKind
+    help: str
+    label: str | None = None  # label name when the value is a mapping
+
+
+G, C, H = MetricKind.GAUGE, MetricKind.COUNTER, MetricKind.HISTOGRAM
+
+# The keys a node stats source may return (see the module docstring).
+NODE_METRICS: Mapping[str, NodeMetricSpec] = {
+    "raft_term": NodeMetricSpec(G, "Current raft term of this node."),
+    "raft_commit_index": NodeMetricSpec(G, "Highest raft log index known to be committed."),
+    "raft_applied_index": NodeMetricSpec(G, "Highest raft log index applied to the store."),
+    "raft_apply_lag_entries": NodeMetricSpec(
+        G, "Committed entries not yet applied (commit index - applied index)."),
+    "raft_has_leader": NodeMetricSpec(G, "1 when this node knows a leader, else 0."),
+    "raft_is_leader": NodeMetricSpec(G, "1 when this node is the leader, else 0."),
+    "raft_leader_changes": NodeMetricSpec(C, "Leader changes seen by this node."),
+    "proposals_committed": NodeMetricSpec(C, "Proposals committed (applied) via this node."),
+    "proposals_failed": NodeMetricSpec(C, "Proposals that failed (dropped, timed out, no leader)."),
+    "proposals_pending": NodeMetricSpec(G, "Proposals waiting to be committed."),
+    "wal_fsync_duration_seconds": NodeMetricSpec(
+        H, "Latency of WAL fsyncs (count = number of fsyncs)."),
+    "peer_send_failures": NodeMetricSpec(
+        C, "Messages to a peer that could not be sent.", label="peer"),
+    "store_revision": NodeMetricSpec(G, "Current MVCC store revision."),
+}
+
+
+class DurationHistogram:
+    """A fixed-bucket duration histogram a worker thread feeds and a scrape reads.
+
+    ``observe`` is a bisect and two additions under an uncontended lock (well under a
+    microsecond), so it is cheap enough for every fsync. ``bounds_seconds`` are the upper
+    bounds of the finite buckets, ascending; an implicit ``+Inf`` bucket follows.
+    """
+
+    __slots__ = ("bounds_seconds", "_counts", "_sum", "_lock")
+
+    def __init__(self, bounds_seconds: Iterable[float] = FSYNC_BUCKETS_SECONDS) -> None:
+        bounds = tuple(float(b) for b in bounds_seconds)
+        if not bounds or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError("histogram bounds must be non-empty and strictly ascending")
+        self.bounds_seconds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # per bucket (not cumulative); last is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        i = bisect_left(self.bounds_seconds, seconds)  # bucket with le >= seconds
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += seconds
+
+    def snapshot(self) -> tuple[list[tuple[str, int]], float]:
+        """Cumulative buckets ``[(le, count), ..., ("+Inf", total)]`` and the sum."""
+        with self._lock:
+            counts = list(self._counts)
+            total_sum = self._sum
+        out = []
+        acc = 0
+        for bound, n in zip(self.bounds_seconds, counts, strict=False):
+            acc += n
+            out.append((_float_label(bound), acc))
+        out.append(("+Inf", acc + counts[-1]))
+        return out, total_sum
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return sum(self._counts)
+
+
+def _float_label(x: float) -> str:
+    return repr(float(x))
+
+
+NodeStatsSource = Callable[[], Mapping[str, Any]]
+
+
+class _NodeStatsCollector:
+    """Turns the node stats mapping into metric families at scrape time."""
+
+    def __init__(self, owner: Metrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> list[Metric]:
+        return []  # names are dynamic; nothing to pre-register
+
+    def collect(self) -> Iterable[Metric]:
+        source = self._owner.node_stats
+        if source is None:
+            return []
+        try:
+            stats = source()
+            return list(_families(stats))
+        except Exception:
+            log.exception("node stats source failed; node metrics left out of this scrape")
+            self._owner.node_stats_errors.inc()
+            return []
+
+
+def _families(stats: Mapping[str, Any]) -> Iterable[Metric]:
+    for key, value in stats.items():
+        spec = NODE_METRICS.get(key)
+        if spec is None or value is None:
+            continue
+        name = "raftkv_" + key
+        if spec.kind is MetricKind.HISTOGRAM:
+            buckets, total = value.snapshot()
+            yield HistogramMetricFamily(name, spec.help, buckets=buckets, sum_value=total)
+            continue
+        labels = [spec.label] if spec.label else None
+        if spec.kind is MetricKind.COUNTER:
+            fam: Metric = CounterMetricFamily(name, spec.help, labels=labels)
+        else:
+            fam = GaugeMetricFamily(name, spec.help, labels=labels)
+        if spec.label:
+            for label_value, v in value.items():
+                fam.add_metric([str(label_value)], float(v))
+        else:
+            fam.add_metric([], float(value))
+        yield fam
+
+
+def _dialect(path: str) -> str:
+    if path.startswith("/v3/") or path.startswith("/v3beta/"):
+        return "etcd"
+    if path.startswith("/v1/"):
+        return "rest"
+    return "ops"
+
+
+class Metrics:
+    """The metrics of one node (see the module docstring)."""
+
+    def __init__(self, node_stats: NodeStatsSource | None = None, *,
+                 process_metrics: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.node_stats: NodeStatsSource | None = node_stats
+        self.http_request_duration = Histogram(
+            "raftkv_http_request_duration_seconds",
+            "Latency of client HTTP requests, from routing to response, by API dialect, "
+            "route pattern and status code.",
+            ("dialect", "route", "status"),
+            buckets=HTTP_BUCKETS_SECONDS,
+            registry=self.registry,
+        )
+        self.node_stats_errors = Counter(
+            "raftkv_node_stats_errors",
+            "Scrapes whose node stats source raised (node metrics were left out).",
+            registry=self.registry,
+        )
+        self.registry.register(_NodeStatsCollector(self))
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+        # (dialect, route, status) -> the labelled child's observe; bounded by routes x statuses
+        self._observers: dict[tuple[str, str, int], Callable[[float], None]] = {}
+
+    def observe_http(self, dialect: str, route: str, status: int, seconds: float) -> None:
+        key = (dialect, route, status)
+        observe = self._observers.get(key)
+        if observe is None:
+            child = self.http_request_duration.labels(dialect, route, str(status))
+            observe = self._observers[key] = child.observe
+        observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def http_middleware(self) -> Callable[..., Any]:
+        """An aiohttp middleware recording ``raftkv_http_request_duration_seconds``.
+
+        Put it outermost, so it sees the status the error middleware rendered. A request the
+        client abandoned (the handler was cancelled) is recorded with status 499.
+        """
+        labels_by_resource: dict[int, tuple[str, str]] = {}
+        observe_http = self.observe_http
+        perf_counter = time.perf_counter
+
+        @web.middleware
+        async def record_latency(request: web.Request, handler: Any) -> web.StreamResponse:
+            start = perf_counter()
+            status = 500
+            try:
+                response = await handler(request)
+                status = response.status
+                return response
+            except web.HTTPException as exc:
+                status = exc.status
+                raise
+            except asyncio.CancelledError:
+                status = 499
+                raise
+            finally:
+                resource = request.match_info.route.resource
+                if resource is None:
+                    labels = (_dialect(request.path), "unmatched")
+                else:
+                    labels = labels_by_resource.get(id(resource))  # type: ignore[assignment]
+                    if labels is None:
+                        canonical = resource.canonical
+                        labels = labels_by_resource[id(resource)] = (
+                            _dialect(canonical), canonical)
+                observe_http(labels[0], labels[1], status, perf_counter() - start)
+
+        return record_latency

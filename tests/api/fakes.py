@@ -1,0 +1,120 @@
+"""``LocalKV``: a ``KVService`` that applies requests directly to an ``MVCCStore`` (no raft).
+
+For tests of the HTTP API and of the client library: every request is applied at once, in
+call order, with the store's own validation and request-id deduplication, and answered with
+a full header (``cluster_id``, ``member_id``, ``revision``, ``raft_term``). A failed request
+raises the store's ``EtcdError`` and changes nothing.
+
+Knobs a test may turn (plain attributes):
+- ``leader`` (0 = no leader), ``raft_term``, ``raft_index``, ``raft_applied_index`` — what
+  ``status()`` reports (each write advances both indexes by one);
+- ``fail_with`` — an exception every service call raises before touching the store (e.g.
+  ``kvserver.errors.no_leader()`` for failover tests, ``RuntimeError`` for a bug);
+- ``calls`` — a ``Counter`` of request type names that reached the store.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from kvserver.mvcc.store import MVCCStore
+from kvserver.mvcc.types import (
+    CompactionRequest,
+    CompactionResponse,
+    DeleteRangeRequest,
+    DeleteRangeResponse,
+    PutRequest,
+    PutResponse,
+    RangeRequest,
+    RangeResponse,
+    ResponseHeader,
+    TxnRequest,
+    TxnResponse,
+)
+from kvserver.service import MemberInfo, NodeStatus
+
+DEFAULT_CLUSTER_ID = 0xCDF818194E3A8C32
+DEFAULT_MEMBER_ID = 0x8E9E05C52164694D
+
+
+class LocalKV:
+    """A single-node, in-memory ``KVService`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: MVCCStore | None = None,
+        cluster_id: int = DEFAULT_CLUSTER_ID,
+        member_id: int = DEFAULT_MEMBER_ID,
+        name: str = "local",
+        raft_term: int = 2,
+        client_url: str = "http://127.0.0.1:2379",
+        peer_url: str = "http://127.0.0.1:2380",
+    ) -> None:
+        self.store = store if store is not None else MVCCStore()
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.name = name
+        self.raft_term = raft_term
+        self.leader = member_id
+        self.raft_index = 1
+        self.raft_applied_index = 1
+        self.fail_with: BaseException | None = None
+        self.calls: Counter[str] = Counter()
+        self.members = (MemberInfo(member_id, name, (peer_url,), (client_url,)),)
+        self._bytes_written = 0
+
+    def _apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> Any:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.calls[type(request).__name__] += 1
+        result = self.store.apply(request, client_id, request_id)
+        if type(request) is not RangeRequest:
+            self.raft_index += 1  # a write is one log entry, applied at once
+            self.raft_applied_index = self.raft_index
+        if result.error is not None:
+            raise result.error
+        response = result.response
+        if type(request) is PutRequest:
+            self._bytes_written += len(request.key) + len(request.value)
+        header = ResponseHeader(self.cluster_id, self.member_id, response.header.revision,
+                                self.raft_term)
+        return replace(response, header=header)
+
+    async def range(self, req: RangeRequest) -> RangeResponse:
+        return self._apply(req)
+
+    async def put(self, req: PutRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> PutResponse:
+        return self._apply(req, client_id, request_id)
+
+    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
+                           request_id: int = 0) -> DeleteRangeResponse:
+        return self._apply(req, client_id, request_id)
+
+    async def txn(self, req: TxnRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> TxnResponse:
+        return self._apply(req, client_id, request_id)
+
+    async def compact(self, req: CompactionRequest) -> CompactionResponse:
+        return self._apply(req)
+
+    def status(self) -> NodeStatus:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return NodeStatus(
+            member_id=self.member_id,
+            cluster_id=self.cluster_id,
+            name=self.name,
+            leader=self.leader,
+            raft_term=self.raft_term,
+            raft_index=self.raft_index,
+            raft_applied_index=self.raft_applied_index,
+            revision=self.store.revision,
+            compact_revision=self.store.compact_revision,
+            db_size_bytes=4096 + self._bytes_written,
+            is_learner=False,
+            members=self.members,
+        )
