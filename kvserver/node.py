@@ -141,7 +141,9 @@ class Node:
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.applied_event = asyncio.Event()
-        self.stats = {"proposals": 0, "proposals_dropped": 0, "readies": 0,
+        self.failed = asyncio.Event()        # set if the raft loop dies (a bug): exit
+        self.stats = {"proposals": 0, "proposals_dropped": 0, "proposals_applied": 0,
+                      "proposals_failed": 0, "readies": 0,
                       "entries_persisted": 0, "entries_applied": 0, "snapshots": 0,
                       "read_batches": 0, "reads": 0}
 
@@ -175,6 +177,7 @@ class Node:
         try:
             return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
         except TimeoutError:
+            self.stats["proposals_failed"] += 1
             raise errors.timed_out() from None
         finally:
             self._proposal_waiters.pop(seq, None)
@@ -251,8 +254,9 @@ class Node:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("raft loop failed; the node stops serving")
+            log.exception("raft loop failed; the node stops")
             self._stopped = True
+            self.failed.set()
             raise
 
     # --- the raft task -------------------------------------------------------------------
@@ -285,6 +289,7 @@ class Node:
                     self.stats["proposals"] += 1
                 except ProposalDroppedError:
                     self.stats["proposals_dropped"] += 1
+                    self.stats["proposals_failed"] += 1
                     self._fail_proposal(data, errors.no_leader() if self.leader == 0
                                         else errors.leader_changed())
         if self._conf_proposals:
@@ -316,7 +321,10 @@ class Node:
         for batch in self._reads_asked.values():
             if batch.index is None and now - batch.asked_at >= self.opts.read_retry_s:
                 batch.asked_at = now
-                self.raw.read_index(batch.ctx)
+                try:
+                    self.raw.read_index(batch.ctx)
+                except ProposalDroppedError:
+                    pass  # no leader yet: asked again after read_retry_s, or times out
 
     async def _handle_ready(self, rd: Ready) -> None:
         self.stats["readies"] += 1
@@ -367,6 +375,7 @@ class Node:
                     result = self.sm.apply(e.index, e.data[_HEADER_BYTES:])
                     if e.data[:8] == origin:
                         fut = waiters.get(int.from_bytes(e.data[8:16], "big"))
+                        self.stats["proposals_applied"] += 1
                         if fut is not None and not fut.done():
                             if isinstance(result, Exception):
                                 fut.set_exception(result)
@@ -425,6 +434,10 @@ class Node:
         return self.storage.raft_storage
 
     # --- status ----------------------------------------------------------------------------
+
+    @property
+    def pending_proposals(self) -> int:
+        return len(self._proposal_waiters)
 
     @property
     def is_leader(self) -> bool:

@@ -97,7 +97,7 @@ class Member:
         kv.node = self.node
         self.node.start()
 
-        metrics = Metrics(stats=self._stats)
+        metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))
         peer_app.add_routes(self.transport.routes())
         client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
@@ -113,16 +113,22 @@ class Member:
                  ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))
 
     def _stats(self) -> dict:
+        """Numbers for /metrics (keys: kvserver.metrics.NODE_METRICS); read per scrape."""
         node = self.node
-        stats = dict(node.stats)
-        stats.update(term=node.term, applied=node.applied, leader_changes=node.leader_changes,
-                     is_leader=int(node.is_leader), has_leader=int(node.leader != 0))
-        if self.transport is not None:
-            stats.update(peer_dropped_messages=self.transport.dropped_messages,
-                         peer_send_failures=self.transport.send_failures)
-        if self.storage is not None:
-            stats.update(self.storage.stats())
-        return stats
+        commit = node.raw.status().hard_state.commit
+        return {
+            "raft_term": node.term, "raft_commit_index": commit,
+            "raft_applied_index": node.applied, "raft_apply_lag_entries": commit - node.applied,
+            "raft_has_leader": int(node.leader != 0), "raft_is_leader": int(node.is_leader),
+            "raft_leader_changes": node.leader_changes,
+            "proposals_committed": node.stats["proposals_applied"],
+            "proposals_failed": node.stats["proposals_failed"],
+            "proposals_pending": node.pending_proposals,
+            "wal_fsync_duration_seconds": self.storage.fsync_seconds,
+            "peer_send_failures": {f"{peer:x}": count for peer, count
+                                   in self.transport.failures_by_peer.items()},
+            "store_revision": node.sm.store.revision,
+        }
 
     async def stop(self) -> None:
         for runner in reversed(self.runners):
@@ -143,7 +149,13 @@ async def serve(cfg: ServerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await member.start()
-        await stop.wait()
+        failed = asyncio.ensure_future(member.node.failed.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([failed, stopped], return_when=asyncio.FIRST_COMPLETED)
+        for fut in (failed, stopped):
+            fut.cancel()
+        if member.node.failed.is_set():
+            raise SystemExit("raftkv: the raft loop failed (see the log above); exiting")
     finally:
         await member.stop()
 

@@ -18,12 +18,14 @@ data goes into the MemoryStorage the raft core reads.
 import asyncio
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import raftpb
 import snap
 import wal
 from kvserver.config import ServerConfig
+from kvserver.metrics import FSYNC_BUCKETS_SECONDS, DurationHistogram
 from raft import (
     ConfState,
     Entry,
@@ -86,6 +88,7 @@ class NodeStorage:
         self.raft_storage = raft_storage
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-writer")
         self._stats = {"wal_writes": 0, "wal_syncs": 0, "wal_entries": 0}
+        self.fsync_seconds = DurationHistogram(FSYNC_BUCKETS_SECONDS)
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -184,7 +187,10 @@ class NodeStorage:
             # WAL does not know, which recovery ignores.
             self.snapshotter.save_snap(_to_pb_snapshot(rd.snapshot))
             self.wal.save_snapshot(_wal_snapshot(rd.snapshot))
+        started = time.perf_counter()
         self.wal.save(rd.hard_state, rd.entries, must_sync=rd.must_sync)
+        if rd.must_sync:
+            self.fsync_seconds.observe(time.perf_counter() - started)
         self._stats["wal_writes"] += 1
         self._stats["wal_syncs"] += int(rd.must_sync)
         self._stats["wal_entries"] += len(rd.entries)

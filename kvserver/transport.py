@@ -72,7 +72,7 @@ class PeerTransport:
         self._session: aiohttp.ClientSession | None = None
         self._snapshot_tasks: set[asyncio.Task] = set()
         self.dropped_messages = 0
-        self.send_failures = 0
+        self.failures_by_peer: dict[int, int] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -236,6 +236,7 @@ class _PeerSender:
         t = self.transport
         if not self.connected or len(self.queue) >= t.limits.queue_messages:
             t.dropped_messages += 1
+            t.failures_by_peer[self.peer_id] = t.failures_by_peer.get(self.peer_id, 0) + 1
             t._on_unreachable(self.peer_id)
             return
         self.queue.append(m)
@@ -259,7 +260,8 @@ class _PeerSender:
                 log.debug("stream to %x: %s", self.peer_id, exc)
             self.connected = False
             if self.queue:
-                t.send_failures += 1
+                t.failures_by_peer[self.peer_id] = \
+                    t.failures_by_peer.get(self.peer_id, 0) + len(self.queue)
                 self.queue.clear()
                 t._on_unreachable(self.peer_id)
             await asyncio.sleep(backoff)
