@@ -187,6 +187,7 @@ class AsyncClient:
         self._member_endpoints: dict[int, str] = {}  # member id -> endpoint, as learned
         self._discovery_lock: asyncio.Lock | None = None
         self._last_discovery_s = float("-inf")
+        self._last_discovery_found = False
 
     # -----------------------------------------------------------------------------------------
     # Properties and lifecycle
@@ -353,6 +354,7 @@ class AsyncClient:
         """Discover the leader now (ignoring what is cached); its endpoint, or ``None``."""
         self._leader = None
         self._last_discovery_s = float("-inf")
+        self._last_discovery_found = False
         loop = asyncio.get_running_loop()
         return await self._discover(loop.time() + self._timeout_s)
 
@@ -383,6 +385,7 @@ class AsyncClient:
             headers[REQUEST_ID_HEADER] = str(next(self._request_ids))
         limit = self._retries + 1 if max_attempts is None else max_attempts
         attempts: list[Attempt] = []
+        last_error: ClientError | None = None
         failed_in_round: set[str] = set()
         backoff_s = self._backoff_initial_s
         while True:
@@ -398,6 +401,7 @@ class AsyncClient:
                 attempts.append(Attempt(endpoint, err.message, type(err).__name__))
                 if not err.retryable:
                     raise err.with_context(what, tuple(attempts)) from None
+                last_error = err
                 self._note_failure(endpoint, err)
                 log.debug("%s: attempt %d at %s failed: %s", what, len(attempts), endpoint,
                           err.message)
@@ -416,15 +420,18 @@ class AsyncClient:
                 continue
             self._current = endpoint
             return result
-        raise self._give_up(what, attempts, loop.time() - start_s)
+        raise self._give_up(what, attempts, loop.time() - start_s, last_error)
 
     def _untried(self, failed: set[str]) -> bool:
         return any(ep not in failed for ep in self._endpoints)
 
-    def _give_up(self, what: str, attempts: list[Attempt], elapsed_s: float) -> ClientError:
+    def _give_up(self, what: str, attempts: list[Attempt], elapsed_s: float,
+                 last_error: ClientError | None) -> ClientError:
         if not attempts:
             return RequestTimeoutError(f"no attempt fit in the {self._timeout_s:g} s timeout",
                                        operation=what)
+        if len(attempts) == 1 and last_error is not None:
+            return last_error.with_context(what, tuple(attempts))
         tried = tuple(dict.fromkeys(a.endpoint for a in attempts))
         summary = f"gave up after {len(attempts)} attempt(s) in {elapsed_s:.2f} s"
         if all(a.error == ConnectionFailedError.__name__ for a in attempts):
@@ -473,7 +480,10 @@ class AsyncClient:
                 f"cannot connect: no answer within {min(self._connect_timeout_s, timeout_s):g} s",
                 endpoints=(endpoint,), endpoint=endpoint) from None
         except aiohttp.ClientConnectorError as exc:
-            reason = exc.os_error.strerror if exc.os_error.strerror else str(exc)
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                reason = "connection refused"
+            else:
+                reason = exc.os_error.strerror or str(exc)
             raise ConnectionFailedError(f"cannot connect: {reason}", endpoints=(endpoint,),
                                         endpoint=endpoint) from None
         except TimeoutError:
@@ -518,7 +528,8 @@ class AsyncClient:
         async with self._discovery_lock:
             if self._leader is not None:
                 return self._leader  # found by a call that held the lock before us
-            if loop.time() - self._last_discovery_s < self._backoff_initial_s:
+            if (not self._last_discovery_found
+                    and loop.time() - self._last_discovery_s < self._backoff_initial_s):
                 return None  # just looked and found none; don't storm the cluster
             timeout_s = min(deadline_s - loop.time(), self._attempt_timeout_s)
             if timeout_s <= 0:
@@ -527,6 +538,7 @@ class AsyncClient:
                 self._leader = await self._find_leader_once(timeout_s)
             finally:
                 self._last_discovery_s = loop.time()
+                self._last_discovery_found = self._leader is not None
             if self._leader is not None:
                 log.debug("leader is at %s", self._leader)
             return self._leader

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from kvserver.errors import GrpcCode
 
+MAX_ENDPOINTS_SHOWN = 8  # in an error message
 MAX_ERROR_TEXT_CHARS = 300  # bound on the server text we keep from a non-JSON error body
 
 
@@ -84,11 +85,16 @@ class ClientError(Exception):
     def _render(self) -> str:
         text = f"{self.operation}: {self.message}" if self.operation else self.message
         if len(self.attempts) > 1:
-            shown = self.attempts[-6:]
-            more = len(self.attempts) - len(shown)
-            tail = "; ".join(f"{a.endpoint}: {a.reason}" for a in shown)
-            prefix = f"... {more} more; " if more else ""
-            text += f" [{len(self.attempts)} attempts: {prefix}{tail}]"
+            # Per endpoint: how many attempts went there and how the last one failed.
+            last: dict[str, str] = {}
+            count: dict[str, int] = {}
+            for a in self.attempts:
+                last.pop(a.endpoint, None)  # re-insert so the order is by latest attempt
+                last[a.endpoint] = a.reason
+                count[a.endpoint] = count.get(a.endpoint, 0) + 1
+            parts = [f"{ep} (x{count[ep]}): {reason}" if count[ep] > 1 else f"{ep}: {reason}"
+                     for ep, reason in list(last.items())[-MAX_ENDPOINTS_SHOWN:]]
+            text += f" [{len(self.attempts)} attempts: {'; '.join(parts)}]"
         return text
 
     def with_context(self, operation: str, attempts: tuple[Attempt, ...]) -> ClientError:

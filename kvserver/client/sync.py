@@ -154,12 +154,13 @@ class Client:
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             return future.result(self._aclient.timeout_s + WAIT_MARGIN_S)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise RequestTimeoutError("the client's event loop did not finish the call in "
-                                      "time") from None
-        except BaseException:
-            future.cancel()
+        except BaseException as exc:
+            if future.done():
+                raise  # the call's own outcome (note: RequestTimeoutError is a TimeoutError)
+            future.cancel()  # the wait was interrupted or the loop is stuck: abandon the call
+            if isinstance(exc, concurrent.futures.TimeoutError):
+                raise RequestTimeoutError("the client's event loop did not finish the call "
+                                          "in time") from None
             raise
 
     # -----------------------------------------------------------------------------------------
