@@ -241,9 +241,11 @@ class Metrics:
         self.node_stats_errors = Counter(
             "raftkv_node_stats_errors",
             "Scrapes whose node stats source raised (node metrics were left out).",
-            registry=self.registry,
+            registry=None,
         )
+        # The node collector first, so a scrape's own source failure shows in that scrape.
         self.registry.register(_NodeStatsCollector(self))
+        self.registry.register(self.node_stats_errors)
         if process_metrics:
             ProcessCollector(registry=self.registry)
         # (dialect, route, status) -> the labelled child's observe; bounded by routes x statuses

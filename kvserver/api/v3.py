@@ -58,8 +58,8 @@ UNIMPLEMENTED = frozenset({
 async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def]
     limits = request.app[LIMITS_KEY]
     req = decode(await read_body(request, limits.max_body_bytes))
+    validate_request(req)  # etcd's order: the gRPC layer's checks, then the size at propose
     check_request_size(req, limits)
-    validate_request(req)
     return req
 
 
