@@ -33,8 +33,8 @@ from raftpb.crc import _crc32c as _crc
 from raftpb.wire import decode_varint, iter_fields
 from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
 
-# a length word as (low 32 bits, bits 32-55, top byte): only small ints on the hot path
-_unpack_lw = struct.Struct("<IHxB").unpack_from
+# a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path
+_unpack_lw = struct.Struct("<IHBB").unpack_from
 
 # Failure kinds. Only PARTIAL, DECODE and CRC can be a torn write: they are failures to read
 # bytes as written. LENGTH cannot (a length word is 8-aligned, so written atomically), and
@@ -119,17 +119,17 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
                 if pos < n and buf.count(0, pos) != n - pos:
                     raise BadRecord(PARTIAL, pos, "file ends inside a length word")
                 break
-            rl, rl_hi, top = unpack(buf, pos)
+            rl, rl_mid, rl_hi, top = unpack(buf, pos)
             if not top:
-                if not rl and not rl_hi:
+                if not rl and not rl_mid and not rl_hi:
                     break  # zero length word: end of the data (preallocated space follows)
                 pad = 0
             else:
                 pad = top - 0x80
                 if not 0 < pad < 8:
                     raise BadRecord(LENGTH, pos, f"length word at {pos}: bad padding byte {top:#x}")
-            if rl_hi:
-                rl |= rl_hi << 32
+            if rl_mid or rl_hi:
+                rl |= (rl_mid | rl_hi << 16) << 32
             if (rl + pad) & 7 or rl < 4:
                 raise BadRecord(LENGTH, pos, f"length word at {pos}: bad record length {rl}")
             p = pos + 8
