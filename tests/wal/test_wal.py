@@ -73,7 +73,8 @@ def test_rewrites_across_segment_cuts(tmp_path):
 
 def test_read_from_a_snapshot_keeps_only_later_entries(tmp_path):
     w = make(tmp_path, segment_size_bytes=512)
-    w.save(HardState(term=1, commit=30), entries(1, 30))
+    for i in range(1, 31, 3):
+        w.save(HardState(term=1, commit=i), entries(i, i + 2))
     w.save_snapshot(WalSnapshot(index=20, term=1, conf_state=ConfState(voters=(1,))))
     w.save(None, entries(31, 40))
     w.close()
