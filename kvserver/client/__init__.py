@@ -34,6 +34,7 @@ from kvserver.client.errors import (
     RequestTimeoutError,
     ResponseFormatError,
     UnavailableError,
+    UnimplementedError,
 )
 from kvserver.client.sync import Client
 from kvserver.client.txn import Cmp, Op, Txn
@@ -84,5 +85,6 @@ __all__ = [
     "Txn",
     "TxnResult",
     "UnavailableError",
+    "UnimplementedError",
     "normalize_endpoints",
 ]

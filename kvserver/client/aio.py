@@ -57,6 +57,7 @@ from kvserver.client.errors import (
     RequestTimeoutError,
     ResponseFormatError,
     UnavailableError,
+    UnimplementedError,
     from_http,
 )
 from kvserver.client.txn import KeyLike, Txn, as_bytes, key_range, range_request
@@ -341,12 +342,12 @@ class AsyncClient:
         return tuple(await asyncio.gather(*(one(ep) for ep in self._endpoints)))
 
     async def member_list(self) -> tuple[Member, ...]:
-        """The cluster's members (``/v3/cluster/member/list``; ``/v1/status`` where the former
-        is not served)."""
+        """The cluster's members (``/v3/cluster/member/list``; raftkv's ``/v1/status`` where
+        the former is not served: 404/501)."""
         try:
             return await self._call("member list", "POST", "/v3/cluster/member/list", {},
                                     _decode_members, Route.ANY)
-        except NotFoundError:
+        except (NotFoundError, UnimplementedError):
             return await self._call("member list", "GET", "/v1/status", None,
                                     _decode_members, Route.ANY)
 
@@ -599,7 +600,7 @@ class AsyncClient:
     async def _members_once(self, endpoint: str, timeout_s: float) -> tuple[Member, ...]:
         try:
             doc = await self._send(endpoint, "GET", "/v1/status", None, {}, timeout_s)
-        except NotFoundError:
+        except (NotFoundError, UnimplementedError):
             doc = await self._send(endpoint, "POST", "/v3/cluster/member/list", b"{}",
                                    {"Content-Type": "application/json"}, timeout_s)
         return codec.decode_members(doc)

@@ -182,10 +182,6 @@ def to_int(raw: Any, what: str) -> int:
             return int(raw, 10)
         except ValueError:
             pass
-        try:  # member ids printed in hex, as etcdctl does
-            return int(raw, 16)
-        except ValueError:
-            pass
     raise ResponseFormatError(f"field {what!r}: expected an integer, got {raw!r}")
 
 
@@ -324,8 +320,17 @@ def decode_member(raw: Any) -> Member:
     def urls(*names: str) -> tuple[str, ...]:
         return tuple(str(u) for u in _list(_field(doc, *names), names[0]))
 
+    if "ID" in doc:  # etcd's gateway: decimal
+        member_id = to_int(doc["ID"], "ID")
+    elif isinstance(doc.get("id"), str):  # raftkv's /v1/status: hex, as etcdctl prints ids
+        try:
+            member_id = int(doc["id"], 16)
+        except ValueError:
+            raise ResponseFormatError(f"field 'id': bad hex member id {doc['id']!r}") from None
+    else:
+        member_id = to_int(doc.get("id"), "id")
     return Member(
-        id=to_int(_field(doc, "ID", "id", "member_id"), "ID"),
+        id=member_id,
         name=str(doc.get("name") or ""),
         peer_urls=urls("peer_urls", "peerURLs"),
         client_urls=urls("client_urls", "clientURLs"),
@@ -334,6 +339,8 @@ def decode_member(raw: Any) -> Member:
 
 
 def decode_members(raw: Any) -> tuple[Member, ...]:
-    """Members from ``/v3/cluster/member/list`` or ``/v1/status`` (both carry ``members``)."""
+    """Members from ``/v3/cluster/member/list`` (etcd: ``ID`` in decimal, ``peerURLs``,
+    ``clientURLs``) or raftkv's ``GET /v1/status`` (``id`` as a hex string, ``peer_urls``,
+    ``client_urls``); both carry ``members``."""
     doc = _mapping(raw, "member list")
     return tuple(decode_member(m) for m in _list(doc.get("members"), "members"))

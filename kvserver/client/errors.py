@@ -32,10 +32,11 @@ gRPC code            text                                       class
 14 Unavailable       ``etcdserver: request timed out``          RequestTimeoutError
 14 Unavailable       other                                      UnavailableError
 4 DeadlineExceeded   any                                        RequestTimeoutError
+12 Unimplemented     any                                        UnimplementedError
 ===================  ========================================  ==========================
 
 A body that is not such JSON is mapped by HTTP status alone (404 → NotFoundError, 400 →
-InvalidArgumentError, 502/503/504 → UnavailableError / RequestTimeoutError, others →
+InvalidArgumentError, 405/501 → UnimplementedError, 502/503/504 → UnavailableError / RequestTimeoutError, others →
 ``ClientError``). ``RequestTimeoutError`` is also a builtin ``TimeoutError``.
 """
 
@@ -141,6 +142,10 @@ class NotFoundError(ClientError):
     """The named thing does not exist (a lease, a member, an API path)."""
 
 
+class UnimplementedError(ClientError):
+    """The server does not implement this call (gRPC Unimplemented, HTTP 501 or 405)."""
+
+
 class UnavailableError(ClientError):
     """The cluster could not serve the request now; retrying later may succeed."""
 
@@ -198,6 +203,7 @@ _BY_CODE: dict[int, type[ClientError]] = {
     GrpcCode.FAILED_PRECONDITION: FailedPreconditionError,
     GrpcCode.OUT_OF_RANGE: OutOfRangeError,
     GrpcCode.NOT_FOUND: NotFoundError,
+    GrpcCode.UNIMPLEMENTED: UnimplementedError,
     GrpcCode.UNAVAILABLE: UnavailableError,
     GrpcCode.DEADLINE_EXCEEDED: RequestTimeoutError,
 }
@@ -205,6 +211,8 @@ _BY_CODE: dict[int, type[ClientError]] = {
 _BY_HTTP_STATUS: dict[int, type[ClientError]] = {
     400: InvalidArgumentError,
     404: NotFoundError,
+    405: UnimplementedError,
+    501: UnimplementedError,
     502: UnavailableError,
     503: UnavailableError,
     504: RequestTimeoutError,

@@ -4,7 +4,8 @@ It speaks the etcd v3 JSON gateway dialect as etcd 3.4 does (checked by hand aga
 ``/usr/bin/etcd``; the external test runs the client against the real thing), written
 independently of ``kvserver.client.codec`` so that it is an oracle, not a mirror:
 ``/v3/kv/put|range|deleterange|txn|compaction``, ``/v3/maintenance/status`` (camelCase fields,
-as etcd), ``/v3/cluster/member/list`` (optional) and raftkv's ``GET /v1/status``.
+as etcd), ``/v3/cluster/member/list`` (optional) and raftkv's ``GET /v1/status`` (ids as hex
+strings, as kvserver/api/ops.py serves them).
 
 Every node serves reads and writes from the shared store (like a follower that forwards to the
 leader), so the tests see routing only through what each node *received*. Knobs:
@@ -327,9 +328,10 @@ class FakeNode:
         cluster = self.cluster
         if path == "/v1/status" and method == "GET":
             return web.json_response({
-                "id": self.member_id, "name": self.name, "leader": cluster.leader_id,
+                "id": f"{self.member_id:x}", "name": self.name,
+                "leader": f"{cluster.leader_id:x}" if cluster.leader_id else None,
                 "term": cluster.term,
-                "members": [{"id": n.member_id, "name": n.name,
+                "members": [{"id": f"{n.member_id:x}", "name": n.name,
                              "peer_urls": [f"http://127.0.0.1:{n.port + 1}"],
                              "client_urls": [n.url]} for n in cluster.nodes]})
         if method != "POST":

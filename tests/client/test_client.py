@@ -146,6 +146,7 @@ def test_sync_client_round_trip_and_threads(cluster):
         assert c.statuses()[0].status.is_leader
     with pytest.raises(ClientError, match="closed"):
         c.get("k")
+    assert c._thread is not None and not c._thread.is_alive()  # close() stopped the loop
 
 
 def test_sync_client_signatures_match_async():
@@ -187,6 +188,19 @@ def test_writes_and_linearizable_reads_go_to_the_leader(cluster):
     for follower in cluster.nodes[:2]:
         assert follower.kv_requests() == []
         assert set(follower.paths()) <= {"/v3/maintenance/status"}
+
+
+def test_concurrent_calls_share_one_leader_discovery(cluster):
+    cluster.set_leader(1)
+
+    async def body():
+        async with AsyncClient(cluster.urls, **FAST) as c:
+            results = await asyncio.gather(*(c.put(f"k{i}", "v") for i in range(20)))
+            return sorted(r.revision for r in results)
+
+    assert run(body()) == list(range(2, 22))
+    assert [n.paths().count("/v3/maintenance/status") for n in cluster.nodes] == [1, 1, 1]
+    assert len(cluster.nodes[1].kv_requests()) == 20
 
 
 def test_serializable_reads_stay_on_the_endpoint_that_answered(cluster):
