@@ -26,9 +26,11 @@ Rules implemented here, by Raft paper/thesis section:
 
 Deviations from etcd, on purpose: the leader counts itself towards commit only after its
 own write is reported durable (``on_persisted``, as etcd v3.6 does); a leader that applies
-its own removal steps down instead of leading a group it is not part of; a conf change that
-would leave no voters is ignored (etcd panics); local proposals and read requests that
-cannot be served raise ProposalDroppedError (etcd drops reads silently).
+its own removal (or demotion) keeps leading only until a quorum of the new configuration has
+its log and knows the change committed, then steps down (etcd keeps leading until the server
+stops it); a conf change that would leave no voters is ignored (etcd panics); local
+proposals and read requests that cannot be served raise ProposalDroppedError (etcd drops
+reads silently).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from raft.types import (
 from raft.types import MessageType as MT
 
 CAMPAIGN_TRANSFER_CONTEXT = b"CampaignTransfer"  # marks MsgVote of a leadership transfer
+LEAVING_CONTEXT_PREFIX = b"\x00leaving:"  # heartbeat context of a removed, leaving leader
 MAX_PENDING_READ_REQUESTS = 4096  # bound on queued ReadIndex requests on a leader
 
 
@@ -106,6 +109,11 @@ class Raft:
         # invariant: a conf change may be proposed only when pending_conf_index <= applied
         self.pending_conf_index = 0
         self.uncommitted_size_bytes = 0  # payload appended by this leader, not yet applied
+        # A leader that applied its own removal (or demotion) keeps leading only to tell the
+        # new configuration that the change committed: leaving_index is its commit index at
+        # that point (0 = not leaving); informed holds who acknowledged a commit that high.
+        self.leaving_index = 0
+        self.informed: set[int] = set()
 
         self.election_elapsed = 0  # ticks since the last reset (leader: since quorum check)
         self.heartbeat_elapsed = 0  # leader only
@@ -127,6 +135,11 @@ class Raft:
         if not hs.is_empty():
             self._load_state(hs)
         if config.applied > 0:
+            if self.log.committed < config.applied <= self.log.last_index():
+                # The state machine applied entries whose commit index was not yet synced
+                # (a commit-only HardState needs no fsync): they were committed, so the
+                # commit index may safely catch up with what was applied.
+                self.log.commit_to(config.applied)
             self.log.applied_to(config.applied)
         self.become_follower(self.term, NONE)
 
@@ -143,12 +156,14 @@ class Raft:
         return HardState(term=self.term, vote=self.vote, commit=self.log.committed)
 
     def _load_state(self, hs: HardState) -> None:
-        if hs.commit < self.log.committed or hs.commit > self.log.last_index():
+        if hs.commit > self.log.last_index():
             raise RaftInvariantError(
-                f"hard state commit {hs.commit} out of range "
-                f"[{self.log.committed}, {self.log.last_index()}]"
+                f"hard state commit {hs.commit} is beyond the last index {self.log.last_index()}"
             )
-        self.log.committed = hs.commit
+        # A commit index below the storage's snapshot is possible when the commit-only
+        # HardState update (not fsynced) was lost: the snapshot itself proves its index is
+        # committed, so keep the larger of the two.
+        self.log.committed = max(self.log.committed, hs.commit)
         self.term = hs.term
         self.vote = hs.vote
 
@@ -204,6 +219,8 @@ class Raft:
         self.uncommitted_size_bytes = 0
         self.read_only = ReadOnly(self.read_only.option)
         self.pending_read_index_messages = []
+        self.leaving_index = 0
+        self.informed = set()
 
     def become_follower(self, term: int, lead: int) -> None:
         self._step_fn = self._step_follower
@@ -451,7 +468,7 @@ class Raft:
     def _leader_propose(self, m: Message) -> None:
         if not m.entries:
             raise RaftInvariantError("stepped empty MsgProp")
-        if self.id not in self.tracker.progress:
+        if self.leaving_index:
             raise ProposalDroppedError("this leader was removed from the configuration")
         if self.lead_transferee != NONE:
             raise ProposalDroppedError(f"leadership is being transferred to {self.lead_transferee}")
@@ -567,6 +584,9 @@ class Raft:
         pr.msg_app_flow_paused = False
         if pr.match < self.log.last_index():
             self._send_append(m.frm)
+        if self.leaving_index:
+            self._leaving_ack(m)
+            return
         if self.read_only.option != ReadOnlyOption.SAFE or not m.context:
             return
         acks = self.read_only.recv_ack(m.frm, m.context)
@@ -658,6 +678,9 @@ class Raft:
                 continue
             # Never tell a follower to commit beyond what it is known to have.
             commit = min(pr.match, self.log.committed)
+            if self.leaving_index:
+                # The echoed context tells us which commit index the follower has seen.
+                ctx = LEAVING_CONTEXT_PREFIX + str(commit).encode()
             self._send(self._msg(MT.MsgHeartbeat, node_id, commit=commit, context=ctx))
 
     # --- leader: reads --------------------------------------------------------------------
@@ -665,6 +688,8 @@ class Raft:
     def _leader_read_index(self, m: Message) -> None:
         if len(m.entries) != 1:
             raise RaftInvariantError("MsgReadIndex must carry exactly one entry (the context)")
+        if self.leaving_index:
+            raise ProposalDroppedError("this leader was removed from the configuration")
         if self.tracker.is_singleton() and self.id in self.tracker.voters:
             self._respond_to_read_index(m, self.log.committed)
             return
@@ -703,6 +728,25 @@ class Raft:
                 self._send_read_index_response(m)
             except ProposalDroppedError:
                 self._info("dropped read request: too many pending")
+
+    def _leaving_ack(self, m: Message) -> None:
+        if not m.context.startswith(LEAVING_CONTEXT_PREFIX):
+            return
+        try:
+            seen = int(m.context[len(LEAVING_CONTEXT_PREFIX) :])
+        except ValueError:
+            return
+        if seen >= self.leaving_index:
+            self.informed.add(m.frm)
+        last = self.log.last_index()
+        ready = {
+            i
+            for i in self.informed
+            if i in self.tracker.voters and self.tracker.progress[i].match == last
+        }
+        if vote_result(self.tracker.voters, dict.fromkeys(ready, True)) == VoteResult.WON:
+            self._info("new configuration knows it committed; stepping down")
+            self.become_follower(self.term, NONE)
 
     # --- candidate ------------------------------------------------------------------------
 
@@ -860,14 +904,19 @@ class Raft:
         self.is_learner = pr is not None and pr.is_learner
         if self.state != StateType.LEADER:
             return cs
-        if pr is None or self.is_learner:
-            # This leader was removed (or demoted). Let the remaining voters learn the new
-            # commit index, then step down: they elect a leader among themselves after an
-            # election timeout (we are no longer promotable, so we never campaign).
+        if (pr is None or self.is_learner) and not self.leaving_index:
+            # This leader was removed (or demoted). The remaining voters cannot use the new
+            # configuration before they learn that it committed, and only we can tell them:
+            # stepping down now could leave them unable to elect anyone (our log may be
+            # longer than theirs, and we no longer campaign). So keep leading, refusing
+            # proposals and reads, until a quorum of the new configuration has our whole log
+            # and has acknowledged our commit index; then step down (_leaving_ack).
             self._maybe_commit()
+            self.leaving_index = self.log.committed
+            self.lead_transferee = NONE
+            self._info("removed from the configuration; leaving once it is known committed")
             self._bcast_append()
-            self._info("removed from the configuration; stepping down")
-            self.become_follower(self.term, NONE)
+            self._bcast_heartbeat()
             return cs
         if self._maybe_commit():
             # The quorum shrank: entries may now be committed.

@@ -129,6 +129,12 @@ class Cluster:
         peer.node = RawNode(
             Config(id=node_id, storage=peer.storage, rng=rng, applied=applied, **kw)
         )
+        # The storage only knows the configuration as of its snapshot; conf changes applied
+        # after it are not re-delivered (Config.applied), so restore them, as a driver must.
+        snap_index = peer.storage.snapshot().metadata.index
+        for e in peer.applied:
+            if e.index > snap_index and e.type == EntryType.CONF_CHANGE:
+                peer.node.apply_conf_change(ConfChange.decode(e.data))
         return peer.node
 
     def compact(self, node_id: int, data: bytes = b"state") -> None:

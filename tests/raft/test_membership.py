@@ -1,6 +1,8 @@
 """Membership: learners (thesis §4.2.1) and single-server changes (thesis §4.1), with the
 one-pending-change rule. Joint consensus (§4.3) is not implemented."""
 
+import pytest
+
 from raft import (
     ConfChange,
     ConfChangeType,
@@ -8,6 +10,7 @@ from raft import (
     EntryType,
     Message,
     MessageType,
+    ProposalDroppedError,
     StateType,
 )
 from tests.raft.harness import Cluster
@@ -182,8 +185,8 @@ def test_4_1_node_with_unapplied_committed_conf_change_does_not_campaign():
 
 def test_4_1_removed_leader_steps_down_and_the_rest_elect_a_new_one():
     """thesis §4.2.2: a leader removed from the configuration steps down once the removal
-    is committed (applied); the remaining servers elect a leader among themselves and the
-    removed server never campaigns."""
+    is committed (here: once the remaining voters know it is); they elect a leader among
+    themselves and the removed server never campaigns."""
     c = Cluster([1, 2, 3])
     c.elect(1)
     conf_change(c, 1, REMOVE, 1)
@@ -196,6 +199,36 @@ def test_4_1_removed_leader_steps_down_and_the_rest_elect_a_new_one():
     c.propose(leaders[0], b"after")
     c.stabilize()
     assert c.applied_data(2) == [b"after"] and c.applied_data(3) == [b"after"]
+
+
+@pytest.mark.parametrize("change", [REMOVE, ADD_LEARNER])
+def test_4_1_removed_leader_keeps_leading_until_the_new_configuration_knows(change):
+    """A removed (or demoted) leader must not step down before the remaining voters learn
+    that the change committed: they apply it only then, and until they do they still need
+    the old leader's vote — which it refuses if its log is longer than theirs. Here every
+    message after the leader applied its removal is lost (including an entry it appended
+    after the change); the leader keeps leading, refusing proposals and reads, and leaves
+    only once the new configuration has caught up."""
+    c = Cluster([1, 2])
+    c.elect(1)
+    c.node(1).propose_conf_change(ConfChange(change, 1))
+    c.propose(1, b"tail")  # appended after the change, before it applies
+    c.msg_filter = lambda m: m.frm == 1 and 1 not in c.peers[1].conf_state.voters
+    c.stabilize()
+    assert 1 not in c.peers[1].conf_state.voters
+    assert c.peers[2].conf_state == ConfState(voters=(1, 2))  # 2 does not know yet
+    assert c.raft(1).state == StateType.LEADER
+    with pytest.raises(ProposalDroppedError):
+        c.propose(1, b"x")
+    with pytest.raises(ProposalDroppedError):
+        c.node(1).read_index(b"r")
+    c.heal()
+    c.tick_all(1)
+    assert c.raft(1).state == StateType.FOLLOWER
+    assert c.peers[2].conf_state.voters == (2,)
+    c.tick_all(3 * c.raft(2).election_timeout)
+    assert c.leaders() == [2]
+    assert c.applied_data(2) == [b"tail"]
 
 
 def test_4_1_removing_the_last_voter_is_ignored_everywhere():

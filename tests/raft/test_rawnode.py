@@ -186,3 +186,19 @@ def test_unknown_entry_types_do_not_break_the_str_of_a_ready():
     c.elect(1)
     c.propose(1, "ünïcode".encode())
     assert "ünïcode" in str(c.node(1).ready())
+
+
+def test_restart_with_applied_beyond_the_unsynced_commit_index():
+    """A commit-only HardState is written without fsync, so after a crash the stored commit
+    index can lag what the state machine applied; Config.applied pulls it forward."""
+    c = Cluster([1, 2, 3])
+    c.elect(1)
+    c.propose(1, b"a")
+    c.stabilize()
+    p = c.peers[2]
+    applied = p.applied[-1].index
+    p.storage.set_hard_state(HardState(term=1, vote=1, commit=applied - 1))  # lost update
+    n = c.restart(2)
+    assert (n.raft.log.committed, n.raft.log.applied) == (applied, applied)
+    with pytest.raises(RaftInvariantError):
+        RawNode(Config(id=2, storage=p.storage, applied=p.storage.last_index() + 1))
