@@ -181,6 +181,7 @@ class AsyncClient:
         self._request_ids = itertools.count(1)
 
         self._http: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._leader: str | None = None  # endpoint of the leader, when known
         self._current: str | None = None  # the endpoint that answered last
@@ -227,11 +228,17 @@ class AsyncClient:
                 f"timeout_s={self._timeout_s}, leader={self._leader!r})")
 
     def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
         if self._http is None:
             if self._closed:
                 raise ClientError("the client is closed")
             connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60)
             self._http = aiohttp.ClientSession(connector=connector)
+            self._loop = loop
+        elif loop is not self._loop:
+            # aiohttp sessions (and our discovery lock) belong to one loop.
+            raise ClientError("this AsyncClient was first used on another event loop; "
+                              "create one client per loop (or use the blocking Client)")
         return self._http
 
     # -----------------------------------------------------------------------------------------

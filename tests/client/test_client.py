@@ -476,6 +476,18 @@ def test_statuses_report_each_endpoint_and_the_failures(cluster):
     assert isinstance(statuses[3].error, ConnectionFailedError)
 
 
+def test_an_async_client_refuses_a_second_event_loop(cluster):
+    c = AsyncClient(cluster.urls, **FAST)
+    first = asyncio.new_event_loop()
+    try:
+        first.run_until_complete(c.put("k", "v"))
+        with pytest.raises(ClientError, match="another event loop"):
+            run(c.get("k"))
+        first.run_until_complete(c.close())
+    finally:
+        first.close()
+
+
 def test_bad_options_fail_in_the_constructor():
     with pytest.raises(ValueError):
         Client([])
