@@ -300,6 +300,7 @@ class Cluster:
             max_size_per_msg_bytes=sc.max_size_per_msg_bytes,
             max_inflight_msgs=sc.max_inflight_msgs,
             max_uncommitted_entries_size_bytes=sc.max_uncommitted_entries_size_bytes,
+            disable_proposal_forwarding=sc.disable_proposal_forwarding,
             check_quorum=sc.check_quorum,
             pre_vote=sc.pre_vote,
             rng=random.Random(self.rng.getrandbits(64)),

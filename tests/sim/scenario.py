@@ -27,6 +27,7 @@ class Scenario:
     max_size_per_msg_bytes: int
     max_inflight_msgs: int
     max_uncommitted_entries_size_bytes: int
+    disable_proposal_forwarding: bool
     # network
     drop_rate: float
     dup_rate: float
@@ -68,6 +69,7 @@ class Scenario:
             max_size_per_msg_bytes=r.choice((0, 64, 256, 1 << 20)),
             max_inflight_msgs=r.choice((1, 2, 4, 256)),
             max_uncommitted_entries_size_bytes=r.choice((0, 0, 0, 128)),
+            disable_proposal_forwarding=r.random() < 0.1,
             drop_rate=0.0 if quiet else r.choice((0.0, 0.02, 0.05, 0.1)),
             dup_rate=0.0 if quiet else r.choice((0.0, 0.02, 0.05)),
             max_delay_slots=r.choice((2, 5, 10, 20)),
@@ -80,7 +82,7 @@ class Scenario:
             sends_first=r.random() < 0.5,
             mid_ready_crash_rate=r.choice((0.0, 0.5)),
             full_restart=r.random() < 0.3,
-            liveness_ticks=20 * election,
+            liveness_ticks=20 * election + 50,
             snapshot_every=r.choice((4, 8, 16, 1000)),
             keep_entries=r.choice((0, 2, 5)),
             clients=r.randrange(3, 6),
