@@ -345,6 +345,8 @@ class Node:
             self.sm.restore(rd.snapshot.data)
             self.applied = self.snapshot_index = rd.snapshot.metadata.index
             self.conf_state = rd.snapshot.metadata.conf_state
+            log.info("node %x: restored snapshot at index %d from the leader", self.id,
+                     self.applied)
         if rd.committed_entries:
             await self._apply(rd.committed_entries)
         for rs in rd.read_states:
