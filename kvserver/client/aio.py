@@ -161,6 +161,8 @@ class AsyncClient:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if not 0 <= retries <= MAX_RETRIES:
             raise ValueError(f"retries must be in [0, {MAX_RETRIES}], got {retries!r}")
+        if not 0 < max_response_bytes <= 1 << 32:
+            raise ValueError(f"max_response_bytes must be in (0, 4 GiB], got {max_response_bytes!r}")
         if not 1 <= max_connections <= 10_000:
             raise ValueError(f"max_connections must be in [1, 10000], got {max_connections!r}")
         self._timeout_s = float(timeout_s)
@@ -513,9 +515,11 @@ class AsyncClient:
 
     async def _read_body(self, resp: aiohttp.ClientResponse, endpoint: str) -> bytes:
         limit = self._max_response_bytes
-        if resp.content_length is not None and resp.content_length > limit:
-            raise ResponseFormatError(f"answer of {resp.content_length} bytes is over the "
-                                      f"{limit}-byte limit", endpoint=endpoint)
+        if resp.content_length is not None:
+            if resp.content_length > limit:
+                raise ResponseFormatError(f"answer of {resp.content_length} bytes is over the "
+                                          f"{limit}-byte limit", endpoint=endpoint)
+            return await resp.read()  # the common case: one call, length already bounded
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(1 << 16):

@@ -31,6 +31,7 @@ from kvserver.client import (
     NoLeaderError,
     Op,
     RequestTimeoutError,
+    ResponseFormatError,
     Txn,
 )
 from tests.client.fakeserver import Fail, FakeCluster, Hang, dead_url
@@ -486,6 +487,13 @@ def test_an_async_client_refuses_a_second_event_loop(cluster):
         first.run_until_complete(c.close())
     finally:
         first.close()
+
+
+def test_answers_over_the_size_bound_are_refused(cluster):
+    with Client(cluster.urls, max_response_bytes=300, **FAST) as c:
+        c.put("big", "x" * 1000)
+        with pytest.raises(ResponseFormatError, match="over the 300-byte limit"):
+            c.get("big")
 
 
 def test_bad_options_fail_in_the_constructor():
