@@ -36,9 +36,10 @@ from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
 # a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path
 _unpack_lw = struct.Struct("<IHBB").unpack_from
 
-# Failure kinds. Only PARTIAL, DECODE and CRC can be a torn write: they are failures to read
-# bytes as written. LENGTH cannot (a length word is 8-aligned, so written atomically), and
-# the others happen after the CRC matched, i.e. on bytes exactly as they were written.
+# Failure kinds. PARTIAL, DECODE and CRC are failures to read bytes as written and may be a
+# torn write. LENGTH and ZEROED concern a length word, which is 8-aligned and so written
+# atomically: torn only when nothing but zeros surrounds it (see is_torn). The others
+# happen after the CRC matched, i.e. on bytes exactly as they were written: never torn.
 PARTIAL = "partial"          # the frame runs past the end of the file
 LENGTH = "length"            # the length word is not one our encoder writes
 DECODE = "decode"            # the record's protobuf does not parse
@@ -47,7 +48,8 @@ CRC_RECORD = "crc-record"    # a crc record does not carry the running CRC
 INVALID = "invalid"          # CRC fine, content not acceptable (bad entry, gap, type)
 METADATA = "metadata"        # metadata differs from the first metadata record
 SNAPSHOT_TERM = "snapshot-term"  # snapshot record at the wanted index with another term
-TORN_KINDS = frozenset({PARTIAL, DECODE, CRC})
+ZEROED = "zeroed"            # a zero length word hides the intact record behind it
+TORN_KINDS = frozenset({PARTIAL, DECODE, CRC, LENGTH, ZEROED})  # torn only if is_torn says so
 
 _M56 = (1 << 56) - 1
 _NO_DATA = -1
@@ -122,7 +124,12 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
             rl, rl_mid, rl_hi, top = unpack(buf, pos)
             if not top:
                 if not rl and not rl_mid and not rl_hi:
-                    break  # zero length word: end of the data (preallocated space follows)
+                    # a zero length word ends the data (preallocated zeros follow), unless
+                    # an intact record follows it: then the word itself was damaged
+                    if not fresh and _hides_a_record(buf, pos + 8, crc):
+                        raise BadRecord(ZEROED, pos, "zero length word in front of an intact "
+                                                     "record (damaged length word)")
+                    break
                 pad = 0
             else:
                 pad = top - 0x80
@@ -415,26 +422,56 @@ def _header_contradicts(buf, p: int, end: int) -> bool:
         if buf[p] != 8 or buf[p + 2] != 16 or p + 3 >= avail:
             return False
         _, q = decode_varint(buf, p + 3)
-        if q >= avail or buf[q] != 26:
+        if q > avail:
             return False
+        if q == avail or buf[q] != 26:
+            # no data field: only a crc record is complete without one
+            return buf[p + 1] == 4 and q != end
         ln, q = decode_varint(buf, q + 1)
     except (IndexError, DecodeError):
         return False
     return q <= avail and q + ln != end
 
 
+def _hides_a_record(buf, p: int, crc: int) -> bool:
+    """Whether a record with data and a CRC continuing ``crc`` starts at ``p``."""
+    try:
+        if buf[p] != 8 or buf[p + 1] not in (1, 2, 3, 5) or buf[p + 2] != 16:
+            return False
+        c, q = decode_varint(buf, p + 3)
+        if buf[q] != 26:
+            return False
+        ln, q = decode_varint(buf, q + 1)
+    except (IndexError, DecodeError):
+        return False
+    return q + ln <= len(buf) and _crc(memoryview(buf)[q:q + ln], crc) == c
+
+
+def _zero(buf, lo: int, hi: int) -> bool:
+    return buf.count(0, lo, hi) == hi - lo
+
+
 def is_torn(buf, offset: int, kind: str) -> bool:
     """Whether a failure of ``kind`` at frame ``offset`` of the *last* segment is a torn write.
 
-    Torn means: the frame runs past the end of the file, or one of the 512-byte sectors it
-    covers is all zeros (a sector the disk never wrote; bytes past the end count as zeros);
-    and the record header, where present, agrees with the length word.
+    A torn write leaves whole sectors unwritten (zeros, or missing at the end of the file).
+    So a failure is torn when the frame runs past the end of the file or one of the 512-byte
+    sectors it covers is all zeros (bytes past the end count as zeros), and the record
+    header, where present, agrees with the length word; a bad length word is torn only when
+    nothing but zeros follows it (it hides no data), a zero one when its whole sector is.
     """
     if kind not in TORN_KINDS:
         return False
     n = len(buf)
     if offset + 8 > n:
         return kind == PARTIAL
+    if kind == ZEROED:
+        sector = offset - offset % SECTOR_BYTES
+        return _zero(buf, sector, min(sector + SECTOR_BYTES, n))
+    if _zero(buf, offset + 8, n):
+        return True  # nothing but zeros after the length word: it hides nothing
+    if kind == LENGTH:
+        return False
     lw = unpack_length_word(buf, offset)[0]
     rl = lw & _M56
     pad = (lw >> 56) - 0x80 if lw >> 56 else 0
@@ -447,8 +484,7 @@ def is_torn(buf, offset: int, kind: str) -> bool:
     stop = min(end + pad, n)
     sector = offset - offset % SECTOR_BYTES
     while sector < stop:
-        hi = min(sector + SECTOR_BYTES, n)
-        if buf.count(0, sector, hi) == hi - sector:
+        if _zero(buf, sector, min(sector + SECTOR_BYTES, n)):
             return True
         sector += SECTOR_BYTES
     return False

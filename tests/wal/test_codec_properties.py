@@ -39,6 +39,8 @@ def reference_scan(buf: bytes, snap_index: int = 0):
             break
         word = int.from_bytes(buf[pos:pos + 8], "little")
         if word == 0:
+            if not fresh and _intact_record_at(buf, pos + 8, crc):
+                raise RefBad(pos)  # a damaged (zeroed) length word, not the end of the data
             break
         try:
             n, pad = frame.decode_length_word(word)
@@ -98,6 +100,21 @@ def reference_scan(buf: bytes, snap_index: int = 0):
                 raise RefBad(pos) from None
         pos += 8 + n + pad
     return ents, state, metadata, crc, pos
+
+
+def _intact_record_at(buf: bytes, p: int, crc: int) -> bool:
+    """A record with data, in etcd's field order, whose CRC continues ``crc``, at ``p``."""
+    from raftpb.wire import decode_varint
+    try:
+        if buf[p] != 8 or buf[p + 1] not in (1, 2, 3, 5) or buf[p + 2] != 16:
+            return False
+        c, q = decode_varint(buf, p + 3)
+        if buf[q] != 0x1A:
+            return False
+        n, q = decode_varint(buf, q + 1)
+    except (IndexError, raftpb.DecodeError):
+        return False
+    return q + n <= len(buf) and raftpb.crc32c(buf[q:q + n], crc) == c
 
 
 def run_scan(buf: bytes, snap_index: int = 0):
