@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/raftkv demo
+	$(BIN)/raftkv cluster up --nodes 3
 
 # The whole suite: the fast default tests, then the slow-marked ones.
 test: $(BIN)/.installed

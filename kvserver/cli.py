@@ -8,13 +8,14 @@ Human tables by default; ``--json`` where a command prints data.
 import argparse
 import sys
 
-from kvserver import cli_server, cli_wal
+from kvserver import cli_client, cli_server, cli_wal
 
-_COMMAND_MODULES = (cli_server, cli_wal)
+_COMMAND_MODULES = (cli_server, cli_client, cli_wal)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raftkv", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="raftkv", description="raftkv: a Raft-replicated key-value store with an etcd-compatible API.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in _COMMAND_MODULES:

@@ -64,9 +64,10 @@ def cmd_cluster_up(args) -> int:
         print(f"  {node.name}: client {node.client_url}  peer {node.peer_url}  "
               f"log {node.log_path}")
     endpoints = ",".join(cluster.endpoints)
-    print(f"\nTry:\n  raftkv --endpoints {endpoints} put greeting hello"
-          f"\n  raftkv --endpoints {endpoints} get greeting"
-          f"\n  raftkv --endpoints {endpoints} status"
+    print(f"\nTry, in another terminal:\n  export RAFTKV_ENDPOINTS={endpoints}"
+          "\n  .venv/bin/raftkv put greeting hello"
+          "\n  .venv/bin/raftkv get greeting"
+          "\n  .venv/bin/raftkv status"
           f"\n  curl -X PUT --data-binary hello {cluster.endpoints[0]}/v1/kv/greeting"
           f"\n  curl {cluster.endpoints[0]}/v1/kv/greeting"
           "\n\nCtrl-C stops the cluster.", flush=True)
