@@ -34,10 +34,10 @@ class CountingSync:
         with self._lock:
             self.calls += 1
             hold, self.hold_next = self.hold_next, False
-            fail = self.fail_with
         if hold:
             self.entered.set()
             assert self.release.wait(30), "test never released the held fsync"
+        fail = self.fail_with  # read after the hold: a test may arm it meanwhile
         if fail is not None:
             raise fail
         os.fdatasync(fd)
