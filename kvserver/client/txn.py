@@ -59,7 +59,9 @@ def key_range(key: KeyLike, range_end: KeyLike | None, prefix: bool) -> tuple[by
     if prefix and range_end is not None:
         raise ValueError("give either prefix=True or range_end, not both")
     if prefix:
-        return k, prefix_range_end(k)
+        # etcdctl's `get "" --prefix`: the empty prefix means every key, which etcd spells
+        # key = range_end = "\0" (an empty key is refused as "key is not provided").
+        return (k, prefix_range_end(k)) if k else (b"\0", b"\0")
     return k, as_bytes(range_end, "range_end") if range_end is not None else b""
 
 

@@ -217,3 +217,12 @@ def test_compare_builder():
         Op.get("k", prefix=True, range_end="z")
     with pytest.raises(ValueError):
         Op.get("k", sort_order="sideways")
+
+
+def test_empty_prefix_means_every_key_like_etcdctl():
+    """`etcdctl get "" --prefix` sends key = range_end = "\\0" (all keys); an empty key alone
+    would be refused by the server as "key is not provided"."""
+    from kvserver.client.txn import key_range
+
+    assert key_range("", None, True) == (b"\0", b"\0")
+    assert key_range("a", None, True) == (b"a", b"b")
