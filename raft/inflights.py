@@ -36,6 +36,11 @@ class Inflights:
         while q and q[0][0] <= to:
             self.bytes -= q.popleft()[1]
 
+    def free_first_one(self) -> None:
+        """Free the oldest message (its acknowledgement may have been lost)."""
+        if self._queue:
+            self.bytes -= self._queue.popleft()[1]
+
     def full(self) -> bool:
         return len(self._queue) >= self.max_count or self.bytes >= self.max_bytes
 

@@ -28,7 +28,9 @@ Deviations from etcd, on purpose: the leader counts itself towards commit only a
 own write is reported durable (``on_persisted``, as etcd v3.6 does); a leader that applies
 its own removal (or demotion) keeps leading only until a quorum of the new configuration has
 its log and knows the change committed, then steps down (etcd keeps leading until the server
-stops it); a conf change that would leave no voters is ignored (etcd panics); local
+stops it); a follower installs a snapshot even if its configuration does not list the
+follower yet (etcd refuses; a joining node may be sent a snapshot taken before it was
+added, and the conf change adding it follows in the log); a conf change that would leave no voters is ignored (etcd panics); local
 proposals and read requests that cannot be served raise ProposalDroppedError (etcd drops
 reads silently).
 """
@@ -346,7 +348,9 @@ class Raft:
         self.election_elapsed += 1
         if self.election_elapsed >= self.election_timeout:
             self.election_elapsed = 0
-            if self.check_quorum:
+            # A leaving (removed) leader checks its quorum even without check_quorum: the new
+            # configuration may have moved on to a higher term and never contact it again.
+            if self.check_quorum or self.leaving_index:
                 self.step(Message(type=MT.MsgCheckQuorum, to=self.id, frm=self.id))
             if self.state == StateType.LEADER and self.lead_transferee != NONE:
                 self._info("leadership transfer to %x timed out", self.lead_transferee)
@@ -582,6 +586,10 @@ class Raft:
     def _handle_heartbeat_response(self, m: Message, pr) -> None:
         pr.recent_active = True
         pr.msg_app_flow_paused = False
+        if pr.state == ProgressState.REPLICATE and pr.inflights.full():
+            # MsgApps (or their answers) may have been lost: let one more out per heartbeat
+            # so a full window cannot stall this follower forever.
+            pr.inflights.free_first_one()
         if pr.match < self.log.last_index():
             self._send_append(m.frm)
         if self.leaving_index:
@@ -870,10 +878,10 @@ class Raft:
             # Only a leader sends snapshots and we step down on its messages: unreachable.
             self.become_follower(self.term + 1, NONE)
             return False
+        # Unlike etcd we accept a snapshot whose configuration does not include us: a node
+        # that is joining may be sent a snapshot taken before it was added; the conf change
+        # that adds it follows in the log. (Nothing here needs us in the tracker.)
         cs = meta.conf_state
-        if self.id not in cs.voters and self.id not in cs.learners and self.id not in cs.voters_outgoing:
-            self._info("ignoring snapshot %d: not in its configuration %s", meta.index, cs)
-            return False
         if self.log.match_term(meta.index, meta.term):
             # We already have the snapshot's last entry: just fast-forward the commit index.
             self.log.commit_to(meta.index)

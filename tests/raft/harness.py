@@ -96,6 +96,8 @@ class Cluster:
         self.dropped_pairs: set[tuple[int, int]] = set()
         self.dropped_types: set[MessageType] = set()
         self.msg_filter: Callable[[Message], bool] | None = None  # True = drop
+        # Act like a transport: tell the sender whether each MsgSnap arrived.
+        self.report_snapshots = False
         for i in self.voters + self.learners:
             storage = make_storage(
                 self.voters,
@@ -194,7 +196,10 @@ class Cluster:
         self.queue = [m for m in self.queue if not (only is None or only(m))]
         out = []
         for m in batch:
-            if self._drops(m) or m.to not in self.peers:
+            lost = self._drops(m) or m.to not in self.peers
+            if self.report_snapshots and m.type == MessageType.MsgSnap and m.frm in self.peers:
+                self.peers[m.frm].node.report_snapshot(m.to, failed=lost)
+            if lost:
                 continue
             out.append(m)
             self.delivered.append(m)

@@ -86,8 +86,7 @@ def test_4_2_1_a_new_node_added_as_learner_catches_up_through_a_snapshot():
     c.add_peer(4)
     c.isolate(4)
     conf_change(c, 1, ADD_LEARNER, 4)
-    # The leader's log no longer reaches back to where node 4 starts. (Its snapshot must
-    # include node 4: a node ignores a snapshot of a configuration it is not part of.)
+    # The leader's log no longer reaches back to where node 4 starts.
     c.compact(1)
     c.heal()
     c.tick_all(2)
