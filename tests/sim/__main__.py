@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         log = print if args.verbose else None
         r = run_seed(args.seed, args.nodes, log=log)
         if r.ok:
-            print(f"seed {r.seed} nodes {r.nodes}: ok {r.stats}")
+            print(f"seed {r.seed} nodes {r.nodes}: ok digest={r.digest:08x} {r.stats}")
             return 0
-        print(f"seed {r.seed} nodes {r.nodes}: FAILED\n{r.error}")
+        print(f"seed {r.seed} nodes {r.nodes}: FAILED digest={r.digest:08x}\n{r.error}")
         print(f"replay: {replay_command(r.seed, r.nodes)}")
         return 1
 

@@ -250,9 +250,9 @@ class Cluster:
                         raise ContractViolation(f"node {nid}: Ready loop does not settle")
                     self._handle_ready(n, n.raw.ready())
 
-    def digest(self) -> int:
+    def digest(self, error: str | None = None) -> int:
         """A fingerprint of the run's outcome (the determinism test compares these)."""
-        d = zlib.crc32(repr(sorted(self.stats.items())).encode())
+        d = zlib.crc32(repr((self.now, error, sorted(self.stats.items()))).encode())
         for i in sorted(self.safety.committed):
             d = zlib.crc32(str(self.safety.committed[i]).encode(), d)
         return d

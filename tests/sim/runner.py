@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.sim.cluster import Cluster
-from tests.sim.scenario import Scenario
+from tests.sim.scenario import TICK_SLOTS, Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +45,15 @@ def run_seed(
     if log:
         log(f"scenario: {sc.describe()}")
     cluster = Cluster(sc, log=log)
+    error = None
     try:
         stats = cluster.run()
-    except AssertionError as exc:  # the checkers' violations and the core's invariant errors
-        detail = traceback.format_exc() if log else ""
-        error = f"{type(exc).__name__} at tick {cluster.now // 10}: {exc}"
-        return SeedResult(seed, nodes, error + ("\n" + detail if detail else ""),
-                          dict(cluster.stats), 0)
-    except Exception as exc:  # an unexpected exception from the core or the simulator
-        detail = traceback.format_exc()
-        error = f"{type(exc).__name__} at tick {cluster.now // 10}: {exc}"
-        return SeedResult(seed, nodes, error + "\n" + detail if log else error,
-                          dict(cluster.stats), 0)
-    return SeedResult(seed, nodes, None, stats, cluster.digest())
+    except Exception as exc:  # checker violations (AssertionError), or the core raising
+        stats = dict(cluster.stats)
+        error = f"{type(exc).__name__} at tick {cluster.now // TICK_SLOTS}: {exc}"
+        if log or not isinstance(exc, AssertionError):
+            error += "\n" + traceback.format_exc()
+    return SeedResult(seed, nodes, error, stats, cluster.digest(error))
 
 
 def run_seeds(start: int, count: int, nodes: int | None = None) -> list[SeedResult]:
