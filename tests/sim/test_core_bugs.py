@@ -1,11 +1,10 @@
-"""Minimal reproductions of raft-core bugs the simulator found (strict xfail until fixed).
+"""Minimal reproductions of raft-core bugs the simulator found, kept as regression tests.
 
 Each test drives a few ``RawNode``s by hand, with a network that is a plain list, so the
-failure is readable without the simulator. When the core is fixed the test passes, the
-strict xfail turns that into a failure, and whoever fixed it removes the marker.
+failure is readable without the simulator. A bug that is still open is marked
+``xfail(strict=True, reason=...)`` with its replay command; once the core is fixed the strict
+xfail fails and the marker comes off.
 """
-
-import pytest
 
 from raft import (
     Config,
@@ -52,12 +51,9 @@ def _drain(nodes, drop=lambda m: False):
             nodes[m.to][0].step(m)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a follower in StateReplicate whose inflight window is full never "
-    "recovers from a lost MsgApp (heartbeat responses do not free a slot, as etcd's "
-    "handleHeartbeatResponse does); sim replay: python -m tests.sim --seed 62 --nodes 3",
-)
+# Found by the simulator (seed 62, 3 nodes, core 07fbed4); fixed in 8435ae6. Before the fix
+# a follower in StateReplicate whose inflight window was full never recovered from a lost
+# MsgApp: heartbeat responses did not free a slot as etcd's handleHeartbeatResponse does.
 def test_lost_msgapp_with_full_inflight_window_is_resent():
     nodes = _cluster(max_inflight_msgs=1)
     nodes[1][0].campaign()
