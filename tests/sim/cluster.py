@@ -36,6 +36,7 @@ from collections.abc import Callable
 from raft import (
     CompactedError,
     ConfChange,
+    ConfChangeType,
     Config,
     ConfState,
     EntryType,
@@ -63,6 +64,8 @@ _VOTE_RESP = MessageType.MsgVoteResp
 _MSG_PROP = MessageType.MsgProp
 _LEADER = StateType.LEADER
 _CONF_CHANGE = EntryType.CONF_CHANGE
+_REMOVE_NODE = ConfChangeType.REMOVE_NODE
+MAX_JOINERS = 3  # membership cycles per run (each adds one node and removes one)
 
 READY_ROUNDS_MAX = 10_000  # Readys in one flush; more is a livelock (a restarted node
 # may need one Ready per committed entry when max_size_per_msg_bytes is 0)
@@ -92,6 +95,7 @@ class SimNode:
         "disk",
         "id",
         "incarnation",
+        "joiner",
         "kv",
         "last_snap_index",
         "lead",
@@ -99,6 +103,7 @@ class SimNode:
         "pending_reads",
         "raw",
         "ready_reads",
+        "retired",
         "role",
         "storage",
         "term",
@@ -107,8 +112,10 @@ class SimNode:
         "waiting_writes",
     )
 
-    def __init__(self, node_id: int, disk: Disk, tick_slots: int) -> None:
+    def __init__(self, node_id: int, disk: Disk, tick_slots: int, joiner: bool = False) -> None:
         self.id = node_id
+        self.joiner = joiner  # added by a conf change: starts empty, never bootstraps
+        self.retired = False  # removed by a conf change and shut down for good
         self.disk = disk
         self.tick_slots = tick_slots
         self.incarnation = 0
@@ -153,7 +160,10 @@ class Cluster:
         self._events: list = []
         self.safety = SafetyChecker()
         self.history = History()
-        self.ids = list(range(1, sc.nodes + 1))
+        self.ids = list(range(1, sc.nodes + 1))  # the initial voters
+        self.members = list(self.ids)  # nodes in service (joiners in, retired nodes out)
+        self.joining: int | None = None  # the node the membership cycle is adding
+        self._next_id = sc.nodes + 1
         self.nodes: dict[int, SimNode] = {}
         self.dirty: set[int] = set()
         self.blocked: set[tuple[int, int]] = set()  # directed links (frm, to) that drop
@@ -177,6 +187,8 @@ class Cluster:
             "writes": 0,
             "reads": 0,
             "unknown_peer": 0,
+            "joiners": 0,
+            "removed": 0,
         }
         for nid in self.ids:
             disk = Disk(torn=sc.torn_writes)
@@ -306,7 +318,7 @@ class Cluster:
             rng=random.Random(self.rng.getrandbits(64)),
         )
         raw = RawNode(cfg)
-        if sc.bootstrap and disk.is_empty():
+        if sc.bootstrap and disk.is_empty() and not n.joiner:
             raw.bootstrap(list(self.ids))
         n.raw = raw
         n.storage = storage
@@ -489,8 +501,11 @@ class Cluster:
             op = kv.apply(e.index, e.term, e.type, e.data)
             safety.apply(n.id, before, n.commit, e, kv.chain)
             if e.type == _CONF_CHANGE:
-                n.conf_state = n.raw.apply_conf_change(ConfChange.decode(e.data))
+                cc = ConfChange.decode(e.data)
+                n.conf_state = n.raw.apply_conf_change(cc)
                 n.applied_conf = e.index
+                if cc.type == _REMOVE_NODE:
+                    self._on_removed(cc.node_id)
             elif e.data:
                 if op is not None:
                     history.write_applied(op, e.index)
@@ -632,7 +647,7 @@ class Cluster:
 
     # -- clients ------------------------------------------------------------------------
     def _alive_ids(self) -> list[int]:
-        return [nid for nid in self.ids if self.nodes[nid].raw is not None]
+        return [nid for nid in self.members if self.nodes[nid].raw is not None]
 
     def _client_idle(self, c: Client) -> None:
         c.busy = False
@@ -730,7 +745,8 @@ class Cluster:
         sc = self.sc
         rng = self.rng
         alive = self._alive_ids()
-        down = [nid for nid in self.ids if nid not in alive]
+        members = self.members
+        down = [nid for nid in members if nid not in alive]
         leader = self._leader()
         actions = ["heal", "partition", "one_way", "campaign", "transfer"]
         weights = [3, 2, 1, 1, 1]
@@ -743,19 +759,22 @@ class Cluster:
         if leader:
             actions.append("isolate_leader")
             weights.append(2)
+            if sc.membership and self._next_id <= sc.nodes + MAX_JOINERS:
+                actions.append("membership")
+                weights.append(8)
         action = rng.choices(actions, weights)[0]
         if action == "heal":
             self.blocked.clear()
             if self.log:
                 self._say("nemesis: heal network")
         elif action == "partition":
-            side = set(rng.sample(self.ids, rng.randrange(1, sc.nodes)))
+            side = set(rng.sample(members, rng.randrange(1, len(members))))
             self._partition(side)
         elif action == "isolate_leader":
             self._partition({leader})
         elif action == "one_way":
-            victim = rng.choice(self.ids)
-            links = [(victim, o) for o in self.ids if o != victim]
+            victim = rng.choice(members)
+            links = [(victim, o) for o in members if o != victim]
             if rng.random() < 0.5:
                 links = [(o, v) for v, o in links]
             self.blocked.update(links)
@@ -770,7 +789,7 @@ class Cluster:
                     self._say(f"nemesis: node {nid} campaigns")
         elif action == "transfer":
             if leader:
-                to = rng.choice([i for i in self.ids if i != leader])
+                to = rng.choice([i for i in members if i != leader])
                 self.nodes[leader].raw.transfer_leader(to)
                 self.dirty.add(leader)
                 if self.log:
@@ -783,6 +802,8 @@ class Cluster:
                 self._at(self.now + 2 * TICK_SLOTS, self._crash_if, n, n.incarnation)
             else:
                 self._crash(n)
+        elif action == "membership":
+            self._membership(leader)
         else:
             nid = rng.choice(down)
             self._start(self.nodes[nid])
@@ -790,7 +811,7 @@ class Cluster:
                  * TICK_SLOTS, self._nemesis)
 
     def _partition(self, side: set[int]) -> None:
-        other = [i for i in self.ids if i not in side]
+        other = [i for i in self.members if i not in side]
         self.blocked.clear()
         for a in sorted(side):
             for b in other:
@@ -808,11 +829,68 @@ class Cluster:
     def _leader(self) -> int:
         """The live leader with the highest term (0: none)."""
         best, term = 0, -1
-        for nid in self.ids:
-            n = self.nodes[nid]
+        for n in self.nodes.values():
             if n.raw is not None and n.role == _LEADER and n.term > term:
-                best, term = nid, n.term
+                best, term = n.id, n.term
         return best
+
+    # -- membership: add a learner, promote it, remove a voter, repeat -------------------
+    def _membership(self, leader: int) -> None:
+        """One step of the membership cycle, decided from the leader's applied config.
+
+        Proposals may be lost or refused (one pending change at a time); the next step
+        retries whatever the leader's config says is still missing.
+        """
+        ln = self.nodes[leader]
+        cs = ln.conf_state
+        j = self.joining
+        if j is not None and j not in cs.voters:
+            kind = (
+                ConfChangeType.ADD_NODE if j in cs.learners else ConfChangeType.ADD_LEARNER_NODE
+            )
+            self._propose_conf_change(ln, ConfChange(kind, j))
+            return
+        self.joining = None
+        if len(cs.voters) > self.sc.nodes:
+            victim = self.rng.choice(cs.voters)
+            self._propose_conf_change(ln, ConfChange(_REMOVE_NODE, victim))
+            return
+        nid = self._next_id
+        self._next_id += 1
+        n = SimNode(nid, Disk(torn=self.sc.torn_writes), TICK_SLOTS, joiner=True)
+        self.nodes[nid] = n
+        self.members.append(nid)
+        self.joining = nid
+        self.stats["joiners"] += 1
+        self._start(n)
+        self._propose_conf_change(ln, ConfChange(ConfChangeType.ADD_LEARNER_NODE, nid))
+
+    def _propose_conf_change(self, ln: SimNode, cc: ConfChange) -> None:
+        if self.log:
+            self._say(f"nemesis: leader {ln.id} proposes {cc}")
+        try:
+            ln.raw.propose_conf_change(cc)
+        except ProposalDroppedError:
+            pass
+        self.dirty.add(ln.id)
+
+    def _on_removed(self, nid: int) -> None:
+        """A removal committed: the operator shuts the node down, soon or a bit later."""
+        n = self.nodes.get(nid)
+        if n is None or n.retired or nid not in self.members:
+            return
+        self.members.remove(nid)
+        self.stats["removed"] += 1
+        delay = self.rng.randrange(0, 2 * self.sc.election_tick * TICK_SLOTS)
+        self._at(self.now + delay + 1, self._retire, n)
+
+    def _retire(self, n: SimNode) -> None:
+        n.retired = True
+        self._crash(n, "(removed from the cluster: shut down for good)")
+
+    def _conf_members(self, leader: int) -> list[int]:
+        cs = self.nodes[leader].conf_state
+        return sorted(set(cs.voters) | set(cs.learners))
 
     # -- liveness -----------------------------------------------------------------------
     def _begin_liveness(self) -> None:
@@ -823,9 +901,9 @@ class Cluster:
         if self.log:
             self._say("LIVENESS PHASE: network healed, every node up")
         if self.sc.full_restart:
-            for nid in self.ids:
+            for nid in self.members:
                 self._crash(self.nodes[nid], "(full restart)")
-        for nid in self.ids:
+        for nid in self.members:
             n = self.nodes[nid]
             if n.raw is None:
                 self._start(n)
@@ -839,7 +917,7 @@ class Cluster:
         if not leader:
             return False
         ln = self.nodes[leader]
-        for nid in self.ids:
+        for nid in self._conf_members(leader):
             n = self.nodes[nid]
             if n.raw is None or n.lead != leader or n.kv.applied != ln.commit:
                 return False
@@ -847,7 +925,7 @@ class Cluster:
 
     def _liveness_report(self) -> str:
         parts = []
-        for nid in self.ids:
+        for nid in self.members:
             n = self.nodes[nid]
             parts.append(
                 f"node {nid}: {'up' if n.raw else 'down'} {n.role.name} term={n.term} "
@@ -864,8 +942,8 @@ class Cluster:
         )
 
     def _final_checks(self) -> None:
-        states = {nid: self.nodes[nid].kv.data for nid in self.ids}
-        first = states[self.ids[0]]
-        for nid in self.ids[1:]:
-            if states[nid] != first:
-                raise SafetyViolation(f"nodes {self.ids[0]} and {nid} end with different data")
+        ids = self._conf_members(self._leader())
+        first = self.nodes[ids[0]].kv.data
+        for nid in ids[1:]:
+            if self.nodes[nid].kv.data != first:
+                raise SafetyViolation(f"nodes {ids[0]} and {nid} end with different data")

@@ -28,6 +28,7 @@ class Scenario:
     max_inflight_msgs: int
     max_uncommitted_entries_size_bytes: int
     disable_proposal_forwarding: bool
+    membership: bool  # the nemesis adds learners, promotes them and removes voters
     # network
     drop_rate: float
     dup_rate: float
@@ -70,6 +71,7 @@ class Scenario:
             max_inflight_msgs=r.choice((1, 2, 4, 256)),
             max_uncommitted_entries_size_bytes=r.choice((0, 0, 0, 128)),
             disable_proposal_forwarding=r.random() < 0.1,
+            membership=r.random() < 0.3,
             drop_rate=0.0 if quiet else r.choice((0.0, 0.02, 0.05, 0.1)),
             dup_rate=0.0 if quiet else r.choice((0.0, 0.02, 0.05)),
             max_delay_slots=r.choice((2, 5, 10, 20)),

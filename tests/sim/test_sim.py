@@ -2,8 +2,10 @@
 
 Fixed seed ranges (never random per run): 100 seeds in the default suite, 2,000 in the slow
 suite. Every seed alternates 3 and 5 nodes (even/odd) and checks election safety, log
-matching, permanence of committed entries, leader completeness, state machine safety and
-linearizable reads after every step, then liveness after healing. A failure message lists
+matching, permanence of committed entries, leader completeness, state machine safety,
+acknowledgements only after persisting, and linearizable reads after every step, then
+liveness after healing; about a third of the seeds also change membership (add a learner,
+promote it, remove a voter -- sometimes the leader). A failure message lists
 each failing seed with its replay command: ``python -m tests.sim --seed S --nodes N --verbose``.
 
 The mutation tests break the *driver* on purpose (the simulator's own part: fsync, reads,
@@ -48,6 +50,7 @@ def test_default_seed_range_is_safe_and_live():
     assert totals["reads"] > 500
     assert totals["writes"] > 1000
     assert totals["dropped"] > 1000
+    assert totals["joiners"] > 10 and totals["removed"] > 5
 
 
 @pytest.mark.slow
