@@ -5,8 +5,9 @@ file) from ``pos`` and folds every record into ``state`` (a ``ScanState``) with 
 ``ReadAll`` semantics:
 
 * entries with index <= ``snap_index`` are checked and skipped; a later entry whose index is
-  already present truncates the kept tail and replaces it (Raft figure 7); an index beyond
-  ``last + 1`` is a gap and an error;
+  already present truncates the kept tail and replaces it (Raft figure 7), and one at or
+  below ``snap_index`` drops every kept entry (they were written before it, so they are a
+  stale tail; etcd's ReadAll keeps them); an index beyond ``last + 1`` is a gap and an error;
 * the last state record wins; every metadata record must equal the first one;
 * a crc record must carry the running CRC, except the first one read (the chain starts
   there when reading begins in the middle of the log);
@@ -268,6 +269,13 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
                         set_type(e, et)
                         set_data(e, data)
                         ents.append(e)
+                elif kept:
+                    # Writing index i truncates the log after i. Dropping what was kept is
+                    # needed even for i <= snap_index: a tail written before a rewrite of an
+                    # index at or below the snapshot is stale (etcd keeps it; we do not).
+                    if ents is not None:
+                        ents.clear()
+                    kept = 0
                 enti = idx
             elif t == 4:
                 if d0 >= 0:

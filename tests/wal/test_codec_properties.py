@@ -72,6 +72,8 @@ def reference_scan(buf: bytes, snap_index: int = 0):
                         if k > len(ents):
                             raise RefBad(pos)
                         ents[k:] = [e]
+                    else:
+                        ents.clear()  # writing index i truncates everything after i
                 elif rec.type == 3:
                     if rec.data is None:
                         raise RefBad(pos)

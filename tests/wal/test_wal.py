@@ -405,3 +405,23 @@ def test_hard_state_and_entries_are_duck_typed(tmp_path):
     w, (_, hs, ents) = reopen(tmp_path)
     assert hs == HardState(4, 2, 1) and ents == [Entry(4, 1, 0, payload(1, 4))]
     w.close()
+
+
+def test_a_rewrite_at_the_snapshot_index_drops_the_stale_tail(tmp_path):
+    """Found by the model test: entries 19..21 (term 1), then 20 rewritten (term 2), then
+    commit and a snapshot at 20. Reading from that snapshot skips both writes of 20, but the
+    old 21 was truncated by the second one and must not come back. (etcd's ReadAll returns
+    it: it only truncates on entries above the snapshot.)"""
+    w = make(tmp_path)
+    w.save(HardState(term=1, commit=18), entries(1, 21, term=1))
+    w.save(HardState(term=2, commit=18), entries(20, 20, term=2))
+    w.save(HardState(term=2, commit=20), [])
+    w.save_snapshot(WalSnapshot(index=20, term=2))
+    w.close()
+    w, (_, _, ents) = reopen(tmp_path, WalSnapshot(index=20, term=2))
+    assert ents == []
+    w.save(None, entries(21, 22, term=2))
+    w.close()
+    w, (_, _, ents) = reopen(tmp_path, WalSnapshot(index=20, term=2))
+    assert ents == entries(21, 22, term=2)
+    w.close()
