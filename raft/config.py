@@ -3,6 +3,12 @@
 All timing is in ticks: the caller decides how long a tick is. Randomness (the election
 timeout jitter) comes only from ``rng``; two nodes built with equal configs and equal rng
 seeds behave identically, which is what makes the simulator reproducible.
+
+``applied`` (restart only): entries up to it are not handed out again. The configuration is
+read from ``storage.initial_state()`` (the snapshot's ConfState); conf changes applied after
+the snapshot are not replayed when ``applied`` skips them, so the caller must either leave
+``applied`` at the snapshot index (and re-apply, idempotently) or call
+``RawNode.apply_conf_change`` again for those entries after construction.
 """
 
 from __future__ import annotations

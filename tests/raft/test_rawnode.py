@@ -6,6 +6,7 @@ import pytest
 from raft import (
     Config,
     ConfState,
+    Entry,
     EntryType,
     HardState,
     MemoryStorage,
@@ -108,6 +109,21 @@ def test_must_sync_for_entries_and_term_or_vote_changes_only():
     rd = c.process_ready(2)  # only the commit index moved
     assert rd.hard_state is not None and not rd.entries and not rd.must_sync
     assert rd.committed_entries
+
+
+def test_a_vote_alone_at_an_unchanged_term_still_requires_a_sync():
+    """§5.2 / Figure 2: votedFor is persistent state. Here the term is already known (from a
+    rejected vote request) and only the vote changes: the Ready must still demand an fsync,
+    or a crash could let the node vote twice in the term."""
+    c = Cluster([1, 2, 3], logs={1: [Entry(1, 1)]})
+    c.node(1).step(Message(MT.MsgVote, to=1, frm=2, term=5))  # 2's log is stale: rejected
+    rd = c.process_ready(1)
+    assert rd.hard_state == HardState(term=5, vote=0, commit=0) and rd.must_sync
+    c.node(1).step(Message(MT.MsgVote, to=1, frm=3, term=5, index=1, log_term=1))
+    rd = c.process_ready(1)
+    assert rd.hard_state == HardState(term=5, vote=3, commit=0)
+    assert not rd.entries and rd.must_sync
+    assert [(m.type, m.reject) for m in rd.messages] == [(MT.MsgVoteResp, False)]
 
 
 def test_leader_counts_itself_towards_commit_only_after_its_write_is_reported():
