@@ -2,13 +2,14 @@
 
 * ``dump DIR [--json]``: every record of every segment (segment, offset, type, index,
   term, crc and whether it matches the running CRC, sizes). A table by default; with
-  ``--json`` one JSON object per line. Read-only, no locks: safe on a running node.
+  ``--json`` one JSON object per line. Read-only, no locks: safe on a running node. Exit 1
+  when a record's CRC does not match or a segment stops making sense.
 * ``verify DIR``: checks every CRC and the log's structure from the first segment on.
   Exit 0 when clean; exit 1 printing the first problem with its file and offset (a torn
   tail is a problem here: ``repair`` fixes it).
-* ``repair DIR``: truncates a torn tail of the last segment (keeps ``<name>.broken``).
-  Exit 0 when the log is clean afterwards, 1 when the damage is not a torn tail (then
-  nothing is changed and the problem is printed).
+* ``repair DIR``: truncates a torn tail of the last segment (keeps ``<name>.broken``),
+  then verifies the whole log. Exit 0 when it is clean afterwards; 1 otherwise, printing
+  the first problem (damage that is not a torn tail is never changed).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 
 import wal
 from wal.dump import DumpProblem, dump
+from wal.repair import check_dir
 
 
 def register(sub) -> None:
@@ -60,6 +62,7 @@ def _dump(args) -> int:
                     out.write(f"{item.segment:<38} {item.offset:>10} ERROR: {item.reason}\n")
                 continue
             f = item.fields
+            problems += not item.crc_ok
             if args.json:
                 rec = {"segment": item.segment, "offset": item.offset, "type": item.type,
                        "crc": item.crc, "crc_ok": item.crc_ok,
@@ -84,7 +87,6 @@ def _dump(args) -> int:
 
 
 def _verify(args) -> int:
-    from wal.repair import check_dir
     try:
         st = check_dir(args.dir, None, allow_torn_tail=False)
     except wal.TornWriteError as e:
@@ -110,7 +112,7 @@ def _repair(args) -> int:
         _err(f"error: {e}")
         return 1
     if not ok:
-        _err("not repairable: the damage is not a torn tail of the last segment")
-        return _verify(args) or 1
-    print(f"ok: {args.dir} ends cleanly")
-    return 0
+        _err("not repairable: the damage is not a torn tail of the last segment; "
+             "nothing was changed")
+    status = _verify(args)  # the whole log, after the tail was fixed (or not)
+    return status if ok else 1
