@@ -394,6 +394,24 @@ def test_5_3_follower_rejects_append_when_the_preceding_entry_does_not_match(
     )
 
 
+def test_5_3_follower_acknowledges_only_the_entries_the_message_proved_to_match():
+    """§5.3: an AppendEntries proves the follower's log matches the leader's only up to the
+    last entry it carried. A follower with a longer log (here 3/3 from a deposed term-3
+    leader, while the leader has 4/3) must acknowledge index 2, not 3 — otherwise the leader
+    would count it towards committing its own, different, entry 3."""
+    c = Cluster(
+        [1, 2, 3],
+        logs={1: [Entry(1, 1), Entry(2, 2), Entry(3, 3)]},
+        hard_states={1: HardState(term=3)},
+    )
+    c.node(1).step(
+        Message(MT.MsgApp, to=1, frm=2, term=4, log_term=1, index=1, entries=(Entry(2, 2),))
+    )
+    (resp,) = drain(c, 1)
+    assert (resp.type, resp.reject, resp.index) == (MT.MsgAppResp, False, 2)
+    assert c.log_terms(1) == [(1, 1), (2, 2), (3, 3)]  # nothing conflicted, nothing dropped
+
+
 @pytest.mark.parametrize(
     "index, log_term, new, want_log",
     [

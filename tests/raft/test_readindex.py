@@ -39,6 +39,21 @@ def test_6_4_leader_cut_off_from_the_quorum_does_not_answer():
     assert c.peers[1].read_states == []
 
 
+def test_6_4_acknowledgements_must_come_from_a_majority():
+    """thesis §6.4: in a five-node cluster one follower's heartbeat acknowledgement (plus
+    the leader's) is not a majority; the read is answered only after a second one."""
+    c = Cluster([1, 2, 3, 4, 5])
+    c.elect(1)
+    c.node(1).read_index(b"r5")
+    hbs = of_type(drain(c, 1), MT.MsgHeartbeat)
+    c.queue.extend(m for m in hbs if m.to == 2)
+    c.stabilize()
+    assert c.peers[1].read_states == []
+    c.queue.extend(m for m in hbs if m.to == 3)
+    c.stabilize()
+    assert [rs.request_ctx for rs in c.peers[1].read_states] == [b"r5"]
+
+
 def test_6_4_one_quorum_round_confirms_all_earlier_pending_reads():
     """Batching: heartbeats for a later request also prove leadership for every request that
     arrived before it, so one quorum round releases all of them (in order)."""
