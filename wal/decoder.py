@@ -30,8 +30,8 @@ from __future__ import annotations
 import struct
 
 from raftpb import DecodeError, Entry, HardState, decode_entry, decode_wal_snapshot
-from raftpb.crc import _crc32c as _crc
 from raftpb.wire import decode_varint, iter_fields
+from wal.crc import crc32c_update as _crc
 from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
 
 # a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path

@@ -30,7 +30,7 @@ import enum
 import struct
 
 from raftpb import encode_hard_state, encode_wal_snapshot
-from raftpb.crc import _crc32c as _crc  # the crcmod C function itself: one call per record
+from wal.crc import crc32c_update as _crc
 
 FRAME_HEADER_BYTES = 8
 ALIGN_BYTES = 8
