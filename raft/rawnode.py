@@ -197,10 +197,13 @@ class RawNode:
         if self._outstanding is not None:
             return False
         r = self.raft
-        if r.soft_state() != self._prev_soft:
+        ps, ph = self._prev_soft, self._prev_hard
+        if r.lead != ps.lead or r.state != ps.raft_state:
             return True
-        hs = r.hard_state()
-        if not hs.is_empty() and hs != self._prev_hard:
+        # (field by field: this runs often and building HardState values is not free)
+        if (r.term, r.vote, r.log.committed) != (ph.term, ph.vote, ph.commit) and (
+            r.term or r.vote or r.log.committed
+        ):
             return True
         return bool(
             r.msgs
