@@ -24,15 +24,21 @@ Rules implemented here, by Raft paper/thesis section:
   transfer (MsgTimeoutNow), §4.2.1 learners, §4.1 single-server membership changes with at
   most one uncommitted/unapplied change.
 
-Deviations from etcd, on purpose: the leader counts itself towards commit only after its
-own write is reported durable (``on_persisted``, as etcd v3.6 does); a leader that applies
-its own removal (or demotion) keeps leading only until a quorum of the new configuration has
-its log and knows the change committed, then steps down (etcd keeps leading until the server
-stops it); a follower installs a snapshot even if its configuration does not list the
-follower yet (etcd refuses; a joining node may be sent a snapshot taken before it was
-added, and the conf change adding it follows in the log); a conf change that would leave no voters is ignored (etcd panics); local
-proposals and read requests that cannot be served raise ProposalDroppedError (etcd drops
-reads silently).
+Deviations from etcd, on purpose:
+
+* The leader counts itself towards commit only once its own write is reported durable
+  (``on_persisted``, called from RawNode.advance; etcd v3.6 does the same).
+* A leader that applies its own removal (or demotion) keeps leading — refusing proposals and
+  reads — until a quorum of the new configuration has its whole log and has acknowledged a
+  commit index covering the change; then it steps down. (etcd keeps leading until its
+  server stops it; stepping down at once can leave the rest unable to elect anyone.)
+* A follower installs a snapshot even if the snapshot's configuration does not list it yet
+  (etcd refuses): a joining node may be sent a snapshot taken before it was added; the conf
+  change adding it follows in the log.
+* A conf change that would leave no voters is ignored by every node (etcd panics).
+  Joint consensus is not implemented: ConfChangeV2 proposals become no-op entries.
+* Local proposals and read requests that cannot be served raise ProposalDroppedError
+  (etcd silently drops a read request without a leader).
 """
 
 from __future__ import annotations

@@ -589,6 +589,28 @@ def test_5_4_2_figure_8_an_old_term_entry_on_a_majority_can_still_be_overwritten
     assert c2.raft(2).log.term(2) == 2  # index 2 survives
 
 
+def test_5_4_3_leader_completeness_a_node_missing_a_committed_entry_cannot_win():
+    """§5.4.3 Leader Completeness: "if a log entry is committed in a given term, then that
+    entry will be present in the logs of the leaders for all higher-numbered terms". Node 3
+    missed a committed entry: it cannot collect a majority; node 2, which has it, can."""
+    c = Cluster([1, 2, 3])
+    c.elect(1)
+    c.isolate(3)
+    c.propose(1, b"committed")
+    c.stabilize()
+    idx = c.raft(1).log.committed
+    assert c.log_entries(1)[idx - 1].data == b"committed"
+    c.heal()
+    c.isolate(1)  # the leader fails
+    c.node(3).campaign()
+    c.stabilize()
+    assert c.raft(3).state != StateType.LEADER
+    c.elect(2)
+    assert c.log_entries(2)[idx - 1].data == b"committed"
+    c.stabilize()
+    assert c.applied_data(3) == [b"committed"]  # the new leader repairs node 3
+
+
 # --- Properties over random runs (§5.2 election safety, §5.3 log matching, §5.4 leader
 # completeness and state machine safety) ----------------------------------------------------
 
