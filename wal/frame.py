@@ -82,10 +82,21 @@ _SMALL = [bytes((i,)) for i in range(128)]
 
 
 def varint(value: int) -> bytes:
-    if value < 128:
+    # straight-line for the lengths that matter (crcs are 5 bytes, indexes 2-4)
+    if value < 0x80:
         if value < 0:
             raise ValueError(f"varint must be unsigned, got {value}")
         return _SMALL[value]
+    if value < 0x4000:
+        return bytes((value & 127 | 128, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 127 | 128, (value >> 7) & 127 | 128, value >> 14))
+    if value < 0x10000000:
+        return bytes((value & 127 | 128, (value >> 7) & 127 | 128, (value >> 14) & 127 | 128,
+                      value >> 21))
+    if value < 0x800000000:
+        return bytes((value & 127 | 128, (value >> 7) & 127 | 128, (value >> 14) & 127 | 128,
+                      (value >> 21) & 127 | 128, value >> 28))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -140,9 +151,11 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
     CRC'd in place and copied once into ``out`` (no intermediate entry bytes object).
     """
     small = _SMALL
+    vi = varint
     pack = pack_length_word
     pads = _PADS
     crcf = _crc
+    heads = _ENTRY_HEADS
     for e in entries:
         etype = e.type
         term = e.term
@@ -150,17 +163,17 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
         data = e.data
         if term < 1 or index < 1 or not 0 <= etype <= 2 or (etype and not data):
             check_entry(e)  # raises with the full message
-        eh = b"\x08" + small[etype] + b"\x10" + (small[term] if term < 128 else varint(term)) \
-            + b"\x18" + (small[index] if index < 128 else varint(index))
+        eh = heads[etype] + (small[term] if term < 128 else vi(term)) + b"\x18" + \
+            (small[index] if index < 128 else vi(index))
         if data:
             dn = len(data)
-            eh += b"\x22" + (small[dn] if dn < 128 else varint(dn))
+            eh += b"\x22" + (small[dn] if dn < 128 else vi(dn))
             crc = crcf(data, crcf(eh, crc))
             en = len(eh) + dn
         else:
             crc = crcf(eh, crc)
             en = len(eh)
-        rh = b"\x08\x02\x10" + varint(crc) + b"\x1a" + (small[en] if en < 128 else varint(en))
+        rh = b"\x08\x02\x10" + vi(crc) + b"\x1a" + (small[en] if en < 128 else vi(en))
         n = len(rh) + en
         pad = -n & 7
         out += pack(n | ((0x80 | pad) << 56) if pad else n)
@@ -171,6 +184,9 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
         if pad:
             out += pads[pad]
     return crc
+
+
+_ENTRY_HEADS = (b"\x08\x00\x10", b"\x08\x01\x10", b"\x08\x02\x10")
 
 
 def is_empty_hard_state(hs) -> bool:

@@ -42,20 +42,9 @@ DEFAULT_MAX_BATCH_ITEMS = 8_192
 DEFAULT_MAX_BATCH_ENTRIES = 65_536
 
 
-class _Submission:
-    __slots__ = ("snapshot", "hard_state", "entries", "must_sync", "fut", "callback", "afut",
-                 "loop")
-
-    def __init__(self, snapshot, hard_state, entries, must_sync, fut=None, callback=None,
-                 afut=None, loop=None):
-        self.snapshot = snapshot
-        self.hard_state = hard_state
-        self.entries = entries
-        self.must_sync = must_sync
-        self.fut = fut
-        self.callback = callback
-        self.afut = afut
-        self.loop = loop
+# A queued submission is a tuple (item, waiter, loop): item = (snapshot, hard_state,
+# entries, must_sync) as WAL.append takes it; waiter = a concurrent Future, an asyncio
+# future (then loop is its loop) or a callback. Tuples: this is per append, keep it cheap.
 
 
 class GroupCommitWriter:
@@ -73,7 +62,7 @@ class GroupCommitWriter:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)    # the writer waits for submissions
         self._space = threading.Condition(self._lock)   # submitters wait for queue space
-        self._queue: collections.deque[_Submission] = collections.deque()
+        self._queue: collections.deque[tuple] = collections.deque()
         self._closed = False
         self._writer_idle = False
         self._space_waiters = 0
@@ -93,8 +82,11 @@ class GroupCommitWriter:
         ``hard_state``. Returns a Future that resolves (to None) when the append is durable,
         or, with ``callback``, calls ``callback(error_or_None)`` on the writer thread instead
         (it must be quick and must not raise) and returns None."""
-        fut = None if callback is not None else Future()
-        self._enqueue(_Submission(snapshot, hard_state, entries, must_sync, fut, callback))
+        if callback is not None:
+            self._enqueue(((snapshot, hard_state, entries, must_sync), callback, None))
+            return None
+        fut: Future = Future()
+        self._enqueue(((snapshot, hard_state, entries, must_sync), fut, None))
         return fut
 
     async def append(self, hard_state=None, entries: Sequence = (), snapshot=None, *,
@@ -102,11 +94,10 @@ class GroupCommitWriter:
         """``submit`` for asyncio: returns once the append is durable."""
         loop = asyncio.get_running_loop()
         afut = loop.create_future()
-        self._enqueue(_Submission(snapshot, hard_state, entries, must_sync, afut=afut,
-                                  loop=loop))
+        self._enqueue(((snapshot, hard_state, entries, must_sync), afut, loop))
         await afut
 
-    def _enqueue(self, sub: _Submission) -> None:
+    def _enqueue(self, sub: tuple) -> None:
         with self._lock:
             while True:
                 if self._closed:
@@ -125,12 +116,18 @@ class GroupCommitWriter:
 
     # --- the writer thread -----------------------------------------------------------------
 
-    def _take_batch(self) -> list[_Submission]:
+    def _take_batch(self) -> list[tuple]:
         q = self._queue
-        batch: list[_Submission] = []
+        if len(q) <= self._max_batch_items and len(q) * 16 <= self._max_batch_entries:
+            # the usual case: everything, unless entries are many (then count them)
+            if sum(len(sub[0][2] or ()) for sub in q) <= self._max_batch_entries:
+                batch = list(q)
+                q.clear()
+                return batch
+        batch: list[tuple] = []
         entries = 0
         while q and len(batch) < self._max_batch_items:
-            n = len(q[0].entries or ())
+            n = len(q[0][0][2] or ())
             if batch and entries + n > self._max_batch_entries:
                 break
             batch.append(q.popleft())
@@ -151,34 +148,36 @@ class GroupCommitWriter:
                     self._space.notify_all()
             self._process(batch)
 
-    def _process(self, batch: list[_Submission]) -> None:
+    def _process(self, batch: list[tuple]) -> None:
         wal = self._wal
         failure: BaseException | None = None
         errors: list = []
         try:
-            seq, need_sync, errors = wal.append(
-                [(s.snapshot, s.hard_state, s.entries, s.must_sync) for s in batch])
+            seq, need_sync, errors = wal.append([sub[0] for sub in batch])
             if need_sync:
                 wal.sync_upto(seq)
         except BaseException as e:  # noqa: BLE001 - handed to every waiter of the batch
             failure = e
         self.batches += 1
         by_loop: dict = {}
-        for i, s in enumerate(batch):
+        for i, (_, waiter, loop) in enumerate(batch):
             err = failure if failure is not None else errors[i]
-            if s.fut is not None:
+            if loop is not None:
+                items = by_loop.get(loop)
+                if items is None:
+                    items = by_loop[loop] = []
+                items.append((waiter, err))
+            elif isinstance(waiter, Future):
                 try:
                     if err is None:
-                        s.fut.set_result(None)
+                        waiter.set_result(None)
                     else:
-                        s.fut.set_exception(err)
+                        waiter.set_exception(err)
                 except InvalidStateError:
                     pass  # cancelled by its owner
-            elif s.afut is not None:
-                by_loop.setdefault(s.loop, []).append((s.afut, err))
-            elif s.callback is not None:
+            else:
                 try:
-                    s.callback(err)
+                    waiter(err)
                 except Exception:  # noqa: BLE001 - a callback must not kill the writer
                     pass
         for loop, items in by_loop.items():

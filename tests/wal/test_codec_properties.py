@@ -315,3 +315,8 @@ def test_the_crcmod_fallback_can_be_forced_and_decodes_the_same(tmp_path):
     r = wal.open(tmp_path / "wal", prepare_ahead=False)
     assert [e.data for e in r.read_all()[2]] == [b"x", b"xx", b"xxx", b"from-crcmod"]
     r.close()
+
+
+@given(st.integers(0, U64))
+def test_frame_varint_matches_the_reference_encoder(v):
+    assert frame.varint(v) == encode_varint(v)
