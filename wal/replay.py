@@ -71,6 +71,7 @@ def replay(paths: Sequence[str], readers: Sequence[Callable[[], bytes]], st: Sca
     with gc_paused():
         for i, (path, read) in enumerate(zip(paths, readers, strict=True)):
             buf = read()
+            before = st.records
             try:
                 end = scan(buf, 0, st)
             except BadRecord as bad:
@@ -79,5 +80,10 @@ def replay(paths: Sequence[str], readers: Sequence[Callable[[], bytes]], st: Sca
                     raise err from None
                 torn = err
                 end = bad.offset
+            if st.records == before and torn is None:
+                # a segment is renamed into place only after its header (crc, metadata
+                # records) is durable, so an empty one lost its contents
+                raise CorruptError(path, 0, "the segment holds no record (every segment "
+                                            "starts with a crc record)")
     garbage = buf.count(0, end) != len(buf) - end
     return ReplayEnd(end, len(buf), garbage, torn)

@@ -227,3 +227,22 @@ def test_open_for_read_tolerates_a_torn_tail_like_etcd_read_mode(log, ram_path):
     assert wal.verify(copy) == hs
     with pytest.raises(wal.TornWriteError):
         wal.verify(copy, allow_torn_tail=False)
+
+
+def test_a_zeroed_segment_is_reported_as_that_segment(ram_path):
+    path = os.path.join(ram_path, "wal")
+    w = wal.create(path, b"meta", segment_size_bytes=512, prepare_ahead=False)
+    for i in range(1, 20):
+        w.save(HardState(term=1, commit=i - 1), entries(i, i, size=100))
+    w.close()
+    names = sorted(n for n in os.listdir(path) if n.endswith(".wal"))
+    for victim in (names[0], names[3], names[-1]):
+        seg = os.path.join(path, victim)
+        original = open(seg, "rb").read()
+        open(seg, "wb").write(bytes(len(original)))
+        w = wal.open(path, prepare_ahead=False)
+        with pytest.raises(wal.CorruptError) as info:
+            w.read_all()
+        w.close()
+        assert (info.value.file, info.value.offset) == (seg, 0)
+        open(seg, "wb").write(original)
