@@ -412,10 +412,12 @@ class Ready:
        snapshot are present or the term/vote changed; a commit-only change needs no sync.
     2. Send ``messages``. A leader may send its MsgApp / MsgSnap / MsgHeartbeat before its own
        write of step 1 completes (Raft thesis §10.2.1: the leader counts itself towards a
-       commit quorum only once ``advance()`` reports its write as done). Every other message
-       may depend on the write: MsgAppResp acknowledges entries, MsgVoteResp/MsgPreVoteResp
-       grant votes recorded in ``hard_state``, a candidate's MsgVote carries its new term — so
-       send them only after step 1 is durable.
+       commit quorum only once ``advance()`` reports its write as done) — unless this Ready's
+       ``hard_state`` changes the term or vote (a one-voter leader elected within this
+       Ready): then everything waits for the write. Every other message may depend on the
+       write: MsgAppResp acknowledges entries, MsgVoteResp/MsgPreVoteResp grant votes
+       recorded in ``hard_state``, a candidate's MsgVote carries its new term — so send them
+       only after step 1 is durable.
     3. Apply ``snapshot`` (if any) and then ``committed_entries`` to the state machine, calling
        ``RawNode.apply_conf_change`` for each conf-change entry. ``read_states`` become
        servable once the applied index reaches their index.

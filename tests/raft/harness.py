@@ -276,3 +276,32 @@ class Cluster:
     def take_queue(self) -> list[Message]:
         msgs, self.queue = self.queue, []
         return msgs
+
+
+# --- helpers shared by the tests ---
+
+
+def drain(c: Cluster, node_id: int) -> list[Message]:
+    """Handle node_id's Readies; return (and take off the network) the messages it sent."""
+    out = []
+    while c.node(node_id).has_ready():
+        out.extend(c.process_ready(node_id).messages)
+    sent = set(map(id, out))
+    c.queue = [m for m in c.queue if id(m) not in sent]
+    return out
+
+
+def of_type(msgs, t):
+    return [m for m in msgs if m.type == t]
+
+
+def assert_log_matching(c: Cluster) -> None:
+    logs = {i: {e.index: e for e in c.log_entries(i)} for i in c.peers}
+    for i in logs:
+        for j in logs:
+            for idx, e in logs[i].items():
+                f = logs[j].get(idx)
+                if f is not None and f.term == e.term:
+                    for k in range(1, idx + 1):
+                        if k in logs[i] and k in logs[j]:
+                            assert logs[i][k] == logs[j][k], (i, j, k)

@@ -2,8 +2,7 @@
 stickiness (§4.2.3), with etcd's handling of higher/lower-term messages."""
 
 from raft import HardState, Message, MessageType, StateType
-from tests.raft.harness import Cluster
-from tests.raft.test_paper import drain, of_type
+from tests.raft.harness import Cluster, drain, of_type
 
 MT = MessageType
 

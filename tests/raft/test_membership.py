@@ -13,8 +13,7 @@ from raft import (
     ProposalDroppedError,
     StateType,
 )
-from tests.raft.harness import Cluster
-from tests.raft.test_paper import drain
+from tests.raft.harness import Cluster, drain
 
 MT = MessageType
 ADD = ConfChangeType.ADD_NODE

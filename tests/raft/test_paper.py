@@ -17,23 +17,9 @@ from raft import (
     MessageType,
     StateType,
 )
-from tests.raft.harness import Cluster, log_of_terms
+from tests.raft.harness import Cluster, assert_log_matching, drain, log_of_terms, of_type
 
 MT = MessageType
-
-
-def drain(c: Cluster, node_id: int) -> list[Message]:
-    """Handle node_id's Readies; return (and take off the network) the messages it sent."""
-    out = []
-    while c.node(node_id).has_ready():
-        out.extend(c.process_ready(node_id).messages)
-    sent = set(map(id, out))
-    c.queue = [m for m in c.queue if id(m) not in sent]
-    return out
-
-
-def of_type(msgs, t):
-    return [m for m in msgs if m.type == t]
 
 
 def make_candidate(c: Cluster, node_id: int = 1) -> None:
@@ -484,18 +470,6 @@ def test_5_3_log_matching_after_repair():
     c.stabilize()
     assert_log_matching(c)
     assert all(c.log_terms(i) == c.log_terms(1) for i in ids)
-
-
-def assert_log_matching(c: Cluster) -> None:
-    logs = {i: {e.index: e for e in c.log_entries(i)} for i in c.peers}
-    for i in logs:
-        for j in logs:
-            for idx, e in logs[i].items():
-                f = logs[j].get(idx)
-                if f is not None and f.term == e.term:
-                    for k in range(1, idx + 1):
-                        if k in logs[i] and k in logs[j]:
-                            assert logs[i][k] == logs[j][k], (i, j, k)
 
 
 # --- §5.4 safety -----------------------------------------------------------------------------

@@ -30,8 +30,7 @@ from raft import (
     ReadOnlyOption,
     StateType,
 )
-from tests.raft.harness import Cluster
-from tests.raft.test_paper import assert_log_matching
+from tests.raft.harness import Cluster, assert_log_matching
 
 NEW_NODE = 9
 

@@ -17,8 +17,7 @@ from raft import (
     SnapshotMetadata,
     StateType,
 )
-from tests.raft.harness import Cluster
-from tests.raft.test_paper import drain
+from tests.raft.harness import Cluster, drain
 
 MT = MessageType
 

@@ -3,8 +3,7 @@
 import pytest
 
 from raft import Message, MessageType, ProposalDroppedError, StateType
-from tests.raft.harness import Cluster
-from tests.raft.test_paper import drain, of_type
+from tests.raft.harness import Cluster, drain, of_type
 
 MT = MessageType
 
