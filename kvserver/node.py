@@ -122,6 +122,8 @@ class Node:
         self.term = 0
         self.role = StateType.FOLLOWER
         self.leader_changes = 0
+        hard_state, _ = storage.raft_storage.initial_state()
+        self._durable_term_vote = (hard_state.term, hard_state.vote)
 
         self._origin = os.urandom(8)
         self._seq = 0
@@ -333,11 +335,18 @@ class Node:
         if rd.hard_state is not None:
             self.term = rd.hard_state.term
         early, late = [], []
+        hs = rd.hard_state
+        # A leader may send appends before its own write completes, unless this Ready also
+        # changes its term or vote (a one-voter leader elected within the Ready): those must
+        # be durable before anything that depends on them leaves the node.
+        vote_changed = hs is not None and (hs.term, hs.vote) != self._durable_term_vote
         for m in rd.messages:
-            (early if m.type in _SEND_BEFORE_PERSIST else late).append(m)
+            (early if m.type in _SEND_BEFORE_PERSIST and not vote_changed else late).append(m)
         if early:
             self._send(early)
         await self.storage.persist(rd)
+        if hs is not None:
+            self._durable_term_vote = (hs.term, hs.vote)
         self.stats["entries_persisted"] += len(rd.entries)
         if late:
             self._send(late)
