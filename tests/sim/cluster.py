@@ -18,8 +18,11 @@ as the Ready docstring allows); (3) apply the snapshot and the
 committed entries to the node's ``KVStore``, calling ``apply_conf_change`` for conf changes;
 (4) ``advance``. A crash may hit between these steps.
 
-Phases: during ``fault_ticks`` the nemesis partitions, crashes, restarts, transfers
-leadership and forces campaigns while clients write and read. Then the liveness phase heals
+Phases: during ``fault_ticks`` the nemesis partitions (random splits, isolated leader,
+one-way links), crashes (possibly in the middle of a Ready), restarts, transfers leadership,
+forces campaigns and, with ``membership``, cycles the configuration (add an empty node as a
+learner, promote it, remove a random voter -- the leader too -- which is then shut down),
+while clients write and read. Then the liveness phase heals
 the network (no drops, duplicates, long delays or partitions), restarts every node that is
 down (and, with ``full_restart``, every node), stops new client operations and requires,
 within ``liveness_ticks``, one leader known to all nodes, every client write acknowledged and
@@ -101,6 +104,7 @@ class SimNode:
         "lead",
         "leader_term",
         "pending_reads",
+        "outstanding",
         "raw",
         "ready_reads",
         "retired",
@@ -132,6 +136,7 @@ class SimNode:
         self.leader_term = 0  # the term in which this node last became leader
         self.role = StateType.FOLLOWER
         self.crash_point: int | None = None  # crash at this step of the next Ready
+        self.outstanding = False  # a Ready's write is in flight (no ready() until it ends)
         self.pending_reads: dict[bytes, tuple[int, int, str]] = {}  # ctx -> (rid, client, key)
         self.ready_reads: list[tuple[int, int, int, str]] = []  # (index, rid, client, key)
         self.waiting_writes: dict[int, int] = {}  # op id -> client id
@@ -256,7 +261,7 @@ class Cluster:
             for nid in ids:
                 n = nodes[nid]
                 rounds = 0
-                while n.raw is not None and n.raw.has_ready():
+                while n.raw is not None and not n.outstanding and n.raw.has_ready():
                     rounds += 1
                     if rounds > READY_ROUNDS_MAX:
                         raise ContractViolation(f"node {nid}: Ready loop does not settle")
@@ -338,6 +343,7 @@ class Cluster:
         self.stats["crashes"] += 1
         n.raw = None
         n.storage = None
+        n.outstanding = False
         n.disk.crash(self.rng)
         n.lead = 0
         n.role = StateType.FOLLOWER
@@ -359,8 +365,8 @@ class Cluster:
 
     # -- the Ready loop -----------------------------------------------------------------
     def _handle_ready(self, n: SimNode, rd) -> None:
+        """Checks on the Ready as produced, early sends, then the write (now or later)."""
         safety = self.safety
-        storage = n.storage
         became_leader = False
         if rd.soft_state is not None:
             n.lead = rd.soft_state.lead
@@ -376,6 +382,8 @@ class Cluster:
         if n.role == _LEADER and n.leader_term != n.term:
             became_leader = True
             n.leader_term = n.term
+            self.stats["elections"] += 1
+            safety.leader(n.id, n.term)
         snap = rd.snapshot
         has_snap = snap is not None and not snap.is_empty()
         if (rd.entries or has_snap or term_vote_changed) and not rd.must_sync:
@@ -394,6 +402,28 @@ class Cluster:
         if crash_point == 0:
             self._crash(n, "before persisting a Ready")
             return
+        latency = self.sc.disk_latency_slots
+        if latency and (rd.entries or has_snap or hs is not None):
+            # The write runs "in the background": the node keeps stepping messages and
+            # ticking meanwhile (only this Ready is outstanding), as the real driver does.
+            n.outstanding = True
+            done = self.now + self.rng.randrange(1, latency + 1)
+            self._at(done, self._finish_ready, n, n.incarnation, rd, msgs, became_leader)
+        else:
+            self._finish_ready(n, n.incarnation, rd, msgs, became_leader)
+
+    def _finish_ready(self, n: SimNode, incarnation: int, rd, msgs, became_leader: bool) -> None:
+        """Steps (1)-(4) of the Ready contract once the write completes."""
+        if n.raw is None or n.incarnation != incarnation:
+            return  # crashed while the write was in flight: it never happened
+        n.outstanding = False
+        self.dirty.add(n.id)
+        safety = self.safety
+        storage = n.storage
+        hs = rd.hard_state
+        snap = rd.snapshot
+        has_snap = snap is not None and not snap.is_empty()
+        crash_point = n.crash_point
 
         # (1) persist
         if has_snap:
@@ -435,8 +465,6 @@ class Cluster:
         if rd.must_sync:
             n.disk.sync()
         if became_leader:
-            self.stats["elections"] += 1
-            safety.leader(n.id, n.term)
             snap_index = storage.first_index() - 1
             last = storage.last_index()
             safety.leader_log(

@@ -40,6 +40,7 @@ class Scenario:
     nemesis_max_ticks: int
     max_down: int  # nodes down at once during the fault phase (a minority, or all)
     torn_writes: bool  # a crash keeps a random prefix of the unsynced writes
+    disk_latency_slots: int  # 0: persist inside ready(); else writes finish 1..N slots later
     sends_first: bool  # send messages that need no persist before persisting (thesis 10.2.1)
     mid_ready_crash_rate: float  # share of crashes that happen in the middle of a Ready
     full_restart: bool  # the liveness phase crashes and restarts every node first
@@ -81,6 +82,7 @@ class Scenario:
             nemesis_max_ticks=4 * election,
             max_down=nodes if r.random() < 0.3 else (nodes - 1) // 2,
             torn_writes=r.random() < 0.5,
+            disk_latency_slots=r.choice((0, 0, 5, 20)),
             sends_first=r.random() < 0.5,
             mid_ready_crash_rate=r.choice((0.0, 0.5)),
             full_restart=r.random() < 0.3,
