@@ -156,9 +156,8 @@ def rest_error_body(code: int, message: str) -> bytes:
 
 def json_response(body: bytes, status: int = 200,
                   headers: Mapping[str, str] | None = None) -> web.Response:
-    response = web.Response(body=body, status=status, headers=headers)
-    response.content_type = JSON_CONTENT_TYPE
-    return response
+    return web.Response(body=body, status=status, headers=headers,
+                        content_type=JSON_CONTENT_TYPE)
 
 
 def _uint64_header(name: str, value: str) -> int:

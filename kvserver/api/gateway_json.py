@@ -325,6 +325,11 @@ decode_compaction = _decoder("CompactionRequest")
 
 # ---------------------------------------------------------------------------------------------
 # Encoding (the hot path: plain dicts, built directly, serialized once)
+#
+# ``*_response(r)`` build the JSON object as a dict (used for sub-responses and in tests);
+# ``encode_*(r)`` produce the body bytes of a top-level response: the header's JSON text is
+# assembled from a cached prefix/suffix (cluster, member and term rarely change; only the
+# revision does), and the remaining fields are serialized once and spliced in after it.
 
 
 def b64(data: bytes) -> str:
@@ -344,6 +349,35 @@ def header(h: ResponseHeader) -> dict[str, str]:
     return out
 
 
+# (cluster_id, member_id, raft_term) -> JSON text around the revision. A pure memo, bounded:
+# cleared when full (a term change adds one entry).
+_HEADER_PARTS: dict[tuple[int, int, int], tuple[str, str]] = {}
+_HEADER_PARTS_MAX = 64
+
+
+def header_json(h: ResponseHeader) -> str:
+    """``json(header(h))``, fast for the usual header with every field set."""
+    if not (h.cluster_id and h.member_id and h.revision and h.raft_term):
+        return dumps(header(h))
+    key = (h.cluster_id, h.member_id, h.raft_term)
+    parts = _HEADER_PARTS.get(key)
+    if parts is None:
+        if len(_HEADER_PARTS) >= _HEADER_PARTS_MAX:
+            _HEADER_PARTS.clear()
+        parts = _HEADER_PARTS[key] = (
+            f'{{"cluster_id":"{h.cluster_id}","member_id":"{h.member_id}","revision":"',
+            f'","raft_term":"{h.raft_term}"}}',
+        )
+    return parts[0] + str(h.revision) + parts[1]
+
+
+def _with_header(h: ResponseHeader, fields: dict[str, Any]) -> bytes:
+    """Body bytes of ``{"header": h, **fields}`` (header first, as etcd writes it)."""
+    if not fields:
+        return ('{"header":' + header_json(h) + "}").encode("ascii")
+    return ('{"header":' + header_json(h) + "," + dumps(fields)[1:]).encode("ascii")
+
+
 def key_value(kv: KeyValue) -> dict[str, str]:
     out = {}
     if kv.key:
@@ -361,8 +395,8 @@ def key_value(kv: KeyValue) -> dict[str, str]:
     return out
 
 
-def range_response(r: RangeResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"header": header(r.header)}
+def _range_fields(r: RangeResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if r.kvs:
         out["kvs"] = list(map(key_value, r.kvs))
     if r.more:
@@ -372,20 +406,46 @@ def range_response(r: RangeResponse) -> dict[str, Any]:
     return out
 
 
-def put_response(r: PutResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"header": header(r.header)}
-    if r.prev_kv is not None:
-        out["prev_kv"] = key_value(r.prev_kv)
-    return out
+def _put_fields(r: PutResponse) -> dict[str, Any]:
+    return {} if r.prev_kv is None else {"prev_kv": key_value(r.prev_kv)}
 
 
-def delete_range_response(r: DeleteRangeResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"header": header(r.header)}
+def _delete_range_fields(r: DeleteRangeResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if r.deleted:
         out["deleted"] = str(r.deleted)
     if r.prev_kvs:
         out["prev_kvs"] = list(map(key_value, r.prev_kvs))
     return out
+
+
+def _txn_fields(r: TxnResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if r.succeeded:
+        out["succeeded"] = True
+    if r.responses:
+        out["responses"] = list(map(_response_op, r.responses))
+    return out
+
+
+def range_response(r: RangeResponse) -> dict[str, Any]:
+    return {"header": header(r.header), **_range_fields(r)}
+
+
+def put_response(r: PutResponse) -> dict[str, Any]:
+    return {"header": header(r.header), **_put_fields(r)}
+
+
+def delete_range_response(r: DeleteRangeResponse) -> dict[str, Any]:
+    return {"header": header(r.header), **_delete_range_fields(r)}
+
+
+def txn_response(r: TxnResponse) -> dict[str, Any]:
+    return {"header": header(r.header), **_txn_fields(r)}
+
+
+def compaction_response(r: CompactionResponse) -> dict[str, Any]:
+    return {"header": header(r.header)}
 
 
 def _response_op(op: ResponseOp) -> dict[str, Any]:
@@ -400,17 +460,24 @@ def _response_op(op: ResponseOp) -> dict[str, Any]:
     return {}
 
 
-def txn_response(r: TxnResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"header": header(r.header)}
-    if r.succeeded:
-        out["succeeded"] = True
-    if r.responses:
-        out["responses"] = list(map(_response_op, r.responses))
-    return out
+def encode_range(r: RangeResponse) -> bytes:
+    return _with_header(r.header, _range_fields(r))
 
 
-def compaction_response(r: CompactionResponse) -> dict[str, Any]:
-    return {"header": header(r.header)}
+def encode_put(r: PutResponse) -> bytes:
+    return _with_header(r.header, _put_fields(r))
+
+
+def encode_delete_range(r: DeleteRangeResponse) -> bytes:
+    return _with_header(r.header, _delete_range_fields(r))
+
+
+def encode_txn(r: TxnResponse) -> bytes:
+    return _with_header(r.header, _txn_fields(r))
+
+
+def encode_compaction(r: CompactionResponse) -> bytes:
+    return _with_header(r.header, {})
 
 
 def status_response(s: NodeStatus) -> dict[str, Any]:

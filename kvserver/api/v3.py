@@ -67,14 +67,14 @@ async def kv_range(request: web.Request) -> web.Response:
     request_ids(request.headers)  # reads ignore them, but malformed ones are still refused
     req = await _decoded(request, gj.decode_range)
     resp = await request.app[SERVICE_KEY].range(req)
-    return json_response(gj.encode(gj.range_response(resp)))
+    return json_response(gj.encode_range(resp))
 
 
 async def kv_put(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
     req = await _decoded(request, gj.decode_put)
     resp = await request.app[SERVICE_KEY].put(req, client_id=client_id, request_id=request_id)
-    return json_response(gj.encode(gj.put_response(resp)))
+    return json_response(gj.encode_put(resp))
 
 
 async def kv_delete_range(request: web.Request) -> web.Response:
@@ -82,20 +82,20 @@ async def kv_delete_range(request: web.Request) -> web.Response:
     req = await _decoded(request, gj.decode_delete_range)
     resp = await request.app[SERVICE_KEY].delete_range(
         req, client_id=client_id, request_id=request_id)
-    return json_response(gj.encode(gj.delete_range_response(resp)))
+    return json_response(gj.encode_delete_range(resp))
 
 
 async def kv_txn(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
     req = await _decoded(request, gj.decode_txn)
     resp = await request.app[SERVICE_KEY].txn(req, client_id=client_id, request_id=request_id)
-    return json_response(gj.encode(gj.txn_response(resp)))
+    return json_response(gj.encode_txn(resp))
 
 
 async def kv_compaction(request: web.Request) -> web.Response:
     req = await _decoded(request, gj.decode_compaction)
     resp = await request.app[SERVICE_KEY].compact(req)
-    return json_response(gj.encode(gj.compaction_response(resp)))
+    return json_response(gj.encode_compaction(resp))
 
 
 async def maintenance_status(request: web.Request) -> web.Response:

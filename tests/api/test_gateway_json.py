@@ -145,3 +145,20 @@ def test_request_size_counts_keys_and_values_of_nested_txns() -> None:
                  RequestOp(request_txn=TxnRequest(success=(RequestOp(request_put=put),)))))
     assert request_size_bytes(put) == 126
     assert request_size_bytes(txn) > 2 * 110 + 51
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.builds(ResponseHeader, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+                 st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)))
+def test_fast_header_text_equals_the_dict_encoding(h: ResponseHeader) -> None:
+    assert json.loads(gj.header_json(h)) == gj.header(h)
+
+
+def test_top_level_encoders_put_the_header_first() -> None:
+    h = ResponseHeader(1, 2, 3, 4)
+    kv = KeyValue(b"k", b"v", 2, 3, 1)
+    body = gj.encode_range(RangeResponse(h, (kv,), True, 5))
+    assert body.startswith(b'{"header":{"cluster_id":"1","member_id":"2","revision":"3",'
+                           b'"raft_term":"4"},"kvs":[')
+    assert json.loads(body) == gj.range_response(RangeResponse(h, (kv,), True, 5))
+    assert json.loads(gj.encode_put(PutResponse(h))) == {"header": gj.header(h)}
