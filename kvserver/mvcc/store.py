@@ -243,16 +243,18 @@ class MVCCStore:
 
     def _execute(self, request: Any) -> tuple[Any, tuple[Event, ...]]:
         kind = type(request)
-        if kind is PutRequest:
+        if kind is PutRequest:  # the hot path: one put, at most one event
             check_put(request)
             if request.lease:
                 self._check_lease(request.lease)
-            self._wevents = []
+            self._wevents = events = []
             try:
                 response = self._put(request)
             finally:
-                events = self._end_write()
-            return response, events
+                self._wevents = None
+                if events:
+                    self._rev += 1
+            return response, (events[0],)
         if kind is RangeRequest:
             check_range(request)
             return self._range(request, self._rev), ()
@@ -417,7 +419,7 @@ class MVCCStore:
             self._attach(lease, key)
         self._log.append(kv)
         self._wevents.append(Event(_PUT, kv, prev))  # type: ignore[union-attr]
-        return PutResponse(_header(wrev), prev if r.prev_kv else None)
+        return PutResponse(ResponseHeader(0, 0, wrev, 0), prev if r.prev_kv else None)
 
     def _delete_keys(self, keys: list[bytes]) -> int:
         """Tombstone the given live keys (sorted) inside the open write txn."""

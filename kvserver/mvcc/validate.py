@@ -76,22 +76,35 @@ def _check_int(name: str, value: object) -> None:
         raise InvalidArgumentError(f"raftkv: field {name} is out of the int64 range")
 
 
+_RANGE_INT_FIELDS = (
+    "limit",
+    "revision",
+    "min_mod_revision",
+    "max_mod_revision",
+    "min_create_revision",
+    "max_create_revision",
+)
+
+
 def check_range(r: RangeRequest) -> None:
-    _check_bytes("key", r.key)
-    _check_bytes("range_end", r.range_end)
+    if type(r.key) is not bytes or type(r.range_end) is not bytes:
+        _check_bytes("key", r.key)
+        _check_bytes("range_end", r.range_end)
     if not r.key:
         raise InvalidArgumentError(MSG_EMPTY_KEY)
     if r.sort_order not in _SORT_ORDERS or r.sort_target not in _SORT_TARGETS:
         raise InvalidArgumentError(MSG_INVALID_SORT_OPTION)
-    for name in (
-        "limit",
-        "revision",
-        "min_mod_revision",
-        "max_mod_revision",
-        "min_create_revision",
-        "max_create_revision",
+    for v in (
+        r.limit,
+        r.revision,
+        r.min_mod_revision,
+        r.max_mod_revision,
+        r.min_create_revision,
+        r.max_create_revision,
     ):
-        _check_int(name, getattr(r, name))
+        if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
+            for name in _RANGE_INT_FIELDS:  # slow path: name the offending field
+                _check_int(name, getattr(r, name))
 
 
 def check_put(r: PutRequest) -> None:
