@@ -96,8 +96,9 @@ class ScanState:
         return HardState() if self.state is None else HardState(*self.state)
 
 
-def scan(buf: bytes, pos: int, st: ScanState) -> int:
-    """Fold the records of ``buf`` (bytes) from ``pos`` into ``st``; return the end of data."""
+def scan(buf, pos: int, st: ScanState) -> int:
+    """Fold the records of ``buf`` (bytes or a read-only mmap of a segment) from ``pos`` into
+    ``st``; return the end of the data."""
     # Byte indexing returns cached small ints, so the varints below are decoded with
     # straight-line byte arithmetic (no wide-int temporaries, no per-byte loop for the usual
     # lengths). The garbage collector is paused by the caller: replay allocates millions of
@@ -119,7 +120,7 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
     try:
         while True:
             if pos + 8 > n:
-                if pos < n and buf.count(0, pos) != n - pos:
+                if pos < n and not _zero(buf, pos, n):
                     raise BadRecord(PARTIAL, pos, "file ends inside a length word")
                 break
             rl, rl_mid, rl_hi, top = unpack(buf, pos)
@@ -162,6 +163,9 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
                         c = (c & 127) | ((b1 & 127) << 7) | ((b2 & 127) << 14) \
                             | ((b3 & 127) << 21) | (b4 << 28)
                         q = p + 8
+                    elif b1 & b2 & 128 and b3 < 128:  # a crc below 2**28: 4 bytes
+                        c = (c & 127) | ((b1 & 127) << 7) | ((b2 & 127) << 14) | (b3 << 21)
+                        q = p + 7
                     else:
                         c, q = _varint(buf, p + 3, end)
                         if c > MAX_U32:
@@ -300,6 +304,7 @@ def scan(buf: bytes, pos: int, st: ScanState) -> int:
             pos = end + pad
             records += 1
     finally:
+        mv.release()  # an mmap'ed segment can then be closed even if a traceback keeps us
         # Also on error: the locals then describe the state after the last good record.
         st.crc = crc
         st.crc_fresh = fresh
@@ -452,11 +457,27 @@ def _hides_a_record(buf, p: int, crc: int) -> bool:
         ln, q = decode_varint(buf, q + 1)
     except (IndexError, DecodeError):
         return False
-    return q + ln <= len(buf) and _crc(memoryview(buf)[q:q + ln], crc) == c
+    if q + ln > len(buf):
+        return False
+    with memoryview(buf) as mv:
+        return _crc(mv[q:q + ln], crc) == c
+
+
+_ZERO_CHUNK = bytes(1 << 20)
 
 
 def _zero(buf, lo: int, hi: int) -> bool:
-    return buf.count(0, lo, hi) == hi - lo
+    """Whether buf[lo:hi] is all zeros (buf: bytes or an mmap), by memcmp-speed chunks."""
+    step = len(_ZERO_CHUNK)
+    while hi - lo >= step:
+        if buf[lo:lo + step] != _ZERO_CHUNK:
+            return False
+        lo += step
+    return lo >= hi or buf[lo:hi] == _ZERO_CHUNK[:hi - lo]
+
+
+def is_zero(buf, lo: int, hi: int) -> bool:
+    return _zero(buf, lo, hi)
 
 
 def is_torn(buf, offset: int, kind: str) -> bool:
@@ -524,7 +545,7 @@ def iter_raw_records(buf: bytes):
     pos = 0
     while True:
         if pos + 8 > n:
-            if pos < n and buf.count(0, pos) != n - pos:
+            if pos < n and not _zero(buf, pos, n):
                 raise BadRecord(PARTIAL, pos, "file ends inside a length word")
             return
         lw = unpack_length_word(buf, pos)[0]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from wal import decoder
-from wal.decoder import BadRecord, ScanState, is_torn, scan
+from wal.decoder import BadRecord, ScanState, is_torn, is_zero, scan
 from wal.errors import (
     CorruptError,
     CRCMismatchError,
@@ -61,29 +61,43 @@ def gc_paused():
             gc.enable()
 
 
-def replay(paths: Sequence[str], readers: Sequence[Callable[[], bytes]], st: ScanState, *,
+def replay(paths: Sequence[str], readers: Sequence[Callable[[], object]], st: ScanState, *,
            tolerate_torn: bool = False) -> ReplayEnd:
+    """Scan the segments in order; ``readers[i]()`` returns segment i's whole content as
+    bytes or a read-only mmap (then the file must not shrink meanwhile: hold its lock)."""
     assert paths and len(paths) == len(readers)
     last_i = len(paths) - 1
-    end = 0
-    buf = b""
     torn = None
     with gc_paused():
         for i, (path, read) in enumerate(zip(paths, readers, strict=True)):
             buf = read()
-            before = st.records
             try:
-                end = scan(buf, 0, st)
-            except BadRecord as bad:
-                err = typed_error(path, bad, buf, i == last_i)
-                if not (tolerate_torn and isinstance(err, TornWriteError)):
-                    raise err from None
-                torn = err
-                end = bad.offset
-            if st.records == before and torn is None:
-                # a segment is renamed into place only after its header (crc, metadata
-                # records) is durable, so an empty one lost its contents
-                raise CorruptError(path, 0, "the segment holds no record (every segment "
-                                            "starts with a crc record)")
-    garbage = buf.count(0, end) != len(buf) - end
-    return ReplayEnd(end, len(buf), garbage, torn)
+                before = st.records
+                try:
+                    end = scan(buf, 0, st)
+                except BadRecord as bad:
+                    err = typed_error(path, bad, buf, i == last_i)
+                    if not (tolerate_torn and isinstance(err, TornWriteError)):
+                        raise err from None
+                    torn = err
+                    end = bad.offset
+                if st.records == before and torn is None:
+                    # a segment is renamed into place only after its header (crc, metadata
+                    # records) is durable, so an empty one lost its contents
+                    raise CorruptError(path, 0, "the segment holds no record (every "
+                                                "segment starts with a crc record)")
+                if i == last_i:
+                    garbage = not is_zero(buf, end, len(buf))
+                    return ReplayEnd(end, len(buf), garbage, torn)
+            finally:
+                _close(buf)
+    raise AssertionError("unreachable")
+
+
+def _close(buf) -> None:
+    close = getattr(buf, "close", None)  # an mmap: unmap now rather than at collection
+    if close is not None:
+        try:
+            close()
+        except BufferError:
+            pass  # still viewed (by a traceback): unmapped when collected

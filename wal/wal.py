@@ -49,6 +49,7 @@ from wal.segment import (
     SegmentFile,
     fsync_dir,
     has_segments,
+    map_whole,
     open_locked,
     preallocate,
     pwrite_all,
@@ -153,7 +154,13 @@ class WAL:
                 raise WalStateError(f"read_all on a WAL that is {self._mode}")
             st = ScanState(self._start.index, self._start.term)
             segs = self._segments
-            end = replay([s.path for s in segs], [_reader(s.fd) for s in segs], st,
+            # Appending mode holds the segment locks, so nobody truncates them under us and
+            # they can be mapped (no copy); read-only mode reads them (a live writer may cut).
+            if self._mode == _READING:
+                readers = [_bind(map_whole, s.path) for s in segs]
+            else:
+                readers = [_bind(read_whole, s.fd) for s in segs]
+            end = replay([s.path for s in segs], readers, st,
                          tolerate_torn=self._mode == _READ_ONLY)
             if not st.snap_matched:
                 raise SnapshotNotFoundError(
@@ -414,8 +421,8 @@ class WAL:
             raise WalStateError(f"cannot append to a WAL that is {self._mode}{hint}")
 
 
-def _reader(fd: int):
-    return lambda: read_whole(fd)
+def _bind(read, arg):
+    return lambda: read(arg)
 
 
 # --- constructors --------------------------------------------------------------------------
