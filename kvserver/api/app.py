@@ -23,6 +23,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from kvserver.errors import GrpcCode
 from kvserver.metrics import Metrics
@@ -97,7 +98,7 @@ def _http_exception_parts(request: web.Request, exc: web.HTTPException) -> tuple
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:  # type: ignore[no-untyped-def]
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPException as exc:

@@ -118,7 +118,8 @@ def request_size_bytes(req: object) -> int:
     if kind is PutRequest:
         return len(req.key) + len(req.value) + _MESSAGE_OVERHEAD_BYTES  # type: ignore[attr-defined]
     if kind is RangeRequest or kind is DeleteRangeRequest:
-        return len(req.key) + len(req.range_end) + _MESSAGE_OVERHEAD_BYTES  # type: ignore[attr-defined]
+        keys = len(req.key) + len(req.range_end)  # type: ignore[attr-defined]
+        return keys + _MESSAGE_OVERHEAD_BYTES
     if kind is TxnRequest:
         size = _MESSAGE_OVERHEAD_BYTES
         for c in req.compare:  # type: ignore[attr-defined]

@@ -128,13 +128,14 @@ def _message(cls: type, required: dict[str, Any], *specs: _Field) -> _Message:
     return _Message(cls, required, fields)
 
 
-_BY, _INT, _BOOL, _ENUM, _MSG, _REP = (_Kind.BYTES, _Kind.INT64, _Kind.BOOL, _Kind.ENUM, _Kind.MESSAGE,
-                     _Kind.REPEATED)
+_BY, _INT, _BOOL, _ENUM = _Kind.BYTES, _Kind.INT64, _Kind.BOOL, _Kind.ENUM
+_MSG, _REP = _Kind.MESSAGE, _Kind.REPEATED
 
 _MESSAGES: dict[str, _Message] = {
     "RangeRequest": _message(
         RangeRequest, {"key": b""},
-        _Field("key", _BY), _Field("range_end", _BY), _Field("limit", _INT), _Field("revision", _INT),
+        _Field("key", _BY), _Field("range_end", _BY),
+        _Field("limit", _INT), _Field("revision", _INT),
         _Field("sort_order", _ENUM, SortOrder), _Field("sort_target", _ENUM, SortTarget),
         _Field("serializable", _BOOL), _Field("keys_only", _BOOL), _Field("count_only", _BOOL),
         _Field("min_mod_revision", _INT), _Field("max_mod_revision", _INT),

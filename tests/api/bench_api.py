@@ -5,10 +5,10 @@
 
 Starts the server in a child process (uvloop when installed, access log off, as the node
 runs it), drives it from this process with an aiohttp client at ``--clients`` concurrent
-requests (256-byte values, 1000 keys), and prints requests/s and the server's CPU time per request (from /proc: robust to other
-load on the machine, unlike requests/s). ``--trivial`` serves a fixed
-JSON body from a bare aiohttp handler instead: the ceiling any Python HTTP server reaches
-with this load generator on this machine. ``--profile FILE`` runs the server under cProfile
+requests (256-byte values, 1000 keys), and prints requests/s and the server's CPU time per
+request (from /proc: robust to other load on the machine, unlike requests/s).
+``--trivial`` serves a fixed JSON body from a bare aiohttp handler instead: the ceiling any
+Python HTTP server reaches with this load generator on this machine. ``--profile FILE`` runs the server under cProfile
 and prints the top functions by own time when it stops.
 """
 
@@ -162,13 +162,15 @@ def main() -> None:
             pass
         done, elapsed, cpu = asyncio.run(
             load(port, args.clients, args.seconds, args.path, server.pid))
+        client_cpu = _cpu_seconds(os.getpid())
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
     kind = "trivial aiohttp handler" if args.trivial else "raftkv API over LocalKV"
     print(f"{kind}: POST /v3/kv/{args.path}, {args.clients} clients: "
           f"{done / elapsed:,.0f} requests/s ({done} in {elapsed:.1f} s); "
-          f"server CPU {cpu / max(done, 1) * 1e6:.0f} us/request")
+          f"server CPU {cpu / max(done, 1) * 1e6:.0f} us/request "
+          f"(load generator: {client_cpu:.1f} s CPU in total)")
 
 
 if __name__ == "__main__":

@@ -298,7 +298,8 @@ async def test_service_errors_render_with_their_code_and_status() -> None:
         msg = "etcdserver: no leader"
         assert await api.post("/v3/kv/put", {"key": b64("k")}) == (
             503, {"error": msg, "message": msg, "code": 14})
-        api.service.fail_with = ServiceError(GrpcCode.DEADLINE_EXCEEDED, "etcdserver: request timed out")
+        api.service.fail_with = ServiceError(GrpcCode.DEADLINE_EXCEEDED,
+                                             "etcdserver: request timed out")
         status, body = await api.post("/v3/kv/range", {"key": b64("k")})
         assert (status, body["code"]) == (504, 4)
 
