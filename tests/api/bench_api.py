@@ -8,8 +8,8 @@ runs it), drives it from this process with an aiohttp client at ``--clients`` co
 requests (256-byte values, 1000 keys), and prints requests/s and the server's CPU time per
 request (from /proc: robust to other load on the machine, unlike requests/s).
 ``--trivial`` serves a fixed JSON body from a bare aiohttp handler instead: the ceiling any
-Python HTTP server reaches with this load generator on this machine. ``--profile FILE`` runs the server under cProfile
-and prints the top functions by own time when it stops.
+Python HTTP server reaches with this load generator on this machine. ``--profile FILE``
+runs the server under cProfile and prints the top functions by own time when it stops.
 """
 
 from __future__ import annotations
