@@ -131,12 +131,16 @@ class Member:
         }
 
     async def stop(self) -> None:
-        for runner in reversed(self.runners):
+        """Clients first, then the raft loop, then peers, then the disk."""
+        client_runners, peer_runners = self.runners[1:], self.runners[:1]
+        for runner in client_runners:
             await runner.cleanup()
         if self.node is not None:
             await self.node.stop()
         if self.transport is not None:
             await self.transport.stop()
+        for runner in peer_runners:
+            await runner.cleanup()
         if self.storage is not None:
             self.storage.close()
 

@@ -71,6 +71,7 @@ class PeerTransport:
         self._peers: dict[int, _PeerSender] = {}
         self._session: aiohttp.ClientSession | None = None
         self._snapshot_tasks: set[asyncio.Task] = set()
+        self._incoming: set[web.WebSocketResponse] = set()
         self.dropped_messages = 0
         self.failures_by_peer: dict[int, int] = {}
 
@@ -87,6 +88,8 @@ class PeerTransport:
         self._peers.clear()
         for task in list(self._snapshot_tasks):
             task.cancel()
+        for ws in list(self._incoming):  # else the HTTP server waits for them to end
+            await ws.close()
         if self._session is not None:
             await self._session.close()
 
@@ -169,6 +172,15 @@ class PeerTransport:
         ws = web.WebSocketResponse(max_msg_size=self.limits.frame_bytes,
                                    heartbeat=self.limits.heartbeat_s)
         await ws.prepare(request)
+        self._incoming.add(ws)
+        try:
+            await self._read_stream(ws, sender)
+        finally:
+            self._incoming.discard(ws)
+            await ws.close()
+        return ws
+
+    async def _read_stream(self, ws: web.WebSocketResponse, sender: int) -> None:
         async for frame in ws:
             if frame.type != aiohttp.WSMsgType.BINARY:
                 break
@@ -180,8 +192,6 @@ class PeerTransport:
             accepted = [m for m in batch if m.to == self.local_id and m.frm == sender]
             if accepted:
                 self._on_messages(accepted)
-        await ws.close()
-        return ws
 
     async def _handle_snapshot(self, request: web.Request) -> web.Response:
         sender = self._check_headers(request)
