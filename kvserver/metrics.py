@@ -53,7 +53,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
 from aiohttp import web
 from prometheus_client import (
@@ -167,7 +167,25 @@ def _float_label(x: float) -> str:
     return repr(float(x))
 
 
-NodeStatsSource = Callable[[], Mapping[str, Any]]
+class NodeStats(TypedDict, total=False):
+    """The mapping a node stats source returns (every key optional; see ``NODE_METRICS``)."""
+
+    raft_term: int
+    raft_commit_index: int
+    raft_applied_index: int
+    raft_apply_lag_entries: int
+    raft_has_leader: int
+    raft_is_leader: int
+    raft_leader_changes: int
+    proposals_committed: int
+    proposals_failed: int
+    proposals_pending: int
+    wal_fsync_duration_seconds: DurationHistogram
+    peer_send_failures: Mapping[int | str, int]
+    store_revision: int
+
+
+NodeStatsSource = Callable[[], Mapping[str, Any]]  # returns a NodeStats
 
 
 class _NodeStatsCollector:

@@ -7,7 +7,13 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvserver.metrics import FSYNC_BUCKETS_SECONDS, DurationHistogram, Metrics
+from kvserver.metrics import (
+    FSYNC_BUCKETS_SECONDS,
+    NODE_METRICS,
+    DurationHistogram,
+    Metrics,
+    NodeStats,
+)
 
 
 def _values(metrics: Metrics) -> dict[str, float]:
@@ -73,3 +79,7 @@ def test_a_failing_node_stats_source_does_not_break_the_scrape(caplog) -> None:
 
 def test_process_metrics_are_exported_by_default() -> None:
     assert any(k.startswith("process_") for k in _values(Metrics()))
+
+
+def test_node_stats_type_names_exactly_the_exported_keys() -> None:
+    assert set(NodeStats.__annotations__) == set(NODE_METRICS)

@@ -326,3 +326,18 @@ async def test_unknown_lease_is_404_not_found() -> None:
         assert await api.post("/v3/kv/put", {"key": b64("a"), "lease": "123"}) == (
             404, {"error": msg, "message": msg, "code": 5})
         assert api.service.store.revision == 1
+
+
+@run_async
+async def test_deeply_nested_txn_within_etcds_op_budget_round_trips() -> None:
+    async with serve() as api:
+        depth = 100  # each level spends one of etcd's 128 ops; deeper is "too many operations"
+        inner: dict = {"success": [{"request_put": {"key": b64("deep"), "value": b64("v")}}]}
+        for _ in range(depth):
+            inner = {"success": [{"request_txn": inner}]}
+        status, body = await api.post("/v3/kv/txn", inner)
+        assert status == 200 and body["header"]["revision"] == "2"
+        for _ in range(depth):
+            body = body["responses"][0]["response_txn"]
+        assert body == {"header": {}, "succeeded": True,
+                        "responses": [{"response_put": {"header": {"revision": "2"}}}]}
