@@ -14,7 +14,9 @@ randomness is injected through ``Config.rng``. By default that source has no jit
 ``random.Random(N * 1000 + i)`` instead.
 
 The node's own log lines (``Config.logger``) are printed as ``INFO ...`` lines at the point
-where they happen, indented like the surrounding output; ``log-level none`` silences them.
+where they happen, indented like the surrounding output. ``log-level none`` silences all
+output (useful for a long setup section; every block then prints ``ok``) until
+``log-level info``.
 
 The state machine is a list of the applied payloads; a snapshot's data is that list, one
 payload per line. For each applied index the environment remembers the configuration, so a
@@ -33,6 +35,7 @@ from raft import (
     Config,
     ConfState,
     EntryType,
+    HardState,
     MemoryStorage,
     Message,
     MessageType,
@@ -94,8 +97,7 @@ class _TraceLogger:
         self._env = env
 
     def _log(self, level: str, fmt: str, *args) -> None:
-        if self._env.log_info:
-            self._env.write(f"{level} " + (fmt % args if args else fmt))
+        self._env.write(f"{level} " + (fmt % args if args else fmt))
 
     def debug(self, fmt: str, *args) -> None:  # quieter than info: never printed
         pass
@@ -114,7 +116,7 @@ class InteractionEnv:
     def __init__(self) -> None:
         self.nodes: dict[int, TraceNode] = {}
         self.messages: list[Message] = []  # sent, not yet delivered or dropped; FIFO
-        self.log_info = True
+        self.silent = False  # log-level none
         self._out: list[str] = []
         self._indent = 0
         self.logger = _TraceLogger(self)
@@ -122,6 +124,8 @@ class InteractionEnv:
     # --- output ---
 
     def write(self, text: str) -> None:
+        if self.silent:
+            return
         pad = INDENT * self._indent
         for line in text.split("\n"):
             self._out.append(pad + line)
@@ -149,8 +153,9 @@ class InteractionEnv:
 
     def add_node(self, conf_state: ConfState, index: int, config_kw: dict) -> TraceNode:
         """Add node ``len(nodes)+1``. With a non-empty ``conf_state`` its storage starts from
-        a snapshot at ``index`` (term 1) holding that configuration, as if the cluster had
-        been bootstrapped and compacted; otherwise the storage is empty (a node that joins
+        a snapshot at ``index`` (term 1) holding that configuration and a HardState at term 1
+        committed to ``index``, as if the cluster had been bootstrapped and compacted (the
+        first election is then at term 2); otherwise the storage is empty (a node that joins
         later and receives a snapshot from the leader)."""
         node_id = len(self.nodes) + 1
         if node_id > MAX_NODES:
@@ -162,15 +167,20 @@ class InteractionEnv:
             if index < 1:
                 raise EnvError("index must be at least 1")
             storage.apply_snapshot(
-                Snapshot(
-                    metadata=SnapshotMetadata(conf_state=conf_state, index=index, term=1)
-                )
+                Snapshot(metadata=SnapshotMetadata(conf_state=conf_state, index=index, term=1))
             )
+            # Term 1, as a bootstrapped etcd node: a node's term is never below its last log
+            # term. (At term 0 the first leader would have term 1 and mistake the snapshot's
+            # term-1 index for an entry committed in its own term, e.g. serving ReadIndex
+            # before its empty entry commits.)
+            storage.set_hard_state(HardState(term=1, vote=0, commit=index))
             history.append((index, conf_state))
             applied = index
         kw = dict(config_kw)
         jitter_seed = kw.pop("jitter_seed", None)
-        rng = NoJitterRandom() if jitter_seed is None else random.Random(jitter_seed * 1000 + node_id)
+        rng = (
+            NoJitterRandom() if jitter_seed is None else random.Random(jitter_seed * 1000 + node_id)
+        )
         config = Config(id=node_id, storage=storage, rng=rng, logger=self.logger, **kw)
         try:
             rawnode = RawNode(config)
