@@ -112,7 +112,7 @@ def one_writer_group(dir_path: str, seconds: float, data: bytes) -> tuple[float,
 
 def many_writers_asyncio(dir_path: str, seconds: float, data: bytes, writers: int,
                          use_uvloop: bool = False) -> tuple[float, float, float]:
-    w = new_wal(dir_path, "many-asyncio")
+    w = new_wal(dir_path, "many-uvloop" if use_uvloop else "many-asyncio")
     writer = wal.GroupCommitWriter(w)
     writer.submit(HardState(term=1, vote=1)).result()
     base_syncs, base_batches = w.sync_count, writer.batches
