@@ -1,8 +1,8 @@
 """The read path: scan a segment's bytes, checking every CRC, and replay its entries.
 
-``scan(buf, pos, state)`` walks the frames of one segment (a bytes object holding the whole
-file) from ``pos`` and folds every record into ``state`` (a ``ScanState``) with etcd's
-``ReadAll`` semantics:
+``scan(buf, pos, state)`` walks the frames of one segment (its whole content, as bytes or a
+read-only mmap) from ``pos`` and folds every record into ``state`` (a ``ScanState``) with
+etcd's ``ReadAll`` semantics:
 
 * entries with index <= ``snap_index`` are checked and skipped; a later entry whose index is
   already present truncates the kept tail and replaces it (Raft figure 7), and one at or
@@ -13,20 +13,22 @@ file) from ``pos`` and folds every record into ``state`` (a ``ScanState``) with 
   there when reading begins in the middle of the log);
 * a snapshot record at ``snap_index`` must have ``snap_term``.
 
-It returns the offset just past the last record when it meets a zero length word or the end
-of the buffer, and raises ``BadRecord(kind, offset, reason)`` for the first frame that is not
+It returns the offset just past the last record when it meets a zero length word (unless an
+intact record follows it: then the word was damaged) or the end of the buffer, and raises ``BadRecord(kind, offset, reason)`` for the first frame that is not
 valid; the caller (``wal.replay``) turns that into a typed error naming the file, or into a
 ``TornWriteError`` when ``is_torn`` says the failure is a partially written tail.
 
 Speed matters here (replay is the node's restart time), so the common, canonical layout
 (etcd's encoder: fields in order, each once) is decoded inline with byte indexing and one
-crcmod call per record, and entries are built without running the dataclass ``__init__``.
+CRC call per record (``wal.crc``), and entries are built without running the dataclass
+``__init__``.
 Anything else falls back to a generic protobuf field walk with the same result; tests check
 both against raftpb, the reference decoder.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 
 from raftpb import DecodeError, Entry, HardState, decode_entry, decode_wal_snapshot
@@ -37,19 +39,26 @@ from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
 # a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path
 _unpack_lw = struct.Struct("<IHBB").unpack_from
 
-# Failure kinds. PARTIAL, DECODE and CRC are failures to read bytes as written and may be a
-# torn write. LENGTH and ZEROED concern a length word, which is 8-aligned and so written
-# atomically: torn only when nothing but zeros surrounds it (see is_torn). The others
-# happen after the CRC matched, i.e. on bytes exactly as they were written: never torn.
-PARTIAL = "partial"          # the frame runs past the end of the file
-LENGTH = "length"            # the length word is not one our encoder writes
-DECODE = "decode"            # the record's protobuf does not parse
-CRC = "crc"                  # the record's CRC does not match the running CRC
-CRC_RECORD = "crc-record"    # a crc record does not carry the running CRC
-INVALID = "invalid"          # CRC fine, content not acceptable (bad entry, gap, type)
-METADATA = "metadata"        # metadata differs from the first metadata record
-SNAPSHOT_TERM = "snapshot-term"  # snapshot record at the wanted index with another term
-ZEROED = "zeroed"            # a zero length word hides the intact record behind it
+class Fault(enum.Enum):
+    """Why a frame is bad. PARTIAL, DECODE and CRC are failures to read bytes as written and
+    may be a torn write. LENGTH and ZEROED concern a length word, which is 8-aligned and so
+    written atomically: torn only when nothing but zeros surrounds it (see is_torn). The
+    others happen after the CRC matched, on bytes exactly as written: never torn."""
+
+    PARTIAL = "partial"              # the frame runs past the end of the file
+    LENGTH = "length"                # the length word is not one our encoder writes
+    DECODE = "decode"                # the record's protobuf does not parse
+    CRC = "crc"                      # the record's CRC does not match the running CRC
+    CRC_RECORD = "crc-record"        # a crc record does not carry the running CRC
+    INVALID = "invalid"              # CRC fine, content not acceptable (entry, gap, type)
+    METADATA = "metadata"            # metadata differs from the first metadata record
+    SNAPSHOT_TERM = "snapshot-term"  # snapshot record at the wanted index, another term
+    ZEROED = "zeroed"                # a zero length word hides an intact record behind it
+
+
+PARTIAL, LENGTH, DECODE, CRC = Fault.PARTIAL, Fault.LENGTH, Fault.DECODE, Fault.CRC
+CRC_RECORD, INVALID, METADATA = Fault.CRC_RECORD, Fault.INVALID, Fault.METADATA
+SNAPSHOT_TERM, ZEROED = Fault.SNAPSHOT_TERM, Fault.ZEROED
 TORN_KINDS = frozenset({PARTIAL, DECODE, CRC, LENGTH, ZEROED})  # torn only if is_torn says so
 
 _M56 = (1 << 56) - 1
@@ -64,7 +73,7 @@ _set_data = Entry.data.__set__
 
 
 class BadRecord(Exception):
-    def __init__(self, kind: str, offset: int, reason: str) -> None:
+    def __init__(self, kind: Fault, offset: int, reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
         self.offset = offset
@@ -480,7 +489,7 @@ def is_zero(buf, lo: int, hi: int) -> bool:
     return _zero(buf, lo, hi)
 
 
-def is_torn(buf, offset: int, kind: str) -> bool:
+def is_torn(buf, offset: int, kind: Fault) -> bool:
     """Whether a failure of ``kind`` at frame ``offset`` of the *last* segment is a torn write.
 
     A torn write leaves whole sectors unwritten (zeros, or missing at the end of the file).
