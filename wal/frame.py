@@ -156,6 +156,7 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
     pads = _PADS
     crcf = _crc
     heads = _ENTRY_HEADS
+    lens: dict[int, bytes] = {}  # length varints: entries of a batch tend to share sizes
     for e in entries:
         etype = e.type
         term = e.term
@@ -167,13 +168,19 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
             (small[index] if index < 128 else vi(index))
         if data:
             dn = len(data)
-            eh += b"\x22" + (small[dn] if dn < 128 else vi(dn))
+            dv = lens.get(dn)
+            if dv is None:
+                dv = lens[dn] = b"\x22" + vi(dn)
+            eh += dv
             crc = crcf(data, crcf(eh, crc))
             en = len(eh) + dn
         else:
             crc = crcf(eh, crc)
             en = len(eh)
-        rh = b"\x08\x02\x10" + vi(crc) + b"\x1a" + (small[en] if en < 128 else vi(en))
+        ev = lens.get(-en)
+        if ev is None:
+            ev = lens[-en] = b"\x1a" + vi(en)
+        rh = b"\x08\x02\x10" + vi(crc) + ev
         n = len(rh) + en
         pad = -n & 7
         out += pack(n | ((0x80 | pad) << 56) if pad else n)
