@@ -102,7 +102,9 @@ class Member:
         peer_app.add_routes(self.transport.routes())
         client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
         for app, urls in ((peer_app, cfg.listen_peer_urls), (client_app, cfg.listen_client_urls)):
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # Bounded graceful stop: in-flight requests get a moment, then connections close.
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   shutdown_timeout=2.0)
             await runner.setup()
             self.runners.append(runner)
             for url in urls:

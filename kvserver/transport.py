@@ -72,6 +72,7 @@ class PeerTransport:
         self._session: aiohttp.ClientSession | None = None
         self._snapshot_tasks: set[asyncio.Task] = set()
         self._incoming: set[web.WebSocketResponse] = set()
+        self._closing = False
         self.dropped_messages = 0
         self.failures_by_peer: dict[int, int] = {}
 
@@ -83,6 +84,7 @@ class PeerTransport:
             connector=aiohttp.TCPConnector(limit=0))
 
     async def stop(self) -> None:
+        self._closing = True  # refuse new streams: peers reconnect at once otherwise
         for peer in list(self._peers.values()):
             await peer.stop()
         self._peers.clear()
@@ -169,6 +171,8 @@ class PeerTransport:
 
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
         sender = self._check_headers(request)
+        if self._closing:
+            raise web.HTTPServiceUnavailable(text="member is stopping")
         ws = web.WebSocketResponse(max_msg_size=self.limits.frame_bytes,
                                    heartbeat=self.limits.heartbeat_s)
         await ws.prepare(request)
