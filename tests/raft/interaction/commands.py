@@ -32,6 +32,7 @@
     report-unreachable ID PEER     RawNode.report_unreachable(PEER) on ID
     report-snapshot ID PEER [failed=true]
                                    RawNode.report_snapshot(PEER, failed) on ID
+    restart ID                     crash ID and restart it from its storage (env.restart)
     log-level none|info            print nothing / everything (Readies, messages, INFO lines)
 
 Errors of the core (a dropped proposal, a refused step) print as ``error: Type: message``:
@@ -341,6 +342,10 @@ def report_snapshot(env: InteractionEnv, cmd: Command) -> None:
     env.node(ids[0]).rawnode.report_snapshot(ids[1], failed)
 
 
+def restart(env: InteractionEnv, cmd: Command) -> None:
+    env.restart(_one_id(cmd))
+
+
 def log_level(env: InteractionEnv, cmd: Command) -> None:
     pos = _positional(cmd)
     if pos not in (["none"], ["info"]):
@@ -367,6 +372,7 @@ COMMANDS: dict[str, Callable[[InteractionEnv, Command], None]] = {
     "transfer-leadership": transfer_leadership,
     "report-unreachable": report_unreachable,
     "report-snapshot": report_snapshot,
+    "restart": restart,
     "log-level": log_level,
 }
 

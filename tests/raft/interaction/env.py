@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from raft import (
     ConfChange,
@@ -191,6 +191,27 @@ class InteractionEnv:
         )
         self.nodes[node_id] = node
         return node
+
+    def restart(self, node_id: int) -> None:
+        """Crash and restart ``node_id``: a new RawNode over the same MemoryStorage.
+
+        Everything the node handed out in Readies was persisted (process_ready does it all),
+        so nothing durable is lost; volatile state (role, leader, progress, pending reads) is.
+        The state machine is volatile too: it restarts from the storage's snapshot, and the
+        new RawNode hands out the committed entries after it again (Config.applied = the
+        snapshot index), re-applying their conf changes — the way config.py asks a driver to.
+        Messages already in the queue stay there, like packets in flight.
+        """
+        n = self.node(node_id)
+        snap = n.storage.snapshot()
+        config = replace(n.config, applied=snap.metadata.index)
+        try:
+            rawnode = RawNode(config)
+        except RaftError as e:
+            raise EnvError(f"cannot restart node {node_id}: {type(e).__name__}: {e}") from None
+        n.rawnode = rawnode
+        n.config = config
+        self._apply_snapshot(n, snap)
 
     # --- the driver loop ---
 
