@@ -43,7 +43,10 @@ class DedupTable:
             return MISS
         return ids.get(request_id, MISS)
 
-    def remember(self, client_id: int, request_id: int, outcome: Any) -> None:
+    def client_ids(self, client_id: int) -> OrderedDict[int, Any]:
+        """The request-id table of ``client_id``, created if new, marked most recently used
+        (evicting the least recently used client beyond ``max_clients``). The store's hot
+        path uses it to look up and then record with one table access."""
         clients = self._clients
         ids = clients.get(client_id)
         if ids is None:
@@ -53,6 +56,10 @@ class DedupTable:
                 clients.popitem(last=False)
         else:
             clients.move_to_end(client_id)
+        return ids
+
+    def remember(self, client_id: int, request_id: int, outcome: Any) -> None:
+        ids = self.client_ids(client_id)
         ids[request_id] = outcome
         if len(ids) > self.ids_per_client:
             ids.popitem(last=False)

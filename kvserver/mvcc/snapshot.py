@@ -133,15 +133,18 @@ _SECTION_ORDER = {"base": 0, "log": 1, "dedup": 2, "end": 3}
 
 
 def _kv(rec: Any) -> KeyValue:
-    if (
-        type(rec) is not list
-        or len(rec) != 6
-        or type(rec[0]) is not bytes
-        or type(rec[1]) is not bytes
-        or not all(type(x) is int for x in rec[2:])
-    ):
-        raise SnapshotFormatError("malformed record")
-    return KeyValue(*rec)
+    if type(rec) is list and len(rec) == 6:
+        key, value, create, mod, version, lease = rec
+        if (
+            type(key) is bytes
+            and type(value) is bytes
+            and type(create) is int
+            and type(mod) is int
+            and type(version) is int
+            and type(lease) is int
+        ):
+            return KeyValue(key, value, create, mod, version, lease)
+    raise SnapshotFormatError("malformed record")
 
 
 class SnapshotLoader:

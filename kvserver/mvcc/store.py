@@ -217,21 +217,27 @@ class MVCCStore:
         With ``client_id != 0`` a write is deduplicated on ``(client_id, request_id)``: a pair
         seen before returns the first outcome with ``duplicate=True`` and changes nothing.
         """
-        dedup = client_id != 0 and type(request) is not RangeRequest
-        if dedup:
-            seen = self._dedup.lookup(client_id, request_id)
-            if seen is not MISS:
-                if isinstance(seen, EtcdError):
-                    return ApplyResult(None, seen, (), True, self._rev)
-                return ApplyResult(seen, None, (), True, self._rev)
+        if client_id == 0 or type(request) is RangeRequest:
+            try:
+                response, events = self._execute(request)
+            except EtcdError as err:
+                return ApplyResult(None, err, (), False, self._rev)
+            return ApplyResult(response, None, events, False, self._rev)
+        ids = self._dedup.client_ids(client_id)
+        seen = ids.get(request_id, MISS)
+        if seen is not MISS:
+            if isinstance(seen, EtcdError):
+                return ApplyResult(None, seen, (), True, self._rev)
+            return ApplyResult(seen, None, (), True, self._rev)
         try:
             response, events = self._execute(request)
         except EtcdError as err:
-            if dedup:
-                self._dedup.remember(client_id, request_id, err)
-            return ApplyResult(None, err, (), False, self._rev)
-        if dedup:
-            self._dedup.remember(client_id, request_id, response)
+            response, events = err, None
+        ids[request_id] = response
+        if len(ids) > self._dedup.ids_per_client:
+            ids.popitem(last=False)
+        if events is None:
+            return ApplyResult(None, response, (), False, self._rev)
         return ApplyResult(response, None, events, False, self._rev)
 
     def apply_entry(self, data: bytes) -> ApplyResult:

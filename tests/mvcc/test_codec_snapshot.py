@@ -206,3 +206,33 @@ def test_truncated_or_damaged_snapshots_are_rejected():
                 msgpack.packb(["end", {"base": 0, "log": 2, "dedup_clients": 0}]),
             ]
         )
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        None,
+        b"raw bytes",
+        PutRequest("text key", b"v"),  # type: ignore[arg-type]
+        PutRequest(b"k", None),  # type: ignore[arg-type]
+        RangeRequest(b"k", limit=None),  # type: ignore[arg-type]
+        RangeRequest(b"k", revision=1 << 64),
+        TxnRequest(compare=(1,)),  # type: ignore[arg-type]
+        TxnRequest(success=(PutRequest(b"k"),)),  # type: ignore[arg-type]
+        TxnRequest(compare=(Compare(9, CompareTarget.MOD, b"k"),)),  # type: ignore[arg-type]
+        TxnRequest(success=(RequestOp(PutRequest(b"k"), PutRequest(b"j")),)),  # type: ignore[arg-type]
+        CompactionRequest("1"),  # type: ignore[arg-type]
+    ],
+)
+def test_apply_never_raises_on_malformed_requests(garbage):
+    """DESIGN 5 "Bad input": a node never crashes on client input; a malformed request is an
+    InvalidArgument outcome (remembered for dedup like any other write) and changes
+    nothing."""
+    s = MVCCStore()
+    s.put(b"k", b"v")
+    res = s.apply(garbage, client_id=1, request_id=1)
+    assert isinstance(res.error, InvalidArgumentError)
+    assert res.error.http_status == 400
+    assert s.revision == 2 and s.get(b"k").value == b"v"
+    is_read = type(garbage) is RangeRequest  # reads are never remembered
+    assert s.apply(garbage, client_id=1, request_id=1).duplicate is not is_read
