@@ -6,8 +6,9 @@
               [read-only=safe|lease] [disable-forwarding=true]
               [election-tick=3] [heartbeat-tick=1] [jitter-seed=S]
         Add N nodes with the next free ids. With voters/learners, each starts from a snapshot
-        at index I (default 1, term 1) holding that configuration; without, from an empty
-        storage (a node that joins later). Defaults: election-tick 3, heartbeat-tick 1, no
+        at index I (default 1, term 1) holding that configuration and a HardState at term 1
+        (so the first election is at term 2); without, from an empty storage (a node that
+        joins later and is sent a snapshot). Defaults: election-tick 3, heartbeat-tick 1, no
         election-timeout jitter (see env.NoJitterRandom).
     campaign ID                    RawNode.campaign()
     propose ID DATA                RawNode.propose(DATA)
