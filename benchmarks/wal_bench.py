@@ -9,8 +9,9 @@ What it measures, on the disk holding ``--dir`` (a fresh temp dir inside it):
 1. raw fdatasync rate: pwrite one framed 256-byte entry's worth of bytes (288) at the end of
    a preallocated file, then fdatasync, in a loop: what a WAL append costs the disk;
 2. one writer, sync policy ``always``: ``WAL.save(None, [entry])`` in a loop, each save
-   durable before the next (target: >= 80% of the raw rate); the same through the
-   group-commit writer (``submit(...).result()``) for comparison;
+   durable before the next (target: >= 80% of the raw rate). 1 and 2 run interleaved in
+   short slices, because fsync latency on a shared machine drifts by 10x within a minute;
+   then the same through the group-commit writer (``submit(...).result()``);
 3. 64 concurrent writers, policy ``always``: asyncio tasks each awaiting
    ``GroupCommitWriter.append`` of one entry (the node driver's path; target: >= 50,000
    durable entries/s), and threads using ``WAL.append`` + ``WAL.sync_upto`` (the sync
@@ -51,45 +52,77 @@ def fs_of(path: str) -> str:
     return f"{fstype} on {best or '?'}"
 
 
-def raw_fdatasync(dir_path: str, seconds: float) -> float:
-    path = os.path.join(dir_path, "raw.dat")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, 64 << 20)
-        os.fsync(fd)
-        buf = os.urandom(FRAME_BYTES)
-        n, off = 0, 0
+class RawSync:
+    """pwrite + fdatasync of FRAME_BYTES at the end of a preallocated file, in a loop."""
+
+    def __init__(self, dir_path: str) -> None:
+        self.path = os.path.join(dir_path, "raw.dat")
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.posix_fallocate(self.fd, 0, wal.DEFAULT_SEGMENT_SIZE_BYTES)  # like a segment
+        os.fsync(self.fd)
+        self.buf = os.urandom(FRAME_BYTES)
+        self.off = 0
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        n = 0
         t0 = time.perf_counter()
         deadline = t0 + seconds
         while time.perf_counter() < deadline:
-            os.pwrite(fd, buf, off)
-            os.fdatasync(fd)
-            off += FRAME_BYTES
+            if self.off + FRAME_BYTES > wal.DEFAULT_SEGMENT_SIZE_BYTES:
+                self.off = 0  # stay inside the preallocated space
+            os.pwrite(self.fd, self.buf, self.off)
+            os.fdatasync(self.fd)
+            self.off += FRAME_BYTES
             n += 1
-        return n / (time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        os.unlink(path)
+        return n, time.perf_counter() - t0
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.unlink(self.path)
+
+
+class OneWriter:
+    """WAL.save(None, [entry]) in a loop: each save durable before the next."""
+
+    def __init__(self, dir_path: str, data: bytes) -> None:
+        self.w = new_wal(dir_path, "one-save")
+        self.w.save(HardState(term=1, vote=1), [])
+        self.data = data
+        self.index = 0
+        self.entries = 0
+        self.syncs_before = self.w.sync_count
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        n = 0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while time.perf_counter() < deadline:
+            self.index += 1
+            self.w.save(None, [Entry(term=1, index=self.index, data=self.data)])
+            n += 1
+        self.entries += n
+        return n, time.perf_counter() - t0
+
+    def close(self) -> float:
+        syncs = self.w.sync_count - self.syncs_before
+        self.w.close()
+        return syncs / max(self.entries, 1)
+
+
+def interleaved(a, b, seconds: float, rounds: int = 6) -> tuple[float, float]:
+    """Alternate short runs of a and b: fsync latency drifts on a shared machine, and this
+    way both see the same disk. Returns their rates."""
+    totals = [[0, 0.0], [0, 0.0]]
+    for _ in range(rounds):
+        for k, bench in enumerate((a, b)):
+            n, dt = bench.run(seconds / rounds)
+            totals[k][0] += n
+            totals[k][1] += dt
+    return totals[0][0] / totals[0][1], totals[1][0] / totals[1][1]
 
 
 def new_wal(dir_path: str, name: str, **kw) -> wal.WAL:
     return wal.create(os.path.join(dir_path, name), b"bench", **kw)
-
-
-def one_writer_save(dir_path: str, seconds: float, data: bytes) -> tuple[float, float]:
-    w = new_wal(dir_path, "one-save")
-    w.save(HardState(term=1, vote=1), [])
-    base = w.sync_count
-    i = 0
-    t0 = time.perf_counter()
-    deadline = t0 + seconds
-    while time.perf_counter() < deadline:
-        i += 1
-        w.save(None, [Entry(term=1, index=i, data=data)])
-    dt = time.perf_counter() - t0
-    syncs = w.sync_count - base
-    w.close()
-    return i / dt, syncs / i
 
 
 def one_writer_group(dir_path: str, seconds: float, data: bytes) -> tuple[float, float]:
@@ -223,21 +256,18 @@ def verdict(ok: bool) -> str:
 
 def append_benchmarks(root: str, args, data: bytes) -> None:
     mb = len(data) / 1e6
-    # fsync latency drifts with whatever else the machine does: take the best of two short
-    # runs, so that the WAL is compared with the disk at its best; and measure it again after
-    raw = max(raw_fdatasync(root, args.seconds / 2), raw_fdatasync(root, args.seconds / 2))
+    raw_bench, one = RawSync(root), OneWriter(root, data)
+    raw, rate = interleaved(raw_bench, one, 2 * args.seconds)
+    spe = one.close()
+    raw_bench.close()
     print(f"raw fdatasync (pwrite {FRAME_BYTES} B + fdatasync):  {raw:9,.0f} /s"
-          f"   ({1e6 / raw:.0f} us each)")
-
-    rate, spe = one_writer_save(root, args.seconds, data)
+          f"   ({1e6 / raw:.0f} us each; interleaved with the next line)")
     print(f"1 writer, WAL.save, always:              {rate:9,.0f} entries/s "
           f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  = {rate / raw:4.0%} of raw"
           f"  [target >= 80%: {verdict(rate >= 0.8 * raw)}]")
-    raw_after = raw_fdatasync(root, args.seconds / 2)
-    print(f"raw fdatasync again:                       {raw_after:9,.0f} /s")
     rate, spe = one_writer_group(root, args.seconds, data)
     print(f"1 writer, GroupCommitWriter, always:     {rate:9,.0f} entries/s "
-          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  = {rate / raw:4.0%} of raw")
+          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  (not interleaved)")
 
     rate, spe, per_batch = many_writers_asyncio(root, args.seconds, data, args.writers)
     print(f"{args.writers} asyncio writers, GroupCommitWriter: {rate:9,.0f} entries/s "
