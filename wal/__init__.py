@@ -13,6 +13,15 @@ locking. ``read_all`` never returns a wrong entry: damage is a typed error namin
 segment file and byte offset (``CorruptError`` and subclasses), a partially written tail
 is ``TornWriteError`` (fixed by ``repair``, which only drops never-acknowledged bytes).
 
+Recovery, as the node driver does it (etcd's sequence)::
+
+    w = wal.open(dir, snap)                 # snap: newest WalSnapshot with a .snap file
+    try:
+        metadata, hard_state, entries = w.read_all()
+    except wal.TornWriteError:              # crash mid-write: only unsynced bytes are torn
+        w.close(); wal.repair(dir)          # then open + read_all again
+    writer = wal.GroupCommitWriter(w)       # asyncio: await writer.append(hs, entries, snap)
+
 Byte layout
 -----------
 A directory of segments ``{seq:016x}-{index:016x}.wal`` (seq from 0 up by one; index =
