@@ -222,3 +222,25 @@ def test_close_finishes_queued_appends_and_refuses_new_ones(setup):
     assert all(f.done() and f.exception() is None for f in futs)
     with pytest.raises(wal.WalStateError):
         writer.submit(None, entries(50, 50))
+
+
+def test_interval_policy_acknowledges_at_write_even_while_an_fsync_is_stuck(ram_path):
+    """interval=<ms> trades durability for latency (documented loss window): appends do not
+    wait for the background fsync, which still runs and covers them."""
+    sync = CountingSync()
+    w = wal.create(f"{ram_path}/wal", b"m", sync_fn=sync, sync_policy="interval=5",
+                   prepare_ahead=False)
+    try:
+        with GroupCommitWriter(w) as writer:
+            writer.submit(HardState(term=1), entries(1, 1)).result(20)
+            sync.hold_next = True
+            assert sync.entered.wait(20)  # the interval thread is inside a (held) fsync
+            futs = [writer.submit(None, entries(i, i)) for i in range(2, 40)]
+            for f in futs:
+                f.result(20)             # acknowledged although that fsync is stuck
+            calls = sync.calls
+            sync.release.set()
+            wait_until(lambda: sync.calls > calls)  # and the data gets synced afterwards
+    finally:
+        sync.release.set()
+        w.close()
