@@ -80,7 +80,8 @@ def test_a_second_instance_cannot_open_a_wal_in_use(ram_path):
         wal.repair(path)
     code = ("import sys, wal\n"
             "try:\n    wal.open(sys.argv[1])\nexcept wal.LockedError:\n    sys.exit(7)\n")
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
     assert subprocess.run([sys.executable, "-c", code, path], env=env).returncode == 7
     # read-only tools take no lock and see the data
     assert wal.verify(path).commit == 3
