@@ -55,6 +55,7 @@ from sortedcontainers import SortedDict
 
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 from kvserver.mvcc.errors import (
+    CodecError,
     CompactedError,
     EtcdError,
     FutureRevisionError,
@@ -241,10 +242,18 @@ class MVCCStore:
         return ApplyResult(response, None, events, False, self._rev)
 
     def apply_entry(self, data: bytes) -> ApplyResult:
-        """Decode a log entry made by ``codec.encode_entry`` and apply it."""
+        """Decode a log entry made by ``codec.encode_entry`` and apply it.
+
+        An undecodable entry (a bug or a format-version mismatch; the WAL's CRCs catch disk
+        corruption) is an ``InvalidArgumentError`` result on every replica alike, not a crash.
+        """
         from kvserver.mvcc.codec import decode_entry
 
-        client_id, request_id, request = decode_entry(data)
+        try:
+            client_id, request_id, request = decode_entry(data)
+        except CodecError as err:
+            error = InvalidArgumentError(f"raftkv: undecodable log entry: {err}")
+            return ApplyResult(None, error, (), False, self._rev)
         return self.apply(request, client_id, request_id)
 
     def _execute(self, request: Any) -> tuple[Any, tuple[Event, ...]]:

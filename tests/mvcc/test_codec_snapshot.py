@@ -101,6 +101,8 @@ def test_apply_entry_validates_decoded_requests():
     bad = msgpack.packb([1, 0, 0, [11, "text-not-bytes", b"v", 0, False, False, False]])
     res = s.apply_entry(bad)
     assert isinstance(res.error, InvalidArgumentError) and s.revision == 1
+    garbled = s.apply_entry(b"\xc1not msgpack")
+    assert isinstance(garbled.error, InvalidArgumentError) and s.revision == 1
     ok = s.apply_entry(encode_entry(PutRequest(b"k", b"v"), 3, 4))
     assert ok.error is None and s.apply_entry(encode_entry(PutRequest(b"k"), 3, 4)).duplicate
 
