@@ -171,9 +171,13 @@ class NodeStorage:
 
     async def persist(self, rd: Ready) -> None:
         has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
-        if has_snap or rd.entries or rd.hard_state is not None:
+        if rd.must_sync or has_snap:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._writer, self._persist_blocking, rd, has_snap)
+        elif rd.entries or rd.hard_state is not None:
+            # No fsync needed (a commit-index change): one small pwrite, cheaper inline than
+            # a round trip to the writer thread. The raft task is the only writer.
+            self._persist_blocking(rd, has_snap)
         if has_snap:
             self.raft_storage.apply_snapshot(rd.snapshot)
         if rd.hard_state is not None:
