@@ -16,7 +16,9 @@ state into the node's ``MemoryStorage`` and its ``Disk`` (sync when ``must_sync`
 messages (with ``sends_first``, a leader's MsgApp/MsgSnap/MsgHeartbeat leave before step 1,
 as the Ready docstring allows); (3) apply the snapshot and the
 committed entries to the node's ``KVStore``, calling ``apply_conf_change`` for conf changes;
-(4) ``advance``. A crash may hit between these steps.
+(4) ``advance``. A crash may hit between these steps. With ``disk_latency_slots`` the write
+of steps (1)-(4) completes some slots after ``ready()`` while the node keeps stepping and
+ticking (one outstanding Ready, as a driver with a writer thread does).
 
 Phases: during ``fault_ticks`` the nemesis partitions (random splits, isolated leader,
 one-way links), crashes (possibly in the middle of a Ready), restarts, transfers leadership,
@@ -823,7 +825,9 @@ class Cluster:
                 if self.log:
                     self._say(f"nemesis: leader {leader} transfers to {to}")
         elif action == "crash":
-            n = self.nodes[rng.choice(alive)]
+            # Leaders are the interesting victims (new elections with divergent logs).
+            target = leader if leader and rng.random() < 0.5 else rng.choice(alive)
+            n = self.nodes[target]
             if rng.random() < sc.mid_ready_crash_rate:
                 n.crash_point = rng.randrange(3)
                 # if no Ready comes soon, crash anyway

@@ -89,7 +89,7 @@ class Scenario:
             liveness_ticks=20 * election + 50,
             snapshot_every=r.choice((4, 8, 16, 1000)),
             keep_entries=r.choice((0, 2, 5)),
-            clients=r.randrange(3, 6),
+            clients=r.randrange(3, 7),
             keys=r.randrange(1, 4),
             write_ratio=r.choice((0.5, 0.7)),
             think_max_ticks=r.choice((1, 2, 4)),

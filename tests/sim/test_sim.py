@@ -81,24 +81,20 @@ def test_replay_does_not_depend_on_hash_randomization():
     assert len(outputs) == 1, outputs
 
 
-def test_failing_seed_prints_replay_command(capsys):
+def test_failing_seed_prints_replay_command(capsys, monkeypatch):
+    import tests.sim.runner as runner
     from tests.sim.__main__ import main
 
     class Broken(Cluster):
         def _final_checks(self):
-            raise AssertionError("injected")
+            raise SafetyViolation("injected")
 
-    import tests.sim.runner as runner
-
-    original = runner.Cluster
-    runner.Cluster = Broken
-    try:
-        assert main(["--seeds", "2", "--start", "10"]) == 1
-    finally:
-        runner.Cluster = original
+    monkeypatch.setattr(runner, "Cluster", Broken)
+    assert main(["--seeds", "2", "--start", "10"]) == 1
     out = capsys.readouterr().out
     assert "python -m tests.sim --seed 10 --nodes 3 --verbose" in out
     assert "python -m tests.sim --seed 11 --nodes 5 --verbose" in out
+    assert "2 failed" in out
 
 
 # -- mutations of the driver: the checkers must catch them -------------------------------
