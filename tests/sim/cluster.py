@@ -714,6 +714,8 @@ class Cluster:
             return
         n = self.nodes[self.rng.choice(alive)]
         c.node = n.id
+        if self.log:
+            self._say(f"client {c.id} proposes write {c.op} {c.key!r} at node {n.id}")
         try:
             n.raw.propose(encode_put(c.op, c.key))
         except ProposalDroppedError:
@@ -748,6 +750,8 @@ class Cluster:
             n = self.nodes[self.rng.choice(alive)]
             c.node = n.id
             ctx = b"r%d" % c.rid
+            if self.log:
+                self._say(f"client {c.id} starts read {c.rid} {c.key!r} at node {n.id}")
             try:
                 n.raw.read_index(ctx)
             except ProposalDroppedError:
