@@ -566,7 +566,13 @@ class Raft:
                 self._send_append(m.frm)
             return
         old_paused = pr.is_paused()
-        if not pr.maybe_update(m.index):
+        # An acknowledgement of exactly ``match`` carries no news about the log, except for a
+        # probing follower: it answers a probe sent at ``match``, so the follower has our log
+        # up to there and replication can stream again (etcd v3.6; otherwise a caught-up
+        # follower that fell back to StateProbe, e.g. after report_unreachable, would stay
+        # there and get one MsgApp per round trip).
+        recovered = pr.state == ProgressState.PROBE and m.index == pr.match
+        if not pr.maybe_update(m.index) and not recovered:
             return
         if pr.state == ProgressState.PROBE:
             pr.become_replicate()
@@ -580,7 +586,8 @@ class Raft:
         if self._maybe_commit():
             self._release_pending_read_index_messages()
             self._bcast_append()
-        elif old_paused:
+        elif old_paused and not recovered:
+            # It may be missing the commit index (a recovered probe just carried it).
             self._send_append(m.frm)
         # Flow control may now allow several (size-limited) messages at once.
         while self._maybe_send_append(m.frm, send_if_empty=False):
@@ -596,7 +603,9 @@ class Raft:
             # MsgApps (or their answers) may have been lost: let one more out per heartbeat
             # so a full window cannot stall this follower forever.
             pr.inflights.free_first_one()
-        if pr.match < self.log.last_index():
+        if pr.match < self.log.last_index() or pr.state == ProgressState.PROBE:
+            # A probing follower gets a probe (empty if it is caught up): its answer returns
+            # it to StateReplicate (see _handle_append_response).
             self._send_append(m.frm)
         if self.leaving_index:
             self._leaving_ack(m)

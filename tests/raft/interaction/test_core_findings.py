@@ -1,13 +1,9 @@
 """Behaviour of the raft core that the interaction traces exposed as questionable.
 
-Each finding is a minimal reproduction marked ``xfail(strict=True)``: it asserts the
-behaviour we expect (etcd's), fails today, and turns into an unexpected pass — a failure
-under ``strict`` — the day the core changes, so the marker cannot outlive the fix. The
-traces showing the current behaviour are kept out of testdata/ on purpose (they would pin
-it).
+Each finding started as a minimal reproduction marked ``xfail(strict=True)`` asserting the
+behaviour we expect (etcd's); once the core is fixed it stays here as a plain regression
+test, next to a trace in testdata/ that shows the fixed behaviour message by message.
 """
-
-import pytest
 
 from raft import ProgressState
 from tests.raft.interaction.commands import execute
@@ -20,17 +16,11 @@ def _run(env: InteractionEnv, *lines: str) -> None:
         execute(env, parse_command(line, f"inline:{i + 1}"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core: a heartbeat response does not move a caught-up follower in StateProbe back "
-        "to StateReplicate (etcd v3.6: MsgHeartbeatResp sends an append when "
-        "pr.State == StateProbe, and an ack of exactly pr.Match moves a probing follower "
-        "to StateReplicate); the follower then gets one MsgApp per round trip on the "
-        "next writes"
-    ),
-)
 def test_heartbeat_response_returns_caught_up_probing_follower_to_replicate() -> None:
+    """etcd v3.6: a heartbeat response from a follower in StateProbe gets a MsgApp (empty when
+    the follower is caught up), and an acknowledgement of exactly ``match`` moves it back to
+    StateReplicate; otherwise the follower would get one MsgApp per round trip on the next
+    writes. Trace: testdata/heartbeat_resp_recovers_from_probing.txt."""
     env = InteractionEnv()
     _run(
         env,
@@ -48,7 +38,7 @@ def test_heartbeat_response_returns_caught_up_probing_follower_to_replicate() ->
     progress = env.node(1).rawnode.status().progress
     assert progress[2].match == progress[1].match  # caught up all along
     assert progress[2].state == ProgressState.REPLICATE
-    # And therefore two proposals go out to it at once, without waiting for an answer.
+    # And therefore both proposals go out to it at once, without waiting for an answer.
     _run(env, "propose 1 a", "propose 1 b", "process-ready 1")
-    sent_to_2 = [m for m in env.messages if m.to == 2 and m.entries]
-    assert len(sent_to_2) == 2
+    sent_to_2 = [e.data for m in env.messages if m.to == 2 for e in m.entries]
+    assert sent_to_2 == [b"a", b"b"]
