@@ -1,62 +1,43 @@
-"""Errors a client can see, with etcd's texts and gRPC codes, and their HTTP statuses.
+"""Cluster-level errors a client can see, with etcd's texts, gRPC codes and HTTP statuses.
 
-Both API dialects report failures from one place: a handler raises ``ServiceError`` (or one
-of the ready-made instances' copies below), and the dialect renders it — the etcd gateway as
-``{"error": msg, "code": grpc_code, "message": msg}`` with the HTTP status grpc-gateway uses
-for that code, the REST dialect as ``{"error": msg, "code": name}``.
+Every client-visible failure is a ``kvserver.mvcc.errors.EtcdError``: the store's own errors
+(compacted, key not provided, ...) and, from here, ``ServiceError`` for what the cluster says
+(no leader, request timed out, too many requests, ...). Both API dialects render any of them
+from one place — the etcd gateway as ``{"error": msg, "code": grpc_code, "message": msg}`` with
+the HTTP status grpc-gateway uses for that code, the REST dialect as
+``{"error": msg, "code": name}``.
 """
 
-from enum import IntEnum
+from kvserver.mvcc.errors import HTTP_STATUS_BY_GRPC_CODE, EtcdError, GrpcCode
+
+__all__ = ["HTTP_STATUS_BY_GRPC_CODE", "GrpcCode", "ServiceError"]
 
 
-class GrpcCode(IntEnum):
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    OUT_OF_RANGE = 11
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    DATA_LOSS = 15
-    UNAUTHENTICATED = 16
-
-
-# grpc-gateway's HTTPStatusFromCode.
-HTTP_STATUS = {
-    GrpcCode.OK: 200, GrpcCode.CANCELLED: 408, GrpcCode.UNKNOWN: 500,
-    GrpcCode.INVALID_ARGUMENT: 400, GrpcCode.DEADLINE_EXCEEDED: 504, GrpcCode.NOT_FOUND: 404,
-    GrpcCode.ALREADY_EXISTS: 409, GrpcCode.PERMISSION_DENIED: 403,
-    GrpcCode.RESOURCE_EXHAUSTED: 429, GrpcCode.FAILED_PRECONDITION: 400,
-    GrpcCode.ABORTED: 409, GrpcCode.OUT_OF_RANGE: 400, GrpcCode.UNIMPLEMENTED: 501,
-    GrpcCode.INTERNAL: 500, GrpcCode.UNAVAILABLE: 503, GrpcCode.DATA_LOSS: 500,
-    GrpcCode.UNAUTHENTICATED: 401,
-}
-
-
-class ServiceError(Exception):
-    """A request failed; ``code`` says how, ``message`` says what (etcd's text when etcd has
-    one). ``retryable`` marks failures a client may retry with the same request id."""
+class ServiceError(EtcdError):
+    """A request failed at the cluster level; ``grpc_code`` says how, ``message`` says what
+    (etcd's text when etcd has one). ``retryable`` marks failures a client may retry with the
+    same request id. Store-level failures are the other ``EtcdError`` subclasses."""
 
     def __init__(self, code: GrpcCode, message: str, *, retryable: bool = False):
         super().__init__(message)
-        self.code = code
-        self.message = message
+        self.grpc_code = code
         self.retryable = retryable
 
     @property
-    def http_status(self) -> int:
-        return HTTP_STATUS[self.code]
+    def code(self) -> GrpcCode:
+        return self.grpc_code
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.grpc_code, self.message, self.retryable))
 
     def __repr__(self) -> str:
-        return f"ServiceError({self.code.name}, {self.message!r})"
+        return f"ServiceError({self.grpc_code.name}, {self.message!r})"
+
+
+def _rebuild(cls, code, message, retryable):
+    err = ServiceError.__new__(cls)
+    ServiceError.__init__(err, code, message, retryable=retryable)
+    return err
 
 
 def invalid(message: str) -> ServiceError:

@@ -139,10 +139,8 @@ def check_request_size(req: object, limits: ApiLimits) -> None:
 
 def error_parts(exc: BaseException) -> tuple[int, str, int] | None:
     """``(grpc_code, message, http_status)`` of a client-visible error, else None."""
-    if isinstance(exc, EtcdError):
+    if isinstance(exc, EtcdError):  # ServiceError included
         return int(exc.grpc_code), exc.message, exc.http_status
-    if isinstance(exc, ServiceError):
-        return int(exc.code), exc.message, exc.http_status
     return None
 
 

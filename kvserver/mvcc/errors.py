@@ -16,30 +16,46 @@ from typing import ClassVar
 
 
 class GrpcCode(IntEnum):
-    """The gRPC status codes etcd uses for key-value errors."""
+    """gRPC status codes (the canonical set; etcd's errors use a few of them)."""
 
     OK = 0
     CANCELLED = 1
+    UNKNOWN = 2
     INVALID_ARGUMENT = 3
     DEADLINE_EXCEEDED = 4
     NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
     RESOURCE_EXHAUSTED = 8
     FAILED_PRECONDITION = 9
+    ABORTED = 10
     OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
     UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
-# grpc-gateway's runtime.HTTPStatusFromCode for the codes above.
+# grpc-gateway's runtime.HTTPStatusFromCode.
 HTTP_STATUS_BY_GRPC_CODE: dict[GrpcCode, int] = {
     GrpcCode.OK: 200,
     GrpcCode.CANCELLED: 408,
+    GrpcCode.UNKNOWN: 500,
     GrpcCode.INVALID_ARGUMENT: 400,
     GrpcCode.DEADLINE_EXCEEDED: 504,
     GrpcCode.NOT_FOUND: 404,
+    GrpcCode.ALREADY_EXISTS: 409,
+    GrpcCode.PERMISSION_DENIED: 403,
     GrpcCode.RESOURCE_EXHAUSTED: 429,
     GrpcCode.FAILED_PRECONDITION: 400,
+    GrpcCode.ABORTED: 409,
     GrpcCode.OUT_OF_RANGE: 400,
+    GrpcCode.UNIMPLEMENTED: 501,
+    GrpcCode.INTERNAL: 500,
     GrpcCode.UNAVAILABLE: 503,
+    GrpcCode.DATA_LOSS: 500,
+    GrpcCode.UNAUTHENTICATED: 401,
 }
 
 # etcd's texts (api/v3rpc/rpctypes/error.go, mvcc/kvstore.go, lease/lessor.go).
