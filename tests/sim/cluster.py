@@ -395,7 +395,8 @@ class Cluster:
             )
         msgs = rd.messages
         crash_point = n.crash_point
-        if self.sc.sends_first and msgs:
+        if self.sc.sends_first and msgs and not term_vote_changed:
+            # (a new term or vote in this Ready makes every message wait for the write)
             early = self._early_messages(n, msgs)
             if early:
                 self._send(n, early)
