@@ -7,6 +7,7 @@ reads read it at once. Every response gets a full header (cluster, member, revis
 """
 
 import dataclasses
+import gc
 
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
@@ -52,6 +53,9 @@ class RaftKV:
 
     def restore(self, data: bytes) -> None:
         self.store = MVCCStore.restore([data])
+        # The restored store is long-lived: keep the cyclic GC from walking it again and
+        # again (a full collection over a large store stalls the loop for tens of ms).
+        gc.freeze()
 
     # --- KVService ---------------------------------------------------------------------------
 
