@@ -13,7 +13,7 @@ SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then t
 """
 
 import asyncio
-import json
+import gc
 import logging
 import signal
 
@@ -31,11 +31,6 @@ from kvserver.transport import PeerTransport
 from raft import Config, RawNode
 
 log = logging.getLogger(__name__)
-
-
-def _member_context(info: MemberInfo) -> bytes:
-    return json.dumps({"name": info.name, "peer_urls": list(info.peer_urls)},
-                      sort_keys=True).encode()
 
 
 class Member:
@@ -76,6 +71,7 @@ class Member:
         if fresh and cfg.initial_cluster_state == "new":
             raw.bootstrap(sorted(m.id for m in self.members))
         _, conf_state = storage.raft_storage.initial_state()
+        gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
 
         self.transport = PeerTransport(
             local_id=self.member_id, cluster_id=self.cluster_id,
