@@ -98,11 +98,16 @@ def test_the_next_segment_is_prepared_ahead_and_removed_on_close(ram_path):
     path = f"{ram_path}/wal"
     w = wal.create(path, b"m", segment_size_bytes=4096, prepare_ahead=True)
     deadline = time.monotonic() + 20
-    while not [n for n in os.listdir(path) if n.endswith(".tmp")]:
+
+    def prepared():  # the pipeline creates the file, then preallocates it: wait for both
+        names = [n for n in os.listdir(path) if n.endswith(".tmp")]
+        return names if names and os.path.getsize(f"{path}/{names[0]}") == 4096 else None
+
+    while not prepared():
         assert time.monotonic() < deadline
         time.sleep(0.001)
-    tmp = [n for n in os.listdir(path) if n.endswith(".tmp")]
-    assert len(tmp) == 1 and os.path.getsize(f"{path}/{tmp[0]}") == 4096
+    tmp = prepared()
+    assert len(tmp) == 1
     assert is_locked(f"{path}/{tmp[0]}")
     w.save(HardState(term=1), entries(1, 20, size=300))  # cut: the prepared file is used
     assert len(segment_files(path)) == 2
