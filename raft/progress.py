@@ -7,6 +7,16 @@ States:
 * REPLICATE — the follower accepted entries; the leader streams MsgApps optimistically
   (``next`` advances on send), limited by the inflight window.
 * SNAPSHOT — the follower needs a snapshot; nothing else is sent until it reports back.
+
+Two marks let the leader skip messages that would tell the follower nothing new:
+``sent_commit`` is the highest commit index sent to it (etcd's sentCommit; lowered again
+when ``next`` moves back, as those messages were probably lost), so a commit-only MsgApp
+is sent only when it can move the follower's commit index (``can_bump_commit``);
+``inflight_at_beat`` is the last index that was in flight when the latest periodic heartbeat
+went out, so a heartbeat response probes a replicating follower with an empty MsgApp only
+if what was sent before that heartbeat is still unacknowledged (``stalled``). A follower
+answers messages in order, so those acknowledgements normally arrive before the heartbeat
+response; MsgApps sent after the heartbeat are simply still in flight.
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ class Progress:
         "msg_app_flow_paused",
         "inflights",
         "is_learner",
+        "sent_commit",
+        "inflight_at_beat",
     )
 
     def __init__(
@@ -49,6 +61,8 @@ class Progress:
         self.msg_app_flow_paused = False  # PROBE: a probe is out, wait for an answer
         self.inflights = inflights
         self.is_learner = is_learner
+        self.sent_commit = 0  # highest commit index sent (MsgApp, MsgHeartbeat, MsgSnap)
+        self.inflight_at_beat = 0  # REPLICATE: next - 1 when the last heartbeat went out
 
     def __str__(self) -> str:
         s = f"{self.state} match={self.match} next={self.next}"
@@ -72,6 +86,7 @@ class Progress:
         self.pending_snapshot = 0
         self.state = state
         self.inflights.reset()
+        self.inflight_at_beat = 0
 
     def become_probe(self) -> None:
         if self.state == ProgressState.SNAPSHOT:
@@ -82,6 +97,8 @@ class Progress:
         else:
             self._reset_state(ProgressState.PROBE)
             self.next = self.match + 1
+        # What was sent beyond next probably did not arrive, nor the commit index it carried.
+        self.sent_commit = min(self.sent_commit, self.next - 1)
 
     def become_replicate(self) -> None:
         self._reset_state(ProgressState.REPLICATE)
@@ -90,6 +107,7 @@ class Progress:
     def become_snapshot(self, snapshot_index: int) -> None:
         self._reset_state(ProgressState.SNAPSHOT)
         self.pending_snapshot = snapshot_index
+        self.sent_commit = snapshot_index  # a snapshot is committed up to its index
 
     def maybe_update(self, n: int) -> bool:
         """An acknowledgement of index ``n``; True if it raised ``match``."""
@@ -117,12 +135,27 @@ class Progress:
             if rejected <= self.match:
                 return False  # stale: we already know the follower has it
             self.next = self.match + 1
-            return True
-        if self.next - 1 != rejected:
-            return False  # stale: not the probe we are waiting for
-        self.next = max(min(rejected, match_hint + 1), self.match + 1, 1)
-        self.msg_app_flow_paused = False
+        else:
+            if self.next - 1 != rejected:
+                return False  # stale: not the probe we are waiting for
+            self.next = max(min(rejected, match_hint + 1), self.match + 1, 1)
+            self.msg_app_flow_paused = False
+        self.sent_commit = min(self.sent_commit, self.next - 1)  # as in become_probe
         return True
+
+    def record_sent_commit(self, commit: int) -> None:
+        """A message carrying commit index ``commit`` was sent."""
+        self.sent_commit = max(self.sent_commit, commit)
+
+    def can_bump_commit(self, commit: int) -> bool:
+        """Whether an empty MsgApp with ``commit`` could raise the follower's commit index:
+        it moves it to at most ``next - 1``, and what we sent so far may already do that."""
+        return commit > self.sent_commit and self.sent_commit < self.next - 1
+
+    def stalled(self) -> bool:
+        """Whether entries sent before the latest periodic heartbeat are still unacknowledged
+        (REPLICATE): those MsgApps or their answers may have been lost."""
+        return self.match < self.inflight_at_beat
 
     def is_paused(self) -> bool:
         if self.state == ProgressState.PROBE:

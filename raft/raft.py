@@ -24,6 +24,15 @@ Rules implemented here, by Raft paper/thesis section:
   transfer (MsgTimeoutNow), §4.2.1 learners, §4.1 single-server membership changes with at
   most one uncommitted/unapplied change.
 
+Messages per round (DESIGN §8): the leader builds most MsgApps in ``flush_appends()``, which
+RawNode calls when it assembles a Ready, rather than where the need arises; each follower
+owed one is visited once, with the progress and commit index as they are by then. So a
+burst of acknowledgements costs at most one commit-only MsgApp per follower per Ready, and
+a commit-only MsgApp is skipped when the follower was already sent that commit index
+(``Progress.sent_commit``). A heartbeat response from a replicating follower triggers an
+empty MsgApp only if what was sent before that heartbeat is still unacknowledged
+(``Progress.stalled``: lost messages), not merely because later MsgApps are in flight.
+
 Deviations from etcd, on purpose:
 
 * The leader counts itself towards commit only once its own write is reported durable
@@ -110,6 +119,9 @@ class Raft:
         self.is_learner = False
         self.tracker = ProgressTracker(config.max_inflight_msgs, config.inflight_limit_bytes())
         self.msgs: list[Message] = []  # outbox, drained by RawNode.ready()
+        # Leader: followers owed a MsgApp, built by flush_appends() when RawNode assembles
+        # the next Ready; id -> whether an empty MsgApp is wanted even if nothing is new.
+        self.appends_due: dict[int, bool] = {}
         self.read_states: list[ReadState] = []  # drained by RawNode.ready()
         self.read_only = ReadOnly(config.read_only_option)
         self.pending_read_index_messages: list[Message] = []  # until a current-term commit
@@ -229,6 +241,7 @@ class Raft:
         self.pending_read_index_messages = []
         self.leaving_index = 0
         self.informed = set()
+        self.appends_due = {}
 
     def become_follower(self, term: int, lead: int) -> None:
         self._step_fn = self._step_follower
@@ -432,6 +445,9 @@ class Raft:
     def _step_leader(self, m: Message) -> None:
         t = m.type
         if t == MT.MsgBeat:
+            for node_id, pr in self.tracker.progress.items():
+                if node_id != self.id and pr.state == ProgressState.REPLICATE:
+                    pr.inflight_at_beat = pr.next - 1  # see _handle_heartbeat_response
             self._bcast_heartbeat()
             return
         if t == MT.MsgCheckQuorum:
@@ -503,7 +519,9 @@ class Raft:
                 self.pending_conf_index = self.log.last_index() + i + 1
         if not self._append_entries(ents):
             raise ProposalDroppedError("too many uncommitted entry bytes")
-        self._bcast_append()
+        for node_id in self.tracker.ids():
+            if node_id != self.id:
+                self._send_append(node_id)
 
     def _append_entries(self, ents: list[Entry]) -> bool:
         last = self.log.last_index()
@@ -563,9 +581,8 @@ class Raft:
             if pr.maybe_decr_to(m.index, next_probe):
                 if pr.state == ProgressState.REPLICATE:
                     pr.become_probe()
-                self._send_append(m.frm)
+                self._want_append(m.frm, probe=True)
             return
-        old_paused = pr.is_paused()
         # An acknowledgement of exactly ``match`` carries no news about the log, except for a
         # probing follower: it answers a probe sent at ``match``, so the follower has our log
         # up to there and replication can stream again (etcd v3.6; otherwise a caught-up
@@ -586,27 +603,36 @@ class Raft:
         if self._maybe_commit():
             self._release_pending_read_index_messages()
             self._bcast_append()
-        elif old_paused and not recovered:
-            # It may be missing the commit index (a recovered probe just carried it).
-            self._send_append(m.frm)
-        # Flow control may now allow several (size-limited) messages at once.
-        while self._maybe_send_append(m.frm, send_if_empty=False):
-            pass
+        else:
+            # Flow control may now admit more (size-limited) messages; or the follower may
+            # lack the commit index for what it just acknowledged.
+            self._want_append(m.frm)
         if m.frm == self.lead_transferee and pr.match == self.log.last_index():
             self._info("sends MsgTimeoutNow to %x after it caught up", m.frm)
+            self._flush_append(m.frm)  # keep the order: the commit index first
             self._send(self._msg(MT.MsgTimeoutNow, m.frm))
 
     def _handle_heartbeat_response(self, m: Message, pr) -> None:
         pr.recent_active = True
         pr.msg_app_flow_paused = False
-        if pr.state == ProgressState.REPLICATE and pr.inflights.full():
-            # MsgApps (or their answers) may have been lost: let one more out per heartbeat
-            # so a full window cannot stall this follower forever.
-            pr.inflights.free_first_one()
-        if pr.match < self.log.last_index() or pr.state == ProgressState.PROBE:
+        if pr.state == ProgressState.PROBE:
             # A probing follower gets a probe (empty if it is caught up): its answer returns
             # it to StateReplicate (see _handle_append_response).
-            self._send_append(m.frm)
+            self._want_append(m.frm, probe=True)
+        elif pr.state == ProgressState.REPLICATE:
+            if pr.stalled():
+                # What we sent before the last heartbeat is still unacknowledged although the
+                # follower answers in order: MsgApps (or their answers) may have been lost.
+                # Probe with an empty MsgApp at next (a follower lacking what came before
+                # rejects it and we back up), making room in a full window for it. Once per
+                # heartbeat interval: other heartbeats (reads) may be answered meanwhile.
+                pr.inflight_at_beat = 0
+                if pr.inflights.full():
+                    pr.inflights.free_first_one()
+                self._want_append(m.frm, probe=True)
+            elif pr.match < self.log.last_index():
+                # Acknowledgements are flowing: only entries not yet sent, if any, go out.
+                self._want_append(m.frm)
         if self.leaving_index:
             self._leaving_ack(m)
             return
@@ -635,11 +661,66 @@ class Raft:
         self.election_elapsed = 0
         self.lead_transferee = transferee
         if pr.match == self.log.last_index():
+            self._flush_append(transferee)
             self._send(self._msg(MT.MsgTimeoutNow, transferee))
         else:
-            self._send_append(transferee)  # catch it up first; see _handle_append_response
+            # Catch it up first; see _handle_append_response.
+            self._want_append(transferee, probe=True)
 
     # --- leader: sending ----------------------------------------------------------------
+    #
+    # Most MsgApps are not built where the need arises but by flush_appends(), when RawNode
+    # assembles the next Ready: each follower owed one is visited once, with its progress
+    # and the commit index as they are by then. A burst of acknowledgements that moves the
+    # commit index several times thus costs one commit-only MsgApp per follower, not one per
+    # move. Nothing is delayed by this: messages leave only through a Ready anyway.
+
+    def _want_append(self, to: int, probe: bool = False) -> None:
+        """Owe ``to`` a MsgApp at the next flush: the entries it lacks (as many messages as
+        the size cap and the inflight window allow), else the commit index if that can move
+        its commit index, else — with ``probe`` — an empty MsgApp anyway (the answer tells
+        us where its log is)."""
+        if to != self.id:
+            self.appends_due[to] = probe or self.appends_due.get(to, False)
+
+    def _bcast_append(self, probe: bool = False) -> None:
+        for node_id in self.tracker.ids():
+            self._want_append(node_id, probe)
+
+    def has_appends_due(self) -> bool:
+        """Whether flush_appends() would send something (a follower that needs a snapshot
+        the storage cannot produce yet is counted although nothing goes out)."""
+        last = self.log.last_index()
+        committed = self.log.committed
+        for to, probe in self.appends_due.items():
+            pr = self.tracker.progress.get(to)
+            if pr is None or pr.is_paused():
+                continue
+            if probe or pr.next <= last or pr.can_bump_commit(committed):
+                return True
+        return False
+
+    def flush_appends(self) -> None:
+        """Build the MsgApps owed to followers (RawNode.ready() calls this first)."""
+        due, self.appends_due = self.appends_due, {}
+        for to in sorted(due):
+            self._send_due_append(to, due[to])
+
+    def _flush_append(self, to: int) -> None:
+        """Build the MsgApp owed to ``to`` now, ahead of a message that must follow it."""
+        probe = self.appends_due.pop(to, None)
+        if probe is not None:
+            self._send_due_append(to, probe)
+
+    def _send_due_append(self, to: int, probe: bool) -> None:
+        pr = self.tracker.progress.get(to)
+        if pr is None:
+            return  # removed from the configuration meanwhile
+        sent = False
+        while self._maybe_send_append(to, send_if_empty=False):
+            sent = True
+        if not sent and (probe or pr.can_bump_commit(self.log.committed)):
+            self._maybe_send_append(to, send_if_empty=True)
 
     def _send_append(self, to: int) -> None:
         self._maybe_send_append(to, send_if_empty=True)
@@ -671,6 +752,7 @@ class Raft:
             pr.sent_entries(ents[-1].index, len(ents), payload_size_bytes(ents))
         else:
             pr.sent_entries(prev_index, 0, 0)
+        pr.record_sent_commit(self.log.committed)
         return True
 
     def _maybe_send_snapshot(self, to: int, pr) -> bool:
@@ -688,11 +770,6 @@ class Raft:
         self._send(self._msg(MT.MsgSnap, to, snapshot=snap))
         return True
 
-    def _bcast_append(self) -> None:
-        for node_id in self.tracker.ids():
-            if node_id != self.id:
-                self._send_append(node_id)
-
     def _bcast_heartbeat(self, ctx: bytes | None = None) -> None:
         if ctx is None:
             ctx = self.read_only.last_pending_request_ctx()
@@ -701,6 +778,7 @@ class Raft:
                 continue
             # Never tell a follower to commit beyond what it is known to have.
             commit = min(pr.match, self.log.committed)
+            pr.record_sent_commit(commit)
             if self.leaving_index:
                 # The echoed context tells us which commit index the follower has seen.
                 ctx = LEAVING_CONTEXT_PREFIX + str(commit).encode()
@@ -798,7 +876,7 @@ class Raft:
                     self._campaign(CampaignType.ELECTION)
                 else:
                     self.become_leader()
-                    self._bcast_append()
+                    self._bcast_append(probe=True)
             elif result == VoteResult.LOST:
                 # A MsgPreVoteResp with a higher term already made us a follower in step();
                 # here our term is unchanged.
@@ -941,13 +1019,10 @@ class Raft:
             self._bcast_append()
             self._bcast_heartbeat()
             return cs
-        if self._maybe_commit():
-            # The quorum shrank: entries may now be committed.
-            self._bcast_append()
-        else:
-            for node_id in self.tracker.ids():
-                if node_id != self.id:
-                    self._maybe_send_append(node_id, send_if_empty=False)
+        # The quorum may have shrunk (entries may now be committed); a new follower needs
+        # everything.
+        self._maybe_commit()
+        self._bcast_append()
         if self.lead_transferee != NONE and self.lead_transferee not in self.tracker.voters:
             self.lead_transferee = NONE
         return cs

@@ -211,12 +211,14 @@ class RawNode:
             or r.log.unstable.entries
             or r.log.has_pending_snapshot()
             or r.log.has_next_committed_entries()
+            or r.has_appends_due()
         )
 
     def ready(self) -> Ready:
         if self._outstanding is not None:
             raise RaftInvariantError("ready() called again before advance()")
         r = self.raft
+        r.flush_appends()  # the leader's MsgApps, built once per Ready (see Raft)
         soft = r.soft_state()
         hs = r.hard_state()
         entries = tuple(r.log.unstable.entries)
