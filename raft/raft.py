@@ -26,8 +26,10 @@ Rules implemented here, by Raft paper/thesis section:
 
 Messages per round (DESIGN §8): the leader builds most MsgApps in ``flush_appends()``, which
 RawNode calls when it assembles a Ready, rather than where the need arises; each follower
-owed one is visited once, with the progress and commit index as they are by then. So a
-burst of acknowledgements costs at most one commit-only MsgApp per follower per Ready, and
+owed one is visited once, with the progress and commit index as they are by then. So all
+proposals made between two Readies reach a follower in one MsgApp (more only past
+max_size_per_msg_bytes, fewer if the inflight window is full), a burst of acknowledgements
+costs at most one commit-only MsgApp per follower per Ready, and
 a commit-only MsgApp is skipped when the follower was already sent that commit index
 (``Progress.sent_commit``). A heartbeat response from a replicating follower triggers an
 empty MsgApp only if what was sent before that heartbeat is still unacknowledged
@@ -519,9 +521,8 @@ class Raft:
                 self.pending_conf_index = self.log.last_index() + i + 1
         if not self._append_entries(ents):
             raise ProposalDroppedError("too many uncommitted entry bytes")
-        for node_id in self.tracker.ids():
-            if node_id != self.id:
-                self._send_append(node_id)
+        # Sent at the next Ready, together with every other proposal made until then.
+        self._bcast_append()
 
     def _append_entries(self, ents: list[Entry]) -> bool:
         last = self.log.last_index()
@@ -721,9 +722,6 @@ class Raft:
             sent = True
         if not sent and (probe or pr.can_bump_commit(self.log.committed)):
             self._maybe_send_append(to, send_if_empty=True)
-
-    def _send_append(self, to: int) -> None:
-        self._maybe_send_append(to, send_if_empty=True)
 
     def _maybe_send_append(self, to: int, send_if_empty: bool) -> bool:
         """Send entries from ``next`` (or a snapshot) to ``to``; False if nothing was sent."""

@@ -5,6 +5,9 @@ so everything that happened since the previous Ready shares them:
 
 * a burst of acknowledgements that advances the commit index several times yields at most
   one commit-only MsgApp per follower, carrying the final commit index;
+* proposals made between two Readies (a driver serving many clients calls ``propose()`` many
+  times per Ready) reach each follower in one MsgApp, split only by max_size_per_msg_bytes
+  and stopped only by the inflight window;
 * a heartbeat response from a replicating follower gets no empty MsgApp for entries sent
   after that heartbeat (they are simply in flight); one is sent only when entries sent
   before the heartbeat are still unacknowledged — a follower answers in order, so they
@@ -14,6 +17,7 @@ Every test asserts a count of messages, never a timing.
 """
 
 from raft import Message, MessageType, ProgressState
+from raft.types import ENTRY_OVERHEAD_BYTES
 from tests.raft.harness import Cluster, drain
 
 MT = MessageType
@@ -75,6 +79,51 @@ def test_follower_caught_up_by_one_message_gets_no_extra_commit_message():
     assert len(apps) == 1, [str(m) for m in apps]  # was two: entries, then Commit again
     assert apps[0].entries[-1].index == last and apps[0].commit == last
     assert c.applied_data(3) == c.applied_data(1)
+
+
+def test_proposals_between_readies_share_one_message_per_follower():
+    """64 proposals (a driver serving 64 clients) between two Readies: one MsgApp per
+    follower carries all of them."""
+    c = Cluster([1, 2, 3])
+    c.elect(1)
+    n = 64
+    for i in range(n):
+        c.propose(1, f"client-{i}".encode())
+    rd = c.process_ready(1)
+    assert len(rd.entries) == n
+    for f in (2, 3):
+        apps = _apps_to(rd.messages, f)
+        assert len(apps) == 1
+        assert [e.data for e in apps[0].entries] == [f"client-{i}".encode() for i in range(n)]
+    c.stabilize()
+    assert c.applied_data(2) == c.applied_data(1)
+
+
+def test_proposals_between_readies_respect_the_message_size_cap():
+    # 100-byte entries (payload plus framing), at most 1000 bytes per message: ten entries
+    # per MsgApp.
+    c = Cluster([1, 2, 3], max_size_per_msg_bytes=1000)
+    c.elect(1)
+    for i in range(64):
+        c.propose(1, bytes([i]) * (100 - ENTRY_OVERHEAD_BYTES))
+    rd = c.process_ready(1)
+    apps = _apps_to(rd.messages, 2)
+    assert [len(m.entries) for m in apps] == [10] * 6 + [4]
+    c.stabilize()
+    assert c.applied_data(2) == c.applied_data(1)
+
+
+def test_proposals_between_readies_respect_the_inflight_window():
+    c = Cluster([1, 2, 3], max_size_per_msg_bytes=1000, max_inflight_msgs=3)
+    c.elect(1)
+    for i in range(64):
+        c.propose(1, bytes([i]) * (100 - ENTRY_OVERHEAD_BYTES))
+    rd = c.process_ready(1)
+    apps = _apps_to(rd.messages, 2)
+    assert [len(m.entries) for m in apps] == [10, 10, 10]  # the window is full
+    assert c.raft(1).tracker.progress[2].is_paused()
+    c.stabilize()
+    assert c.applied_data(2) == c.applied_data(1)
 
 
 def test_heartbeat_response_sends_no_empty_message_for_entries_sent_after_the_heartbeat():

@@ -61,10 +61,11 @@ def test_replicate_state_streams_until_the_inflight_count_window_is_full():
     unacknowledged per follower; an acknowledgement frees the window."""
     c = Cluster([1, 2, 3], max_inflight_msgs=2)
     c.elect(1)
-    for i in range(5):
+    msgs = []
+    for i in range(5):  # one Ready per proposal: one MsgApp each while the window allows
         c.propose(1, f"x{i}".encode())
-    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
-    assert len(msgs) == 2
+        msgs += [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+    assert [[e.data for e in m.entries] for m in msgs] == [[b"x0"], [b"x1"]]
     pr = progress(c, 1, 2)
     assert pr.is_paused() and pr.inflights.count() == 2
     c.node(1).step(Message(MT.MsgAppResp, to=1, frm=2, term=1, index=msgs[0].entries[-1].index))

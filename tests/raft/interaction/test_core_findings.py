@@ -38,7 +38,8 @@ def test_heartbeat_response_returns_caught_up_probing_follower_to_replicate() ->
     progress = env.node(1).rawnode.status().progress
     assert progress[2].match == progress[1].match  # caught up all along
     assert progress[2].state == ProgressState.REPLICATE
-    # And therefore both proposals go out to it at once, without waiting for an answer.
-    _run(env, "propose 1 a", "propose 1 b", "process-ready 1")
-    sent_to_2 = [e.data for m in env.messages if m.to == 2 for e in m.entries]
-    assert sent_to_2 == [b"a", b"b"]
+    # And therefore two proposals in two Readies both go out to it, the second without
+    # waiting for an answer to the first (StateProbe would hold it back).
+    _run(env, "propose 1 a", "process-ready 1", "propose 1 b", "process-ready 1")
+    sent_to_2 = [[e.data for e in m.entries] for m in env.messages if m.to == 2]
+    assert sent_to_2 == [[b"a"], [b"b"]]
