@@ -41,8 +41,10 @@ Deviations from etcd, on purpose:
   (``on_persisted``, called from RawNode.advance; etcd v3.6 does the same).
 * A leader that applies its own removal (or demotion) keeps leading — refusing proposals and
   reads — until a quorum of the new configuration has its whole log and has acknowledged a
-  commit index covering the change; then it steps down. (etcd keeps leading until its
-  server stops it; stepping down at once can leave the rest unable to elect anyone.)
+  commit index covering the change; then it steps down and sends MsgTimeoutNow to one of
+  those voters, so that a new leader is elected without waiting for an election timeout.
+  (etcd keeps leading until its server stops it; stepping down at once can leave the rest
+  unable to elect anyone.)
 * A follower installs a snapshot even if the snapshot's configuration does not list it yet
   (etcd refuses): a joining node may be sent a snapshot taken before it was added; the conf
   change adding it follows in the log.
@@ -844,7 +846,13 @@ class Raft:
             if i in self.tracker.voters and self.tracker.progress[i].match == last
         }
         if vote_result(self.tracker.voters, dict.fromkeys(ready, True)) == VoteResult.WON:
-            self._info("new configuration knows it committed; stepping down")
+            # Hand over rather than leave the others to wait an election timeout: each voter
+            # in ``ready`` has our whole log, so it can win; it campaigns at once (a
+            # transfer). Should it refuse (e.g. it has not applied the change yet), the
+            # others time out as usual.
+            to = min(ready)
+            self._info("new configuration knows it committed; stepping down, %x takes over", to)
+            self._send(self._msg(MT.MsgTimeoutNow, to))
             self.become_follower(self.term, NONE)
 
     # --- candidate ------------------------------------------------------------------------

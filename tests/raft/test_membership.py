@@ -199,6 +199,28 @@ def test_4_1_removed_leader_steps_down_and_the_rest_elect_a_new_one():
     assert c.applied_data(2) == [b"after"] and c.applied_data(3) == [b"after"]
 
 
+def test_4_1_removed_leader_hands_over_without_an_election_timeout():
+    """On stepping down, the removed leader sends MsgTimeoutNow to a voter of the new
+    configuration that has its whole log: a new leader is elected with no tick at all, in
+    one election (term + 1). If that message is lost, the others time out as usual."""
+    c = Cluster([1, 2, 3])
+    c.elect(1)
+    term = c.raft(1).term
+    conf_change(c, 1, REMOVE, 1)  # delivers everything; no tick
+    assert c.leaders() == [2]
+    assert c.raft(2).term == c.raft(3).term == term + 1
+    timeout_now = [m for m in c.delivered if m.type == MessageType.MsgTimeoutNow]
+    assert [(m.frm, m.to) for m in timeout_now] == [(1, 2)]
+
+    c2 = Cluster([1, 2, 3])
+    c2.elect(1)
+    c2.dropped_types.add(MessageType.MsgTimeoutNow)
+    conf_change(c2, 1, REMOVE, 1)
+    assert c2.leaders() == []
+    c2.tick_all(3 * c2.raft(2).election_timeout)
+    assert len(c2.leaders()) == 1 and c2.leaders()[0] in (2, 3)
+
+
 @pytest.mark.parametrize("change", [REMOVE, ADD_LEARNER])
 def test_4_1_removed_leader_keeps_leading_until_the_new_configuration_knows(change):
     """A removed (or demoted) leader must not step down before the remaining voters learn
