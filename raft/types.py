@@ -429,6 +429,12 @@ class Ready:
     that does 1→2→3→4 sequentially is always correct.
 
     ``soft_state``/``hard_state`` are None when unchanged since the previous Ready.
+
+    A leader builds its MsgApps when ``ready()`` is called, from its state at that moment:
+    everything proposed or acknowledged since the previous Ready shares them (one MsgApp
+    per follower for all new entries, within max_size_per_msg_bytes and the inflight
+    window; at most one commit-only MsgApp per follower). So a driver should step and
+    propose all it has queued before calling ``ready()``.
     """
 
     soft_state: SoftState | None = None
