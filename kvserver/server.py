@@ -15,7 +15,9 @@ SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then t
 import asyncio
 import gc
 import logging
+import os
 import signal
+import sys
 
 from aiohttp import web
 
@@ -163,6 +165,9 @@ async def serve(cfg: ServerConfig) -> None:
 
 
 def run(cfg: ServerConfig) -> None:
+    # The WAL writer thread needs the GIL right after its fsync returns; with the default
+    # 5 ms switch interval it can wait that long behind the event loop serving HTTP.
+    sys.setswitchinterval(float(os.environ.get("RAFTKV_SWITCH_INTERVAL_S", "0.0005")))
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
