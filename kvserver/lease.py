@@ -378,7 +378,7 @@ class LeaseIdGenerator:
 
 
 class _Lease:
-    __slots__ = ("lease_id", "ttl_s", "remaining_ttl_s", "expiry", "deadline")
+    __slots__ = ("lease_id", "ttl_s", "remaining_ttl_s", "expiry", "deadline", "checkpoint_at")
 
     def __init__(self, lease_id: int, ttl_s: int, remaining_ttl_s: int) -> None:
         self.lease_id = lease_id
@@ -388,6 +388,9 @@ class _Lease:
         # local: the key of this lease's live entry in the expiry heap — the expiry, or the
         # time to list it again after expired() reported it; inf = not in the heap.
         self.deadline = _FOREVER
+        # local: when to offer the next checkpoint; the checkpoint heap entry with this time is
+        # the live one, others are stale (inf = none scheduled).
+        self.checkpoint_at = _FOREVER
 
 
 def _header(store: LeaseKeyStore | None) -> ResponseHeader:
@@ -646,6 +649,7 @@ class Lessor:
         for lease in self._leases.values():
             lease.expiry = _FOREVER
             lease.deadline = _FOREVER
+            lease.checkpoint_at = _FOREVER
         self._expiry_heap = []
         self._checkpoint_heap = []
         self._pending_clears = set()
@@ -666,7 +670,6 @@ class Lessor:
             # leader would resume the lease from it (etcd proposes the clear inside Renew).
             self._pending_clears.add(lease_id)
         self._set_expiry(lease, now + lease.ttl_s)
-        self._schedule_checkpoint(lease, now)
         return lease.ttl_s
 
     def time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResponse:
@@ -730,8 +733,8 @@ class Lessor:
     def due_checkpoints(self, limit: int = DEFAULT_CHECKPOINT_BATCH) -> list[tuple[int, int]]:
         """``(id, remaining_ttl_s)`` pairs to replicate in one ``LeaseCheckpointRequest``:
         first the clears queued by ``keepalive`` (remaining 0), then the leases whose
-        checkpoint time came (remaining rounded up; skipped when not below the granted TTL,
-        as etcd does). Empty unless primary."""
+        checkpoint time came (remaining rounded up; skipped, and looked at again one interval
+        later, when not below the granted TTL). Empty unless primary."""
         if not self._primary:
             return []
         out: list[tuple[int, int]] = []
@@ -747,12 +750,19 @@ class Lessor:
         now = self.clock()
         heap = self._checkpoint_heap
         while heap and len(out) < limit and heap[0][0] <= now:
-            _, lease_id = heapq.heappop(heap)
+            when, lease_id = heapq.heappop(heap)
             lease = self._leases.get(lease_id)
-            if lease is None or lease.expiry <= now:
+            if lease is None or lease.checkpoint_at != when:
+                continue  # stale: revoked or rescheduled
+            lease.checkpoint_at = _FOREVER  # applying the checkpoint schedules the next one
+            if lease.expiry <= now:
                 continue
             remaining = math.ceil(lease.expiry - now)
             if remaining >= lease.ttl_s:
+                # Refreshed meanwhile: nothing to record now, but look again next interval
+                # (etcd drops the schedule here, so a lease that was refreshed once at the
+                # wrong moment is never checkpointed again while this leader lasts).
+                self._schedule_checkpoint(lease, now)
                 continue
             out.append((lease_id, remaining))
         return out
@@ -786,6 +796,7 @@ class Lessor:
         self._pending_clears = set()
         for lease in leases.values():
             lease.deadline = lease.expiry
+            lease.checkpoint_at = _FOREVER
             self._expiry_heap.append((lease.expiry, lease.lease_id))
             self._schedule_checkpoint(lease, now)
         heapq.heapify(self._expiry_heap)
@@ -833,21 +844,21 @@ class Lessor:
             heapq.heappop(heap)
 
     def _schedule_checkpoint(self, lease: _Lease, now: float) -> None:
+        """Offer a checkpoint of ``lease`` one interval from now (replacing any earlier
+        schedule), if it lives longer than an interval (etcd's scheduleCheckpointIfNeeded)."""
         interval = self.checkpoint_interval_s
-        if interval is None:
+        if interval is None or (lease.remaining_ttl_s or lease.ttl_s) <= interval:
             return
-        # etcd: only leases that live longer than one interval are worth checkpointing.
-        if (lease.remaining_ttl_s or lease.ttl_s) > interval:
-            heap = self._checkpoint_heap
-            heapq.heappush(heap, (now + interval, lease.lease_id))
-            if len(heap) > 2 * len(self._leases) + 64:
-                # keep one (the earliest) entry per live lease
-                best: dict[int, float] = {}
-                for when, lid in heap:
-                    if lid in self._leases and when < best.get(lid, _FOREVER):
-                        best[lid] = when
-                self._checkpoint_heap = [(when, lid) for lid, when in best.items()]
-                heapq.heapify(self._checkpoint_heap)
+        lease.checkpoint_at = now + interval
+        heap = self._checkpoint_heap
+        heapq.heappush(heap, (lease.checkpoint_at, lease.lease_id))
+        if len(heap) > 2 * len(self._leases) + 64:
+            self._checkpoint_heap = [
+                (x.checkpoint_at, x.lease_id)
+                for x in self._leases.values()
+                if x.checkpoint_at < _FOREVER
+            ]
+            heapq.heapify(self._checkpoint_heap)
 
 
 # ---------------------------------------------------------------------------------------------

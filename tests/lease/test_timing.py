@@ -256,3 +256,26 @@ def test_many_keepalives_do_not_grow_the_expiry_heap():
     assert len(lessor._expiry_heap) <= 2 * len(lessor) + 65
     clock.advance(9.9)
     assert sorted(lessor.expired()) == [lid for lid in range(1, 11) if lid != 3]
+
+
+def test_frequent_keepalives_do_not_multiply_checkpoints():
+    """One checkpoint offer per interval per lease, however often the lease is refreshed; a
+    lease refreshed at checkpoint time is looked at again one interval later (a driver that
+    proposes whatever due_checkpoints offers, once a second, for 20 minutes; the client
+    refreshes for the first 7 minutes only)."""
+    lessor, _, clock = make(checkpoint_interval_s=300.0)
+    lessor.apply(LeaseGrantRequest(2000, 1))
+    start = clock.now
+    proposed = []
+    for second in range(1, 1201):
+        clock.advance(1.0)
+        if second <= 420:
+            lessor.keepalive(1)
+        due = lessor.due_checkpoints()
+        if due:
+            proposed += [(round(clock.now - start), lid, rem) for lid, rem in due]
+            lessor.apply(LeaseCheckpointRequest(tuple(due)))
+    # refreshed at t=300: nothing to record; t=600 and t=900 and t=1200 record the remaining
+    # TTL of a lease last refreshed at t=420 (expiring at t=2420)
+    assert proposed == [(600, 1, 1820), (900, 1, 1520), (1200, 1, 1220)]
+    assert len(lessor._checkpoint_heap) <= 2 * len(lessor) + 65
