@@ -54,6 +54,14 @@ Differences from etcd
   the lessor's not-found into), so the HTTP layer needs no special case.
 - Lease state (with the remaining TTL) is always in snapshots (etcd 3.6 behaviour).
 
+Known limits
+------------
+- Lease entries carry ``client_id``/``request_id`` but are not de-duplicated: the store's
+  dedup table snapshots its outcomes with the MVCC codec, which has no lease types. A retried
+  grant with a server-chosen ID can therefore create a second lease (that expires unused);
+  a retried client-chosen grant answers "lease already exists", a retried revoke "not found".
+- Keep-alive forwarding, waiting on an expired lease and the leader check are the driver's.
+
 Raft log entries (byte layout)
 ------------------------------
 ``encode_lease_entry(request, client_id=0, request_id=0)`` gives the msgpack array

@@ -88,6 +88,13 @@ Responses (etcd's rules)
   queued — etcd 3.5's RequestProgressAll).
 - The header's cluster/member/term are left 0: the HTTP layer fills them.
 
+Costs and known limits
+----------------------
+``notify`` costs one dict lookup per event for single-key watchers and a scan of all synced
+range/prefix watchers per event (no interval tree yet). A watcher from ``hub.create`` that is
+dropped without ``cancel()`` stays registered until its buffer overflows (CANCEL policy) or
+the hub closes; the HTTP layer must ``close()`` streams of disconnected clients.
+
 Consumer API (asyncio)
 ----------------------
 ``stream = hub.open_stream()`` → ``stream.create(WatchCreateRequest(...))``,
