@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
 import time
 from typing import Any
 
@@ -26,8 +22,8 @@ import aiohttp
 import pytest
 
 from kvserver.mvcc.store import MVCCStore
+from tests.etcd_process import etcd_process
 
-from ..conftest import require_program
 from .fakes import LocalKV
 from .helpers import b64, run_async, serve
 
@@ -106,12 +102,6 @@ SCRIPT: list[tuple[str, Any]] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _normalize(status: int, body: Any) -> Any:
     if status != 200:
         message = body.get("error", "")
@@ -124,31 +114,8 @@ def _normalize(status: int, body: Any) -> Any:
 
 @pytest.fixture
 def etcd_url(tmp_path):
-    etcd = require_program("etcd", "Debian package etcd-server")
-    client, peer = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [etcd, "--name", "compat", "--data-dir", str(tmp_path / "etcd"),
-         "--listen-client-urls", f"http://127.0.0.1:{client}",
-         "--advertise-client-urls", f"http://127.0.0.1:{client}",
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"compat=http://127.0.0.1:{peer}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{client}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", client), timeout=0.2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("etcd did not start")
-                time.sleep(0.05)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with etcd_process(str(tmp_path)) as etcd:
+        yield etcd.url
 
 
 async def _wait_ready(session: aiohttp.ClientSession, url: str) -> None:

@@ -6,8 +6,6 @@ member on loopback ports in a temporary directory, started and stopped by the fi
 """
 
 import json
-import socket
-import subprocess
 import time
 
 import pytest
@@ -23,53 +21,29 @@ from kvserver.client import (
     Op,
     Txn,
 )
-from tests.conftest import require_program
+from tests.etcd_process import etcd_process
 
 pytestmark = pytest.mark.external
 
 START_TIMEOUT_S = 20.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory):
-    binary = require_program("etcd", "Debian package etcd-server")
-    data_dir = tmp_path_factory.mktemp("etcd")
-    client_url = f"http://127.0.0.1:{_free_port()}"
-    peer_url = f"http://127.0.0.1:{_free_port()}"
-    log = open(data_dir / "etcd.log", "wb")
-    proc = subprocess.Popen(
-        [binary, "--name", "e1", "--data-dir", str(data_dir / "data"),
-         "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-         "--initial-cluster", f"e1={peer_url}"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        with Client(client_url, timeout_s=1.0, retries=0) as probe:
-            while True:
-                try:
-                    if probe.status().leader:
-                        break
-                except Exception:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"etcd did not start; see {data_dir / 'etcd.log'}")
+    with etcd_process(str(tmp_path_factory.mktemp("etcd")), name="e1") as proc:
+        with Client(proc.url, timeout_s=1.0, retries=0) as probe:  # wait for a leader
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _has_leader(probe):
+                assert time.monotonic() < deadline, f"etcd has no leader; see {proc.log_path}"
                 time.sleep(0.1)
-        yield client_url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        yield proc.url
+
+
+def _has_leader(client) -> bool:
+    try:
+        return bool(client.status().leader)
+    except Exception:
+        return False
 
 
 def test_round_trip_against_etcd(etcd):

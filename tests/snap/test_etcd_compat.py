@@ -7,81 +7,31 @@ files byte for byte, so the two implementations agree on the encoding in both di
 (etcd's WAL is read by wal/'s tests; here ``load()`` ignores the WAL.)
 """
 
-import base64
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from snap import Snapshotter, read_snap
 from snap.names import parse_snap_name
-from tests.conftest import require_program
+from tests.etcd_process import etcd_process
 
 pytestmark = [pytest.mark.external, pytest.mark.slow]
 
 KEYS_TO_WRITE = 300
-READY_TIMEOUT_S = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict, timeout_s: float = 5.0) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.load(resp)
-
-
-def _b64(s: str) -> str:
-    return base64.b64encode(s.encode()).decode()
-
-
-def _run_etcd_and_write_keys(etcd: str, data_dir: str, log_path: str) -> None:
-    client, peer = _free_port(), _free_port()
-    client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    args = [etcd, "--name", "compat", "--data-dir", data_dir,
-            "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"compat={peer_url}", "--snapshot-count", "100"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:  # poll, bounded, until the gateway answers a write
-            try:
-                _post(f"{client_url}/v3/kv/put", {"key": _b64("ready"), "value": _b64("1")})
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert proc.poll() is None, f"etcd exited early; see {log_path}"
-                assert time.monotonic() < deadline, f"etcd not ready; see {log_path}"
-                time.sleep(0.05)
+def _write_through_etcd(root: str) -> str:
+    """Start etcd with a small snapshot count, write keys, stop it; return its data dir."""
+    with etcd_process(root, name="compat", snapshot_count=100) as etcd:
         for i in range(KEYS_TO_WRITE):
-            _post(f"{client_url}/v3/kv/put",
-                  {"key": _b64(f"/compat/key-{i:04d}"), "value": _b64(f"value {i} " * 8)})
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            etcd.put(f"/compat/key-{i:04d}", f"value {i} " * 8)
+    return etcd.data_dir
 
 
 def test_snap_files_written_by_etcd_load_and_reencode_identically(tmp_path):
-    etcd = require_program("etcd", "Debian package etcd-server")
-    data_dir = str(tmp_path / "etcd")
-    _run_etcd_and_write_keys(etcd, data_dir, str(tmp_path / "etcd.log"))
+    data_dir = _write_through_etcd(str(tmp_path))
 
     etcd_snap_dir = os.path.join(data_dir, "member", "snap")
     snap_dir = str(tmp_path / "copy")

@@ -9,91 +9,40 @@ the entries must carry the raft requests for our keys (etcd's internal encoding:
 look for the key bytes). Reference: etcd server/storage/wal (v3.4: wal/).
 """
 
-import base64
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 import wal
 from raftpb import WalSnapshot
 from raftpb.wire import iter_fields
-from tests.conftest import require_program
+from tests.etcd_process import b64, etcd_process
 from wal.dump import DumpRecord, dump
 
 pytestmark = [pytest.mark.external, pytest.mark.slow]
 
 KEYS = 300
-READY_TIMEOUT_S = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _b64(s: str) -> str:
-    return base64.b64encode(s.encode()).decode()
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.load(resp)
-
-
-def _run_etcd(etcd: str, data_dir: str, log_path: str) -> None:
-    client, peer = _free_port(), _free_port()
-    curl, purl = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    args = [etcd, "--name", "walcompat", "--data-dir", data_dir,
-            "--listen-client-urls", curl, "--advertise-client-urls", curl,
-            "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-            "--initial-cluster", f"walcompat={purl}", "--snapshot-count", "100"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:  # bounded poll until the gateway accepts a write
-            try:
-                _post(f"{curl}/v3/kv/put", {"key": _b64("ready"), "value": _b64("1")})
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert proc.poll() is None, f"etcd exited early; see {log_path}"
-                assert time.monotonic() < deadline, f"etcd not ready; see {log_path}"
-                time.sleep(0.05)
+def _write_through_etcd(root: str) -> str:
+    """Start etcd, write, delete and txn through its gateway, stop it; return its data dir."""
+    with etcd_process(root, name="walcompat", snapshot_count=100) as etcd:
         for i in range(KEYS):
-            _post(f"{curl}/v3/kv/put", {"key": _b64(f"/walcompat/key-{i:04d}"),
-                                        "value": _b64(f"value {i} " * 6)})
+            etcd.put(f"/walcompat/key-{i:04d}", f"value {i} " * 6)
         for i in range(0, KEYS, 10):
-            _post(f"{curl}/v3/kv/deleterange", {"key": _b64(f"/walcompat/key-{i:04d}")})
-        txn = _post(f"{curl}/v3/kv/txn", {
-            "compare": [{"key": _b64("/walcompat/key-0001"), "target": "VERSION",
+            etcd.post("/v3/kv/deleterange", {"key": b64(f"/walcompat/key-{i:04d}")})
+        txn = etcd.post("/v3/kv/txn", {
+            "compare": [{"key": b64("/walcompat/key-0001"), "target": "VERSION",
                          "result": "EQUAL", "version": "1"}],
-            "success": [{"requestPut": {"key": _b64("/walcompat/txn"),
-                                        "value": _b64("from-txn")}}]})
+            "success": [{"requestPut": {"key": b64("/walcompat/txn"),
+                                        "value": b64("from-txn")}}]})
         assert txn.get("succeeded") is True, txn
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return etcd.data_dir
 
 
 def test_wal_written_by_etcd_decodes_with_every_crc_checked(tmp_path):
-    etcd = require_program("etcd", "Debian package etcd-server")
-    data_dir = str(tmp_path / "etcd")
-    _run_etcd(etcd, data_dir, str(tmp_path / "etcd.log"))
+    data_dir = _write_through_etcd(str(tmp_path))
     copy = str(tmp_path / "wal")
     shutil.copytree(os.path.join(data_dir, "member", "wal"), copy)  # opening may zero a tail
     names = [n for n in os.listdir(copy) if n.endswith(".wal")]

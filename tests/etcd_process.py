@@ -1,0 +1,80 @@
+"""A real single-member etcd (Debian's ``etcd-server``) on loopback, for compatibility tests.
+
+``with etcd_process(tmp_dir) as etcd:`` starts etcd with its own data dir and free ports,
+waits (bounded poll) until its JSON gateway answers a read (which changes nothing, so the
+first write still gets revision 2), yields an ``EtcdProcess`` with
+``url``, ``data_dir`` and ``log_path``, and stops it with SIGTERM (SIGKILL after 30 s), so
+its files are complete when the block ends. Without etcd the test is skipped locally and
+fails under ``RAFTKV_REQUIRE_EXTERNAL=1`` (see ``tests.conftest.require_program``).
+"""
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from kvserver.cluster import free_ports
+from tests.conftest import require_program
+
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class EtcdProcess:
+    url: str
+    data_dir: str
+    log_path: str
+
+    def post(self, path: str, body: dict, timeout_s: float = 10.0) -> dict:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.load(resp)
+
+    def put(self, key: str, value: str) -> dict:
+        return self.post("/v3/kv/put", {"key": b64(key), "value": b64(value)})
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@contextlib.contextmanager
+def etcd_process(root: str, name: str = "compat", snapshot_count: int | None = None):
+    binary = require_program("etcd", "Debian package etcd-server")
+    client, peer = free_ports(2)
+    url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    data_dir, log_path = os.path.join(root, "etcd"), os.path.join(root, "etcd.log")
+    args = [binary, "--name", name, "--data-dir", data_dir,
+            "--listen-client-urls", url, "--advertise-client-urls", url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"{name}={peer_url}"]
+    if snapshot_count is not None:
+        args += ["--snapshot-count", str(snapshot_count)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    etcd = EtcdProcess(url, data_dir, log_path)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:  # bounded poll until the gateway answers
+            try:
+                etcd.post("/v3/kv/range", {"key": b64("ready")}, timeout_s=1.0)
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert proc.poll() is None, f"etcd exited early; see {log_path}"
+                assert time.monotonic() < deadline, f"etcd not ready; see {log_path}"
+                time.sleep(0.05)
+        yield etcd
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
