@@ -10,9 +10,10 @@ repaired once, automatically; any other corruption raises ``StorageCorruptError`
 file, the offset and the repair command, and the member refuses to start.
 
 Persisting a Ready (``persist``): snapshot file, then the WAL snapshot record, then entries
-and hard state in one WAL write — fsynced when the Ready says ``must_sync`` — all on a
-dedicated writer thread so the event loop keeps serving while the disk syncs; then the same
-data goes into the MemoryStorage the raft core reads.
+and hard state in one WAL write, fsynced when the Ready says ``must_sync``; then the same
+data goes into the MemoryStorage the raft core reads. The fsync (and a snapshot save) runs on
+a dedicated writer thread, so the event loop keeps serving while the disk syncs; encoding and
+the ``pwrite`` stay on the loop, which keeps the writer thread from holding the GIL.
 """
 
 import asyncio
@@ -171,19 +172,34 @@ class NodeStorage:
 
     async def persist(self, rd: Ready) -> None:
         has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
-        if rd.must_sync or has_snap:
+        if has_snap:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._writer, self._persist_blocking, rd, has_snap)
         elif rd.entries or rd.hard_state is not None:
-            # No fsync needed (a commit-index change): one small pwrite, cheaper inline than
-            # a round trip to the writer thread. The raft task is the only writer.
-            self._persist_blocking(rd, has_snap)
+            # Encode and pwrite here (the raft task is the only writer); only the fsync goes
+            # to the writer thread. Python work on that thread would compete with the event
+            # loop for the GIL and delay the messages this Ready just sent.
+            seq, need_sync, errs = self.wal.append(
+                ((None, rd.hard_state, rd.entries, rd.must_sync),))
+            if errs[0] is not None:
+                raise errs[0]
+            self._stats["wal_writes"] += 1
+            self._stats["wal_entries"] += len(rd.entries)
+            if need_sync:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._writer, self._sync_blocking, seq)
         if has_snap:
             self.raft_storage.apply_snapshot(rd.snapshot)
         if rd.hard_state is not None:
             self.raft_storage.set_hard_state(rd.hard_state)
         if rd.entries:
             self.raft_storage.append(rd.entries)
+
+    def _sync_blocking(self, seq: int) -> None:
+        started = time.perf_counter()
+        self.wal.sync_upto(seq)
+        self.fsync_seconds.observe(time.perf_counter() - started)
+        self._stats["wal_syncs"] += 1
 
     def _persist_blocking(self, rd: Ready, has_snap: bool) -> None:
         if has_snap:
