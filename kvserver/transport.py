@@ -285,12 +285,12 @@ class _PeerSender:
         limit = self.transport.limits.batch_bytes
         while not ws.closed:
             if not self.queue:
+                # Plain wait (no timeout wrapper: each layer costs a loop iteration on the
+                # hot path). A dead connection is noticed by the WebSocket heartbeat, which
+                # closes it, or by the next send, which fails; both end in a reconnect.
                 self.wakeup.clear()
-                # Wake on new messages, or notice a closed socket within a second.
-                try:
-                    await asyncio.wait_for(self.wakeup.wait(), timeout=1.0)
-                except TimeoutError:
-                    continue
+                await self.wakeup.wait()
+                continue
             batch, size = [], 0
             while self.queue and size < limit:
                 m = self.queue.popleft()
