@@ -118,11 +118,11 @@ class Node:
         self.applied = applied
         self.snapshot_index = applied
         self.conf_state = conf_state
+        hard_state, _ = storage.raft_storage.initial_state()
         self.leader = 0
-        self.term = 0
+        self.term = hard_state.term
         self.role = StateType.FOLLOWER
         self.leader_changes = 0
-        hard_state, _ = storage.raft_storage.initial_state()
         self._durable_term_vote = (hard_state.term, hard_state.vote)
 
         self._origin = os.urandom(8)
@@ -132,8 +132,6 @@ class Node:
         self._ticks = 0
         self._proposals: list[bytes] = []
         self._proposal_waiters: dict[int, asyncio.Future] = {}
-        self._conf_proposals: list[tuple[ConfChange, asyncio.Future]] = []
-        self._pending_conf: asyncio.Future | None = None
         self._unreachable: list[int] = []
         self._snapshot_status: list[tuple[int, bool]] = []
         self._read_new: _ReadBatch | None = None
@@ -142,7 +140,6 @@ class Node:
         self._read_seq = 0
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
-        self.applied_event = asyncio.Event()
         self.failed = asyncio.Event()        # set if the raft loop dies (a bug): exit
         self.stats = {"proposals": 0, "proposals_dropped": 0, "proposals_applied": 0,
                       "proposals_failed": 0, "readies": 0,
@@ -183,16 +180,6 @@ class Node:
             raise errors.timed_out() from None
         finally:
             self._proposal_waiters.pop(seq, None)
-
-    async def propose_conf_change(self, cc: ConfChange,
-                                  timeout_s: float | None = None) -> ConfState:
-        fut = asyncio.get_running_loop().create_future()
-        self._conf_proposals.append((cc, fut))
-        self._wake.set()
-        try:
-            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
-        except TimeoutError:
-            raise errors.timed_out() from None
 
     async def read_barrier(self, timeout_s: float | None = None) -> int:
         """Wait until this node's state machine reflects every write acknowledged before the
@@ -294,17 +281,6 @@ class Node:
                     self.stats["proposals_failed"] += 1
                     self._fail_proposal(data, errors.no_leader() if self.leader == 0
                                         else errors.leader_changed())
-        if self._conf_proposals:
-            confs, self._conf_proposals = self._conf_proposals, []
-            for cc, fut in confs:
-                try:
-                    raw.propose_conf_change(cc)
-                    self._pending_conf = fut
-                except ProposalDroppedError as exc:
-                    if not fut.done():
-                        fut.set_exception(errors.ServiceError(
-                            errors.GrpcCode.UNAVAILABLE, f"conf change dropped: {exc}",
-                            retryable=True))
         self._ask_reads()
 
     def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
@@ -320,6 +296,9 @@ class Node:
             if batch.waiters:
                 self._reads_asked[batch.ctx] = batch
                 self.stats["read_batches"] += 1
+        for ctx in [c for c, b in self._reads_asked.items()
+                    if all(w.done() for w in b.waiters)]:
+            del self._reads_asked[ctx]  # every reader timed out: stop asking
         for batch in self._reads_asked.values():
             if batch.index is None and now - batch.asked_at >= self.opts.read_retry_s:
                 batch.asked_at = now
@@ -398,16 +377,11 @@ class Node:
             if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
                 await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
         self.stats["entries_applied"] += len(entries)
-        self.applied_event.set()
-        self.applied_event.clear()
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)
         if self._on_conf_change is not None:
             self._on_conf_change(cc, self.conf_state)
-        fut, self._pending_conf = self._pending_conf, None
-        if fut is not None and not fut.done():
-            fut.set_result(self.conf_state)
 
     def _serve_reads(self) -> None:
         if not self._reads_ready:
