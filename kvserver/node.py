@@ -58,7 +58,12 @@ _APPLY_YIELD_EVERY = 512          # committed entries applied between two yields
 
 
 class StateMachine(Protocol):
-    """What the driver needs from the replicated state machine (the KV store)."""
+    """What the driver needs from the replicated state machine (the KV store).
+
+    Optional hooks, called from the raft task if the state machine has them:
+    ``on_leader_start()`` when this member, as leader, applies the empty entry of its term
+    (everything of earlier terms is applied: the lessor is promoted there) and
+    ``on_leader_stop()`` when it stops being leader."""
 
     def apply(self, index: int, payload: bytes) -> object:
         """Apply one committed proposal; the result goes to the proposer's caller."""
@@ -351,8 +356,13 @@ class Node:
         if ss.lead != self.leader:
             self.leader_changes += 1
             log.info("node %x: leader is now %x", self.id, ss.lead)
+        was_leader = self.role == StateType.LEADER
         self.leader = ss.lead
         self.role = ss.raft_state
+        if was_leader and self.role != StateType.LEADER:
+            hook = getattr(self.sm, "on_leader_stop", None)  # optional StateMachine hook
+            if hook is not None:
+                hook()
 
     async def _apply(self, entries: tuple[Entry, ...]) -> None:
         origin = self._origin
@@ -371,6 +381,12 @@ class Node:
                                 fut.set_exception(result)
                             else:
                                 fut.set_result(result)
+                elif e.term == self.term and self.is_leader:
+                    # The empty entry a new leader appends: once it is applied, everything of
+                    # earlier terms is too (etcd promotes its lessor here).
+                    hook = getattr(self.sm, "on_leader_start", None)  # optional hook
+                    if hook is not None:
+                        hook()
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index

@@ -4,11 +4,49 @@ Writes are encoded once (``mvcc.codec.encode_entry`` with the client's request i
 through the node and answered with the result this node computed when it applied the entry.
 Linearizable reads wait for a ReadIndex barrier and then read the local store; serializable
 reads read it at once. Every response gets a full header (cluster, member, revision, term).
+
+Leases (``kvserver.lease``): the ``Lessor`` is bound to the store (a put naming an unknown
+lease fails with ``etcdserver: requested lease not found``); lease entries (``is_lease_entry``)
+are applied by the lessor, everything else by the store. A snapshot is the framed lease table
+(``frame_snapshot``) followed by the MVCC stream; a snapshot without the frame (from before
+leases) restores an empty table. Grant and revoke are proposed through raft; keep-alive and
+time-to-live are answered by the leader only, after a ReadIndex barrier (a deposed leader
+must not refresh a lease); a follower answers ``etcdserver: not leader`` (Unavailable,
+retryable: the client fails over to another member). The node calls ``on_leader_start`` when
+this member's first entry as leader is applied (the lessor is promoted, every deadline
+extended by one election timeout) and ``on_leader_stop`` when it loses leadership (demoted).
+While primary, a task proposes a revoke for every expired lease every
+``LEASE_EXPIRY_INTERVAL_S`` (and the due checkpoints, when checkpoints are enabled).
 """
 
+import asyncio
+import contextlib
 import dataclasses
 import gc
+import logging
+import time
 
+from kvserver import errors
+from kvserver.lease import (
+    DEFAULT_MIN_TTL_S,
+    LeaseCheckpointRequest,
+    LeaseExpiredError,
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseIdGenerator,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseNotFoundError,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+    Lessor,
+    NotPrimaryError,
+    encode_lease_entry,
+    frame_snapshot,
+    is_lease_entry,
+    split_snapshot,
+)
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.types import (
@@ -28,34 +66,111 @@ from kvserver.mvcc.validate import check_delete, check_put, check_range, check_t
 from kvserver.node import Node
 from kvserver.service import MemberInfo, NodeStatus
 
+log = logging.getLogger(__name__)
+
+LEASE_EXPIRY_INTERVAL_S = 0.5   # etcd's lessor loop: revoke expired leases twice a second
+_EXPIRED_WAIT_STEP_S = 0.05     # keep-alive of an expired lease: poll for its revoke
+
+
+def not_leader() -> errors.ServiceError:
+    """etcd's ErrGRPCNotLeader as a retryable Unavailable: the client tries another member."""
+    return errors.ServiceError(errors.GrpcCode.UNAVAILABLE, "etcdserver: not leader",
+                               retryable=True)
+
 
 class RaftKV:
     """Implements ``kvserver.node.StateMachine`` and ``kvserver.service.KVService``."""
 
     def __init__(self, *, cluster_id: int, member_id: int, name: str,
-                 members: tuple[MemberInfo, ...], max_txn_ops: int = 128):
+                 members: tuple[MemberInfo, ...], max_txn_ops: int = 128,
+                 election_timeout_s: float = 1.0, min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
+                 lease_checkpoint_interval_s: float | None = None):
         self.cluster_id = cluster_id
         self.member_id = member_id
         self.name = name
         self.members = members
         self.max_txn_ops = max_txn_ops
         self.store = MVCCStore()
+        self.election_timeout_s = election_timeout_s
+        self.lessor = Lessor(store=self.store, min_ttl_s=min_lease_ttl_s,
+                             checkpoint_interval_s=lease_checkpoint_interval_s)
+        self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
         self.node: Node | None = None      # set once the node is built (they refer to each other)
+        self._lease_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
 
     # --- StateMachine ------------------------------------------------------------------------
 
     def apply(self, index: int, payload: bytes) -> object:
-        result = self.store.apply_entry(payload)
+        if is_lease_entry(payload):
+            result = self.lessor.apply_entry(payload)
+        else:
+            result = self.store.apply_entry(payload)
         return result.error if result.error is not None else result.response
 
     def snapshot_chunks(self):
-        return self.store.serialize()
+        # Both taken before any chunk is consumed: the raft task applies nothing meanwhile.
+        blob = self.lessor.snapshot()
+        chunks = self.store.serialize()
+        yield frame_snapshot(blob)
+        yield from chunks
 
     def restore(self, data: bytes) -> None:
-        self.store = MVCCStore.restore([data])
+        blob, rest = split_snapshot(data)
+        store = MVCCStore.restore([bytes(rest)])
+        self.lessor.restore(blob)
+        self.store = store
+        self.lessor.bind(store)
         # The restored store is long-lived: keep the cyclic GC from walking it again and
         # again (a full collection over a large store stalls the loop for tens of ms).
         gc.freeze()
+
+    # --- leader hooks (called by the node) and the expiry task ------------------------------
+
+    def on_leader_start(self) -> None:
+        """This member's first entry as leader is applied: everything of earlier terms is in
+        the table, so the lessor may start its clock (extended: no lease expires early)."""
+        self.lessor.promote(self.election_timeout_s)
+        log.info("member %x: lessor promoted (%d leases)", self.member_id, len(self.lessor))
+
+    def on_leader_stop(self) -> None:
+        self.lessor.demote()
+
+    def start(self) -> None:
+        self._lease_task = asyncio.get_running_loop().create_task(
+            self._lease_loop(), name=f"lessor-{self.member_id:x}")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._lease_task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._lease_task = None
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_EXPIRY_INTERVAL_S)
+            node = self.node
+            if node is None or not node.is_leader or not self.lessor.is_primary:
+                continue
+            for lease_id in self.lessor.expired():
+                self._propose_in_background(LeaseRevokeRequest(lease_id))
+            checkpoints = self.lessor.due_checkpoints()
+            if checkpoints:
+                self._propose_in_background(LeaseCheckpointRequest(tuple(checkpoints)))
+
+    def _propose_in_background(self, req) -> None:
+        task = asyncio.get_running_loop().create_task(self._propose_quietly(req))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _propose_quietly(self, req) -> None:
+        try:
+            await self.node.propose(encode_lease_entry(req))
+        except Exception as exc:  # lost: ``expired`` lists the lease again after a while
+            log.debug("lease proposal %s failed: %s", req, exc)
 
     # --- KVService ---------------------------------------------------------------------------
 
@@ -95,6 +210,59 @@ class RaftKV:
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse:
         return await self._write(req, 0, 0)
+
+    # --- leases ------------------------------------------------------------------------------
+
+    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
+                          request_id: int = 0) -> LeaseGrantResponse:
+        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids)
+        resp = await self.node.propose(encode_lease_entry(req, client_id, request_id))
+        return self._finish(resp)
+
+    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
+                           request_id: int = 0) -> LeaseRevokeResponse:
+        resp = await self.node.propose(
+            encode_lease_entry(LeaseRevokeRequest(lease_id), client_id, request_id))
+        return self._finish(resp)
+
+    async def _ensure_primary(self) -> None:
+        """Leader only, and still the leader (ReadIndex), and the lessor promoted."""
+        if not self.node.is_leader:
+            raise not_leader()
+        await self.node.read_barrier()
+        if not self.node.is_leader or not self.lessor.is_primary:
+            raise not_leader()
+
+    async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse:
+        await self._ensure_primary()
+        deadline = time.monotonic() + self.node.opts.request_timeout_s
+        while True:
+            try:
+                ttl_s = self.lessor.keepalive(lease_id)
+                break
+            except NotPrimaryError:
+                raise not_leader() from None
+            except LeaseExpiredError:
+                # Its revoke is in flight (etcd's Renew waits for it): answer not found once
+                # it is applied, "not leader" if this member is demoted meanwhile.
+                if time.monotonic() >= deadline:
+                    raise errors.timed_out() from None
+                await asyncio.sleep(_EXPIRED_WAIT_STEP_S)
+                if not self.lessor.exists(lease_id):
+                    raise LeaseNotFoundError() from None
+        return LeaseKeepAliveResponse(self._header(self.store.revision), lease_id, ttl_s)
+
+    async def lease_time_to_live(self, lease_id: int,
+                                 keys: bool = False) -> LeaseTimeToLiveResponse:
+        await self._ensure_primary()
+        try:
+            resp = self.lessor.time_to_live(lease_id, keys)
+        except NotPrimaryError:
+            raise not_leader() from None
+        return self._finish(resp)
+
+    async def lease_leases(self) -> LeaseLeasesResponse:
+        return self._finish(self.lessor.leases())
 
     def status(self) -> NodeStatus:
         node = self.node

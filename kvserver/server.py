@@ -23,6 +23,7 @@ from aiohttp import web
 
 from kvserver.api.app import build_client_app
 from kvserver.config import ServerConfig, host_port
+from kvserver.lease import min_lease_ttl_s
 from kvserver.membership import cluster_id as derive_cluster_id
 from kvserver.metrics import Metrics
 from kvserver.node import Node, NodeOptions
@@ -49,6 +50,7 @@ class Member:
             for m in cfg.members)
         self.runners: list[web.AppRunner] = []
         self.node: Node | None = None
+        self.kv: RaftKV | None = None
         self.storage: NodeStorage | None = None
         self.transport: PeerTransport | None = None
 
@@ -58,7 +60,11 @@ class Member:
             cfg, member_id=self.member_id, cluster_id=self.cluster_id)
         self.storage = storage
         kv = RaftKV(cluster_id=self.cluster_id, member_id=self.member_id, name=cfg.name,
-                    members=self.members)
+                    members=self.members,
+                    election_timeout_s=cfg.election_timeout_ms / 1000,
+                    min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms,
+                                                    cfg.election_timeout_ms))
+        self.kv = kv
         snapshot = storage.raft_storage.snapshot()
         applied = 0
         if not snapshot.is_empty():
@@ -94,6 +100,7 @@ class Member:
             applied=applied, conf_state=conf_state)
         kv.node = self.node
         self.node.start()
+        kv.start()  # the lessor's expiry task (acts only while this member leads)
 
         metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))
@@ -135,6 +142,8 @@ class Member:
         client_runners, peer_runners = self.runners[1:], self.runners[:1]
         for runner in client_runners:
             await runner.cleanup()
+        if self.kv is not None:
+            await self.kv.stop()
         if self.node is not None:
             await self.node.stop()
         if self.transport is not None:

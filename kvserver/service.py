@@ -13,11 +13,25 @@ in the headers ``X-Raftkv-Client-Id`` and ``X-Raftkv-Request-Id`` (decimal uint6
 
 Reads are linearizable unless ``RangeRequest.serializable`` is set, in which case this node
 answers from its local state at once (possibly stale).
+
+Leases (etcd's Lease service, ``kvserver.lease`` types): ``lease_grant`` and ``lease_revoke``
+are replicated writes; ``lease_keepalive`` and ``lease_time_to_live`` are answered by the
+leader only (a follower raises ``etcdserver: not leader``, Unavailable and retryable: try
+another member); ``lease_leases`` is answered by any member from its applied state. An unknown
+lease is ``etcdserver: requested lease not found`` (NotFound) for revoke and keep-alive;
+time-to-live answers ``ttl_s == -1`` instead.
 """
 
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kvserver.lease import (
+    LeaseGrantResponse,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+)
 from kvserver.mvcc.types import (
     CompactionRequest,
     CompactionResponse,
@@ -87,5 +101,18 @@ class KVService(Protocol):
                   request_id: int = 0) -> TxnResponse: ...
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse: ...
+
+    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
+                          request_id: int = 0) -> LeaseGrantResponse: ...
+
+    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
+                           request_id: int = 0) -> LeaseRevokeResponse: ...
+
+    async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse: ...
+
+    async def lease_time_to_live(self, lease_id: int,
+                                 keys: bool = False) -> LeaseTimeToLiveResponse: ...
+
+    async def lease_leases(self) -> LeaseLeasesResponse: ...
 
     def status(self) -> NodeStatus: ...

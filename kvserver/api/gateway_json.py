@@ -35,6 +35,12 @@ Responses (``*_response`` return dicts; ``encode`` turns one into body bytes)
   fields: ``{"cluster_id", "member_id", "revision", "raft_term"}`` at the top level, just
   ``{"revision"}`` in txn sub-responses and ``{}`` for a nested txn, as etcd.
 - ``KeyValue`` key order as etcd: key, create_revision, mod_revision, version, value, lease.
+- Leases (``/v3/lease/*``): requests use etcd's proto names ``ID``, ``TTL``, ``keys`` (int64 as
+  above, ``keys`` a bool); responses ``{"header", "ID", "TTL"}`` (grant, one keep-alive
+  ``result``), ``{"header"}`` (revoke), ``{"header", "ID", "TTL", "grantedTTL", "keys"}``
+  (time-to-live; ``TTL`` is ``"-1"`` for an unknown lease) and ``{"header", "leases":
+  [{"ID"}...]}`` — int64 as strings, zero fields omitted. A keep-alive body may hold several
+  JSON objects one after another (the gateway's request stream); each gets one answer line.
 - ``/v3/maintenance/status`` uses that message's own (camelCase) proto names: ``version``,
   ``dbSize``, ``leader``, ``raftIndex``, ``raftTerm``, ``raftAppliedIndex``, ``dbSizeInUse``,
   ``isLearner``.
@@ -50,6 +56,13 @@ from enum import IntEnum
 from typing import Any
 
 from kvserver.errors import GrpcCode, ServiceError
+from kvserver.lease import (
+    LeaseGrantResponse,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+)
 from kvserver.mvcc.types import (
     CompactionRequest,
     CompactionResponse,
@@ -324,6 +337,79 @@ decode_txn = _decoder("TxnRequest")
 decode_compaction = _decoder("CompactionRequest")
 
 
+# Lease requests: a handful of scalar fields, decoded by JSON name (ID, TTL, keys).
+_LEASE_FIELDS: dict[str, _Kind] = {"ID": _INT, "TTL": _INT, "keys": _BOOL}
+MAX_KEEPALIVE_REQUESTS = 1024  # request objects in one keep-alive body
+
+
+def _lease_object(obj: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The known fields of one lease request object (absent/null ones left out)."""
+    if obj is None:
+        return {}
+    if type(obj) is not dict:
+        raise _invalid(f"body: expected a JSON object, got {_json_type(obj)}")
+    out: dict[str, Any] = {}
+    for name, raw in obj.items():
+        if name not in allowed or raw is None:
+            continue  # unknown field (ignored, as etcd) or null (= default)
+        if _LEASE_FIELDS[name] is _INT:
+            out[name] = _int64(raw, name)
+        elif raw is True or raw is False:
+            out[name] = raw
+        else:
+            raise _invalid(f'field "{name}": expected true or false, got {_show(raw)}')
+    return out
+
+
+def decode_lease_grant(body: bytes) -> tuple[int, int]:
+    """LeaseGrantRequest ``{"TTL", "ID"}`` -> ``(ttl_s, lease_id)``."""
+    f = _lease_object(parse_json(body), ("TTL", "ID"))
+    return f.get("TTL", 0), f.get("ID", 0)
+
+
+def decode_lease_id(body: bytes) -> int:
+    """LeaseRevokeRequest / LeaseKeepAliveRequest ``{"ID"}`` -> ``lease_id``."""
+    return _lease_object(parse_json(body), ("ID",)).get("ID", 0)
+
+
+def decode_lease_time_to_live(body: bytes) -> tuple[int, bool]:
+    """LeaseTimeToLiveRequest ``{"ID", "keys"}`` -> ``(lease_id, keys)``."""
+    f = _lease_object(parse_json(body), ("ID", "keys"))
+    return f.get("ID", 0), f.get("keys", False)
+
+
+def decode_empty(body: bytes) -> None:
+    """A request without fields (LeaseLeasesRequest): empty, ``null`` or a JSON object."""
+    _lease_object(parse_json(body), ())
+
+
+def decode_lease_keepalive_stream(body: bytes) -> list[int]:
+    """Lease IDs of a keep-alive request stream: JSON objects one after another (whitespace
+    between them is allowed); an empty body is one request for ID 0."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"invalid JSON body: {exc}") from None
+    decoder = json.JSONDecoder()
+    ids: list[int] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        if len(ids) >= MAX_KEEPALIVE_REQUESTS:
+            raise _invalid(f"more than {MAX_KEEPALIVE_REQUESTS} keep-alive requests in a body")
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise _invalid("invalid JSON body: nested too deeply") from None
+        except ValueError as exc:
+            raise _invalid(f"invalid JSON body: {exc}") from None
+        ids.append(_lease_object(obj, ("ID",)).get("ID", 0))
+    return ids or [0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding (the hot path: plain dicts, built directly, serialized once)
 #
@@ -479,6 +565,47 @@ def encode_txn(r: TxnResponse) -> bytes:
 
 def encode_compaction(r: CompactionResponse) -> bytes:
     return _with_header(r.header, {})
+
+
+def _nonzero_int(fields: dict[str, Any], name: str, value: int) -> None:
+    if value:
+        fields[name] = str(value)
+
+
+def encode_lease_grant(r: LeaseGrantResponse) -> bytes:
+    fields: dict[str, Any] = {}
+    _nonzero_int(fields, "ID", r.lease_id)
+    _nonzero_int(fields, "TTL", r.ttl_s)
+    return _with_header(r.header, fields)
+
+
+def encode_lease_revoke(r: LeaseRevokeResponse) -> bytes:
+    return _with_header(r.header, {})
+
+
+def encode_lease_time_to_live(r: LeaseTimeToLiveResponse) -> bytes:
+    fields: dict[str, Any] = {}
+    _nonzero_int(fields, "ID", r.lease_id)
+    _nonzero_int(fields, "TTL", r.ttl_s)
+    _nonzero_int(fields, "grantedTTL", r.granted_ttl_s)
+    if r.keys:
+        fields["keys"] = [b64(k) for k in r.keys]
+    return _with_header(r.header, fields)
+
+
+def encode_lease_leases(r: LeaseLeasesResponse) -> bytes:
+    fields: dict[str, Any] = {}
+    if r.leases:
+        fields["leases"] = [{"ID": str(lease_id)} for lease_id in r.leases]
+    return _with_header(r.header, fields)
+
+
+def encode_lease_keepalive_line(r: LeaseKeepAliveResponse) -> bytes:
+    """One line of the keep-alive stream: ``{"result": {...}}`` and a newline."""
+    fields: dict[str, Any] = {}
+    _nonzero_int(fields, "ID", r.lease_id)
+    _nonzero_int(fields, "TTL", r.ttl_s)
+    return b'{"result":' + _with_header(r.header, fields) + b"}\n"
 
 
 def status_response(s: NodeStatus) -> dict[str, Any]:

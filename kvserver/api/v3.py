@@ -8,16 +8,27 @@ read the body (bounded, 413 over ``ApiLimits.max_body_bytes``), decode it with
 Writes carry the ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair (bad values: 400).
 
 Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/compaction``,
-``maintenance/status``. The other etcd gateway endpoints (lease, watch, cluster, the rest of
-maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
+``maintenance/status`` and the lease endpoints (``lease/grant``, ``lease/revoke``,
+``lease/keepalive``, ``lease/timetolive``, ``lease/leases``, and etcd's older aliases
+``kv/lease/revoke``, ``kv/lease/timetolive``, ``kv/lease/leases``). ``lease/keepalive`` answers
+like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request object in the
+body; a lease that is not found answers a line without ``TTL`` (etcd's gRPC layer does the
+same), any other failure of the first request is an ordinary error response (so a client sees
+``etcdserver: not leader`` and fails over), and a failure later in the stream ends it with one
+``{"error": {"grpc_code", "http_code", "message", "http_status"}}`` line. The other etcd
+gateway endpoints (watch, cluster, the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
 other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
 """
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 from aiohttp import web
 
 from kvserver.errors import GrpcCode, ServiceError
+from kvserver.lease import LeaseKeepAliveResponse, LeaseNotFoundError
+from kvserver.mvcc.types import ResponseHeader
 from kvserver.mvcc.validate import validate_request
 
 from . import gateway_json as gj
@@ -26,6 +37,7 @@ from .common import (
     SERVICE_KEY,
     HTTPStatusError,
     check_request_size,
+    error_parts,
     json_response,
     read_body,
     request_ids,
@@ -37,11 +49,11 @@ PREFIXES = ("/v3", "/v3beta")
 IMPLEMENTED = frozenset({
     "/kv/range", "/kv/put", "/kv/deleterange", "/kv/txn", "/kv/compaction",
     "/maintenance/status",
+    "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
+    "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
 })
 UNIMPLEMENTED = frozenset({
     "/watch",
-    "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
-    "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
     "/cluster/member/add", "/cluster/member/remove", "/cluster/member/update",
     "/cluster/member/list", "/cluster/member/promote",
     "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
@@ -107,6 +119,74 @@ async def maintenance_status(request: web.Request) -> web.Response:
     return json_response(gj.encode(gj.status_response(status)))
 
 
+async def _body(request: web.Request) -> bytes:
+    return await read_body(request, request.app[LIMITS_KEY].max_body_bytes)
+
+
+async def lease_grant(request: web.Request) -> web.Response:
+    client_id, request_id = request_ids(request.headers)
+    ttl_s, lease_id = gj.decode_lease_grant(await _body(request))
+    resp = await request.app[SERVICE_KEY].lease_grant(
+        ttl_s, lease_id, client_id=client_id, request_id=request_id)
+    return json_response(gj.encode_lease_grant(resp))
+
+
+async def lease_revoke(request: web.Request) -> web.Response:
+    client_id, request_id = request_ids(request.headers)
+    lease_id = gj.decode_lease_id(await _body(request))
+    resp = await request.app[SERVICE_KEY].lease_revoke(
+        lease_id, client_id=client_id, request_id=request_id)
+    return json_response(gj.encode_lease_revoke(resp))
+
+
+async def lease_time_to_live(request: web.Request) -> web.Response:
+    lease_id, keys = gj.decode_lease_time_to_live(await _body(request))
+    resp = await request.app[SERVICE_KEY].lease_time_to_live(lease_id, keys)
+    return json_response(gj.encode_lease_time_to_live(resp))
+
+
+async def lease_leases(request: web.Request) -> web.Response:
+    gj.decode_empty(await _body(request))
+    resp = await request.app[SERVICE_KEY].lease_leases()
+    return json_response(gj.encode_lease_leases(resp))
+
+
+async def _keepalive_one(service, lease_id: int) -> LeaseKeepAliveResponse:  # type: ignore
+    try:
+        return await service.lease_keepalive(lease_id)
+    except LeaseNotFoundError:
+        # etcd's gRPC layer: a not-found lease is an answer with TTL 0, not a stream error.
+        header = service.status()
+        return LeaseKeepAliveResponse(
+            ResponseHeader(header.cluster_id, header.member_id, header.revision,
+                           header.raft_term), lease_id, 0)
+
+
+async def lease_keepalive(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE_KEY]
+    ids = gj.decode_lease_keepalive_stream(await _body(request))
+    first = await _keepalive_one(service, ids[0])  # fails as a plain error response
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    await response.write(gj.encode_lease_keepalive_line(first))
+    for lease_id in ids[1:]:
+        try:
+            line = gj.encode_lease_keepalive_line(await _keepalive_one(service, lease_id))
+        except Exception as exc:
+            parts = error_parts(exc)
+            if parts is None:
+                raise
+            code, message, status = parts
+            await response.write(gj.encode({"error": {
+                "grpc_code": code, "http_code": status, "message": message,
+                "http_status": HTTPStatus(status).phrase}}) + b"\n")
+            break
+        await response.write(line)
+    await response.write_eof()
+    return response
+
+
 async def fallback(request: web.Request) -> web.Response:
     """Any other method or path under a v3 prefix: 405, 501 or 404 in etcd's error shape."""
     tail = "/" + request.match_info["tail"]
@@ -130,5 +210,13 @@ ROUTES = (
     ("/kv/txn", kv_txn),
     ("/kv/compaction", kv_compaction),
     ("/maintenance/status", maintenance_status),
+    ("/lease/grant", lease_grant),
+    ("/lease/revoke", lease_revoke),
+    ("/lease/keepalive", lease_keepalive),
+    ("/lease/timetolive", lease_time_to_live),
+    ("/lease/leases", lease_leases),
+    ("/kv/lease/revoke", lease_revoke),
+    ("/kv/lease/timetolive", lease_time_to_live),
+    ("/kv/lease/leases", lease_leases),
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED

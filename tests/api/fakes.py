@@ -10,15 +10,32 @@ Knobs a test may turn (plain attributes):
   ``status()`` reports (each write advances both indexes by one);
 - ``fail_with`` — an exception every service call raises before touching the store (e.g.
   ``kvserver.errors.no_leader()`` for failover tests, ``RuntimeError`` for a bug);
-- ``calls`` — a ``Counter`` of request type names that reached the store.
+- ``calls`` — a ``Counter`` of request type names that reached the store;
+- ``lessor`` — a primary ``kvserver.lease.Lessor`` on ``clock`` (inject a fake one to expire
+  leases without sleeping; ``expire_leases()`` revokes what expired, like the leader's task).
+  It deletes keys from the store on revoke but only decides which leases exist for puts when
+  ``bind_leases=True`` (otherwise the store's own ``lease_exists`` stays, as before leases).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kvserver.lease import (
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseIdGenerator,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+    Lessor,
+)
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.types import (
     CompactionRequest,
@@ -52,6 +69,8 @@ class LocalKV:
         raft_term: int = 2,
         client_url: str = "http://127.0.0.1:2379",
         peer_url: str = "http://127.0.0.1:2380",
+        clock: Callable[[], float] = time.monotonic,
+        bind_leases: bool = False,
     ) -> None:
         self.store = store if store is not None else MVCCStore()
         self.cluster_id = cluster_id
@@ -65,6 +84,64 @@ class LocalKV:
         self.calls: Counter[str] = Counter()
         self.members = (MemberInfo(member_id, name, (peer_url,), (client_url,)),)
         self._bytes_written = 0
+        self.lessor = Lessor(clock=clock)
+        if bind_leases:
+            self.lessor.bind(self.store)
+        else:
+            self.lessor.store = self.store
+        self.lessor.promote(0.0)
+        self.lease_ids = LeaseIdGenerator(member_id, 1_700_000_000_000)
+
+    def _header(self) -> ResponseHeader:
+        return ResponseHeader(self.cluster_id, self.member_id, self.store.revision,
+                              self.raft_term)
+
+    def _lease_apply(self, request: Any) -> Any:
+        self.calls[type(request).__name__] += 1
+        self.raft_index += 1
+        self.raft_applied_index = self.raft_index
+        result = self.lessor.apply(request)
+        if result.error is not None:
+            raise result.error
+        return replace(result.response, header=self._header())
+
+    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
+                          request_id: int = 0) -> LeaseGrantResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids)
+        return self._lease_apply(req)
+
+    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
+                           request_id: int = 0) -> LeaseRevokeResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self._lease_apply(LeaseRevokeRequest(lease_id))
+
+    async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.calls["LeaseKeepAliveRequest"] += 1
+        ttl_s = self.lessor.keepalive(lease_id)
+        return LeaseKeepAliveResponse(self._header(), lease_id, ttl_s)
+
+    async def lease_time_to_live(self, lease_id: int,
+                                 keys: bool = False) -> LeaseTimeToLiveResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return replace(self.lessor.time_to_live(lease_id, keys), header=self._header())
+
+    async def lease_leases(self) -> LeaseLeasesResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return replace(self.lessor.leases(), header=self._header())
+
+    def expire_leases(self) -> list[int]:
+        """Revoke every expired lease (what the leader's expiry task proposes)."""
+        expired = self.lessor.expired()
+        for lease_id in expired:
+            self._lease_apply(LeaseRevokeRequest(lease_id))
+        return expired
 
     def _apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> Any:
         if self.fail_with is not None:
