@@ -109,7 +109,8 @@ class RaftKV:
         return result.error if result.error is not None else result.response
 
     def snapshot_chunks(self):
-        # Both taken before any chunk is consumed: the raft task applies nothing meanwhile.
+        # Lease table and store image at the same applied index: the node iterates this in
+        # the raft task, which applies nothing until the last chunk is taken.
         blob = self.lessor.snapshot()
         chunks = self.store.serialize()
         yield frame_snapshot(blob)

@@ -8,6 +8,7 @@ keep-alive with a retryable ``etcdserver: not leader``; the lease table is in sn
 """
 
 import asyncio
+import json
 
 import pytest
 
@@ -173,3 +174,45 @@ def test_snapshot_carries_the_lease_table_and_restore_rebinds_the_store():
     old = member(3)
     old.restore(b"".join(src.store.serialize()))
     assert len(old.lessor) == 0 and old.store.get(b"k") is not None
+
+
+def test_lease_routes_over_http_on_real_members(tmp_path):
+    import aiohttp
+
+    async def scenario():
+        members = await start_all(configs(tmp_path))
+        try:
+            leader = await wait_promoted(members)
+            follower = next(m for m in members if m is not leader)
+            lurl = leader.cfg.advertise_client_urls[0]
+            furl = follower.cfg.advertise_client_urls[0]
+            async with aiohttp.ClientSession() as http:
+                async def post(url, path, body):
+                    async with http.post(url + path, json=body) as resp:
+                        return resp.status, resp.headers.get("Transfer-Encoding"), \
+                            await resp.text()
+
+                status, _, text = await post(furl, "/v3/lease/grant", {"TTL": 30})
+                assert status == 200
+                lease = json.loads(text)["ID"]
+                status, _, _ = await post(lurl, "/v3/kv/put",
+                                          {"key": "aw==", "value": "dg==", "lease": lease})
+                assert status == 200
+                status, chunked, text = await post(lurl, "/v3/lease/keepalive", {"ID": lease})
+                assert (status, chunked, text.count("\n")) == (200, "chunked", 1)
+                assert json.loads(text)["result"]["TTL"] == "30"
+                status, _, text = await post(furl, "/v3/lease/keepalive", {"ID": lease})
+                assert status == 503 and json.loads(text)["error"] == "etcdserver: not leader"
+                status, _, text = await post(lurl, "/v3/lease/timetolive",
+                                             {"ID": lease, "keys": True})
+                assert status == 200 and json.loads(text)["keys"] == ["aw=="]
+                status, _, text = await post(furl, "/v3/kv/lease/leases", {})
+                assert json.loads(text)["leases"] == [{"ID": lease}]
+                status, _, text = await post(furl, "/v3/lease/revoke", {"ID": lease})
+                assert status == 200
+                status, _, text = await post(lurl, "/v3/kv/range", {"key": "aw=="})
+                assert "kvs" not in json.loads(text)
+        finally:
+            await stop_all(members)
+
+    run(scenario())
