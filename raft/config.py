@@ -13,9 +13,9 @@ the snapshot are not replayed when ``applied`` skips them, so the caller must ei
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from enum import IntEnum
+from random import Random
 from typing import Any
 
 from raft.errors import ConfigError
@@ -48,7 +48,7 @@ class Config:
     pre_vote: bool = False  # run a pre-election before disrupting the cluster with a new term
     read_only_option: ReadOnlyOption = ReadOnlyOption.SAFE
     disable_proposal_forwarding: bool = False  # followers refuse proposals instead
-    rng: random.Random | None = None  # None -> random.Random(id)
+    rng: Random | None = None  # None -> Random(id)
     logger: Any = None  # a logging.Logger-like object, or None for silence
 
     def validate(self) -> None:
@@ -77,7 +77,7 @@ class Config:
             raise ConfigError("max_inflight_bytes must be >= max_size_per_msg_bytes")
         if self.read_only_option == ReadOnlyOption.LEASE_BASED and not self.check_quorum:
             raise ConfigError("read_only_option LEASE_BASED requires check_quorum")
-        if self.rng is not None and not isinstance(self.rng, random.Random):
+        if self.rng is not None and not isinstance(self.rng, Random):
             raise ConfigError("rng must be a random.Random instance")
 
     # Resolved views used by the core (0 meaning "unlimited"/"default" turned into numbers).

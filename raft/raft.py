@@ -56,9 +56,9 @@ Deviations from etcd, on purpose:
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from enum import Enum
+from random import Random
 
 from raft import confchange
 from raft.config import Config, ReadOnlyOption
@@ -111,7 +111,7 @@ class Raft:
         self.id = config.id
         self.config = config
         self.logger = config.logger
-        self.rng = config.rng if config.rng is not None else random.Random(config.id)
+        self.rng = config.rng if config.rng is not None else Random(config.id)
         self.log = RaftLog(config.storage, config.committed_per_ready_bytes())
 
         # persistent state (HardState): written by the caller before dependent messages leave
