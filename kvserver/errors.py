@@ -40,30 +40,8 @@ def _rebuild(cls, code, message, retryable):
     return err
 
 
-def invalid(message: str) -> ServiceError:
-    return ServiceError(GrpcCode.INVALID_ARGUMENT, message)
-
-
-def empty_key() -> ServiceError:
-    return invalid("etcdserver: key is not provided")
-
-
 def request_too_large() -> ServiceError:
-    return invalid("etcdserver: request is too large")
-
-
-def compacted() -> ServiceError:
-    return ServiceError(GrpcCode.OUT_OF_RANGE,
-                        "etcdserver: mvcc: required revision has been compacted")
-
-
-def future_revision() -> ServiceError:
-    return ServiceError(GrpcCode.OUT_OF_RANGE,
-                        "etcdserver: mvcc: required revision is a future revision")
-
-
-def lease_not_found() -> ServiceError:
-    return ServiceError(GrpcCode.NOT_FOUND, "etcdserver: requested lease not found")
+    return ServiceError(GrpcCode.INVALID_ARGUMENT, "etcdserver: request is too large")
 
 
 def no_leader() -> ServiceError:

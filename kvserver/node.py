@@ -146,10 +146,8 @@ class Node:
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.failed = asyncio.Event()        # set if the raft loop dies (a bug): exit
-        self.stats = {"proposals": 0, "proposals_dropped": 0, "proposals_applied": 0,
-                      "proposals_failed": 0, "readies": 0,
-                      "entries_persisted": 0, "entries_applied": 0, "snapshots": 0,
-                      "read_batches": 0, "reads": 0}
+        # counters read by /metrics (kvserver.server.Member._stats)
+        self.stats = {"proposals_applied": 0, "proposals_failed": 0}
 
     # --- inputs (called from any coroutine on the loop) ----------------------------------
 
@@ -280,9 +278,7 @@ class Node:
             for data in proposals:
                 try:
                     raw.propose(data)
-                    self.stats["proposals"] += 1
                 except ProposalDroppedError:
-                    self.stats["proposals_dropped"] += 1
                     self.stats["proposals_failed"] += 1
                     self._fail_proposal(data, errors.no_leader() if self.leader == 0
                                         else errors.leader_changed())
@@ -300,7 +296,6 @@ class Node:
             batch.waiters = [w for w in batch.waiters if not w.done()]
             if batch.waiters:
                 self._reads_asked[batch.ctx] = batch
-                self.stats["read_batches"] += 1
         for ctx in [c for c, b in self._reads_asked.items()
                     if all(w.done() for w in b.waiters)]:
             del self._reads_asked[ctx]  # every reader timed out: stop asking
@@ -313,13 +308,12 @@ class Node:
                     pass  # no leader yet: asked again after read_retry_s, or times out
 
     async def _handle_ready(self, rd: Ready) -> None:
-        self.stats["readies"] += 1
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
-        if rd.hard_state is not None:
-            self.term = rd.hard_state.term
-        early, late = [], []
         hs = rd.hard_state
+        if hs is not None:
+            self.term = hs.term
+        early, late = [], []
         # A leader may send appends before its own write completes, unless this Ready also
         # changes its term or vote (a one-voter leader elected within the Ready): those must
         # be durable before anything that depends on them leaves the node.
@@ -331,7 +325,6 @@ class Node:
         await self.storage.persist(rd)
         if hs is not None:
             self._durable_term_vote = (hs.term, hs.vote)
-        self.stats["entries_persisted"] += len(rd.entries)
         if late:
             self._send(late)
         if rd.snapshot is not None and not rd.snapshot.is_empty():
@@ -392,7 +385,6 @@ class Node:
             self.applied = e.index
             if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
                 await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
-        self.stats["entries_applied"] += len(entries)
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)
@@ -408,7 +400,6 @@ class Node:
                 for fut in batch.waiters:
                     if not fut.done():
                         fut.set_result(batch.index)
-                self.stats["reads"] += len(batch.waiters)
             else:
                 still.append(batch)
         self._reads_ready = still
@@ -427,7 +418,6 @@ class Node:
         compact_to = index - self.opts.snapshot_catchup_entries
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
-        self.stats["snapshots"] += 1
         log.info("node %x: snapshot at %d (compacted to %d)", self.id, index, compact_to)
 
     @property

@@ -88,7 +88,7 @@ class NodeStorage:
         self.snapshotter = snapshotter
         self.raft_storage = raft_storage
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-writer")
-        self._stats = {"wal_writes": 0, "wal_syncs": 0, "wal_entries": 0}
+        self._stats = {"wal_syncs": 0, "wal_entries": 0}
         self.fsync_seconds = DurationHistogram(FSYNC_BUCKETS_SECONDS)
 
     # --- opening -----------------------------------------------------------------------------
@@ -174,7 +174,7 @@ class NodeStorage:
         has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
         if has_snap:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._writer, self._persist_blocking, rd, has_snap)
+            await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
         elif rd.entries or rd.hard_state is not None:
             # Encode and pwrite here (the raft task is the only writer); only the fsync goes
             # to the writer thread. Python work on that thread would compete with the event
@@ -183,7 +183,6 @@ class NodeStorage:
                 ((None, rd.hard_state, rd.entries, rd.must_sync),))
             if errs[0] is not None:
                 raise errs[0]
-            self._stats["wal_writes"] += 1
             self._stats["wal_entries"] += len(rd.entries)
             if need_sync:
                 loop = asyncio.get_running_loop()
@@ -201,17 +200,16 @@ class NodeStorage:
         self.fsync_seconds.observe(time.perf_counter() - started)
         self._stats["wal_syncs"] += 1
 
-    def _persist_blocking(self, rd: Ready, has_snap: bool) -> None:
-        if has_snap:
-            # Snapshot file first, then its WAL record: a crash in between leaves a .snap the
-            # WAL does not know, which recovery ignores.
-            self.snapshotter.save_snap(_to_pb_snapshot(rd.snapshot))
-            self.wal.save_snapshot(_wal_snapshot(rd.snapshot))
-        started = time.perf_counter()
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
+        # Snapshot file first, then its WAL record: a crash in between leaves a .snap the WAL
+        # does not know, which recovery ignores.
+        self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+        self.wal.save_snapshot(_wal_snapshot(snapshot))
+
+    def _persist_with_snapshot(self, rd: Ready) -> None:
+        """A Ready carrying a snapshot from the leader (writer thread)."""
+        self._write_snapshot(rd.snapshot)
         self.wal.save(rd.hard_state, rd.entries, must_sync=rd.must_sync)
-        if rd.must_sync:
-            self.fsync_seconds.observe(time.perf_counter() - started)
-        self._stats["wal_writes"] += 1
         self._stats["wal_syncs"] += int(rd.must_sync)
         self._stats["wal_entries"] += len(rd.entries)
 
@@ -221,8 +219,7 @@ class NodeStorage:
         await loop.run_in_executor(self._writer, self._save_snapshot_blocking, snapshot)
 
     def _save_snapshot_blocking(self, snapshot: Snapshot) -> None:
-        self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
-        self.wal.save_snapshot(_wal_snapshot(snapshot))
+        self._write_snapshot(snapshot)
         self.wal.release_lock_to(snapshot.metadata.index)
         self.snapshotter.purge(self.cfg.max_snapshots)
         wal.purge(self.cfg.wal_dir, keep=self.cfg.max_wals)
