@@ -86,8 +86,6 @@ async def test_lease_errors_have_etcd_texts_and_statuses() -> None:
         assert len(api.service.lessor) == before
 
 
-@pytest.mark.xfail(strict=True, reason="kvserver/mvcc/errors.py maps FailedPrecondition to 400; "
-                   "etcd 3.4's gateway (grpc-gateway v1) answers 412")
 @run_async
 async def test_lease_exists_is_http_412_like_etcd() -> None:
     async with serve() as api:

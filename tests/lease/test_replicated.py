@@ -107,7 +107,7 @@ def test_duplicate_id_is_lease_already_exists():
     res = lessor.apply(LeaseGrantRequest(99, 7))
     assert isinstance(res.error, LeaseExistsError)
     assert str(res.error) == "etcdserver: lease already exists"
-    assert res.error.grpc_code == GrpcCode.FAILED_PRECONDITION and res.error.http_status == 400
+    assert res.error.grpc_code == GrpcCode.FAILED_PRECONDITION and res.error.http_status == 412
     assert lessor.lookup(7).ttl_s == 10  # unchanged
     with pytest.raises(LeaseExistsError):
         lessor.prepare_grant(LeaseGrantRequest(10, 7))  # early answer before proposing
