@@ -180,11 +180,11 @@ async def run_share(opts: BenchOptions, share: Share, endpoints: list[str],
             elif monotonic() >= deadline:
                 return
             if rate:
-                slot = t0 + seq / rate
-                if deadline is not None and slot >= deadline:
+                due = t0 + seq / rate
+                if deadline is not None and due >= deadline:
                     return  # this request's slot is after the end of the run
                 state["issued"] = seq + 1
-                delay = slot - monotonic()
+                delay = due - monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
             else:
