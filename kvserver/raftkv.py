@@ -17,6 +17,13 @@ this member's first entry as leader is applied (the lessor is promoted, every de
 extended by one election timeout) and ``on_leader_stop`` when it loses leadership (demoted).
 While primary, a task proposes a revoke for every expired lease every
 ``LEASE_EXPIRY_INTERVAL_S`` (and the due checkpoints, when checkpoints are enabled).
+
+Watch (``kvserver.watch``): every applied entry that produced events (a write, or a lease
+revoke deleting attached keys) is passed to ``watch_hub.notify`` before anything else runs on
+the loop; a snapshot restore re-points the hub at the new store (``reset``: watchers catch up
+from its history, or are told it was compacted). ``watch_stream()`` opens a stream for the
+HTTP layer; every member serves watches from its own applied state. Progress notifications go
+out every ``WATCH_PROGRESS_INTERVAL_S``; ``stop()`` closes the hub.
 """
 
 import asyncio
@@ -65,11 +72,15 @@ from kvserver.mvcc.types import (
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.node import Node
 from kvserver.service import MemberInfo, NodeStatus
+from kvserver.watch import WatchHub, WatchLimits, WatchStream
 
 log = logging.getLogger(__name__)
 
 LEASE_EXPIRY_INTERVAL_S = 0.5   # etcd's lessor loop: revoke expired leases twice a second
 _EXPIRED_WAIT_STEP_S = 0.05     # keep-alive of an expired lease: poll for its revoke
+WATCH_PROGRESS_INTERVAL_S = 600.0  # etcd's --experimental-watch-progress-notify-interval
+# etcd fragments a watch response over maxRequestBytes + gRPC overhead (1.5 MiB + 512 KiB).
+WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
 
 
 def not_leader() -> errors.ServiceError:
@@ -95,8 +106,10 @@ class RaftKV:
         self.lessor = Lessor(store=self.store, min_ttl_s=min_lease_ttl_s,
                              checkpoint_interval_s=lease_checkpoint_interval_s)
         self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
+        self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
         self.node: Node | None = None      # set once the node is built (they refer to each other)
         self._lease_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
 
     # --- StateMachine ------------------------------------------------------------------------
@@ -106,6 +119,8 @@ class RaftKV:
             result = self.lessor.apply_entry(payload)
         else:
             result = self.store.apply_entry(payload)
+        if result.events:  # before anything else runs on the loop (WatchHub's contract)
+            self.watch_hub.notify(result.revision, result.events)
         return result.error if result.error is not None else result.response
 
     def snapshot_chunks(self):
@@ -122,6 +137,7 @@ class RaftKV:
         self.lessor.restore(blob)
         self.store = store
         self.lessor.bind(store)
+        self.watch_hub.reset(store)  # watchers continue from the new store's history
         # The restored store is long-lived: keep the cyclic GC from walking it again and
         # again (a full collection over a large store stalls the loop for tens of ms).
         gc.freeze()
@@ -140,15 +156,24 @@ class RaftKV:
     def start(self) -> None:
         self._lease_task = asyncio.get_running_loop().create_task(
             self._lease_loop(), name=f"lessor-{self.member_id:x}")
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._lease_task, *self._background) if t is not None]
+        tasks = [t for t in (self._lease_task, self._watch_task, *self._background)
+                 if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._lease_task = None
+        self._lease_task = self._watch_task = None
+        self.watch_hub.close()  # every watcher: canceled, "etcdserver: server stopped"
+
+    async def _watch_progress_loop(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_PROGRESS_INTERVAL_S)
+            self.watch_hub.progress_tick()
 
     async def _lease_loop(self) -> None:
         while True:
@@ -264,6 +289,15 @@ class RaftKV:
 
     async def lease_leases(self) -> LeaseLeasesResponse:
         return self._finish(self.lessor.leases())
+
+    # --- watch -------------------------------------------------------------------------------
+
+    @property
+    def raft_term(self) -> int:
+        return self.node.term
+
+    def watch_stream(self) -> WatchStream:
+        return self.watch_hub.open_stream()
 
     def status(self) -> NodeStatus:
         node = self.node

@@ -20,6 +20,11 @@ leader only (a follower raises ``etcdserver: not leader``, Unavailable and retry
 another member); ``lease_leases`` is answered by any member from its applied state. An unknown
 lease is ``etcdserver: requested lease not found`` (NotFound) for revoke and keep-alive;
 time-to-live answers ``ttl_s == -1`` instead.
+
+Watch (``kvserver.watch``): ``watch_stream()`` opens a ``WatchStream`` on this member's watch
+hub (its applied state; any member serves watches). Its responses carry only a header revision;
+the HTTP layer fills ``cluster_id``, ``member_id`` and ``raft_term`` (the current term). The
+caller must ``close()`` the stream when its consumer goes away.
 """
 
 from dataclasses import dataclass, field
@@ -44,6 +49,7 @@ from kvserver.mvcc.types import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.watch import WatchStream
 
 CLIENT_ID_HEADER = "X-Raftkv-Client-Id"
 REQUEST_ID_HEADER = "X-Raftkv-Request-Id"
@@ -114,5 +120,10 @@ class KVService(Protocol):
                                  keys: bool = False) -> LeaseTimeToLiveResponse: ...
 
     async def lease_leases(self) -> LeaseLeasesResponse: ...
+
+    @property
+    def raft_term(self) -> int: ...
+
+    def watch_stream(self) -> WatchStream: ...
 
     def status(self) -> NodeStatus: ...

@@ -527,7 +527,7 @@ class WatchStream:
     One consumer; responses of one watcher keep their order."""
 
     __slots__ = ("_hub", "_private", "_fifo", "_watchers", "_unsynced", "_next_id", "_closed",
-                 "_wakeup", "_progress_pending")
+                 "_wakeup", "_progress_pending", "_input_closed")
 
     def __init__(self, hub: WatchHub, private: bool = False) -> None:
         self._hub = hub
@@ -540,6 +540,7 @@ class WatchStream:
         self._closed = False
         self._wakeup: asyncio.Event | None = None
         self._progress_pending = 0
+        self._input_closed = False  # no more requests will come (close_input)
 
     @property
     def closed(self) -> bool:
@@ -633,12 +634,18 @@ class WatchStream:
         self._closed = True
         self._wake()
 
+    def close_input(self) -> None:
+        """No more requests will come (the client's request stream ended): the iteration
+        ends once no watcher is live and everything queued has been taken."""
+        self._input_closed = True
+        self._wake()
+
     # --- consuming ----------------------------------------------------------------------------
 
     @property
     def finished(self) -> bool:
-        """Closed and everything queued has been taken."""
-        return self._closed and not self._fifo
+        """Closed (or input closed and no live watcher) and everything queued taken."""
+        return (self._closed or (self._input_closed and not self._watchers)) and not self._fifo
 
     def poll(self) -> WatchResponse | None:
         """The next response, or None if none is ready now (reads history for unsynced

@@ -29,7 +29,7 @@ from kvserver.errors import GrpcCode
 from kvserver.metrics import Metrics
 from kvserver.service import KVService
 
-from . import ops, rest, v3
+from . import ops, rest, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -127,5 +127,6 @@ def build_client_app(service: KVService, metrics: Metrics, *,
     app[SERVICE_KEY] = service
     app[METRICS_KEY] = metrics
     app[LIMITS_KEY] = limits
+    watch.setup(app)  # open watch streams end at shutdown
     app.add_routes(route_table())
     return app

@@ -15,8 +15,9 @@ like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request ob
 body; a lease that is not found answers a line without ``TTL`` (etcd's gRPC layer does the
 same), any other failure of the first request is an ordinary error response (so a client sees
 ``etcdserver: not leader`` and fails over), and a failure later in the stream ends it with one
-``{"error": {"grpc_code", "http_code", "message", "http_status"}}`` line. The other etcd
-gateway endpoints (watch, cluster, the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
+``{"error": {"grpc_code", "http_code", "message", "http_status"}}`` line. ``watch`` is
+``kvserver.api.watch`` (a long-lived chunked stream). The other etcd
+gateway endpoints (cluster, the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
 other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
 """
 
@@ -32,6 +33,7 @@ from kvserver.mvcc.types import ResponseHeader
 from kvserver.mvcc.validate import validate_request
 
 from . import gateway_json as gj
+from . import watch
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -51,9 +53,9 @@ IMPLEMENTED = frozenset({
     "/maintenance/status",
     "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
     "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
+    "/watch",
 })
 UNIMPLEMENTED = frozenset({
-    "/watch",
     "/cluster/member/add", "/cluster/member/remove", "/cluster/member/update",
     "/cluster/member/list", "/cluster/member/promote",
     "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
@@ -218,5 +220,6 @@ ROUTES = (
     ("/kv/lease/revoke", lease_revoke),
     ("/kv/lease/timetolive", lease_time_to_live),
     ("/kv/lease/leases", lease_leases),
+    ("/watch", watch.watch),
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED

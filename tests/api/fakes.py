@@ -15,6 +15,9 @@ Knobs a test may turn (plain attributes):
   leases without sleeping; ``expire_leases()`` revokes what expired, like the leader's task).
   It deletes keys from the store on revoke but only decides which leases exist for puts when
   ``bind_leases=True`` (otherwise the store's own ``lease_exists`` stays, as before leases).
+- ``watch_hub`` — a ``kvserver.watch.WatchHub`` over the store (limits from ``watch_limits``),
+  notified after every write and lease revoke that produced events, as ``RaftKV`` does;
+  ``replace_store(store)`` swaps the store as a snapshot restore would (``hub.reset``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from kvserver.mvcc.types import (
     TxnResponse,
 )
 from kvserver.service import MemberInfo, NodeStatus
+from kvserver.watch import WatchHub, WatchLimits, WatchStream
 
 DEFAULT_CLUSTER_ID = 0xCDF818194E3A8C32
 DEFAULT_MEMBER_ID = 0x8E9E05C52164694D
@@ -71,6 +75,7 @@ class LocalKV:
         peer_url: str = "http://127.0.0.1:2380",
         clock: Callable[[], float] = time.monotonic,
         bind_leases: bool = False,
+        watch_limits: WatchLimits | None = None,
     ) -> None:
         self.store = store if store is not None else MVCCStore()
         self.cluster_id = cluster_id
@@ -91,6 +96,18 @@ class LocalKV:
             self.lessor.store = self.store
         self.lessor.promote(0.0)
         self.lease_ids = LeaseIdGenerator(member_id, 1_700_000_000_000)
+        self.watch_hub = WatchHub(self.store, watch_limits)
+
+    def watch_stream(self) -> WatchStream:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.watch_hub.open_stream()
+
+    def replace_store(self, store: MVCCStore) -> None:
+        """What a snapshot restore does: a new store, watchers continue from its history."""
+        self.store = store
+        self.lessor.store = store
+        self.watch_hub.reset(store)
 
     def _header(self) -> ResponseHeader:
         return ResponseHeader(self.cluster_id, self.member_id, self.store.revision,
@@ -101,6 +118,8 @@ class LocalKV:
         self.raft_index += 1
         self.raft_applied_index = self.raft_index
         result = self.lessor.apply(request)
+        if result.events:
+            self.watch_hub.notify(result.revision, result.events)
         if result.error is not None:
             raise result.error
         return replace(result.response, header=self._header())
@@ -148,6 +167,8 @@ class LocalKV:
             raise self.fail_with
         self.calls[type(request).__name__] += 1
         result = self.store.apply(request, client_id, request_id)
+        if result.events:
+            self.watch_hub.notify(result.revision, result.events)
         if type(request) is not RangeRequest:
             self.raft_index += 1  # a write is one log entry, applied at once
             self.raft_applied_index = self.raft_index

@@ -251,7 +251,7 @@ async def test_v3beta_alias_answers_like_v3(path: str) -> None:
             assert beta == await api.post("/v3" + path, body)
 
 
-@pytest.mark.parametrize("path", ["/v3/watch", "/v3/cluster/member/list",
+@pytest.mark.parametrize("path", ["/v3/cluster/member/list",
                                   "/v3beta/cluster/member/add",
                                   "/v3/maintenance/defragment", "/v3/auth/status"])
 @run_async
