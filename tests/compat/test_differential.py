@@ -24,8 +24,12 @@ same bytes go to raftkv. Compared after normalization (``_normalize``):
 Known, documented differences are not generated (see ``_normalize`` and the report):
 the order of ``/v3/lease/leases`` (etcd lists by expiry, raftkv by ID: compared as sets)
 and of time-to-live ``keys`` (etcd: Go map iteration order, random; raftkv: sorted);
-an out-of-range ``sort_target``/``sort_order`` number (etcd 3.4 crashes with a nil pointer
-dereference; raftkv refuses it with etcd 3.6's ``etcdserver: invalid sort option``).
+inside a txn, a delete whose ``range_end`` is ``"\\0"`` (every key >= key) next to a put
+of a key in that range (etcd's checkIntervals treats the ``"\\0"`` literally, as an empty
+interval, and accepts the txn; raftkv refuses it as ``duplicate key given in txn request``,
+see ``kvserver/mvcc/validate.py``); an out-of-range ``sort_target``/``sort_order`` number
+(etcd 3.4 crashes with a nil pointer dereference; raftkv refuses it with etcd 3.6's
+``etcdserver: invalid sort option``).
 
 Targets: raftkv in-process (``LocalKV`` behind the real HTTP app) for several seeds, and a
 three-node raftkv of real processes for one seed (writes and reads to any member, lease
@@ -55,7 +59,7 @@ from .conftest import raftkv_backend
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
-STEPS = 400
+STEPS = 500
 KEYS = ["a", "a/1", "a/2", "ab", "b", "b/x", "c", "d"]  # <= 12 keys: etcd sorts them stably
 VALUES = ["", "v", "w", "xyz", "\u00e9", "0"]
 LEASE_IDS = [101, 102, 103]
@@ -199,8 +203,10 @@ class Generator:
                 out.append({"request_put": put})
             elif r < 0.9:
                 d = self.delete()
-                if "range_end" in d or d["key"] in written:
-                    continue  # overlapping deletes are refused differently by 3.4 (see doc)
+                if d.get("range_end") == b64("\0"):
+                    continue  # known difference: see the module docstring
+                if d["key"] in written and not self.maybe(0.2):
+                    continue
                 written.add(d["key"])
                 out.append({"request_delete_range": d})
             elif depth < 2:
@@ -416,7 +422,7 @@ def etcd_url(tmp_path):
         yield etcd.url
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 def test_random_sequence_matches_etcd_in_process(seed, etcd_url):
     async def main() -> None:
         service = LocalKV(store=MVCCStore(), bind_leases=True)
