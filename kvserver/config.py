@@ -29,7 +29,7 @@ class ServerConfig:
     initial_cluster_token: str = "raftkv-cluster"
     heartbeat_interval_ms: int = 100
     election_timeout_ms: int = 1000
-    snapshot_count: int = 10000
+    snapshot_count: int = 100_000  # etcd 3.4's default
     snapshot_catchup_entries: int = 5000
     max_snapshots: int = 5
     max_wals: int = 5

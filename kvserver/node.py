@@ -92,7 +92,7 @@ class NodeOptions:
     heartbeat_interval_s: float = 0.1
     request_timeout_s: float = 5.0
     read_retry_s: float = 0.5
-    snapshot_count: int = 10000
+    snapshot_count: int = 100_000  # etcd 3.4's default
     snapshot_catchup_entries: int = 5000
     max_pending_proposals: int = 10000
 
@@ -322,18 +322,29 @@ class Node:
             (early if m.type in _SEND_BEFORE_PERSIST and not vote_changed else late).append(m)
         if early:
             self._send(early)
-        await self.storage.persist(rd)
+        has_snapshot = rd.snapshot is not None and not rd.snapshot.is_empty()
+        # Committed entries are already durable on a majority, so they may be applied (and
+        # their clients answered) while this node's own write syncs — etcd does the same.
+        # Conf changes and snapshots keep the plain order: they touch the core and storage.
+        apply_during_sync = bool(rd.committed_entries) and not has_snapshot and all(
+            e.type == EntryType.NORMAL for e in rd.committed_entries)
+        syncing = self.storage.start_persist(rd)
+        if apply_during_sync:
+            await self._apply(rd.committed_entries)
+        if syncing is not None:
+            await syncing
+        self.storage.finish_persist(rd)
         if hs is not None:
             self._durable_term_vote = (hs.term, hs.vote)
         if late:
-            self._send(late)
-        if rd.snapshot is not None and not rd.snapshot.is_empty():
+            self._send(late)  # votes and acknowledgements: only after the sync
+        if has_snapshot:
             self.sm.restore(rd.snapshot.data)
             self.applied = self.snapshot_index = rd.snapshot.metadata.index
             self.conf_state = rd.snapshot.metadata.conf_state
             log.info("node %x: restored snapshot at index %d from the leader", self.id,
                      self.applied)
-        if rd.committed_entries:
+        if rd.committed_entries and not apply_during_sync:
             await self._apply(rd.committed_entries)
         for rs in rd.read_states:
             batch = self._reads_asked.pop(rs.request_ctx, None)

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from aiohttp import web
 
@@ -182,5 +183,18 @@ def run(cfg: ServerConfig) -> None:
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at runtime
         runner = asyncio.Runner()
-    with runner:
-        runner.run(serve(cfg))
+    profile_dir = os.environ.get("RAFTKV_PROFILE_DIR")
+    if not profile_dir:
+        with runner:
+            runner.run(serve(cfg))
+        return
+    # Performance work: a cProfile of the whole process, written at a clean stop to
+    # ``$RAFTKV_PROFILE_DIR/<name>.prof`` (read it with ``python -m pstats``).
+    import cProfile
+    profiler = cProfile.Profile(time.thread_time)  # CPU of the loop thread, not waits
+    try:
+        with runner:
+            profiler.runcall(runner.run, serve(cfg))
+    finally:
+        os.makedirs(profile_dir, exist_ok=True)
+        profiler.dump_stats(os.path.join(profile_dir, f"{cfg.name}.prof"))
