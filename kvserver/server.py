@@ -26,7 +26,7 @@ from kvserver.api.app import build_client_app
 from kvserver.config import ServerConfig, host_port
 from kvserver.lease import min_lease_ttl_s
 from kvserver.membership import cluster_id as derive_cluster_id
-from kvserver.metrics import Metrics
+from kvserver.metrics import AppendCounter, Metrics
 from kvserver.node import Node, NodeOptions
 from kvserver.raftkv import RaftKV
 from kvserver.service import MemberInfo
@@ -54,6 +54,7 @@ class Member:
         self.kv: RaftKV | None = None
         self.storage: NodeStorage | None = None
         self.transport: PeerTransport | None = None
+        self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -94,7 +95,7 @@ class Member:
 
         self.node = Node(
             raw=raw, node_id=self.member_id, storage=storage, state_machine=kv,
-            send=self.transport.send,
+            send=self.appends.wrap(self.transport.send),
             options=NodeOptions(heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
                                 snapshot_count=cfg.snapshot_count,
                                 snapshot_catchup_entries=cfg.snapshot_catchup_entries),
@@ -136,6 +137,7 @@ class Member:
             "peer_send_failures": {f"{peer:x}": count for peer, count
                                    in self.transport.failures_by_peer.items()},
             "store_revision": node.sm.store.revision,
+            **self.appends.stats(),
         }
 
     async def stop(self) -> None:
