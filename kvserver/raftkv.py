@@ -308,5 +308,5 @@ class RaftKV:
             leader=node.leader, raft_term=node.term, raft_index=st["committed"],
             raft_applied_index=node.applied, revision=self.store.revision,
             compact_revision=self.store.compact_revision,
-            db_size_bytes=self.store.history_size * 64, is_learner=is_learner,
+            db_size_bytes=self.store.db_size_bytes, is_learner=is_learner,
             members=self.members)

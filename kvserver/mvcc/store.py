@@ -37,6 +37,10 @@ Data layout (memory ~ live data + uncompacted history)
   Tombstones at exactly the compact revision stay in ``_log`` but are not part of the state
   (etcd drops them at compaction); readers skip them.
 - ``_leases``: lease id -> set of live keys attached to it.
+- ``_records`` / ``_size_bytes``: running totals over every record in ``_index`` (tombstones
+  included) — the count and ``sum(record_size_bytes(kv))`` — kept up to date by put, delete,
+  compaction and restore, so ``db_size_bytes`` is O(1) (etcd's dbSize, which ``status`` reports
+  on every call, must not walk the keyspace).
 
 Immutability rules that let ``serialize`` stream a consistent point-in-time view while writes
 continue: history lists and ``_log`` are only ever appended to; compaction replaces a key's
@@ -101,6 +105,15 @@ _PUT = EventType.PUT
 _DELETE = EventType.DELETE
 _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
+# Bytes charged per stored record besides its key and value: roughly what etcd's bolt backend
+# spends per revision (a 17-byte revision key, the KeyValue protobuf's tags and varints, page
+# overhead). An estimate: the figure only has to grow and shrink with the data.
+RECORD_OVERHEAD_BYTES = 64
+
+
+def record_size_bytes(kv: KeyValue) -> int:
+    """The bytes one stored record counts for in ``MVCCStore.db_size_bytes``."""
+    return len(kv.key) + len(kv.value) + RECORD_OVERHEAD_BYTES
 
 _SORT_KEYS: dict[int, Callable[[KeyValue], Any]] = {
     SortTarget.KEY: attrgetter("key"),
@@ -155,6 +168,8 @@ class MVCCStore:
         "_log_start",
         "_leases",
         "_live",
+        "_records",
+        "_size_bytes",
         "_wevents",
         "_dedup",
         "lease_exists",
@@ -176,6 +191,8 @@ class MVCCStore:
         self._log_start = 0  # invariant: _log[_log_start:] are the records >= compact rev
         self._leases: dict[int, set[bytes]] = {}
         self._live = 0  # number of keys whose current record is not a tombstone
+        self._records = 0  # invariant: == sum(len(h) for h in _index.values())
+        self._size_bytes = 0  # invariant: == sum of record_size_bytes over those records
         self._wevents: list[Event] | None = None  # events of the open write txn
         self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
         # Hook of the lease manager: does this lease exist? None accepts every lease id.
@@ -202,8 +219,14 @@ class MVCCStore:
 
     @property
     def history_size(self) -> int:
-        """Number of stored versions (records) across all keys, tombstones included."""
-        return sum(len(h) for h in self._index.values())
+        """Number of stored versions (records) across all keys, tombstones included; O(1)."""
+        return self._records
+
+    @property
+    def db_size_bytes(self) -> int:
+        """Approximate bytes of everything stored (every record's key and value plus
+        ``RECORD_OVERHEAD_BYTES``), tombstones and uncompacted history included; O(1)."""
+        return self._size_bytes
 
     @property
     def dedup(self) -> DedupTable:
@@ -433,6 +456,8 @@ class MVCCStore:
         if lease and (prev is None or prev.lease != lease):
             self._attach(lease, key)
         self._log.append(kv)
+        self._records += 1
+        self._size_bytes += len(key) + len(value) + RECORD_OVERHEAD_BYTES
         self._wevents.append(Event(_PUT, kv, prev))  # type: ignore[union-attr]
         return PutResponse(ResponseHeader(0, 0, wrev, 0), prev if r.prev_kv else None)
 
@@ -442,6 +467,7 @@ class MVCCStore:
         index = self._index
         log = self._log
         events = self._wevents
+        size = 0
         for k in keys:
             hist = index[k]
             prev = hist[-1]
@@ -449,10 +475,13 @@ class MVCCStore:
             tomb = KeyValue(prev.key, b"", 0, wrev, 0, 0)
             hist.append(tomb)
             log.append(tomb)
+            size += len(prev.key) + RECORD_OVERHEAD_BYTES
             events.append(Event(_DELETE, tomb, prev))  # type: ignore[union-attr]
             if prev.lease:
                 self._detach(prev.lease, prev.key)
         self._live -= len(keys)
+        self._records += len(keys)
+        self._size_bytes += size
         return len(keys)
 
     def _delete_range(self, r: DeleteRangeRequest) -> DeleteRangeResponse:
@@ -667,6 +696,7 @@ class MVCCStore:
         stop = bisect_right(log, rev, lo=start, key=_MOD)
         touched = {log[i].key for i in range(start, stop)}
         index = self._index
+        dropped = dropped_bytes = 0
         for k in touched:
             hist = index.get(k)
             if hist is None:
@@ -677,10 +707,16 @@ class MVCCStore:
             cut = j if hist[j - 1].create_revision == 0 else j - 1
             if cut == 0:
                 continue
+            dropped += cut
+            dropped_bytes += cut * (len(k) + RECORD_OVERHEAD_BYTES)
+            for i in range(cut):
+                dropped_bytes += len(hist[i].value)
             if cut == len(hist):
                 del index[k]
             else:
                 index[k] = hist[cut:]  # a new list: a running serialize() keeps the old one
+        self._records -= dropped
+        self._size_bytes -= dropped_bytes
         # The log keeps records >= rev (a retained put at exactly rev is still an event).
         self._log_start = bisect_left(log, rev, lo=start, hi=stop, key=_MOD)
         if self._log_start >= _LOG_REBUILD_MIN and self._log_start * 2 > len(log):
@@ -827,15 +863,21 @@ class MVCCStore:
         store._compact_rev = compact_revision
         store._log = log
         store._log_start = 0
-        live = 0
+        live = records = size = 0
         leases = store._leases
         for k, hist in histories.items():
+            records += len(hist)
+            size += len(hist) * (len(k) + RECORD_OVERHEAD_BYTES)
+            for kv in hist:
+                size += len(kv.value)
             cur = hist[-1]
             if cur.create_revision != 0:
                 live += 1
                 if cur.lease:
                     leases.setdefault(cur.lease, set()).add(k)
         store._live = live
+        store._records = records
+        store._size_bytes = size
         store._dedup = DedupTable.from_export(
             dedup, store._dedup.ids_per_client, store._dedup.max_clients
         )

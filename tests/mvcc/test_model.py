@@ -52,6 +52,7 @@ from kvserver.mvcc.errors import (
     MSG_LEASE_PROVIDED,
     MSG_VALUE_PROVIDED,
 )
+from kvserver.mvcc.store import record_size_bytes
 
 KEYS = [b"a", b"ab", b"b", b"c", b"\xff"]
 VALUES = [b"", b"x", b"y", b"zz"]
@@ -420,6 +421,10 @@ def check_state(store: MVCCStore, model: Model) -> None:
         assert store.keys_with_lease(lease) == sorted(
             k for k, kv in cur.items() if kv.lease == lease
         )
+    # the running size totals equal a full recount (after compactions and restores too)
+    records = [kv for hist in store._index.values() for kv in hist]
+    assert store.history_size == len(records)
+    assert store.db_size_bytes == sum(map(record_size_bytes, records))
 
 
 def run_against_model(ops) -> None:
