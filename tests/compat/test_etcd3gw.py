@@ -193,10 +193,7 @@ def _watch_answers_501(url: str) -> bool:
         return False  # a stream that stays open (timed out reading): served
 
 
-def test_watch_prefix_sees_puts_and_deletes_in_order(backend, request):
-    if backend.name == "raftkv":
-        # another helper is wiring /v3/watch; until then raftkv answers 501 there
-        request.applymarker(pytest.mark.xfail(strict=False, reason="watch not wired yet"))
+def test_watch_prefix_sees_puts_and_deletes_in_order(backend):
     c = backend.client(backend.follower_url())
     assert not _watch_answers_501(backend.follower_url()), "/v3/watch answers 501"
     start = int(c.status()["header"]["revision"]) + 1
