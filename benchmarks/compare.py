@@ -1,0 +1,359 @@
+"""raftkv vs etcd vs PySyncObj: three-node clusters on loopback, same load generator, one table.
+
+    .venv/bin/python benchmarks/compare.py                       # table + JSON + PNG in benchmarks/results/
+    .venv/bin/python benchmarks/compare.py --doc docs/performance.md   # ...and regenerate the doc
+    .venv/bin/python benchmarks/compare.py --systems raftkv,etcd --put-clients 64 --duration 3
+
+For each system in turn (``benchmarks/systems.py``: raftkv's ``LocalCluster``, three Debian
+``etcd`` processes, three ``benchmarks/pysyncobj_kv.py`` processes): start it, wait for a
+leader that acknowledges a write, warm up, then run ``raftkv bench`` workloads through
+etcd's JSON gateway against the leader (``--target-leader``): ``put`` at each of
+``--put-clients`` (default 1, 16, 64) and linearizable ``range`` at each of
+``--range-clients`` (default 64), ``--duration`` seconds each, ``--val-size`` 256-byte
+values over ``--key-space-size`` keys; then stop it. For raftkv it also scrapes every
+member's ``/metrics`` around the put run at the largest client count: fsyncs per committed
+entry (``raftkv_wal_fsync_duration_seconds_count`` over ``raftkv_raft_commit_index``) and
+entries per append message (``raftkv_raft_append_entries_sent_total`` over
+``raftkv_raft_append_messages_sent_total``).
+
+Prints one table (ops/s, p50, p99 per system; ratios raftkv/etcd and raftkv/pysyncobj) and
+the DESIGN §8 targets met or missed; writes ``compare.json`` (raw summaries),
+``compare.png`` (throughput vs clients, matplotlib Agg) and ``compare.md`` (the table) into
+``--out-dir``; with ``--doc`` also the whole ``docs/performance.md``.
+
+Not a test: numbers depend on the machine and on whatever else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.systems import SYSTEMS  # noqa: E402
+from kvserver.bench.runner import run  # noqa: E402
+from kvserver.bench.workloads import BenchOptions  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", default="raftkv,etcd,pysyncobj")
+    ap.add_argument("--put-clients", type=_ints, default=[1, 16, 64])
+    ap.add_argument("--range-clients", type=_ints, default=[64])
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds of puts before measuring")
+    ap.add_argument("--procs", type=int, default=1, help="load-generator processes")
+    ap.add_argument("--val-size", type=int, default=256)
+    ap.add_argument("--key-space-size", type=int, default=10000)
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--doc", default=None, help="also write this markdown document")
+    ap.add_argument("--raftkv-args", default="", help="extra `raftkv serve` flags")
+    args = ap.parse_args(argv)
+    unknown = set(args.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        ap.error(f"unknown systems {sorted(unknown)} (known: {', '.join(SYSTEMS)})")
+    return args
+
+
+# --- measuring ---------------------------------------------------------------------------
+
+def bench(leader: str, op: str, clients: int, args, duration: float | None = None) -> dict:
+    opts = BenchOptions(op=op, endpoints=[leader], clients=clients, duration_s=duration or
+                        args.duration, val_size=args.val_size,
+                        key_space_size=args.key_space_size, key_size=8, consistency="l",
+                        procs=min(args.procs, clients)).validate()
+    s = run(opts).summary()
+    return {"ops_per_s": s.requests_per_s, "count": s.count, "errors": s.errors,
+            "p50_ms": s.percentiles.get(50.0, 0) * 1e3, "p99_ms": s.percentiles.get(99.0, 0) * 1e3,
+            "summary": s.to_json()}
+
+
+_METRIC_RE = re.compile(r"^(raftkv_[a-z_]+)(?:\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+BATCHING_METRICS = ("raftkv_wal_fsync_duration_seconds_count", "raftkv_raft_commit_index",
+                    "raftkv_raft_append_messages_sent_total",
+                    "raftkv_raft_append_entries_sent_total", "raftkv_raft_is_leader")
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {m.group(1): float(m.group(2)) for m in _METRIC_RE.finditer(text)
+            if m.group(1) in BATCHING_METRICS}
+
+
+def batching(before: dict[str, dict], after: dict[str, dict]) -> dict:
+    """Per member: fsyncs per committed entry, entries per append message (deltas)."""
+    out = {}
+    for url in after:
+        a, b = after[url], before[url]
+
+        def d(name, a=a, b=b):
+            return a.get(name, 0.0) - b.get(name, 0.0)
+
+        committed = d("raftkv_raft_commit_index")
+        msgs = d("raftkv_raft_append_messages_sent_total")
+        out[url] = {
+            "leader": bool(a.get("raftkv_raft_is_leader")),
+            "committed_entries": committed, "fsyncs": d("raftkv_wal_fsync_duration_seconds_count"),
+            "fsyncs_per_committed_entry":
+                d("raftkv_wal_fsync_duration_seconds_count") / committed if committed else None,
+            "append_messages": msgs,
+            "entries_per_append_message":
+                d("raftkv_raft_append_entries_sent_total") / msgs if msgs else None,
+        }
+    return out
+
+
+def measure(name: str, args, root: str) -> dict:
+    cls = SYSTEMS[name]
+    system = cls(root, extra_args=args.raftkv_args.split()) if name == "raftkv" else cls(root)
+    results: dict = {"put": {}, "range": {}}
+    with system:
+        leader = system.wait_ready()
+        print(f"{name}: leader {leader}", file=sys.stderr, flush=True)
+        if args.warmup > 0:
+            bench(leader, "put", 16, args, args.warmup)
+        top = max(args.put_clients) if args.put_clients else None
+        for n in args.put_clients:
+            before = {u: scrape(u) for u in system.urls} if name == "raftkv" and n == top else None
+            r = results["put"][n] = bench(leader, "put", n, args)
+            if before is not None:
+                after = {u: scrape(u) for u in system.urls}
+                results["raftkv_batching"] = {"clients": n, "members": batching(before, after)}
+            _progress(name, "put", n, r)
+        for n in args.range_clients:
+            r = results["range"][n] = bench(leader, "range", n, args)
+            _progress(name, "range", n, r)
+    return results
+
+
+def _progress(name: str, op: str, n: int, r: dict) -> None:
+    print(f"  {name:9s} {op:5s} x{n:<3d} {r['ops_per_s']:8.0f} ops/s  p50 {r['p50_ms']:7.2f} ms"
+          f"  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
+
+
+# --- reporting ---------------------------------------------------------------------------
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(results: dict, systems: list[str]) -> list[list[str]]:
+    head = ["workload"]
+    for s in systems:
+        head += [f"{s} ops/s", f"{s} p50 ms", f"{s} p99 ms"]
+    others = [s for s in ("etcd", "pysyncobj") if s in systems and "raftkv" in systems]
+    for o in others:
+        head += [f"raftkv/{o} ops/s", f"raftkv/{o} p50"]
+    rows = [head]
+    for op, label in (("put", "put"), ("range", "range (linearizable)")):
+        clients = sorted({n for s in systems for n in results[s][op]})
+        for n in clients:
+            row = [f"{label}, {n} client{'s' if n > 1 else ''}"]
+            for s in systems:
+                r = results[s][op].get(n)
+                row += ([f"{r['ops_per_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}"]
+                        if r else ["-"] * 3)
+            for o in others:
+                a, b = results["raftkv"][op].get(n), results[o][op].get(n)
+                row += [_ratio(a and a["ops_per_s"], b and b["ops_per_s"]),
+                        _ratio(a and a["p50_ms"], b and b["p50_ms"])]
+            rows.append(row)
+    return rows
+
+
+def format_text(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+                     for r in rows)
+
+
+def format_markdown(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(rows[0]))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def targets(results: dict) -> list[tuple[str, bool | None, str]]:
+    """DESIGN §8 / issue 6 targets: (what, met?, the numbers)."""
+    out = []
+
+    def get(s, op, n, key):
+        r = results.get(s, {}).get(op, {}).get(n)
+        return r[key] if r else None
+
+    def ratio_target(what, op, n, other, want):
+        a, b = get("raftkv", op, n, "ops_per_s"), get(other, op, n, "ops_per_s")
+        if a is None or b is None:
+            return
+        out.append((what, a >= want * b, f"{a:.0f} vs {b:.0f} ops/s = {a / b:.2f}x"))
+
+    ratio_target("puts at 64 clients >= 1.5x etcd", "put", 64, "etcd", 1.5)
+    ratio_target("puts at 64 clients >= 3x PySyncObj", "put", 64, "pysyncobj", 3.0)
+    ratio_target("linearizable gets at 64 clients >= 1.5x etcd", "range", 64, "etcd", 1.5)
+    a, b = get("raftkv", "put", 1, "p50_ms"), get("etcd", "put", 1, "p50_ms")
+    if a is not None and b is not None:
+        out.append(("p50 put latency at 1 client <= etcd's", a <= b,
+                    f"{a:.2f} vs {b:.2f} ms"))
+    return out
+
+
+def format_batching(results: dict) -> list[str]:
+    b = results.get("raftkv", {}).get("raftkv_batching")
+    if not b:
+        return []
+    lines = []
+    for url, m in sorted(b["members"].items(), key=lambda kv: not kv[1]["leader"]):
+        role = "leader  " if m["leader"] else "follower"
+        fpe, epm = m["fsyncs_per_committed_entry"], m["entries_per_append_message"]
+        lines.append(f"{role} {url}: {m['committed_entries']:.0f} entries committed, "
+                     f"{m['fsyncs']:.0f} fsyncs"
+                     + (f" = {fpe:.3f} fsyncs/entry" if fpe is not None else "")
+                     + (f"; {m['append_messages']:.0f} MsgApps, {epm:.1f} entries/MsgApp"
+                        if epm is not None else ""))
+    return lines
+
+
+def plot(results: dict, systems: list[str], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for s in systems:
+        pts = sorted((n, r["ops_per_s"]) for n, r in results[s]["put"].items())
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{s} put")
+        rpts = sorted((n, r["ops_per_s"]) for n, r in results[s]["range"].items())
+        if rpts:
+            ax.plot([p[0] for p in rpts], [p[1] for p in rpts], marker="s", linestyle="--",
+                    label=f"{s} linearizable range")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("requests/s")
+    ax.set_title("Three nodes on loopback, etcd JSON gateway, 256-byte values")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --- the machine (for the doc) -----------------------------------------------------------
+
+def machine() -> dict:
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    info = {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(mem_gb, 1),
+            "kernel": platform.release(), "python": platform.python_version()}
+    try:
+        out = subprocess.run(["etcd", "--version"], capture_output=True, text=True, timeout=10)
+        info["etcd"] = out.stdout.splitlines()[0] if out.stdout else "?"
+    except (OSError, subprocess.SubprocessError):
+        info["etcd"] = "not installed"
+    try:
+        import pysyncobj
+        info["pysyncobj"] = getattr(pysyncobj, "__version__", None) or _dist_version("pysyncobj")
+    except ImportError:
+        info["pysyncobj"] = "not installed"
+    info.update(fsync_latency())
+    return info
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import version
+    return version(name)
+
+
+def fsync_latency(seconds: float = 2.0) -> dict:
+    """wal_bench's raw loop (pwrite 288 bytes + fdatasync) in a temp dir on the data disk."""
+    from benchmarks.wal_bench import RawSync, fs_of
+
+    d = tempfile.mkdtemp(prefix="fsync-")
+    try:
+        raw = RawSync(d)
+        n, elapsed = raw.run(seconds)
+        raw.close()
+        return {"fsync_dir_fs": fs_of(d), "fdatasync_per_s": n / elapsed,
+                "fdatasync_ms": elapsed / n * 1e3}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# --- main --------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    systems = args.systems.split(",")
+    os.makedirs(args.out_dir, exist_ok=True)
+    results: dict = {}
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    for name in systems:
+        root = tempfile.mkdtemp(prefix=f"compare-{name}-")
+        try:
+            results[name] = measure(name, args, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    rows = table(results, systems)
+    print("\n" + format_text(rows))
+    checks = targets(results)
+    for what, ok, numbers in checks:
+        print(f"{'MET ' if ok else 'MISS'}  {what}: {numbers}")
+    batch_lines = format_batching(results)
+    if batch_lines:
+        top = results["raftkv"]["raftkv_batching"]["clients"]
+        print(f"\nraftkv batching during the put run at {top} clients:")
+        for line in batch_lines:
+            print("  " + line)
+    mach = machine() if args.doc else None
+    doc = {"started": started, "argv": sys.argv[1:], "options": vars(args), "results": results,
+           "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
+           "machine": mach}
+    json_path = os.path.join(args.out_dir, "compare.json")
+    png_path = os.path.join(args.out_dir, "compare.png")
+    md_path = os.path.join(args.out_dir, "compare.md")
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=2, default=str)
+    plot(results, systems, png_path)
+    with open(md_path, "w") as f:
+        f.write(format_markdown(rows) + "\n")
+    print(f"\nwrote {json_path}, {png_path}, {md_path}", file=sys.stderr)
+    if args.doc:
+        from benchmarks.perfdoc import render
+        doc_dir = os.path.dirname(os.path.abspath(args.doc))
+        stem = os.path.splitext(os.path.basename(args.doc))[0]
+        shutil.copyfile(png_path, os.path.join(doc_dir, stem + ".png"))  # the doc's picture
+        shutil.copyfile(json_path, os.path.join(doc_dir, stem + ".json"))  # and its raw data
+        with open(args.doc, "w") as f:
+            f.write(render(doc, format_markdown(rows), checks, batch_lines, stem + ".png",
+                           " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])])))
+        print(f"wrote {args.doc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

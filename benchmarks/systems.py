@@ -1,0 +1,184 @@
+"""The three systems compare.py measures, each a three-node cluster on loopback.
+
+Each system has ``name``, ``urls`` (client URLs, etcd gateway dialect), ``start()``,
+``wait_ready()`` (bounded poll until a leader answers a write) and ``stop()`` (SIGTERM, then
+SIGKILL after a bound; no leftovers), and works as a context manager.
+
+- ``RaftkvSystem``: ``kvserver.cluster.LocalCluster`` (three ``raftkv serve`` processes).
+- ``EtcdSystem``: three ``etcd`` processes (Debian's ``etcd-server``; etcd 3.4 here).
+- ``PySyncObjSystem``: three ``benchmarks/pysyncobj_kv.py`` processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from kvserver.bench.runner import BenchError, find_leader, post_json
+from kvserver.cluster import LocalCluster, free_ports
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+READY_TIMEOUT_S = 60.0
+
+
+class _Processes:
+    """Child processes with logs; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[str] = []
+
+    def spawn(self, args: list[str], name: str) -> None:
+        log_path = os.path.join(self.root, f"{name}.log")
+        with open(log_path, "wb") as log:
+            self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+        self.logs.append(log_path)
+
+    def check_alive(self) -> None:
+        for p, log in zip(self.procs, self.logs, strict=True):
+            if p.poll() is not None:
+                raise BenchError(f"{p.args[0]} exited with {p.returncode}; see {log}")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
+class System:
+    name = "?"
+    urls: list[str]
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.join(root, self.name)
+        os.makedirs(self.root, exist_ok=True)
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def check_alive(self) -> None:
+        pass
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """The leader's URL, once it has acknowledged a write."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                leader = find_leader(self.urls, timeout_s=1.0)
+                post_json(leader, "/v3/kv/put", {"key": base64.b64encode(b"ready").decode(),
+                                                 "value": ""}, timeout_s=5.0)
+                return leader
+            except (BenchError, OSError, ValueError) as exc:
+                last = str(exc)
+                time.sleep(0.2)
+        raise BenchError(f"{self.name} not ready after {timeout_s:g} s: {last}")
+
+    def __enter__(self) -> System:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class RaftkvSystem(System):
+    name = "raftkv"
+
+    def __init__(self, root: str, extra_args: list[str] | None = None) -> None:
+        super().__init__(root)
+        self.cluster = LocalCluster(os.path.join(self.root, "data"), size=3,
+                                    extra_args=list(extra_args or []))
+        self.urls = self.cluster.endpoints
+
+    def start(self) -> None:
+        self.cluster.start()
+
+    def check_alive(self) -> None:
+        for n in self.cluster.nodes:
+            if not n.alive():
+                raise BenchError(f"raftkv {n.name} exited; log tail:\n"
+                                 f"{self.cluster.log_tail(n, 20)}")
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class EtcdSystem(System):
+    name = "etcd"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.binary = shutil.which("etcd")
+        if not self.binary:
+            raise BenchError("etcd is not installed (Debian package etcd-server)")
+        ports = free_ports(6)
+        self.urls = [f"http://127.0.0.1:{ports[2 * i]}" for i in range(3)]
+        self.peers = [f"http://127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
+        self.procs = _Processes(self.root)
+
+    def start(self) -> None:
+        initial = ",".join(f"e{i}={p}" for i, p in enumerate(self.peers))
+        for i in range(3):
+            self.procs.spawn([
+                self.binary, "--name", f"e{i}", "--data-dir", os.path.join(self.root, f"e{i}"),
+                "--listen-client-urls", self.urls[i], "--advertise-client-urls", self.urls[i],
+                "--listen-peer-urls", self.peers[i],
+                "--initial-advertise-peer-urls", self.peers[i], "--initial-cluster", initial,
+                "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
+                "--log-level", "warn"], f"e{i}")
+
+    def check_alive(self) -> None:
+        self.procs.check_alive()
+
+    def stop(self) -> None:
+        self.procs.stop()
+
+
+class PySyncObjSystem(System):
+    name = "pysyncobj"
+
+    def __init__(self, root: str, batch: bool = False) -> None:
+        super().__init__(root)
+        ports = free_ports(6)
+        self.urls = [f"http://127.0.0.1:{ports[2 * i]}" for i in range(3)]
+        self.raft = [f"127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
+        self.batch = batch
+        self.procs = _Processes(self.root)
+
+    def start(self) -> None:
+        for i in range(3):
+            args = [sys.executable, os.path.join(HERE, "pysyncobj_kv.py"),
+                    "--raft", self.raft[i],
+                    "--partners", ",".join(a for j, a in enumerate(self.raft) if j != i),
+                    "--http", self.urls[i].removeprefix("http://"),
+                    "--journal", os.path.join(self.root, f"n{i}.journal")]
+            self.procs.spawn(args + (["--batch"] if self.batch else []), f"n{i}")
+
+    def check_alive(self) -> None:
+        self.procs.check_alive()
+
+    def stop(self) -> None:
+        self.procs.stop()
+
+
+SYSTEMS = {"raftkv": RaftkvSystem, "etcd": EtcdSystem, "pysyncobj": PySyncObjSystem}
