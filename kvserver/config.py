@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from kvserver.compactor import AutoCompaction
 from kvserver.membership import ClusterConfigError, Member, check_url, parse_initial_cluster
 
 DEFAULT_CLIENT_URL = "http://127.0.0.1:2379"
@@ -36,11 +37,20 @@ class ServerConfig:
     max_request_bytes: int = 1536 * 1024
     wal_sync: str = "always"
     pre_vote: bool = True
+    auto_compaction_mode: str = "periodic"      # etcd's flags; retention "0" = disabled
+    auto_compaction_retention: str = "0"
+    auto_compaction_check_interval: str = "5m"  # revision mode's check period (etcd: 5 min)
     members: tuple[Member, ...] = field(default=(), compare=False)
 
     @property
     def election_ticks(self) -> int:
         return max(2, self.election_timeout_ms // self.heartbeat_interval_ms)
+
+    @property
+    def auto_compaction(self) -> AutoCompaction:
+        """The parsed auto-compaction flags (ValueError if malformed)."""
+        return AutoCompaction.parse(self.auto_compaction_mode, self.auto_compaction_retention,
+                                    self.auto_compaction_check_interval)
 
     @property
     def member_dir(self) -> str:
@@ -88,6 +98,13 @@ _FLAGS = (
     ("--wal-sync", "wal_sync", "str",
      "always (default), interval=<ms> (bounded loss window) or never (tests only)"),
     ("--pre-vote", "pre_vote", "bool", "use raft PreVote"),
+    ("--auto-compaction-mode", "auto_compaction_mode", "str",
+     "periodic (retention is a duration) or revision (retention is a revision count)"),
+    ("--auto-compaction-retention", "auto_compaction_retention", "str",
+     "history kept by auto-compaction: 1h, 30m, a bare number of hours, or revisions; "
+     "0 disables it"),
+    ("--auto-compaction-check-interval", "auto_compaction_check_interval", "str",
+     "how often revision-mode auto-compaction checks (raftkv only; etcd fixes 5m)"),
 )
 
 
@@ -142,6 +159,10 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     if cfg.wal_sync != "always" and cfg.wal_sync != "never" \
             and not cfg.wal_sync.startswith("interval="):
         raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
+    try:
+        _ = cfg.auto_compaction  # parse now: a bad flag stops the start with a message
+    except ValueError as exc:
+        raise ClusterConfigError(str(exc)) from None
     initial = cfg.initial_cluster or \
         f"{cfg.name}={','.join(cfg.initial_advertise_peer_urls)}"
     members = parse_initial_cluster(initial, cfg.initial_cluster_token)

@@ -24,6 +24,10 @@ the loop; a snapshot restore re-points the hub at the new store (``reset``: watc
 from its history, or are told it was compacted). ``watch_stream()`` opens a stream for the
 HTTP layer; every member serves watches from its own applied state. Progress notifications go
 out every ``WATCH_PROGRESS_INTERVAL_S``; ``stop()`` closes the hub.
+
+Auto-compaction (``kvserver.compactor``, etcd's ``--auto-compaction-*`` flags): when the
+server passes enabled settings to ``start``, a loop on every member asks its policy; only the
+leader's proposes, through the ordinary ``compact`` path.
 """
 
 import asyncio
@@ -34,6 +38,7 @@ import logging
 import time
 
 from kvserver import errors
+from kvserver.compactor import AutoCompaction, Compactor
 from kvserver.lease import (
     DEFAULT_MIN_TTL_S,
     LeaseCheckpointRequest,
@@ -55,6 +60,7 @@ from kvserver.lease import (
     split_snapshot,
 )
 from kvserver.mvcc.codec import encode_entry
+from kvserver.mvcc.errors import CompactedError
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.types import (
     CompactionRequest,
@@ -109,6 +115,7 @@ class RaftKV:
         self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
         self.node: Node | None = None      # set once the node is built (they refer to each other)
         self._lease_task: asyncio.Task | None = None
+        self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
 
@@ -153,13 +160,23 @@ class RaftKV:
     def on_leader_stop(self) -> None:
         self.lessor.demote()
 
-    def start(self) -> None:
+    def start(self, auto_compaction: AutoCompaction | None = None) -> None:
         self._lease_task = asyncio.get_running_loop().create_task(
             self._lease_loop(), name=f"lessor-{self.member_id:x}")
+        if auto_compaction is not None and auto_compaction.enabled:
+            # Every member runs the loop; only the leader's proposes (kvserver.compactor).
+            self.compactor = Compactor(
+                auto_compaction, revision=lambda: self.store.revision,
+                is_leader=lambda: self.node is not None and self.node.is_leader,
+                compact=lambda rev: self.compact(CompactionRequest(rev)),
+                is_compacted_error=lambda exc: isinstance(exc, CompactedError))
+            self.compactor.start()
         self._watch_task = asyncio.get_running_loop().create_task(
             self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}")
 
     async def stop(self) -> None:
+        if self.compactor is not None:
+            await self.compactor.stop()
         tasks = [t for t in (self._lease_task, self._watch_task, *self._background)
                  if t is not None]
         for task in tasks:

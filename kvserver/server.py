@@ -102,7 +102,8 @@ class Member:
             applied=applied, conf_state=conf_state)
         kv.node = self.node
         self.node.start()
-        kv.start()  # the lessor's expiry task (acts only while this member leads)
+        # the lessor's expiry task and auto-compaction (both act only while this member leads)
+        kv.start(auto_compaction=cfg.auto_compaction)
 
         metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))
