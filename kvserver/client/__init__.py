@@ -13,9 +13,12 @@ errors::
         kv.get("jobs/1").value                          # b"running"
         kv.range("jobs/", prefix=True).kvs              # (KeyValue(...), ...)
         kv.txn(Txn().when(Cmp.version("lock") == 0).then(Op.put("lock", "me")))
+        for event in kv.watch("jobs/", prefix=True):    # blocks; reconnects and resumes
+            print(event.type.name, event.key, event.value)
 
 Modules: ``aio`` (the client and its routing/retry loop), ``sync`` (the blocking wrapper),
-``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON).
+``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON),
+``watch`` (watch iterators).
 """
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient, normalize_endpoints
@@ -50,11 +53,20 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
-from kvserver.mvcc.types import SortOrder, SortTarget
+from kvserver.client.watch import (
+    AsyncWatch,
+    SyncWatch,
+    WatchCanceledError,
+    WatchCompactedError,
+    WatchEvent,
+    WatchResponse,
+)
+from kvserver.mvcc.types import EventType, SortOrder, SortTarget
 
 __all__ = [
     "DEFAULT_ENDPOINT",
     "AsyncClient",
+    "AsyncWatch",
     "Attempt",
     "Client",
     "ClientError",
@@ -64,6 +76,7 @@ __all__ = [
     "ConnectionFailedError",
     "DeleteResult",
     "EndpointStatus",
+    "EventType",
     "FailedPreconditionError",
     "FutureRevisionError",
     "InvalidArgumentError",
@@ -82,9 +95,14 @@ __all__ = [
     "SortOrder",
     "SortTarget",
     "Status",
+    "SyncWatch",
     "Txn",
     "TxnResult",
     "UnavailableError",
     "UnimplementedError",
+    "WatchCanceledError",
+    "WatchCompactedError",
+    "WatchEvent",
+    "WatchResponse",
     "normalize_endpoints",
 ]

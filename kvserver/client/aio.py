@@ -72,6 +72,7 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
+from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch
 from kvserver.mvcc.types import (
     CompactionRequest,
     DeleteRangeRequest,
@@ -321,6 +322,20 @@ class AsyncClient:
             if len(err.attempts) > 1:
                 return CompactResult(header=ResponseHeader())
             raise
+
+    def watch(self, key: KeyLike, range_end: KeyLike | None = None, *, prefix: bool = False,
+              start_revision: int = 0, prev_kv: bool = False, filters: Sequence[str] = (),
+              progress_notify: bool = False,
+              reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> AsyncWatch:
+        """Every change to ``key`` (or the range / prefix) from ``start_revision`` (0: from
+        now on), as an async iterator of ``WatchEvent``s in revision order, each once, across
+        reconnects to other endpoints (see ``kvserver.client.watch``). ``filters``: ``"NOPUT"``
+        and/or ``"NODELETE"``. Raises ``WatchCompactedError`` when the history it needs is
+        compacted. ``async with`` (or ``await w.start()``) waits until the server created the
+        watcher (the blocking ``Client.watch`` returns only then); closing ends the watch."""
+        return AsyncWatch(self, key, range_end, prefix=prefix, start_revision=start_revision,
+                          prev_kv=prev_kv, filters=filters, progress_notify=progress_notify,
+                          reconnect_timeout_s=reconnect_timeout_s)
 
     # -----------------------------------------------------------------------------------------
     # Cluster API

@@ -41,6 +41,7 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
+from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch, SyncWatch
 from kvserver.mvcc.types import SortOrder, SortTarget, TxnRequest
 
 T = TypeVar("T")
@@ -163,6 +164,26 @@ class Client:
                                           "in time") from None
             raise
 
+    def _run_unbounded(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``_run`` for calls bounded by their own deadline, not the client's ``timeout_s``
+        (a watch's reconnect timeout)."""
+        try:
+            loop = self._ensure_loop()
+        except BaseException:
+            coro.close()
+            raise
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking Client method was called from the client's own "
+                               "event loop thread; use AsyncClient there")
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():
+                future.cancel()
+            raise
+
     # -----------------------------------------------------------------------------------------
     # The API (same signatures as AsyncClient; a test keeps them in step)
 
@@ -203,6 +224,22 @@ class Client:
     def compact(self, revision: int, *, physical: bool = False) -> CompactResult:
         return self._run(self._aclient.compact(revision, physical=physical))
 
+    def watch(self, key: KeyLike, range_end: KeyLike | None = None, *, prefix: bool = False,
+              start_revision: int = 0, prev_kv: bool = False, filters: Sequence[str] = (),
+              progress_notify: bool = False,
+              reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> SyncWatch:
+        awatch = AsyncWatch(self._aclient, key, range_end, prefix=prefix,
+                            start_revision=start_revision, prev_kv=prev_kv, filters=filters,
+                            progress_notify=progress_notify,
+                            reconnect_timeout_s=reconnect_timeout_s)
+        # Returns once the watcher exists (a watch from "now" then misses nothing after it).
+        try:
+            self._run_unbounded(awatch.start())
+        except BaseException:
+            self._run(awatch.close())
+            raise
+        return SyncWatch(self._ensure_loop(), awatch)
+
     def status(self, endpoint: str | None = None) -> Status:
         return self._run(self._aclient.status(endpoint))
 
@@ -216,7 +253,7 @@ class Client:
         return self._run(self._aclient.find_leader())
 
 
-for _name in ("put", "get", "range", "delete", "txn", "compact", "status", "statuses",
+for _name in ("put", "get", "range", "delete", "txn", "compact", "watch", "status", "statuses",
               "member_list", "find_leader"):
     getattr(Client, _name).__doc__ = getattr(AsyncClient, _name).__doc__
 del _name

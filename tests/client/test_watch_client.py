@@ -1,0 +1,325 @@
+"""Watch iterators of the client library (``kvserver.client.watch``) against raftkv's own HTTP
+API over ``LocalKV`` replicas (no raft).
+
+Pins down the iterator's contract: events in revision order, each exactly once, from a start
+revision or from "now"; resuming from the last revision seen + 1 when the stream breaks (the
+server ends it, the server shuts down and the client moves to another replica, the server
+cancels the watcher as too slow); a typed error with the compact revision when the history
+is compacted; a typed error for a watch the server refuses; the blocking iterator and its
+timeout; closing frees the watcher on the server.
+
+"Replicas" are LocalKVs with their own stores to which the test applies the same writes in
+the same order, so they number revisions alike, as raft replicas do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from kvserver.api import build_client_app
+from kvserver.api.watch import SESSIONS_KEY
+from kvserver.client import (
+    AsyncClient,
+    Client,
+    EventType,
+    InvalidArgumentError,
+    WatchCanceledError,
+    WatchCompactedError,
+)
+from kvserver.errors import GrpcCode, ServiceError
+from kvserver.metrics import Metrics
+from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest, PutRequest
+from kvserver.watch import WatchLimits
+from tests.api.fakes import LocalKV
+from tests.client.fakeserver import LoopThread, _free_port
+
+FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
+            backoff_initial_s=0.01, backoff_max_s=0.05)
+WAIT_S = 10.0
+
+
+class Replicas:
+    """N LocalKV replicas served over HTTP on one background loop; writes go to every live
+    replica, in order. Replica 0 is reported as the leader."""
+
+    def __init__(self, n: int = 1, watch_limits: WatchLimits | None = None) -> None:
+        self.loop_thread = LoopThread()
+        self.ports = [_free_port() for _ in range(n)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.kvs = [LocalKV(member_id=0x100 + i, client_url=url, watch_limits=watch_limits)
+                    for i, url in enumerate(self.urls)]
+        self.apps: list[web.Application] = []
+        self.runners: list[web.AppRunner | None] = []
+        self.set_leader(0)
+
+    def set_leader(self, index: int) -> None:
+        for kv in self.kvs:
+            kv.leader = self.kvs[index].member_id
+
+    async def _start(self) -> None:
+        for kv, port in zip(self.kvs, self.ports, strict=True):
+            app = build_client_app(kv, Metrics(process_metrics=False))
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            self.apps.append(app)
+            self.runners.append(runner)
+
+    def start(self) -> Replicas:
+        self.loop_thread.run(self._start())
+        return self
+
+    def live(self) -> list[LocalKV]:
+        return [kv for kv, r in zip(self.kvs, self.runners, strict=True) if r is not None]
+
+    def write(self, *requests) -> int:
+        """Apply the requests to every live replica (on the serving loop); the revision."""
+
+        async def apply() -> int:
+            rev = 0
+            for req in requests:
+                for kv in self.live():
+                    if isinstance(req, PutRequest):
+                        rev = (await kv.put(req)).header.revision
+                    elif isinstance(req, DeleteRangeRequest):
+                        rev = (await kv.delete_range(req)).header.revision
+                    else:
+                        rev = (await kv.compact(req)).header.revision
+            return rev
+
+        return self.loop_thread.run(apply())
+
+    def put(self, key: str, value: str) -> int:
+        return self.write(PutRequest(key.encode(), value.encode()))
+
+    def stop(self, index: int) -> None:
+        """Shut a replica down (open watch streams get a final Unavailable error line)."""
+        runner = self.runners[index]
+        self.runners[index] = None
+        if runner is not None:
+            self.loop_thread.run(runner.cleanup())
+
+    def end_streams(self, index: int) -> int:
+        """End every watch stream of a replica abruptly (EOF, as a proxy dropping it)."""
+
+        async def end() -> int:
+            sessions = list(self.apps[index][SESSIONS_KEY])
+            for s in sessions:
+                s.stream.close()
+            return len(sessions)
+
+        return self.loop_thread.run(end())
+
+    def watchers(self, index: int = 0) -> int:
+        return self.loop_thread.run(_value(self.kvs[index].watch_hub.watcher_count))
+
+    def close(self) -> None:
+        for i in range(len(self.runners)):
+            self.stop(i)
+        self.loop_thread.close()
+
+
+async def _value(x):
+    return x
+
+
+def wait_until(predicate, what: str, timeout_s: float = WAIT_S) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def one():
+    r = Replicas(1).start()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def three():
+    r = Replicas(3).start()
+    yield r
+    r.close()
+
+
+def take(watch, n: int) -> list:
+    return [watch.get(timeout_s=WAIT_S) for _ in range(n)]
+
+
+def shape(events) -> list[tuple[str, bytes, bytes, int]]:
+    return [(e.type.name, e.key, e.value, e.revision) for e in events]
+
+
+def test_history_then_live_events_in_order_with_prev_kv(one):
+    one.put("jobs/1", "queued")  # rev 2
+    one.put("other", "x")  # rev 3, outside the prefix
+    one.put("jobs/1", "running")  # rev 4
+    with Client(one.urls, **FAST) as c, \
+            c.watch("jobs/", prefix=True, start_revision=1, prev_kv=True) as w:
+        first = take(w, 2)
+        one.write(DeleteRangeRequest(b"jobs/1"))  # rev 5
+        one.put("jobs/2", "queued")  # rev 6
+        rest = take(w, 2)
+    events = first + rest
+    assert shape(events) == [
+        ("PUT", b"jobs/1", b"queued", 2), ("PUT", b"jobs/1", b"running", 4),
+        ("DELETE", b"jobs/1", b"", 5), ("PUT", b"jobs/2", b"queued", 6)]
+    assert events[0].prev_kv is None and events[1].prev_kv.value == b"queued"
+    assert events[2].is_delete and events[2].prev_kv.value == b"running"
+    assert events[2].kv.create_revision == 0 and events[2].kv.version == 0
+
+
+def test_start_revision_zero_means_from_now_on(one):
+    one.put("k", "before")
+    with Client(one.urls, **FAST) as c, c.watch("k") as w:
+        wait_until(lambda: one.watchers() == 1, "the watcher to be created")
+        rev = one.put("k", "after")
+        (ev,) = take(w, 1)
+        assert (ev.value, ev.revision) == (b"after", rev)
+        assert w.next_revision == rev + 1
+
+
+def test_filters_drop_puts_or_deletes(one):
+    one.put("a", "1")
+    one.write(DeleteRangeRequest(b"a"))
+    one.put("a", "2")
+    with Client(one.urls, **FAST) as c:
+        with c.watch("a", start_revision=1, filters=["NOPUT"]) as w:
+            assert shape(take(w, 1)) == [("DELETE", b"a", b"", 3)]
+        with c.watch("a", start_revision=1, filters=["NODELETE"]) as w:
+            assert [e.revision for e in take(w, 2)] == [2, 4]
+        with pytest.raises(ValueError):
+            c.watch("a", filters=["NOTHING"])
+        with pytest.raises(ValueError):
+            c.watch("")
+
+
+def test_resumes_after_the_stream_is_cut_each_event_once(one):
+    """The server ends the stream (EOF) while writes go on: the iterator reconnects with
+    start_revision = last seen + 1 and sees every event once."""
+    with Client(one.urls, **FAST) as c, c.watch("p/", prefix=True) as w:
+        wait_until(lambda: one.watchers() == 1, "the watcher to be created")
+        got = []
+        for round_ in range(3):
+            revs = [one.put(f"p/{round_}-{i}", "v") for i in range(5)]
+            got += take(w, 3)  # read part of the round, then cut the stream
+            assert one.end_streams(0) == 1
+            revs += [one.put(f"p/{round_}-late-{i}", "v") for i in range(2)]
+            got += take(w, 4)
+            assert [e.revision for e in got[-7:]] == revs
+        assert w.reconnects == 3
+    assert len({e.revision for e in got}) == len(got) == 21
+    assert [e.revision for e in got] == sorted(e.revision for e in got)
+
+
+def test_moves_to_another_replica_when_its_server_stops(three):
+    with Client(three.urls, **FAST) as c, c.watch("jobs/", prefix=True, start_revision=1) as w:
+        revs = [three.put(f"jobs/{i}", "v") for i in range(4)]
+        got = take(w, 4)
+        serving = three.urls.index(w.endpoint)
+        assert serving == 0  # the leader, when known
+        three.set_leader(1)
+        three.stop(0)  # a final Unavailable error line, then the connection closes
+        revs += [three.put(f"jobs/{i}", "w") for i in range(4, 8)]
+        got += take(w, 4)
+        assert w.endpoint != three.urls[0] and w.reconnects == 1
+    assert [e.revision for e in got] == revs
+
+
+def test_a_watcher_canceled_as_too_slow_resumes_from_history():
+    r = Replicas(1, WatchLimits(max_buffered_events=4, replay_chunk_events=2)).start()
+    try:
+        with Client(r.urls, **FAST) as c, c.watch("k/", prefix=True) as w:
+            wait_until(lambda: r.watchers() == 1, "the watcher to be created")
+            # One loop step applies 20 revisions: the live queue overflows at once.
+            revs = [r.write(*(PutRequest(f"k/{i}".encode(), b"v") for i in range(20)))]
+            got = take(w, 20)
+            assert r.kvs[0].watch_hub.stats["canceled_slow"] >= 1
+            assert w.reconnects >= 1
+        assert [e.key for e in got] == [f"k/{i}".encode() for i in range(20)]
+        assert got[-1].revision == revs[-1]
+    finally:
+        r.close()
+
+
+def test_compacted_history_raises_a_typed_error_with_the_compact_revision(one):
+    for i in range(5):
+        one.put("k", str(i))  # revs 2..6
+    one.write(CompactionRequest(5))
+    with Client(one.urls, **FAST) as c:
+        with c.watch("k", start_revision=3) as w, pytest.raises(WatchCompactedError) as info:
+            take(w, 1)
+        assert info.value.compact_revision == 5
+        assert "compacted" in str(info.value)
+        with c.watch("k", start_revision=5) as w:  # the compact revision itself is kept
+            assert [e.revision for e in take(w, 2)] == [5, 6]
+
+
+def test_refused_watch_raises_watch_canceled_error(one):
+    with Client(one.urls, **FAST) as c:
+        with pytest.raises(WatchCanceledError, match="watcher range is empty"):
+            c.watch("b", range_end="a")  # the blocking watch returns once created
+
+    async def body() -> None:
+        async with AsyncClient(one.urls, **FAST) as c:
+            w = c.watch("b", range_end="a")
+            for _ in range(2):  # it stays failed
+                with pytest.raises(WatchCanceledError):
+                    await w.__anext__()
+            await w.close()
+
+    asyncio.run(body())
+
+
+def test_a_non_retryable_error_ends_the_watch(one):
+    one.kvs[0].fail_with = ServiceError(GrpcCode.INVALID_ARGUMENT, "etcdserver: bad")
+    with Client(one.urls, **FAST) as c:
+        with pytest.raises(InvalidArgumentError, match="etcdserver: bad"):
+            c.watch("k")
+
+
+def test_get_times_out_without_losing_the_next_event(one):
+    with Client(one.urls, **FAST) as c, c.watch("k") as w:
+        with pytest.raises(TimeoutError):
+            w.get(timeout_s=0.3)
+        rev = one.put("k", "v")
+        assert w.get(timeout_s=WAIT_S).revision == rev
+
+
+def test_closing_the_watch_frees_the_watcher_on_the_server(one):
+    with Client(one.urls, **FAST) as c:
+        one.put("k", "v")
+        w = c.watch("k")
+        assert one.watchers() == 1  # created before c.watch returned
+        with pytest.raises(TimeoutError):
+            w.get(timeout_s=0.2)  # the put was before the watch
+        w.close()
+        assert w.get(timeout_s=1.0) is None  # closed: the iteration is over
+        wait_until(lambda: one.watchers() == 0, "the server to drop the watcher")
+
+
+def test_async_iterator(one):
+    async def body() -> list:
+        async with AsyncClient(one.urls, **FAST) as c:
+            watch = c.watch("a/", prefix=True, start_revision=1)
+            out = []
+            async with watch:
+                async for ev in watch:
+                    out.append(ev)
+                    if len(out) == 3:
+                        break
+            assert watch.closed
+            return out
+
+    for i in range(3):
+        one.put(f"a/{i}", str(i))
+    events = asyncio.run(asyncio.wait_for(body(), WAIT_S))
+    assert [(e.type, e.key) for e in events] == [(EventType.PUT, f"a/{i}".encode())
+                                                for i in range(3)]
