@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing as mp
+import queue
 import time
 import urllib.error
 import urllib.request
@@ -277,8 +278,17 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
         p.start()
     results, errors = [], []
     try:
-        for _ in procs:  # read before join: a child blocks until its result is taken
-            kind, payload = out.get()
+        while len(results) + len(errors) < len(procs):
+            # read before join (a child blocks until its result is taken), but notice a
+            # child that died without one (killed, out of memory) instead of waiting forever
+            try:
+                kind, payload = out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise BenchError(f"load-generator process {dead[0].pid} died "
+                                     f"(exit code {dead[0].exitcode})") from None
+                continue
             (results if kind == "ok" else errors).append(payload)
     finally:
         for p in procs:
