@@ -21,6 +21,13 @@ applies it and hands the state machine's result to the waiting caller; other nod
 apply it. Retried client writes are de-duplicated by the state machine (client request ids),
 not here.
 
+Membership (``kvserver.membership``): ``propose_conf_change`` proposes a ConfChange and returns
+once this node has applied it (matched by the change's ``id``); applied changes go to the
+``on_conf_change`` callback. The optional ``members`` object (``snapshot()`` /
+``restore(blob, conf_state)``) is the replicated member registry: its image is framed in front
+of the state machine's in every snapshot this node makes (``membership.frame_members``), and
+split off again when a snapshot is restored.
+
 Linearizable reads use ReadIndex, batched: all callers waiting when the raft task runs share
 one read_index request; a batch whose answer does not come (leader change, dropped message)
 is asked again every ``read_retry_s``.
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kvserver import errors
+from kvserver.membership import frame_members, split_members_frame
 from raft import (
     ConfChange,
     ConfState,
@@ -111,7 +119,8 @@ class Node:
     def __init__(self, *, raw: RawNode, node_id: int, storage: DurableStorage,
                  state_machine: StateMachine, send: Callable[[list[Message]], None],
                  options: NodeOptions, applied: int, conf_state: ConfState,
-                 on_conf_change: Callable[[ConfChange, ConfState], None] | None = None):
+                 on_conf_change: Callable[[ConfChange, ConfState], None] | None = None,
+                 members=None):
         self.raw = raw
         self.id = node_id
         self.storage = storage
@@ -119,6 +128,7 @@ class Node:
         self._send = send
         self.opts = options
         self._on_conf_change = on_conf_change
+        self.members = members               # member registry (snapshot()/restore()) or None
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
@@ -137,6 +147,8 @@ class Node:
         self._ticks = 0
         self._proposals: list[bytes] = []
         self._proposal_waiters: dict[int, asyncio.Future] = {}
+        self._conf_proposals: list[ConfChange] = []
+        self._conf_waiters: dict[int, asyncio.Future] = {}   # by ConfChange.id
         self._unreachable: list[int] = []
         self._snapshot_status: list[tuple[int, bool]] = []
         self._read_new: _ReadBatch | None = None
@@ -184,6 +196,33 @@ class Node:
         finally:
             self._proposal_waiters.pop(seq, None)
 
+    async def propose_conf_change(self, cc: ConfChange,
+                                  timeout_s: float | None = None) -> ConfState:
+        """Propose a membership change (``cc.id`` 0: a random one is chosen); return the
+        configuration once this node has applied it. A change raft refuses (another one is
+        not applied yet) never applies: the caller times out."""
+        if self._stopped:
+            raise errors.stopping()
+        if not cc.id:
+            cc = ConfChange(cc.type, cc.node_id, cc.context,
+                            int.from_bytes(os.urandom(8), "big") or 1)
+        fut = asyncio.get_running_loop().create_future()
+        self._conf_waiters[cc.id] = fut
+        self._conf_proposals.append(cc)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+        except TimeoutError:
+            raise errors.timed_out() from None
+        finally:
+            self._conf_waiters.pop(cc.id, None)
+
+    @property
+    def conf_change_ready(self) -> bool:
+        """Raft would take a conf change now: this leader applied every change it may have
+        (its term's first entry included), so the one-pending-change rule will not refuse."""
+        return self.raw.raft.pending_conf_index <= self.applied
+
     async def read_barrier(self, timeout_s: float | None = None) -> int:
         """Wait until this node's state machine reflects every write acknowledged before the
         call (ReadIndex); return the read index."""
@@ -218,7 +257,7 @@ class Node:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        for fut in self._proposal_waiters.values():
+        for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
             if not fut.done():
                 fut.set_exception(errors.stopping())
 
@@ -282,6 +321,16 @@ class Node:
                     self.stats["proposals_failed"] += 1
                     self._fail_proposal(data, errors.no_leader() if self.leader == 0
                                         else errors.leader_changed())
+        if self._conf_proposals:
+            confs, self._conf_proposals = self._conf_proposals, []
+            for cc in confs:
+                try:
+                    raw.propose_conf_change(cc)
+                except ProposalDroppedError:
+                    fut = self._conf_waiters.get(cc.id)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(errors.no_leader() if self.leader == 0
+                                          else errors.leader_changed())
         self._ask_reads()
 
     def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
@@ -339,9 +388,9 @@ class Node:
         if late:
             self._send(late)  # votes and acknowledgements: only after the sync
         if has_snapshot:
-            self.sm.restore(rd.snapshot.data)
-            self.applied = self.snapshot_index = rd.snapshot.metadata.index
             self.conf_state = rd.snapshot.metadata.conf_state
+            self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
+            self.applied = self.snapshot_index = rd.snapshot.metadata.index
             log.info("node %x: restored snapshot at index %d from the leader", self.id,
                      self.applied)
         if rd.committed_entries and not apply_during_sync:
@@ -401,6 +450,16 @@ class Node:
         self.conf_state = self.raw.apply_conf_change(cc)
         if self._on_conf_change is not None:
             self._on_conf_change(cc, self.conf_state)
+        fut = self._conf_waiters.get(cc.id) if cc.id else None
+        if fut is not None and not fut.done():
+            fut.set_result(self.conf_state)
+
+    def restore_snapshot_data(self, data: bytes, conf_state: ConfState) -> None:
+        """Restore the state machine (and the member registry) from a snapshot image."""
+        blob, rest = split_members_frame(data)
+        self.sm.restore(data if blob is None else rest)
+        if self.members is not None:
+            self.members.restore(blob, conf_state)
 
     def _serve_reads(self) -> None:
         if not self._reads_ready:
@@ -423,6 +482,8 @@ class Node:
         for chunk in self.sm.snapshot_chunks():
             chunks.append(chunk)
             await asyncio.sleep(0)
+        if self.members is not None:
+            chunks.insert(0, frame_members(self.members.snapshot()))
         snap = self.raw_storage.create_snapshot(index, self.conf_state, b"".join(chunks))
         await self.storage.save_snapshot(snap)
         self.snapshot_index = index

@@ -114,6 +114,7 @@ class RaftKV:
         self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
         self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
         self.node: Node | None = None      # set once the node is built (they refer to each other)
+        self.membership = None             # kvserver.membership.MembershipService (server sets it)
         self._lease_task: asyncio.Task | None = None
         self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
@@ -315,6 +316,23 @@ class RaftKV:
 
     def watch_stream(self) -> WatchStream:
         return self.watch_hub.open_stream()
+
+    # --- membership (kvserver.membership.MembershipService answers) -----------------------
+
+    async def member_list(self):
+        return await self.membership.member_list()
+
+    async def member_add(self, peer_urls, is_learner: bool = False):
+        return await self.membership.member_add(peer_urls, is_learner)
+
+    async def member_remove(self, member_id: int):
+        return await self.membership.member_remove(member_id)
+
+    async def member_promote(self, member_id: int):
+        return await self.membership.member_promote(member_id)
+
+    async def member_update(self, member_id: int, peer_urls):
+        return await self.membership.member_update(member_id, peer_urls)
 
     def status(self) -> NodeStatus:
         node = self.node

@@ -25,6 +25,13 @@ from aiohttp import web
 from kvserver.api.app import build_client_app
 from kvserver.config import ServerConfig, host_port
 from kvserver.lease import min_lease_ttl_s
+from kvserver.membership import (
+    REMOVED_MESSAGE,
+    MemberRegistry,
+    MembershipService,
+    resolve_identity,
+    split_members_frame,
+)
 from kvserver.membership import cluster_id as derive_cluster_id
 from kvserver.metrics import AppendCounter, Metrics
 from kvserver.node import Node, NodeOptions
@@ -54,10 +61,18 @@ class Member:
         self.kv: RaftKV | None = None
         self.storage: NodeStorage | None = None
         self.transport: PeerTransport | None = None
+        self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
 
     async def start(self) -> None:
         cfg = self.cfg
+        # A restart takes its IDs from the WAL, a joining member from the running cluster.
+        self.member_id, self.cluster_id, known = await resolve_identity(
+            cfg, self.member_id, self.cluster_id)
+        self.membership = MembershipService(
+            registry=MemberRegistry(known), local_id=self.member_id,
+            cluster_id=self.cluster_id, name=cfg.name, client_urls=cfg.advertise_client_urls,
+            on_change=self._members_changed)
         storage, fresh = await NodeStorage.open(
             cfg, member_id=self.member_id, cluster_id=self.cluster_id)
         self.storage = storage
@@ -70,7 +85,9 @@ class Member:
         snapshot = storage.raft_storage.snapshot()
         applied = 0
         if not snapshot.is_empty():
-            kv.restore(snapshot.data)
+            blob, rest = split_members_frame(snapshot.data)
+            kv.restore(snapshot.data if blob is None else rest)
+            self.membership.restore(blob, snapshot.metadata.conf_state)
             applied = snapshot.metadata.index
         raft_cfg = Config(id=self.member_id, storage=storage.raft_storage,
                           election_tick=cfg.election_ticks, heartbeat_tick=1,
@@ -87,11 +104,13 @@ class Member:
             local_id=self.member_id, cluster_id=self.cluster_id,
             on_messages=lambda msgs: self.node.receive(msgs),
             on_unreachable=lambda peer: self.node.report_unreachable(peer),
-            on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed))
+            on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed),
+            name=cfg.name, client_urls=cfg.advertise_client_urls,
+            is_removed=lambda peer: peer in self.membership.registry.removed,
+            on_removed=self.membership.peer_removed,
+            members_json=self.membership.members_json)
         await self.transport.start()
-        for m in self.members:
-            if m.id != self.member_id:
-                self.transport.add_peer(m.id, m.peer_urls[0])
+        self.membership.transport = self.transport
 
         self.node = Node(
             raw=raw, node_id=self.member_id, storage=storage, state_machine=kv,
@@ -99,8 +118,12 @@ class Member:
             options=NodeOptions(heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
                                 snapshot_count=cfg.snapshot_count,
                                 snapshot_catchup_entries=cfg.snapshot_catchup_entries),
-            applied=applied, conf_state=conf_state)
+            applied=applied, conf_state=conf_state,
+            on_conf_change=self.membership.on_conf_change, members=self.membership)
         kv.node = self.node
+        kv.membership = self.membership
+        self.membership.node = self.node
+        self.membership.start()  # connects to the known members
         self.node.start()
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
@@ -121,6 +144,12 @@ class Member:
         log.info("member %s (%x) of cluster %x serving clients on %s, peers on %s",
                  cfg.name, self.member_id, self.cluster_id,
                  ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))
+
+    def _members_changed(self, members) -> None:
+        self.members = tuple(MemberInfo(m.id, m.name, m.peer_urls, m.client_urls,
+                                        m.is_learner) for m in members)
+        if self.kv is not None:
+            self.kv.members = self.members
 
     def _stats(self) -> dict:
         """Numbers for /metrics (keys: kvserver.metrics.NODE_METRICS); read per scrape."""
@@ -146,6 +175,8 @@ class Member:
         client_runners, peer_runners = self.runners[1:], self.runners[:1]
         for runner in client_runners:
             await runner.cleanup()
+        if self.membership is not None:
+            await self.membership.stop()
         if self.kv is not None:
             await self.kv.stop()
         if self.node is not None:
@@ -168,11 +199,18 @@ async def serve(cfg: ServerConfig) -> None:
         await member.start()
         failed = asyncio.ensure_future(member.node.failed.wait())
         stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([failed, stopped], return_when=asyncio.FIRST_COMPLETED)
-        for fut in (failed, stopped):
+        removed = asyncio.ensure_future(member.membership.removed.wait())
+        await asyncio.wait([failed, stopped, removed], return_when=asyncio.FIRST_COMPLETED)
+        for fut in (failed, stopped, removed):
             fut.cancel()
         if member.node.failed.is_set():
             raise SystemExit("raftkv: the raft loop failed (see the log above); exiting")
+        if member.membership.removed.is_set():
+            # A removed leader hands over first (the raft core steps down once the others
+            # have its log); then stop serving, as etcd does.
+            await member.membership.wait_handed_over(2 * cfg.election_timeout_ms / 1000)
+            log.warning("raftkv: %s; stopping", REMOVED_MESSAGE)
+            print(f"raftkv: {REMOVED_MESSAGE}", file=sys.stderr, flush=True)
     finally:
         await member.stop()
 

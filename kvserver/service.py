@@ -21,6 +21,10 @@ another member); ``lease_leases`` is answered by any member from its applied sta
 lease is ``etcdserver: requested lease not found`` (NotFound) for revoke and keep-alive;
 time-to-live answers ``ttl_s == -1`` instead.
 
+Membership (etcd's Cluster service, ``kvserver.membership`` types): ``member_list`` is
+answered by any member from its applied registry; ``member_add|remove|promote|update`` by the
+leader once the conf change is applied (a follower raises ``etcdserver: not leader``).
+
 Watch (``kvserver.watch``): ``watch_stream()`` opens a ``WatchStream`` on this member's watch
 hub (its applied state; any member serves watches). Its responses carry only a header revision;
 the HTTP layer fills ``cluster_id``, ``member_id`` and ``raft_term`` (the current term). The
@@ -37,6 +41,7 @@ from kvserver.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
+from kvserver.membership import MemberAddResponse, MemberChangeResponse, MemberListResponse
 from kvserver.mvcc.types import (
     CompactionRequest,
     CompactionResponse,
@@ -120,6 +125,18 @@ class KVService(Protocol):
                                  keys: bool = False) -> LeaseTimeToLiveResponse: ...
 
     async def lease_leases(self) -> LeaseLeasesResponse: ...
+
+    async def member_list(self) -> MemberListResponse: ...
+
+    async def member_add(self, peer_urls: list[str],
+                         is_learner: bool = False) -> MemberAddResponse: ...
+
+    async def member_remove(self, member_id: int) -> MemberChangeResponse: ...
+
+    async def member_promote(self, member_id: int) -> MemberChangeResponse: ...
+
+    async def member_update(self, member_id: int,
+                            peer_urls: list[str]) -> MemberChangeResponse: ...
 
     @property
     def raft_term(self) -> int: ...

@@ -14,6 +14,15 @@ Contract:
 - Every connection carries ``X-Raftkv-Cluster-Id`` and ``X-Raftkv-From``; a request from
   another cluster is refused with 412, and a malformed batch closes the stream. Nothing a peer
   sends can crash the node.
+
+Membership (``kvserver.membership``): ``set_peers({id: url})`` reconciles the peer set with the
+member registry (a new member is connected, a removed one closed, a changed URL re-dialled;
+incoming streams of a removed peer are closed too). Streams carry the sender's name and client
+URLs (``X-Raftkv-Name``, ``X-Raftkv-Client-Urls``), kept in ``peer_attributes`` for the leader
+to publish. A request from a member the registry knows as removed (``is_removed``) is refused
+with 410 Gone; a stream refused with 410 tells this member it was removed (``on_removed``).
+``GET /raft/members`` answers ``members_json()`` without a cluster check: a joining node asks
+it for the cluster ID and its own member ID.
 """
 
 import asyncio
@@ -38,6 +47,9 @@ log = logging.getLogger(__name__)
 
 CLUSTER_HEADER = "X-Raftkv-Cluster-Id"
 FROM_HEADER = "X-Raftkv-From"
+NAME_HEADER = "X-Raftkv-Name"
+CLIENT_URLS_HEADER = "X-Raftkv-Client-Urls"
+MEMBERS_PATH = "/raft/members"
 STREAM_PATH = "/raft/stream"
 SNAPSHOT_PATH = "/raft/snapshot"
 
@@ -61,13 +73,25 @@ class PeerTransport:
     def __init__(self, *, local_id: int, cluster_id: int, on_messages: OnMessages,
                  on_unreachable: Callable[[int], None],
                  on_snapshot_status: Callable[[int, bool], None],
-                 limits: TransportLimits | None = None):
+                 limits: TransportLimits | None = None, name: str = "",
+                 client_urls: tuple[str, ...] = (),
+                 is_removed: Callable[[int], bool] | None = None,
+                 on_removed: Callable[[], None] | None = None,
+                 members_json: Callable[[], dict] | None = None):
         self.local_id = local_id
         self.cluster_id = cluster_id
         self._on_messages = on_messages
         self._on_unreachable = on_unreachable
         self._on_snapshot_status = on_snapshot_status
         self.limits = limits or TransportLimits()
+        self.name = name
+        self.client_urls = tuple(client_urls)
+        self._is_removed = is_removed or (lambda peer_id: False)
+        self._on_removed = on_removed
+        self._members_json = members_json
+        self.peer_attributes: dict[int, tuple[str, tuple[str, ...]]] = {}
+        self._incoming_by_peer: dict[int, set[web.WebSocketResponse]] = {}
+        self._ever_connected: set[int] = set()
         self._peers: dict[int, _PeerSender] = {}
         self._session: aiohttp.ClientSession | None = None
         self._snapshot_tasks: set[asyncio.Task] = set()
@@ -106,6 +130,29 @@ class PeerTransport:
         sender = self._peers.pop(peer_id, None)
         if sender is not None:
             asyncio.get_running_loop().create_task(sender.stop())
+        for ws in list(self._incoming_by_peer.pop(peer_id, ())):
+            asyncio.get_running_loop().create_task(ws.close())
+        self.peer_attributes.pop(peer_id, None)
+
+    def set_peers(self, urls: dict[int, str]) -> None:
+        """Make the peer set ``urls`` (id -> peer URL): add, re-point, remove."""
+        if self._closing:
+            return
+        for peer_id in [p for p in self._peers if p not in urls]:
+            self.remove_peer(peer_id)
+        for peer_id, url in urls.items():
+            sender = self._peers.get(peer_id)
+            if sender is not None and sender.url != url.rstrip("/"):
+                self._peers.pop(peer_id)
+                asyncio.get_running_loop().create_task(sender.stop())
+            self.add_peer(peer_id, url)
+
+    def is_connected(self, peer_id: int) -> bool:
+        sender = self._peers.get(peer_id)
+        return sender is not None and sender.connected
+
+    def ever_connected(self, peer_id: int) -> bool:
+        return peer_id in self._ever_connected
 
     def peer_url(self, peer_id: int) -> str | None:
         sender = self._peers.get(peer_id)
@@ -150,13 +197,20 @@ class PeerTransport:
         self._on_snapshot_status(m.to, failed)
 
     def _headers(self) -> dict[str, str]:
-        return {CLUSTER_HEADER: str(self.cluster_id), FROM_HEADER: str(self.local_id)}
+        return {CLUSTER_HEADER: str(self.cluster_id), FROM_HEADER: str(self.local_id),
+                NAME_HEADER: self.name, CLIENT_URLS_HEADER: ",".join(self.client_urls)}
 
     # --- receiving -----------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(STREAM_PATH, self._handle_stream),
-                web.post(SNAPSHOT_PATH, self._handle_snapshot)]
+                web.post(SNAPSHOT_PATH, self._handle_snapshot),
+                web.get(MEMBERS_PATH, self._handle_members)]
+
+    async def _handle_members(self, request: web.Request) -> web.Response:
+        if self._members_json is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self._members_json())
 
     def _check_headers(self, request: web.Request) -> int:
         try:
@@ -167,6 +221,8 @@ class PeerTransport:
         if cluster != self.cluster_id:
             raise web.HTTPPreconditionFailed(
                 text=f"cluster id mismatch: local {self.cluster_id:x}, remote {cluster:x}")
+        if self._is_removed(sender):
+            raise web.HTTPGone(text="the member has been permanently removed from the cluster")
         return sender
 
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
@@ -177,10 +233,17 @@ class PeerTransport:
                                    heartbeat=self.limits.heartbeat_s)
         await ws.prepare(request)
         self._incoming.add(ws)
+        by_peer = self._incoming_by_peer.setdefault(sender, set())
+        by_peer.add(ws)
+        name = request.headers.get(NAME_HEADER, "")
+        urls = tuple(u for u in request.headers.get(CLIENT_URLS_HEADER, "").split(",") if u)
+        if name:
+            self.peer_attributes[sender] = (name, urls)
         try:
             await self._read_stream(ws, sender)
         finally:
             self._incoming.discard(ws)
+            by_peer.discard(ws)
             await ws.close()
         return ws
 
@@ -266,10 +329,15 @@ class _PeerSender:
                         heartbeat=t.limits.heartbeat_s, max_msg_size=t.limits.frame_bytes,
                         autoclose=True) as ws:
                     self.connected = True
+                    t._ever_connected.add(self.peer_id)
                     backoff = t.limits.backoff_min_s
                     await self._pump(ws)
             except asyncio.CancelledError:
                 raise
+            except aiohttp.WSServerHandshakeError as exc:
+                log.debug("stream to %x: %s", self.peer_id, exc)
+                if exc.status == 410 and t._on_removed is not None:
+                    t._on_removed()  # the peer knows this member as removed
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.debug("stream to %x: %s", self.peer_id, exc)
             self.connected = False

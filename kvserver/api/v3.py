@@ -8,7 +8,7 @@ read the body (bounded, 413 over ``ApiLimits.max_body_bytes``), decode it with
 Writes carry the ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair (bad values: 400).
 
 Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/compaction``,
-``maintenance/status`` and the lease endpoints (``lease/grant``, ``lease/revoke``,
+``maintenance/status``, the cluster endpoints (``cluster/member/*``, see ``cluster``) and the lease endpoints (``lease/grant``, ``lease/revoke``,
 ``lease/keepalive``, ``lease/timetolive``, ``lease/leases``, and etcd's older aliases
 ``kv/lease/revoke``, ``kv/lease/timetolive``, ``kv/lease/leases``). ``lease/keepalive`` answers
 like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request object in the
@@ -17,7 +17,7 @@ same), any other failure of the first request is an ordinary error response (so 
 ``etcdserver: not leader`` and fails over), and a failure later in the stream ends it with one
 ``{"error": {"grpc_code", "http_code", "message", "http_status"}}`` line. ``watch`` is
 ``kvserver.api.watch`` (a long-lived chunked stream). The other etcd
-gateway endpoints (cluster, the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
+gateway endpoints (the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
 other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
 """
 
@@ -32,8 +32,8 @@ from kvserver.lease import LeaseKeepAliveResponse, LeaseNotFoundError
 from kvserver.mvcc.types import ResponseHeader
 from kvserver.mvcc.validate import validate_request
 
+from . import cluster, watch
 from . import gateway_json as gj
-from . import watch
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -54,10 +54,9 @@ IMPLEMENTED = frozenset({
     "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
     "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
     "/watch",
+    *(path for path, _ in cluster.ROUTES),
 })
 UNIMPLEMENTED = frozenset({
-    "/cluster/member/add", "/cluster/member/remove", "/cluster/member/update",
-    "/cluster/member/list", "/cluster/member/promote",
     "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
     "/maintenance/hashkv", "/maintenance/snapshot", "/maintenance/transfer-leadership",
     "/maintenance/downgrade",
@@ -221,5 +220,6 @@ ROUTES = (
     ("/kv/lease/timetolive", lease_time_to_live),
     ("/kv/lease/leases", lease_leases),
     ("/watch", watch.watch),
+    *cluster.ROUTES,
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED

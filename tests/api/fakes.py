@@ -18,6 +18,9 @@ Knobs a test may turn (plain attributes):
 - ``watch_hub`` — a ``kvserver.watch.WatchHub`` over the store (limits from ``watch_limits``),
   notified after every write and lease revoke that produced events, as ``RaftKV`` does;
   ``replace_store(store)`` swaps the store as a snapshot restore would (``hub.reset``).
+- ``membership`` — a ``kvserver.membership.LocalMembership`` (the member API without raft:
+  changes apply at once with etcd's checks; ``membership.unsynced`` marks learners that are
+  not in sync); the ``member_*`` calls go to it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from kvserver.lease import (
     LeaseTimeToLiveResponse,
     Lessor,
 )
+from kvserver.membership import LocalMembership, Member
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.types import (
     CompactionRequest,
@@ -97,6 +101,9 @@ class LocalKV:
         self.lessor.promote(0.0)
         self.lease_ids = LeaseIdGenerator(member_id, 1_700_000_000_000)
         self.watch_hub = WatchHub(self.store, watch_limits)
+        self.membership = LocalMembership(
+            Member(member_id, name, (peer_url,), (client_url,)), cluster_id,
+            lambda: self.raft_term)
 
     def watch_stream(self) -> WatchStream:
         if self.fail_with is not None:
@@ -198,6 +205,26 @@ class LocalKV:
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse:
         return self._apply(req)
+
+    async def _member(self, op: str, *args: Any) -> Any:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return await getattr(self.membership, op)(*args)
+
+    async def member_list(self) -> Any:
+        return await self._member("member_list")
+
+    async def member_add(self, peer_urls: Any, is_learner: bool = False) -> Any:
+        return await self._member("member_add", peer_urls, is_learner)
+
+    async def member_remove(self, member_id: int) -> Any:
+        return await self._member("member_remove", member_id)
+
+    async def member_promote(self, member_id: int) -> Any:
+        return await self._member("member_promote", member_id)
+
+    async def member_update(self, member_id: int, peer_urls: Any) -> Any:
+        return await self._member("member_update", member_id, peer_urls)
 
     def status(self) -> NodeStatus:
         if self.fail_with is not None:
