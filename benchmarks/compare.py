@@ -239,15 +239,22 @@ def plot(results: dict, systems: list[str], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    colors = {"raftkv": "tab:blue", "etcd": "tab:green", "pysyncobj": "tab:purple"}
+    ticks: set[int] = set()
     for s in systems:
+        color = colors.get(s)
         pts = sorted((n, r["ops_per_s"]) for n, r in results[s]["put"].items())
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{s} put")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
+                    label=f"{s} put")
         rpts = sorted((n, r["ops_per_s"]) for n, r in results[s]["range"].items())
         if rpts:
             ax.plot([p[0] for p in rpts], [p[1] for p in rpts], marker="s", linestyle="--",
-                    label=f"{s} linearizable range")
+                    color=color, markerfacecolor="none", label=f"{s} linearizable range")
+        ticks.update(p[0] for p in pts + rpts)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("requests/s")
     ax.set_title("Three nodes on loopback, etcd JSON gateway, 256-byte values")
@@ -282,6 +289,15 @@ def machine() -> dict:
         info["pysyncobj"] = "not installed"
     info.update(fsync_latency())
     return info
+
+
+def _git_describe() -> str:
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def _dist_version(name: str) -> str:
@@ -330,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in batch_lines:
             print("  " + line)
     mach = machine() if args.doc else None
+    if mach is not None:
+        mach["raftkv_commit"] = _git_describe()
     doc = {"started": started, "argv": sys.argv[1:], "options": vars(args), "results": results,
            "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
            "machine": mach}

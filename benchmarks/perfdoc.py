@@ -23,7 +23,8 @@ def render(doc: dict, table_md: str, checks, batch_lines: list[str], png: str,
         "",
         NOTE_BUSY,
         "",
-        f"Run started {doc['started']}.",
+        f"Run started {doc['started']}, raftkv at commit `{m.get('raftkv_commit', '?')}` "
+        "(`-dirty`: with uncommitted work of that moment in the tree).",
         "",
         "## Machine",
         "",
@@ -87,13 +88,16 @@ def render(doc: dict, table_md: str, checks, batch_lines: list[str], png: str,
         "- **Load generator**: `raftkv bench` (`kvserver/bench/`): persistent HTTP/1.1 "
         "connections (pipelining when `--conns` < `--clients`; here one per client), "
         "latencies of every request kept raw and merged exactly across processes, "
-        "percentiles by nearest rank.",
+        "percentiles by nearest rank. It is not the ceiling here: the fastest cell of the "
+        "table is well above the slowest system's numbers with the same generator.",
+        "- Noise: on a shared two-core machine a cell can move by 2x between runs (etcd's "
+        "linearizable reads at 64 clients measured 3,400 and 8,400/s in two runs an hour "
+        "apart). Compare systems within one run, and rerun before concluding.",
         "",
         "## Reproduce",
         "",
         "```sh",
-        "make test-fast >/dev/null   # creates .venv; or: python3 -m venv .venv && "
-        ".venv/bin/pip install -e '.[dev]'",
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[bench]'   # pysyncobj, matplotlib",
         "apt-get install etcd-server  # etcd 3.4 on Debian",
         f".venv/bin/python {command}",
         "```",
