@@ -91,6 +91,7 @@ class ProgressBar:
         return bool(isatty and isatty())
 
     def __enter__(self) -> ProgressBar:
+        self.t0 = time.monotonic()
         if self.enabled:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
@@ -105,7 +106,6 @@ class ProgressBar:
             self.stream.flush()
 
     def _loop(self) -> None:
-        self.t0 = time.monotonic()
         while not self._stop.wait(0.2):
             self._draw()
 
