@@ -136,7 +136,8 @@ def test_killed_leader_writes_continue_and_it_catches_up_after_restart(cluster):
     survivors = [s for s in SERVICES if s != leader]
     c.docker_run("kill", c.containers[leader])
     # A `docker kill` is a manual stop: the restart policy leaves the member down.
-    assert c.inspect(leader, "{{.State.Running}}") == "false"
+    wait_for(lambda: c.inspect(leader, "{{.State.Running}}") == "false", 30,
+             f"{leader}'s container to stop")
 
     write_until(c, survivors, "after-leader-kill", WRITES_WHILE_DOWN)
     new_leader = c.leader(among=survivors)
