@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kvserver.client import codec
+from kvserver.client import codec, members
 from kvserver.client.errors import (
     Attempt,
     ClientError,
@@ -374,6 +374,26 @@ class AsyncClient:
         except (NotFoundError, UnimplementedError):
             return await self._call("member list", "GET", "/v1/status", None,
                                     _decode_members, Route.ANY)
+
+    async def member_add(self, peer_urls: Sequence[str], *,
+                         is_learner: bool = False) -> members.MemberAddResult:
+        """Add a member (a learner with ``is_learner``) with these peer URLs; the result has
+        the new member's ID. Then start it with ``--initial-cluster-state existing``."""
+        return await self._call("member add", "POST", members.ADD_PATH,
+                                members.encode_add(peer_urls, is_learner),
+                                _plain(members.decode_add), Route.LEADER)
+
+    async def member_remove(self, member_id: int) -> members.MemberChangeResult:
+        """Remove a member for good (it stops serving)."""
+        return await self._call(f"member remove {member_id:x}", "POST", members.REMOVE_PATH,
+                                members.encode_id(member_id), _plain(members.decode_change),
+                                Route.LEADER)
+
+    async def member_promote(self, member_id: int) -> members.MemberChangeResult:
+        """Make a learner a voter (refused until it has caught up with the leader)."""
+        return await self._call(f"member promote {member_id:x}", "POST", members.PROMOTE_PATH,
+                                members.encode_id(member_id), _plain(members.decode_change),
+                                Route.LEADER)
 
     async def find_leader(self) -> str | None:
         """Discover the leader now (ignoring what is cached); its endpoint, or ``None``."""

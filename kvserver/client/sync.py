@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient
 from kvserver.client.errors import ClientError, RequestTimeoutError
+from kvserver.client.members import MemberAddResult, MemberChangeResult
 from kvserver.client.txn import KeyLike, Txn
 from kvserver.client.types import (
     CompactResult,
@@ -249,11 +250,21 @@ class Client:
     def member_list(self) -> tuple[Member, ...]:
         return self._run(self._aclient.member_list())
 
+    def member_add(self, peer_urls: Sequence[str], *,
+                   is_learner: bool = False) -> MemberAddResult:
+        return self._run(self._aclient.member_add(peer_urls, is_learner=is_learner))
+
+    def member_remove(self, member_id: int) -> MemberChangeResult:
+        return self._run(self._aclient.member_remove(member_id))
+
+    def member_promote(self, member_id: int) -> MemberChangeResult:
+        return self._run(self._aclient.member_promote(member_id))
+
     def find_leader(self) -> str | None:
         return self._run(self._aclient.find_leader())
 
 
 for _name in ("put", "get", "range", "delete", "txn", "compact", "watch", "status", "statuses",
-              "member_list", "find_leader"):
+              "member_list", "member_add", "member_remove", "member_promote", "find_leader"):
     getattr(Client, _name).__doc__ = getattr(AsyncClient, _name).__doc__
 del _name

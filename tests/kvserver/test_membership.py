@@ -1,0 +1,217 @@
+"""The member registry (``kvserver.membership``): conf-change application, the snapshot frame
+and its compatibility with snapshots made before it, etcd's reconfiguration checks, identity
+from the WAL."""
+
+import asyncio
+import json
+
+import pytest
+
+from kvserver import membership as ms
+from kvserver.errors import ServiceError
+from kvserver.membership import (
+    Member,
+    MemberRegistry,
+    frame_members,
+    split_members_frame,
+)
+from kvserver.mvcc.store import MVCCStore
+from kvserver.mvcc.types import PutRequest
+from kvserver.node import Node
+from raft import ConfChange, ConfChangeType, ConfState
+
+A = Member(1, "a", ("http://h:1",))
+B = Member(2, "b", ("http://h:2",))
+C = Member(3, "c", ("http://h:3",))
+
+
+def cs(voters=(), learners=()):
+    return ConfState(voters=tuple(voters), learners=tuple(learners))
+
+
+def ctx(m: Member) -> bytes:
+    return json.dumps(m.to_json()).encode()
+
+
+def bootstrapped() -> MemberRegistry:
+    reg = MemberRegistry([A, B, C])
+    for i, m in enumerate((A, B, C)):
+        reg.apply(ConfChange(ConfChangeType.ADD_NODE, m.id), cs([1, 2, 3][:i + 1]))
+    return reg
+
+
+def test_bootstrap_entries_take_attributes_from_initial_cluster():
+    reg = bootstrapped()
+    assert reg.list() == (A, B, C)
+    assert all(reg.is_started(m.id) for m in (A, B, C))
+
+
+def test_add_learner_publish_promote_remove():
+    reg = bootstrapped()
+    d = Member(40, "", ("http://h:4",), (), True)
+    reg.apply(ConfChange(ConfChangeType.ADD_LEARNER_NODE, 40, ctx(d)), cs([1, 2, 3], [40]))
+    assert reg.get(40) == d and not reg.is_started(40) and reg.learners() == [d]
+    attrs = json.dumps({"id": 40, "name": "d", "clientURLs": ["http://c:4"]}).encode()
+    reg.apply(ConfChange(ConfChangeType.UPDATE_NODE, 40, attrs), cs([1, 2, 3], [40]))
+    assert reg.get(40) == Member(40, "d", ("http://h:4",), ("http://c:4",), True)
+    reg.apply(ConfChange(ConfChangeType.ADD_NODE, 40, b""), cs([1, 2, 3, 40]))
+    assert not reg.get(40).is_learner and reg.get(40).name == "d"
+    reg.apply(ConfChange(ConfChangeType.REMOVE_NODE, 2), cs([1, 3, 40]))
+    assert [m.id for m in reg.list()] == [1, 3, 40] and 2 in reg.removed
+    # an update of a removed member changes nothing
+    reg.apply(ConfChange(ConfChangeType.UPDATE_NODE, 2, attrs), cs([1, 3, 40]))
+    assert reg.get(2) is None
+
+
+def test_a_change_raft_ignored_is_ignored_too():
+    reg = MemberRegistry([A])
+    reg.apply(ConfChange(ConfChangeType.ADD_NODE, 1), cs([1]))
+    # removing the last voter: raft keeps it (ConfState unchanged), so do we
+    reg.apply(ConfChange(ConfChangeType.REMOVE_NODE, 1), cs([1]))
+    assert reg.list() == (A,) and not reg.removed
+    # garbage context: the member is still added (from what is known)
+    reg.apply(ConfChange(ConfChangeType.ADD_NODE, 2, b"{not json"), cs([1, 2]))
+    assert reg.get(2) == Member(2, "", ())
+
+
+def test_snapshot_round_trip_and_frame():
+    reg = bootstrapped()
+    reg.apply(ConfChange(ConfChangeType.ADD_LEARNER_NODE, 9,
+                         ctx(Member(9, "", ("http://h:9",), (), True))), cs([1, 2, 3], [9]))
+    reg.apply(ConfChange(ConfChangeType.REMOVE_NODE, 2), cs([1, 3], [9]))
+    blob = reg.snapshot()
+    other = MemberRegistry()
+    other.restore(blob, cs([1, 3], [9]))
+    assert other.list() == reg.list() and other.removed == {2}
+
+    data = frame_members(blob) + b"rest-of-the-state"
+    got, rest = split_members_frame(data)
+    assert got == blob and bytes(rest) == b"rest-of-the-state"
+    with pytest.raises(ms.MembersFrameError):
+        split_members_frame(data[:10])
+    with pytest.raises(ms.MembersFrameError):
+        split_members_frame(frame_members(b"x" * 100)[:50])
+    with pytest.raises(ms.MembersFrameError):
+        other.restore(b'{"format": 99}', cs([1]))
+
+
+def test_snapshot_without_frame_rebuilds_from_conf_state_and_flags():
+    old = b"\x81\xa1x\x01"  # any state machine image (an MVCC stream starts with a map)
+    blob, rest = split_members_frame(old)
+    assert blob is None and bytes(rest) == old
+    reg = MemberRegistry([A, B, C])
+    reg.restore(None, cs([1, 3], [7]))
+    assert reg.list() == (A, C, Member(7, "", (), (), True))
+
+
+class _SM:
+    """A state machine recording what it was restored from."""
+
+    def __init__(self):
+        self.store = MVCCStore()
+        self.restored = None
+
+    def snapshot_chunks(self):
+        yield from self.store.serialize()
+
+    def restore(self, data):
+        self.restored = bytes(data)
+        self.store = MVCCStore.restore([bytes(data)])
+
+
+def test_node_frames_the_registry_in_front_of_the_state_machine():
+    sm = _SM()
+    sm.store.apply(PutRequest(b"k", b"v"))
+    reg = bootstrapped()
+    node = Node.__new__(Node)  # only the snapshot-data helpers are exercised
+    node.sm, node.members = sm, ms.MembershipService(
+        registry=reg, local_id=1, cluster_id=5, name="a", client_urls=())
+    image = frame_members(reg.snapshot()) + b"".join(sm.snapshot_chunks())
+    fresh = ms.MembershipService(registry=MemberRegistry(), local_id=1, cluster_id=5,
+                                 name="a", client_urls=())
+    node.members = fresh
+    node.restore_snapshot_data(image, cs([1, 2, 3]))
+    assert fresh.registry.list() == reg.list()
+    assert sm.restored == b"".join(MVCCStore.restore([sm.restored]).serialize())
+    # an old image (no frame) goes to the state machine unchanged
+    plain = b"".join(sm.snapshot_chunks())
+    node.restore_snapshot_data(plain, cs([1, 2, 3]))
+    assert sm.restored == plain
+
+
+def _registry(started=(1, 2, 3), voters=(1, 2, 3), learners=()):
+    reg = MemberRegistry()
+    for mid in (*voters, *learners):
+        reg.members[mid] = Member(mid, f"m{mid}" if mid in started else "",
+                                  (f"http://h:{mid}",), (), mid in learners)
+    return reg
+
+
+def _err(fn, *args):
+    with pytest.raises(ServiceError) as exc:
+        fn(*args)
+    return exc.value.message
+
+
+def test_add_checks():
+    ok = lambda _: True  # noqa: E731
+    reg = _registry()
+    ms.check_add(reg, ("http://h:9",), False, 9, ok)
+    assert _err(ms.check_add, reg, ("http://h:1",), True, 9, ok) == ms.MSG_PEER_URL_EXIST
+    assert _err(ms.check_add, reg, ("http://h:9",), False, 1, ok) == ms.MSG_MEMBER_EXIST
+    assert _err(ms.check_add, _registry(started=(1,)), ("http://h:9",), False, 9, ok) == \
+        ms.MSG_NOT_ENOUGH_STARTED
+    assert _err(ms.check_add, reg, ("http://h:9",), True, 9, lambda m: m != 2) == \
+        ms.MSG_UNHEALTHY
+    with_learner = _registry(voters=(1, 2, 3), learners=(4,))
+    assert _err(ms.check_add, with_learner, ("http://h:9",), True, 9, ok) == \
+        ms.MSG_TOO_MANY_LEARNERS
+    ms.check_add(_registry(voters=(1,), started=(1,)), ("http://h:9",), False, 9, ok)
+    assert _err(ms.check_peer_urls, ["ftp://x"]) == ms.MSG_BAD_URLS
+    assert _err(ms.check_peer_urls, []) == ms.MSG_BAD_URLS
+
+
+def test_remove_checks():
+    ok = lambda _: True  # noqa: E731
+    reg = _registry()
+    ms.check_remove(reg, 2, 1, ok, ok)
+    assert _err(ms.check_remove, reg, 7, 1, ok, ok) == ms.MSG_MEMBER_NOT_FOUND
+    # 2 of 3 started; removing a started one leaves 1 of 2: not enough
+    assert _err(ms.check_remove, _registry(started=(1, 2)), 2, 1, ok, ok) == \
+        ms.MSG_NOT_ENOUGH_STARTED
+    # one voter down: removing another connected voter would leave no quorum connected
+    down = lambda m: m != 3  # noqa: E731
+    assert _err(ms.check_remove, reg, 2, 1, down, ok) == ms.MSG_UNHEALTHY
+    # ... but the down member itself may go, and one that never connected too
+    ms.check_remove(reg, 3, 1, down, lambda m: m != 3)
+    ms.check_remove(_registry(learners=(4,)), 4, 1, lambda _: False, ok)  # learners: always
+
+
+def test_promote_checks():
+    reg = _registry(learners=(4,))
+    ms.check_promote(reg, 4, 90, 100)
+    assert _err(ms.check_promote, reg, 4, 89, 100) == ms.MSG_LEARNER_NOT_READY
+    assert _err(ms.check_promote, reg, 4, None, 100) == ms.MSG_LEARNER_NOT_READY
+    assert _err(ms.check_promote, reg, 1, 100, 100) == ms.MSG_NOT_LEARNER
+    assert _err(ms.check_promote, reg, 8, 100, 100) == ms.MSG_MEMBER_NOT_FOUND
+    assert _err(ms.check_promote, _registry(started=(1,), learners=(4,)), 4, 100, 100) == \
+        ms.MSG_NOT_ENOUGH_STARTED
+
+
+def test_wal_identity(tmp_path):
+    import wal
+    from kvserver.storage import encode_metadata
+    assert ms.read_wal_identity(str(tmp_path / "none")) is None
+    w = wal.create(str(tmp_path / "wal"), encode_metadata(0xABC, 0xDEF))
+    w.close()
+    assert ms.read_wal_identity(str(tmp_path / "wal")) == (0xABC, 0xDEF)
+
+
+def test_discovery_refuses_an_unknown_member_and_gives_up_in_time():
+    async def scenario():
+        with pytest.raises(ms.ClusterConfigError, match="no other member"):
+            await ms.discover_cluster(("http://h:1",), ["http://h:1"])
+        with pytest.raises(ms.ClusterConfigError, match="cannot reach"):
+            await ms.discover_cluster(("http://127.0.0.1:1",), ["http://127.0.0.1:9"],
+                                      timeout_s=0.3)
+    asyncio.run(scenario())
