@@ -101,7 +101,7 @@ class ProgressBar:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
-            self._draw(final=True)
+            self._draw(final=exc[0] is None)  # 100% only for a run that finished
             self.stream.write("\n")
             self.stream.flush()
 
