@@ -3,7 +3,9 @@
 Used by ``raftkv cluster up`` and by the multi-process tests. Each node is a child process
 with its own data directory ``<data_dir>/<name>`` and its own log file
 ``<data_dir>/<name>.log``; ``kill`` sends any signal (SIGKILL, SIGSTOP, SIGCONT), ``restart``
-starts a stopped node again on the same ports and data.
+starts a stopped node again on the same ports and data. ``joining_node(name)`` prepares (does
+not start) one more node that joins the running cluster with ``--initial-cluster-state
+existing`` (add it first with ``raftkv member add``).
 """
 
 import os
@@ -84,6 +86,28 @@ class LocalCluster:
                 *self.extra_args,
             ]
             self.nodes.append(node)
+
+    def joining_node(self, name: str) -> NodeProcess:
+        """A new node on free ports whose ``--initial-cluster`` is every current node plus
+        itself; appended to ``nodes`` (``start_node`` starts it)."""
+        cport, pport = free_ports(2)
+        node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
+                           os.path.join(self.data_dir, f"{name}.log"), [])
+        initial = ",".join(f"{n.name}={n.peer_url}" for n in [*self.nodes, node])
+        node.args = [
+            sys.executable, "-m", "kvserver.cli", "serve",
+            "--name", name, "--data-dir", node.data_dir,
+            "--listen-client-urls", node.client_url,
+            "--advertise-client-urls", node.client_url,
+            "--listen-peer-urls", node.peer_url,
+            "--initial-advertise-peer-urls", node.peer_url,
+            "--initial-cluster", initial,
+            "--initial-cluster-state", "existing",
+            "--initial-cluster-token", self.token,
+            *self.extra_args,
+        ]
+        self.nodes.append(node)
+        return node
 
     @property
     def endpoints(self) -> list[str]:
