@@ -658,8 +658,9 @@ async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int
     """``(member id, cluster id, known members)`` of the member ``cfg`` describes: from its
     WAL when it has one (a restart: the flags are not consulted, as etcd), else from the
     running cluster for ``--initial-cluster-state existing``, else derived from the flags."""
-    local = Member(derived_member_id, cfg.name, tuple(cfg.initial_advertise_peer_urls),
-                   tuple(cfg.advertise_client_urls))
+    # Seeds must be what every node derives alike (no client URLs: those are published
+    # through raft), or the registries of the members would differ.
+    local = Member(derived_member_id, cfg.name, tuple(cfg.initial_advertise_peer_urls))
     known = [m for m in cfg.members if m.name != cfg.name]
     ident = read_wal_identity(cfg.wal_dir)
     if ident is not None:
@@ -669,7 +670,7 @@ async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int
         peer_urls = [u for m in cfg.members if m.name != cfg.name for u in m.peer_urls]
         mid, cid, remote = await discover_cluster(local.peer_urls, peer_urls)
         log.info("joining cluster %x as member %x (%d members)", cid, mid, len(remote))
-        return mid, cid, [m for m in remote if m.id != mid] + [replace(local, id=mid)]
+        return mid, cid, remote
     return derived_member_id, derived_cluster_id, [*known, local]
 
 

@@ -92,6 +92,10 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             # everyone published its name and client URLs through the leader
             await until(lambda: all(m.client_urls for m in leader.membership.registry.list()),
                         "client URLs of the initial members")
+            # the registry is replicated state: identical everywhere once applied
+            await until(lambda: all(m.membership.registry.list()
+                                    == leader.membership.registry.list() for m in members),
+                        "identical registries")
 
             resp = await retry(lambda: leader.kv.member_add(
                 list(join_cfg.initial_advertise_peer_urls), is_learner=True))
@@ -142,6 +146,7 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             live = [*members, joiner]
             for m in live:
                 await until(lambda m=m: m.node.applied >= leader.node.applied, "replication")
+                assert m.membership.registry.list() == leader.membership.registry.list()
                 assert len(m.membership.registry.list()) == 3
         finally:
             for m in [*members, *([joiner] if joiner else [])]:
