@@ -7,10 +7,12 @@ raftkv image from ``deploy/Dockerfile`` with ``--build-arg BASE_IMAGE=<base>`` a
 ``PIP_INSTALL_ARGS=--no-index`` (layers cached by the engine). It returns the image tag and
 how long each step took.
 
-``compose_cluster(image)`` is a context manager: ``up -d --no-build`` under a unique project
-name with free host ports, waits (bounded polls) until every member's ``/health`` answers 200,
-yields a ``ComposeCluster``, and always ends with ``down -v`` (containers, network and named
-volumes removed). If the block raised, the members' logs are printed first.
+``compose_cluster(docker, compose, image)`` is a context manager: ``up -d --no-build`` under
+a unique project name (``raftkvtest<pid>x<hex>``) with free host ports, waits (bounded polls)
+until every member's ``/health`` answers 200, yields a ``ComposeCluster``, and always ends with
+``down -v`` (containers, network and named volumes removed). If the block raised, the members'
+logs are printed first. ``remove_stale_projects`` takes down projects of test runs that died
+before their cleanup. Images replaced by a rebuild are removed, so reruns do not pile them up.
 
 Environment: ``RAFTKV_TEST_BASE_IMAGE`` names an existing base image to use instead of
 building one (e.g. ``python:3.11-slim`` where it can be pulled).
@@ -21,6 +23,7 @@ fail under ``RAFTKV_REQUIRE_EXTERNAL=1``.
 import contextlib
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -39,7 +42,9 @@ DEPLOY = os.path.join(ROOT, "deploy")
 COMPOSE_FILE = os.path.join(DEPLOY, "docker-compose.yml")
 BASE_IMAGE = "raftkv-base:bookworm"
 APP_IMAGE = "raftkv:pytest"
+BUILD_STAGE_IMAGE = "raftkv:pytest-build"
 SERVICES = ("raftkv1", "raftkv2", "raftkv3")
+PROJECT_PREFIX = "raftkvtest"      # + <pid of the test run> + "x" + random hex
 BUILD_TIMEOUT_S = 1200
 UP_TIMEOUT_S = 120.0
 
@@ -104,11 +109,46 @@ def build_images(docker: str) -> tuple[str, dict[str, float]]:
     durations["wheelhouse_s"] = time.monotonic() - start
 
     start = time.monotonic()
-    run([docker, "build", "-f", os.path.join(DEPLOY, "Dockerfile"),
-         "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "PIP_INSTALL_ARGS=--no-index",
-         "-t", APP_IMAGE, "."], timeout_s=BUILD_TIMEOUT_S)
+    # The build stage gets a tag of its own so that the image it replaces can be removed
+    # below; untagged, every source change would leave one more behind.
+    for tag, target in ((BUILD_STAGE_IMAGE, ["--target", "build"]), (APP_IMAGE, [])):
+        previous = _image_id(docker, tag)
+        run([docker, "build", "-f", os.path.join(DEPLOY, "Dockerfile"), *target,
+             "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "PIP_INSTALL_ARGS=--no-index",
+             "-t", tag, "."], timeout_s=BUILD_TIMEOUT_S)
+        if previous and previous != _image_id(docker, tag):
+            # Only layers the new image no longer shares go; the build cache stays.
+            run([docker, "image", "rm", previous], check=False)
     durations["app_image_s"] = time.monotonic() - start
     return APP_IMAGE, durations
+
+
+def _image_id(docker: str, tag: str) -> str:
+    proc = run([docker, "image", "inspect", "-f", "{{.Id}}", tag], check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def remove_stale_projects(docker: str, compose: list[str]) -> None:
+    """``down -v`` compose projects left by test runs whose process is gone (a run that was
+    killed before its cleanup), so their containers stop holding ports and CPU."""
+    proc = run([docker, "ps", "-a", "--filter", "label=com.docker.compose.project",
+                "--format", '{{.Label "com.docker.compose.project"}}'], check=False)
+    for project in sorted(set(proc.stdout.split())):
+        match = re.fullmatch(rf"{PROJECT_PREFIX}(\d+)x[0-9a-f]+", project)
+        if not match or _alive(int(match.group(1))):
+            continue
+        run([*compose, "-p", project, "-f", COMPOSE_FILE, "down", "-v", "--remove-orphans",
+             "-t", "5"], check=False, env={**os.environ, "RAFTKV_IMAGE": APP_IMAGE})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def http(method: str, url: str, body: bytes | None = None,
@@ -195,9 +235,8 @@ class ComposeCluster:
 
 
 @contextlib.contextmanager
-def compose_cluster(docker: str, image: str):
-    compose = compose_command(docker)
-    project = f"raftkvtest{os.getpid()}{secrets.token_hex(3)}"
+def compose_cluster(docker: str, compose: list[str], image: str):
+    project = f"{PROJECT_PREFIX}{os.getpid()}x{secrets.token_hex(3)}"
     ports = free_ports(len(SERVICES))
     env = {**os.environ, "RAFTKV_IMAGE": image, "RAFTKV_PUBLISH_ADDR": "127.0.0.1",
            "RAFTKV_CLUSTER_TOKEN": project}

@@ -24,8 +24,10 @@ from tests.deploy.compose import (
     SERVICES,
     build_images,
     compose_cluster,
+    compose_command,
     docker_command,
     http,
+    remove_stale_projects,
     wait_for,
 )
 
@@ -38,9 +40,11 @@ WRITES_WHILE_DOWN = 20
 @pytest.fixture(scope="module")
 def cluster():
     docker = docker_command()
+    compose = compose_command(docker)
+    remove_stale_projects(docker, compose)   # before the build: they hold the old image
     image, durations = build_images(docker)
     print("image build durations:", {k: round(v, 1) for k, v in durations.items()})
-    with compose_cluster(docker, image) as c:
+    with compose_cluster(docker, compose, image) as c:
         yield c
 
 
