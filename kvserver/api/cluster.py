@@ -23,17 +23,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from kvserver.errors import GrpcCode, ServiceError
 from kvserver.membership import Member
 
+from . import forward
 from . import gateway_json as gj
 from .common import LIMITS_KEY, SERVICE_KEY, dumps, json_response, read_body
 
-FORWARDED_HEADER = "X-Raftkv-Forwarded"
-FORWARD_TIMEOUT_S = 15.0
 _UINT64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]{1,20}", re.ASCII)
 
@@ -115,36 +113,15 @@ async def _body(request: web.Request) -> bytes:
     return await read_body(request, request.app[LIMITS_KEY].max_body_bytes)
 
 
-def _leader_client_url(service: Any) -> str | None:
-    status = service.status()
-    for m in status.members:
-        if m.id == status.leader and m.id != status.member_id and m.client_urls:
-            return m.client_urls[0]
-    return None
-
-
 async def _change(request: web.Request, body: bytes, call) -> web.Response:
     """Run a member change; on a follower, forward it once to the leader."""
-    service = request.app[SERVICE_KEY]
     try:
-        return _render(await call(service))
+        return _render(await call(request.app[SERVICE_KEY]))
     except ServiceError as exc:
-        if exc.message != "etcdserver: not leader" or FORWARDED_HEADER in request.headers:
-            raise
-        url = _leader_client_url(service)
-        if url is None:
+        if not forward.forwardable(request, exc):
             raise
         refused = exc
-    try:
-        async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as session:
-            async with session.post(url + request.path, data=body,
-                                    headers={FORWARDED_HEADER: "1",
-                                             "Content-Type": "application/json"}) as resp:
-                payload = await resp.read()
-                return json_response(payload, resp.status)
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        raise refused from None
+    return await forward.to_leader(request, body, refused)
 
 
 async def member_list(request: web.Request) -> web.Response:

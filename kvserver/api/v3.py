@@ -13,9 +13,10 @@ Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/comp
 ``kv/lease/revoke``, ``kv/lease/timetolive``, ``kv/lease/leases``). ``lease/keepalive`` answers
 like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request object in the
 body; a lease that is not found answers a line without ``TTL`` (etcd's gRPC layer does the
-same), any other failure of the first request is an ordinary error response (so a client sees
-``etcdserver: not leader`` and fails over), and a failure later in the stream ends it with one
-``{"error": {"grpc_code", "http_code", "message", "http_status"}}`` line. ``watch`` is
+same), any other failure of the first request is an ordinary error response, and a failure
+later in the stream ends it with one ``{"error": {"grpc_code", "http_code", "message",
+"http_status"}}`` line. Keep-alive and time-to-live are leader-only (as in etcd): a follower
+forwards them to the leader (``forward``). ``watch`` is
 ``kvserver.api.watch`` (a long-lived chunked stream). The other etcd
 gateway endpoints (the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
 other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
@@ -32,7 +33,7 @@ from kvserver.lease import LeaseKeepAliveResponse, LeaseNotFoundError
 from kvserver.mvcc.types import ResponseHeader
 from kvserver.mvcc.validate import validate_request
 
-from . import cluster, watch
+from . import cluster, forward, watch
 from . import gateway_json as gj
 from .common import (
     LIMITS_KEY,
@@ -141,8 +142,14 @@ async def lease_revoke(request: web.Request) -> web.Response:
 
 
 async def lease_time_to_live(request: web.Request) -> web.Response:
-    lease_id, keys = gj.decode_lease_time_to_live(await _body(request))
-    resp = await request.app[SERVICE_KEY].lease_time_to_live(lease_id, keys)
+    body = await _body(request)
+    lease_id, keys = gj.decode_lease_time_to_live(body)
+    try:
+        resp = await request.app[SERVICE_KEY].lease_time_to_live(lease_id, keys)
+    except ServiceError as exc:  # leader-only, as in etcd: a follower forwards it
+        if not forward.forwardable(request, exc):
+            raise
+        return await forward.to_leader(request, body, exc)
     return json_response(gj.encode_lease_time_to_live(resp))
 
 
@@ -165,8 +172,14 @@ async def _keepalive_one(service, lease_id: int) -> LeaseKeepAliveResponse:  # t
 
 async def lease_keepalive(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
-    ids = gj.decode_lease_keepalive_stream(await _body(request))
-    first = await _keepalive_one(service, ids[0])  # fails as a plain error response
+    body = await _body(request)
+    ids = gj.decode_lease_keepalive_stream(body)
+    try:
+        first = await _keepalive_one(service, ids[0])  # fails as a plain error response
+    except ServiceError as exc:  # only the leader renews leases: a follower forwards
+        if not forward.forwardable(request, exc):
+            raise
+        return await forward.to_leader(request, body, exc)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     await response.prepare(request)

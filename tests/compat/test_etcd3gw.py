@@ -4,8 +4,8 @@ Issue 5 / DESIGN §7.5: an existing etcd v3 JSON-gateway client works against ra
 unchanged. Every test body runs twice (``backend`` fixture): against a three-node raftkv of
 real ``raftkv serve`` processes and against a real etcd 3.4 — the etcd run proves the test
 checks what etcd really does. etcd3gw talks to one endpoint; lease keep-alive and
-time-to-live go to the leader (raftkv followers answer those with a retryable "not leader"
-instead of forwarding them as etcd does: ``test_lease_keepalive_through_a_follower``).
+time-to-live sent to a follower are forwarded to the leader, by etcd and by raftkv
+(``test_lease_keepalive_through_a_follower``).
 
 Waits poll with deadlines; lease expiry is asserted with a deadline of TTL + one election
 timeout + slack, never as a timing equality.
@@ -224,28 +224,21 @@ def test_watch_prefix_sees_puts_and_deletes_in_order(backend):
         reader.join(timeout=5)
 
 
-def test_lease_keepalive_through_a_follower(backend, request):
-    """etcd forwards LeaseKeepAlive/TimeToLive from a follower to the leader; raftkv's
-    followers answer 503 "etcdserver: not leader" (retryable), so a single-endpoint gateway
-    client pointed at a follower cannot keep a lease alive."""
-    if backend.name == "raftkv":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=exceptions.ConnectionFailedError,
-            reason="raftkv followers do not forward lease keep-alive/time-to-live to the "
-                   "leader (known difference from etcd)"))
+def test_lease_keepalive_through_a_follower(backend):
+    """etcd forwards LeaseKeepAlive/TimeToLive from a follower to the leader; so does
+    raftkv, so a single-endpoint gateway client pointed at a follower keeps a lease alive.
+    (raftkv forwards to the leader's client URL: wait until every member has published it.)"""
     lease = backend.client(backend.leader_url()).lease(ttl=30)
     c = backend.client(backend.follower_url())
+    wait_for(lambda: all(m.get("clientURLs") for m in c.members()), 10,
+             "every member's client URLs in a follower's member list")
     assert c.put("fl/a", "1", lease=c.lease(ttl=30)) is True
     from etcd3gw.lease import Lease
     assert Lease(lease.id, client=c).refresh() == 30
     assert 0 < Lease(lease.id, client=c).ttl() <= 30
 
 
-def test_members_lists_every_member_with_its_urls(backend, request):
-    if backend.name == "raftkv":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="membership: the first leader never publishes its own client "
-                                "URLs through raft, so followers list it without clientURLs"))
+def test_members_lists_every_member_with_its_urls(backend):
     c = backend.client(backend.follower_url())
 
     def complete():  # a member publishes its client URLs once it is up (etcd too): poll
