@@ -28,8 +28,9 @@ a resumed watch replays its history from there (or, if it is behind, waits until
 that revision), and every member numbers revisions alike, so nothing is missed or repeated.
 (As a safety net, events of a revision already received are dropped.)
 
-Reconnecting gives up, raising the last failure (``ConnectionFailedError`` and friends), when
-no endpoint gives a working stream for ``reconnect_timeout_s``. If the history the watch needs
+Creating the watch is bounded by the client's ``timeout_s``; reconnecting after that gives
+up, raising the last failure (``ConnectionFailedError`` and friends), when no endpoint gives a
+working stream for ``reconnect_timeout_s``. If the history the watch needs
 has been compacted, iteration raises ``WatchCompactedError`` (a ``CompactedError``) with
 ``compact_revision``: the caller re-reads the state and watches again from there. A watch the
 server refuses (an empty range, too many watchers) raises ``WatchCanceledError`` with the
@@ -475,7 +476,11 @@ class AsyncWatch:
     async def _connect(self) -> None:
         client = self._client
         loop = asyncio.get_running_loop()
-        deadline_s = loop.time() + self._reconnect_timeout_s
+        # Creating the watch is a call like any other (the client's timeout); once it ran,
+        # losing the stream gets the longer reconnect budget.
+        budget_s = (self._reconnect_timeout_s if self._created
+                    else min(self._reconnect_timeout_s, client._timeout_s))
+        deadline_s = loop.time() + budget_s
         attempts: list[Attempt] = []
         failed: set[str] = set()
         backoff_s = client._backoff_initial_s
@@ -512,8 +517,7 @@ class AsyncWatch:
                 backoff_s = min(backoff_s * 2, client._backoff_max_s)
         if self._closed:
             return
-        elapsed_s = self._reconnect_timeout_s
-        raise client._give_up(self._what, attempts, elapsed_s, last)
+        raise client._give_up(self._what, attempts, budget_s, last)
 
     async def _open(self, endpoint: str, timeout_s: float) -> None:
         """POST the create request; raise a typed error unless a 200 stream starts."""
