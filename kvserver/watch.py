@@ -99,27 +99,24 @@ Consumer API (asyncio)
 ----------------------
 ``stream = hub.open_stream()`` → ``stream.create(WatchCreateRequest(...))``,
 ``stream.cancel(watch_id)``, ``stream.request_progress()``, ``async for resp in stream``
-(ends after ``stream.close()`` or ``hub.close()``); ``stream.poll()`` takes one response
+(ends after ``stream.close()``, ``hub.close()``, or once no watcher is live after
+``stream.close_input()``); ``stream.poll()`` takes one response
 without waiting (None if none). ``hub.create(key, ...)`` is a one-watcher convenience:
 ``async for resp in watcher`` ends after its canceled response.
 
-Wiring (not done here; for the next session)
---------------------------------------------
-- ``kvserver/raftkv.py``: ``self.watch_hub = WatchHub(self.store, limits)``; in ``apply``
-  after the store (or the lessor's revoke) produced ``result``: ``if result.events:
-  self.watch_hub.notify(result.revision, result.events)``; in ``restore``:
-  ``self.watch_hub.reset(self.store)``; a service method ``watch_stream()`` returning
-  ``self.watch_hub.open_stream()``; a task calling ``progress_tick()`` every 10 min;
-  ``watch_hub.close()`` at shutdown.
-- ``kvserver/api``: ``POST /v3/watch`` (and ``/v3beta/watch``): a chunked response; one task
-  reads the request body as a sequence of JSON objects ``{"create_request": {key,
-  range_end, start_revision, progress_notify, filters: ["NOPUT"|"NODELETE"|0|1], prev_kv,
-  watch_id, fragment}}``, ``{"cancel_request": {"watch_id"}}``, ``{"progress_request": {}}``
-  and calls ``stream.create / cancel / request_progress``; the handler writes ``{"result":
-  <WatchResponse as JSON>}`` + newline for each ``async for resp in stream``, filling the
-  header's cluster_id/member_id/raft_term; on disconnect (or body end plus no watchers)
-  ``stream.close()``. Watches are served by any member from its local store
-  (etcd does the same: a follower's watch lags by its apply delay).
+Where it is wired
+-----------------
+- ``kvserver/raftkv.py``: ``RaftKV`` owns the hub (``watch_hub``); ``apply`` notifies it for
+  every entry whose result has events (store writes and the lessor's revokes); ``restore``
+  calls ``reset``; a task calls ``progress_tick`` every ``WATCH_PROGRESS_INTERVAL_S``;
+  ``stop`` closes it. ``KVService.watch_stream()`` opens a stream.
+- ``kvserver/api/watch.py``: ``POST /v3/watch`` (and ``/v3beta/watch``) feeds the request
+  objects of the body to ``create`` / ``cancel`` / ``request_progress`` as they arrive,
+  calls ``close_input`` when the body ends, writes each response as a ``{"result": ...}``
+  line with the header's cluster/member/term filled in, and ``close()``s the stream when the
+  client disconnects. Watches are served by any member from its local store (etcd does the
+  same: a follower's watch lags by its apply delay).
+- ``kvserver/client/watch.py``: the client's iterators, resuming from the last revision + 1.
 """
 
 from __future__ import annotations
