@@ -21,8 +21,9 @@ compacted response, as etcd) and ``raft_term``. A deleted key's ``kv`` holds onl
 progress, fragments, bounded buffers) are ``kvserver.watch``'s; this module only moves bytes.
 
 Lifetime. The response stays open while a watcher is live or more requests may come. It ends
-when the client disconnects (noticed within ``DISCONNECT_POLL_S`` even on an idle stream:
-its watchers are removed and their memory freed), when the request body has ended and every
+when the client disconnects (noticed within ``DISCONNECT_POLL_S`` even on an idle stream, by
+one task that looks at every stream's connection: its watchers are removed and their memory
+freed), when the request body has ended and every
 watcher is done (canceled, compacted, too slow) — etcd keeps such a stream open forever,
 which helps nobody since an HTTP/1.1 request body that ended cannot carry another request —
 or when the server shuts down (a final error line, Unavailable, so clients reconnect
@@ -71,11 +72,16 @@ _WS = b" \t\r\n"
 class _Session:
     """One watch request being served: its stream, and why it must end early."""
 
-    __slots__ = ("stream", "error")
+    __slots__ = ("request", "stream", "error")
 
-    def __init__(self, stream: WatchStream) -> None:
+    def __init__(self, request: web.Request, stream: WatchStream) -> None:
+        self.request = request
         self.stream = stream
         self.error: tuple[int, str, int] | None = None  # (grpc code, message, http status)
+
+    def client_gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
 
     def fail(self, code: int, message: str, http_status: int) -> None:
         """End the stream with an error line (queued responses are dropped)."""
@@ -88,10 +94,30 @@ SESSIONS_KEY = web.AppKey("raftkv_watch_sessions", set)  # set[_Session], closed
 
 
 def setup(app: web.Application) -> None:
-    """Register the per-app state: open streams end with an error line at shutdown (before
-    aiohttp waits for handlers), so a stopping member does not hang on its watchers."""
+    """Register the per-app state: one task notices disconnected clients of idle streams;
+    open streams end with an error line at shutdown (before aiohttp waits for handlers), so a
+    stopping member does not hang on its watchers."""
     app[SESSIONS_KEY] = set()
+    app.cleanup_ctx.append(_reaper)
     app.on_shutdown.append(_on_shutdown)
+
+
+async def _reaper(app: web.Application):  # type: ignore[no-untyped-def]
+    """An idle stream (nothing to write, request body over) hears nothing when its client
+    goes away: look at every stream's connection every ``DISCONNECT_POLL_S`` (one task for
+    all streams) and close the streams of the ones that closed."""
+
+    async def reap() -> None:
+        while True:
+            await asyncio.sleep(DISCONNECT_POLL_S)
+            for session in list(app[SESSIONS_KEY]):
+                if session.client_gone():
+                    session.stream.close()  # its handler ends and removes it
+
+    task = asyncio.get_running_loop().create_task(reap(), name="watch-reaper")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _on_shutdown(app: web.Application) -> None:
@@ -357,9 +383,8 @@ def error_line(code: int, message: str, http_status: int) -> bytes:
 # The handler
 
 
-async def _read_requests(request: web.Request, reader: _ObjectReader,
-                         session: _Session) -> None:
-    """Feed later request objects to the stream; then watch for the client going away."""
+async def _read_requests(reader: _ObjectReader, session: _Session) -> None:
+    """Feed later request objects to the stream, then tell it the input has ended."""
     stream = session.stream
     try:
         while not reader.eof:
@@ -378,13 +403,6 @@ async def _read_requests(request: web.Request, reader: _ObjectReader,
         session.fail(*parts)
         return
     stream.close_input()
-    # The body has ended: an idle stream notices a disconnect only by looking.
-    while not stream.finished:
-        await asyncio.sleep(DISCONNECT_POLL_S)
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            stream.close()
-            return
 
 
 async def _write_responses(response: web.StreamResponse, session: _Session,
@@ -408,9 +426,12 @@ async def watch(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
     reader = _ObjectReader(request.content, request.app[LIMITS_KEY].max_body_bytes)
     # The first request decides between an error response and a stream (as the gateway).
-    first = await reader.next_object()
+    try:
+        first = await reader.next_object()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return web.Response(status=400)  # the client went away before asking anything
     first_request = None if first is None else decode_watch_request(first)
-    session = _Session(service.watch_stream())
+    session = _Session(request, service.watch_stream())
     stream = session.stream
     sessions = request.app[SESSIONS_KEY]
     sessions.add(session)
@@ -421,7 +442,7 @@ async def watch(request: web.Request) -> web.StreamResponse:
         _apply_request(stream, first_request)
         await response.prepare(request)
         reader_task = asyncio.get_running_loop().create_task(
-            _read_requests(request, reader, session))
+            _read_requests(reader, session))
         try:
             await _write_responses(response, session, service)
             if session.error is not None:
