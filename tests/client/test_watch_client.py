@@ -323,3 +323,31 @@ def test_async_iterator(one):
     events = asyncio.run(asyncio.wait_for(body(), WAIT_S))
     assert [(e.type, e.key) for e in events] == [(EventType.PUT, f"a/{i}".encode())
                                                 for i in range(3)]
+
+
+@pytest.mark.slow
+@pytest.mark.external
+def test_the_iterators_work_against_a_real_etcd(tmp_path):
+    """The same client against etcd 3.4's gateway: replay + live events, prev_kv, the
+    compacted error with its revision, from-now semantics."""
+    from tests.etcd_process import etcd_process
+
+    with etcd_process(str(tmp_path)) as etcd, Client(etcd.url, **FAST) as c:
+        c.put("e/1", "a")  # 2
+        c.put("e/2", "b")  # 3
+        with c.watch("e/", prefix=True, start_revision=2, prev_kv=True) as w:
+            first = take(w, 2)
+            c.put("e/1", "c")  # 4
+            c.delete("e/2")  # 5
+            rest = take(w, 2)
+        assert shape(first + rest) == [("PUT", b"e/1", b"a", 2), ("PUT", b"e/2", b"b", 3),
+                                       ("PUT", b"e/1", b"c", 4), ("DELETE", b"e/2", b"", 5)]
+        assert rest[0].prev_kv.value == b"a" and rest[1].prev_kv.value == b"b"
+        with c.watch("e/1") as w:  # from now on
+            rev = c.put("e/1", "d").revision
+            assert w.get(timeout_s=WAIT_S).revision == rev == 6
+        c.compact(5)
+        with c.watch("e/", prefix=True, start_revision=3) as w:
+            with pytest.raises(WatchCompactedError) as info:
+                take(w, 1)
+        assert info.value.compact_revision == 5
