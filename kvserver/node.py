@@ -371,29 +371,18 @@ class Node:
             (early if m.type in _SEND_BEFORE_PERSIST and not vote_changed else late).append(m)
         if early:
             self._send(early)
-        has_snapshot = rd.snapshot is not None and not rd.snapshot.is_empty()
-        # Committed entries are already durable on a majority, so they may be applied (and
-        # their clients answered) while this node's own write syncs — etcd does the same.
-        # Conf changes and snapshots keep the plain order: they touch the core and storage.
-        apply_during_sync = bool(rd.committed_entries) and not has_snapshot and all(
-            e.type == EntryType.NORMAL for e in rd.committed_entries)
-        syncing = self.storage.start_persist(rd)
-        if apply_during_sync:
-            await self._apply(rd.committed_entries)
-        if syncing is not None:
-            await syncing
-        self.storage.finish_persist(rd)
+        await self.storage.persist(rd)
         if hs is not None:
             self._durable_term_vote = (hs.term, hs.vote)
         if late:
-            self._send(late)  # votes and acknowledgements: only after the sync
-        if has_snapshot:
+            self._send(late)
+        if rd.snapshot is not None and not rd.snapshot.is_empty():
             self.conf_state = rd.snapshot.metadata.conf_state
             self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
             self.applied = self.snapshot_index = rd.snapshot.metadata.index
             log.info("node %x: restored snapshot at index %d from the leader", self.id,
                      self.applied)
-        if rd.committed_entries and not apply_during_sync:
+        if rd.committed_entries:
             await self._apply(rd.committed_entries)
         for rs in rd.read_states:
             batch = self._reads_asked.pop(rs.request_ctx, None)

@@ -171,35 +171,23 @@ class NodeStorage:
     # --- writing ----------------------------------------------------------------------------
 
     async def persist(self, rd: Ready) -> None:
-        """Make this Ready's snapshot, entries and hard state durable, then stage them."""
-        pending = self.start_persist(rd)
-        if pending is not None:
-            await pending
-        self.finish_persist(rd)
-
-    def start_persist(self, rd: Ready) -> asyncio.Future | None:
-        """Write this Ready and start its sync; return the future of the sync (None when
-        nothing needs one). The caller may work while the disk syncs (the node applies
-        already-committed entries), then awaits the future and calls ``finish_persist``."""
-        loop = asyncio.get_running_loop()
-        if rd.snapshot is not None and not rd.snapshot.is_empty():
-            return loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
-        if not rd.entries and rd.hard_state is None:
-            return None
-        # Encode and pwrite here (the raft task is the only writer); only the fsync goes
-        # to the writer thread. Python work on that thread would compete with the event
-        # loop for the GIL and delay the messages this Ready just sent.
-        seq, need_sync, errs = self.wal.append(((None, rd.hard_state, rd.entries, rd.must_sync),))
-        if errs[0] is not None:
-            raise errs[0]
-        self._stats["wal_entries"] += len(rd.entries)
-        if not need_sync:
-            return None
-        return loop.run_in_executor(self._writer, self._sync_blocking, seq)
-
-    def finish_persist(self, rd: Ready) -> None:
-        """After the sync: expose what was written to the raft core's storage."""
-        if rd.snapshot is not None and not rd.snapshot.is_empty():
+        has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
+        if has_snap:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
+        elif rd.entries or rd.hard_state is not None:
+            # Encode and pwrite here (the raft task is the only writer); only the fsync goes
+            # to the writer thread. Python work on that thread would compete with the event
+            # loop for the GIL and delay the messages this Ready just sent.
+            seq, need_sync, errs = self.wal.append(
+                ((None, rd.hard_state, rd.entries, rd.must_sync),))
+            if errs[0] is not None:
+                raise errs[0]
+            self._stats["wal_entries"] += len(rd.entries)
+            if need_sync:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._writer, self._sync_blocking, seq)
+        if has_snap:
             self.raft_storage.apply_snapshot(rd.snapshot)
         if rd.hard_state is not None:
             self.raft_storage.set_hard_state(rd.hard_state)
