@@ -40,7 +40,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.systems import SYSTEMS  # noqa: E402
+from benchmarks.systems import SYSTEMS, process_cpu_s  # noqa: E402
 from kvserver.bench.runner import run  # noqa: E402
 from kvserver.bench.workloads import BenchOptions  # noqa: E402
 
@@ -73,6 +73,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # --- measuring ---------------------------------------------------------------------------
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def bench_with_cpu(system, leader: str, op: str, clients: int, args) -> dict:
+    """``bench`` plus CPU accounting: CPU microseconds per completed request of every server
+    process (the most loaded one is the leader) and of the load generator (this process and
+    its load processes)."""
+    pids = system.pids()
+    servers0 = [process_cpu_s(p) for p in pids]
+    own0 = _own_cpu_s()
+    r = bench(leader, op, clients, args)
+    servers1 = [process_cpu_s(p) for p in pids]
+    own1 = _own_cpu_s()
+    if r["count"]:
+        per_process = [(b - a) * 1e6 / r["count"] for a, b in zip(servers0, servers1, strict=True)]
+        r["cpu_us_per_op"] = {"servers": sum(per_process), "busiest_server": max(per_process),
+                              "load_generator": (own1 - own0) * 1e6 / r["count"]}
+    return r
+
 
 def bench(leader: str, op: str, clients: int, args, duration: float | None = None) -> dict:
     opts = BenchOptions(op=op, endpoints=[leader], clients=clients, duration_s=duration or
@@ -133,13 +155,13 @@ def measure(name: str, args, root: str) -> dict:
         top = max(args.put_clients) if args.put_clients else None
         for n in args.put_clients:
             before = {u: scrape(u) for u in system.urls} if name == "raftkv" and n == top else None
-            r = results["put"][n] = bench(leader, "put", n, args)
+            r = results["put"][n] = bench_with_cpu(system, leader, "put", n, args)
             if before is not None:
                 after = {u: scrape(u) for u in system.urls}
                 results["raftkv_batching"] = {"clients": n, "members": batching(before, after)}
             _progress(name, "put", n, r)
         for n in args.range_clients:
-            r = results["range"][n] = bench(leader, "range", n, args)
+            r = results["range"][n] = bench_with_cpu(system, leader, "range", n, args)
             _progress(name, "range", n, r)
     return results
 
@@ -215,6 +237,22 @@ def targets(results: dict) -> list[tuple[str, bool | None, str]]:
         out.append(("p50 put latency at 1 client <= etcd's", a <= b,
                     f"{a:.2f} vs {b:.2f} ms"))
     return out
+
+
+def format_cpu(results: dict, systems: list[str]) -> list[str]:
+    """One line per workload: CPU microseconds per request, servers and load generator."""
+    lines = []
+    for op in ("put", "range"):
+        for n in sorted({n for s in systems for n in results[s][op]}):
+            parts = []
+            for s in systems:
+                c = results[s][op].get(n, {}).get("cpu_us_per_op")
+                if c:
+                    parts.append(f"{s} {c['servers']:.0f} (busiest {c['busiest_server']:.0f}, "
+                                 f"load generator {c['load_generator']:.0f})")
+            if parts:
+                lines.append(f"{op} x{n}: " + "; ".join(parts))
+    return lines
 
 
 def format_batching(results: dict) -> list[str]:
@@ -328,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     results: dict = {}
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    load_before = os.getloadavg()[0]  # how busy the machine was (others' work skews cells)
     for name in systems:
         root = tempfile.mkdtemp(prefix=f"compare-{name}-")
         try:
@@ -345,10 +384,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nraftkv batching during the put run at {top} clients:")
         for line in batch_lines:
             print("  " + line)
+    cpu_lines = format_cpu(results, systems)
+    if cpu_lines:
+        print("\nCPU microseconds per request, all three servers (busiest server; load generator):")
+        for line in cpu_lines:
+            print("  " + line)
     mach = machine() if args.doc else None
     if mach is not None:
         mach["raftkv_commit"] = _git_describe()
-    doc = {"started": started, "argv": sys.argv[1:], "options": vars(args), "results": results,
+    doc = {"started": started, "load_average_before": load_before, "argv": sys.argv[1:], "options": vars(args), "results": results,
            "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
            "machine": mach}
     json_path = os.path.join(args.out_dir, "compare.json")
@@ -367,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(png_path, os.path.join(doc_dir, stem + ".png"))  # the doc's picture
         shutil.copyfile(json_path, os.path.join(doc_dir, stem + ".json"))  # and its raw data
         with open(args.doc, "w") as f:
-            f.write(render(doc, format_markdown(rows), checks, batch_lines, stem + ".png",
+            f.write(render(doc, format_markdown(rows), checks, batch_lines, cpu_lines,
+                           stem + ".png",
                            " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])])))
         print(f"wrote {args.doc}", file=sys.stderr)
     return 0

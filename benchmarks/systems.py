@@ -26,6 +26,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 READY_TIMEOUT_S = 60.0
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a live process has used (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class _Processes:
     """Child processes with logs; stopped with SIGTERM, then SIGKILL."""
 
@@ -77,6 +84,10 @@ class System:
     def check_alive(self) -> None:
         pass
 
+    def pids(self) -> list[int]:
+        """The server processes (for CPU accounting)."""
+        return [p.pid for p in self.procs.procs]
+
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """The leader's URL, once it has acknowledged a write."""
         deadline = time.monotonic() + timeout_s
@@ -121,6 +132,9 @@ class RaftkvSystem(System):
 
     def stop(self) -> None:
         self.cluster.stop()
+
+    def pids(self) -> list[int]:
+        return [n.proc.pid for n in self.cluster.nodes if n.proc is not None]
 
 
 class EtcdSystem(System):

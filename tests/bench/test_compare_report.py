@@ -1,6 +1,7 @@
 """benchmarks/compare.py's table, ratios and target checks (pure functions, made-up numbers)."""
 
-from benchmarks.compare import batching, format_markdown, table, targets
+from benchmarks.compare import batching, format_cpu, format_markdown, table, targets
+from benchmarks.perfdoc import render
 
 
 def cell(ops, p50, p99=9.0):
@@ -48,3 +49,27 @@ def test_batching_ratios_from_metric_deltas():
     m = batching(before, after)["u"]
     assert m["leader"] and m["fsyncs_per_committed_entry"] == 0.05
     assert m["entries_per_append_message"] == 20.0
+
+
+def test_cpu_lines_name_every_system_with_its_busiest_server():
+    results = {"raftkv": {"put": {64: dict(cell(6000, 8.0), cpu_us_per_op={
+                   "servers": 190.4, "busiest_server": 120.2, "load_generator": 20.0})},
+                          "range": {}},
+               "etcd": {"put": {64: cell(3000, 12.0)}, "range": {}}}  # no CPU numbers
+    assert format_cpu(results, ["raftkv", "etcd"]) == [
+        "put x64: raftkv 190 (busiest 120, load generator 20)"]
+
+
+def test_the_document_has_table_targets_cpu_and_analysis():
+    doc = {"started": "2026-11-22 06:00:00 UTC", "load_average_before": 0.25,
+           "machine": {"raftkv_commit": "abc"}, "results": RESULTS,
+           "options": {"duration": 5, "warmup": 1, "val_size": 256,
+                       "key_space_size": 10000, "procs": 1}}
+    rows = table(RESULTS, ["raftkv", "etcd", "pysyncobj"])
+    text = render(doc, format_markdown(rows), targets(RESULTS), [], ["put x64: raftkv 190"],
+                  "performance.png", "benchmarks/compare.py --doc docs/performance.md")
+    assert "load average just before: 0.25" in text
+    assert "| put, 64 clients |" in text and "![throughput vs clients](performance.png)" in text
+    assert "- **missed**: puts at 64 clients >= 3x PySyncObj" in text
+    assert "### CPU per request" in text and "- put x64: raftkv 190" in text
+    assert "## Why the targets are missed" in text
