@@ -74,17 +74,7 @@ class LocalCluster:
         for name, (cport, pport) in zip(names, pairs, strict=True):
             node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
                                os.path.join(self.data_dir, f"{name}.log"), [])
-            node.args = [
-                sys.executable, "-m", "kvserver.cli", "serve",
-                "--name", name, "--data-dir", node.data_dir,
-                "--listen-client-urls", node.client_url,
-                "--advertise-client-urls", node.client_url,
-                "--listen-peer-urls", node.peer_url,
-                "--initial-advertise-peer-urls", node.peer_url,
-                "--initial-cluster", initial,
-                "--initial-cluster-token", self.token,
-                *self.extra_args,
-            ]
+            node.args = self._serve_args(node, initial, "new")
             self.nodes.append(node)
 
     def joining_node(self, name: str) -> NodeProcess:
@@ -94,20 +84,23 @@ class LocalCluster:
         node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
                            os.path.join(self.data_dir, f"{name}.log"), [])
         initial = ",".join(f"{n.name}={n.peer_url}" for n in [*self.nodes, node])
-        node.args = [
+        node.args = self._serve_args(node, initial, "existing")
+        self.nodes.append(node)
+        return node
+
+    def _serve_args(self, node: NodeProcess, initial_cluster: str, state: str) -> list[str]:
+        return [
             sys.executable, "-m", "kvserver.cli", "serve",
-            "--name", name, "--data-dir", node.data_dir,
+            "--name", node.name, "--data-dir", node.data_dir,
             "--listen-client-urls", node.client_url,
             "--advertise-client-urls", node.client_url,
             "--listen-peer-urls", node.peer_url,
             "--initial-advertise-peer-urls", node.peer_url,
-            "--initial-cluster", initial,
-            "--initial-cluster-state", "existing",
+            "--initial-cluster", initial_cluster,
+            "--initial-cluster-state", state,
             "--initial-cluster-token", self.token,
             *self.extra_args,
         ]
-        self.nodes.append(node)
-        return node
 
     @property
     def endpoints(self) -> list[str]:
