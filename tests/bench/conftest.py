@@ -6,32 +6,13 @@ import threading
 
 import pytest
 
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig
-from kvserver.membership import parse_initial_cluster
 from kvserver.server import Member
-
-
-def _configs(tmp_path) -> list[ServerConfig]:
-    ports = free_ports(6)
-    initial = ",".join(f"b{i}=http://127.0.0.1:{ports[2 * i + 1]}" for i in range(3))
-    members = tuple(parse_initial_cluster(initial, "bench"))
-    out = []
-    for i in range(3):
-        client = (f"http://127.0.0.1:{ports[2 * i]}",)
-        peer = (f"http://127.0.0.1:{ports[2 * i + 1]}",)
-        out.append(ServerConfig(
-            name=f"b{i}", data_dir=str(tmp_path / f"b{i}"), listen_client_urls=client,
-            advertise_client_urls=client, listen_peer_urls=peer,
-            initial_advertise_peer_urls=peer, initial_cluster=initial,
-            initial_cluster_token="bench", heartbeat_interval_ms=20, election_timeout_ms=200,
-            members=members))
-    return out
+from tests.kvserver.inprocess import configs
 
 
 class InProcessCluster:
     def __init__(self, tmp_path):
-        self.cfgs = _configs(tmp_path)
+        self.cfgs = configs(tmp_path, prefix="b", token="bench")
         self.endpoints = [c.listen_client_urls[0] for c in self.cfgs]
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

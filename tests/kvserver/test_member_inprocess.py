@@ -11,28 +11,9 @@ import asyncio
 
 import pytest
 
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig
-from kvserver.membership import parse_initial_cluster
 from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
 from kvserver.server import Member
-
-
-def configs(tmp_path, **overrides) -> list[ServerConfig]:
-    ports = free_ports(6)
-    initial = ",".join(f"m{i}=http://127.0.0.1:{ports[2 * i + 1]}" for i in range(3))
-    members = tuple(parse_initial_cluster(initial, "inproc"))
-    out = []
-    for i in range(3):
-        client = (f"http://127.0.0.1:{ports[2 * i]}",)
-        peer = (f"http://127.0.0.1:{ports[2 * i + 1]}",)
-        out.append(ServerConfig(
-            name=f"m{i}", data_dir=str(tmp_path / f"m{i}"), listen_client_urls=client,
-            advertise_client_urls=client, listen_peer_urls=peer,
-            initial_advertise_peer_urls=peer, initial_cluster=initial,
-            initial_cluster_token="inproc", heartbeat_interval_ms=20, election_timeout_ms=200,
-            members=members, **overrides))
-    return out
+from tests.kvserver.inprocess import configs
 
 
 async def wait_leader(members, timeout_s=10.0) -> Member:
