@@ -54,12 +54,33 @@ Differences from etcd
   the lessor's not-found into), so the HTTP layer needs no special case.
 - Lease state (with the remaining TTL) is always in snapshots (etcd 3.6 behaviour).
 
+Retried requests (de-duplication)
+---------------------------------
+Grant and revoke entries carry the client's ``(client_id, request_id)`` (HTTP headers
+``X-Raftkv-Client-Id`` / ``X-Raftkv-Request-Id``, as KV writes). With ``client_id != 0`` the
+lessor remembers the outcome of the first *applied* entry with that pair in its own
+``kvserver.mvcc.dedup.DedupTable`` (same contract and bounds as the store's table:
+``dedup_ids_per_client`` ids of each of the ``dedup_max_clients`` most recently active
+clients; a retry after its id was evicted is applied again). A later entry with the same pair
+changes nothing and answers the first outcome (``ApplyResult.duplicate``): the first grant's
+response — the same lease ID even when the retry was proposed with another server-chosen ID
+(``prepare_grant`` picks the ID at propose time, so a retry proposes a fresh one; the apply
+ignores it) — or the first error, e.g. a revoke retried after it succeeded answers success,
+not "not found". The pair is looked up at apply time only, so every replica answers alike
+whatever it had applied when the retry was proposed; ``prepare_grant(..., client_id,
+request_id)`` merely skips its early "already exists" / "too many leases" refusals for a pair
+it remembers, so a retried client-chosen grant reaches the log and gets its first answer. A
+pair first used by a grant and reused by a revoke (or vice versa) is a client bug: it answers
+``InvalidArgumentError`` and changes nothing. Checkpoint entries are not de-duplicated.
+
+Why a table of its own and not the store's: the store snapshots its outcomes with the MVCC
+codec, which has no lease types, and KV and lease requests never share a pair (a client
+numbers all its requests from one counter), so two tables answer exactly as one would. The
+lessor's table travels in the lease snapshot (format version 2, below), taken at the same
+applied index as the store's, so a restored or newly elected member answers retries the same.
+
 Known limits
 ------------
-- Lease entries carry ``client_id``/``request_id`` but are not de-duplicated: the store's
-  dedup table snapshots its outcomes with the MVCC codec, which has no lease types. A retried
-  grant with a server-chosen ID can therefore create a second lease (that expires unused);
-  a retried client-chosen grant answers "lease already exists", a retried revoke "not found".
 - Keep-alive forwarding, waiting on an expired lease and the leader check are the driver's.
 
 Raft log entries (byte layout)
@@ -77,8 +98,15 @@ tells them apart. Never renumber; only add new ops.
 
 Snapshot (byte layout)
 ----------------------
-``snapshot()`` is one msgpack map ``{"magic": "raftkv-lease-snapshot", "version": 1,
-"leases": [[id, ttl_s, remaining_ttl_s], ...]}`` sorted by id. To carry it in front of the
+``snapshot()`` is one msgpack map ``{"magic": "raftkv-lease-snapshot", "version": 2,
+"leases": [[id, ttl_s, remaining_ttl_s], ...], "dedup": [[client_id, [[request_id,
+outcome], ...]], ...]}``; leases sorted by id, the dedup table in least-recently-used-first
+order (``DedupTable.export``). An ``outcome`` is ``[1, revision, lease_id, ttl_s]`` (grant
+response), ``[2, revision]`` (revoke response) or ``[0, error_tag, message]`` with
+``error_tag`` one of ``lease_not_found``, ``lease_exists``, ``ttl_too_large``,
+``too_many_leases``, ``invalid_argument`` (headers other than the revision are filled in by
+the caller, so they are not kept). ``restore`` also reads version 1 (written before
+de-duplication: the same map without ``"dedup"``), as an empty dedup table. To carry it in front of the
 MVCC snapshot stream, ``frame_snapshot(blob)`` prefixes ``b"RKVLEAS1"`` and the blob's length
 (uint32 big-endian); ``split_snapshot(data)`` returns ``(blob or None, rest)``, where ``None``
 means a snapshot from before leases existed (all of ``data`` is the MVCC stream).
@@ -99,8 +127,9 @@ Wiring (not done here; for the next session)
     then the chunks. ``restore(data)``: ``blob, rest = split_snapshot(data)``; restore the
     store from ``rest``; ``self.lessor.restore(blob)`` (``None`` → empty table);
     ``self.lessor.bind(new_store)``; ``hub.reset(new_store)``.
-  - service methods: ``lease_grant(req)``: ``req = lessor.prepare_grant(req, self.lease_ids)``
-    (bad TTL / too many leases raise here, nothing is proposed), propose
+  - service methods: ``lease_grant(req)``: ``req = lessor.prepare_grant(req, self.lease_ids,
+    client_id=..., request_id=...)`` (bad TTL / too many leases raise here, nothing is
+    proposed; a remembered retry is let through), propose
     ``encode_lease_entry(req, client_id, request_id)``, answer the ``LeaseGrantResponse``.
     ``lease_revoke(id)``: propose ``LeaseRevokeRequest``. ``lease_keepalive(id)`` and
     ``lease_time_to_live(id, keys)``: on the leader, ``await node.read_barrier()`` first (like
@@ -143,6 +172,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 from kvserver.mvcc.errors import (
     CodecError,
     EtcdError,
@@ -205,6 +235,7 @@ MSG_LEASE_TTL_TOO_LARGE = "etcdserver: too large lease TTL"
 MSG_NOT_LEADER = "etcdserver: not leader"
 MSG_TOO_MANY_LEASES = "raftkv: too many leases"
 MSG_NEGATIVE_TTL = "raftkv: lease TTL must not be negative"
+MSG_REQUEST_ID_REUSED = "raftkv: request id already used by a different lease request"
 
 LEASE_ENTRY_FORMAT = 76  # "L"; mvcc entries use 1 (kvserver.mvcc.codec.ENTRY_FORMAT_VERSION)
 _LEASE_ENTRY_PREFIX = b"\x94\x4c"
@@ -213,7 +244,8 @@ _OP_REVOKE = 2
 _OP_CHECKPOINT = 3
 
 SNAPSHOT_MAGIC = "raftkv-lease-snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+_READABLE_SNAPSHOT_VERSIONS = (1, 2)  # 1: before de-duplication (no "dedup" table)
 SNAPSHOT_FRAME_MAGIC = b"RKVLEAS1"
 _FRAME_HEADER_BYTES = len(SNAPSHOT_FRAME_MAGIC) + 4
 
@@ -423,6 +455,8 @@ class Lessor:
         checkpoint_interval_s: float | None = None,
         expired_retry_interval_s: float = DEFAULT_EXPIRED_RETRY_INTERVAL_S,
         revoke_rate_per_s: int = DEFAULT_REVOKE_RATE_PER_S,
+        dedup_ids_per_client: int = DEFAULT_IDS_PER_CLIENT,
+        dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
     ) -> None:
         if min_ttl_s < 1 or max_leases < 1 or revoke_rate_per_s < 1:
             raise ValueError("min_ttl_s, max_leases and revoke_rate_per_s must be >= 1")
@@ -435,6 +469,8 @@ class Lessor:
         self.expired_retry_interval_s = expired_retry_interval_s
         self.revoke_rate_per_s = revoke_rate_per_s
         self._leases: dict[int, _Lease] = {}
+        # Replicated: outcomes of applied grants/revokes by (client_id, request_id).
+        self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
         self._primary = False
         self._expiry_heap: list[tuple[float, int]] = []  # (deadline, id); lazily invalidated
         self._checkpoint_heap: list[tuple[float, int]] = []  # (when, id); primary only
@@ -462,6 +498,15 @@ class Lessor:
     def exists(self, lease_id: int) -> bool:
         return lease_id in self._leases
 
+    @property
+    def dedup(self) -> DedupTable:
+        """The request-id table of applied grants and revokes (read it, do not change it)."""
+        return self._dedup
+
+    def remembers(self, client_id: int, request_id: int) -> bool:
+        """Whether an entry with this pair was applied here (and not evicted since)."""
+        return client_id != 0 and self._dedup.lookup(client_id, request_id) is not MISS
+
     def lookup(self, lease_id: int) -> LeaseInfo | None:
         lease = self._leases.get(lease_id)
         if lease is None:
@@ -477,19 +522,27 @@ class Lessor:
     # Propose-time checks (the member that accepts the client request)
 
     def prepare_grant(
-        self, req: LeaseGrantRequest, ids: LeaseIdGenerator | None = None
+        self,
+        req: LeaseGrantRequest,
+        ids: LeaseIdGenerator | None = None,
+        *,
+        client_id: int = 0,
+        request_id: int = 0,
     ) -> LeaseGrantRequest:
         """Check a client's grant and make the request to propose: TTL raised to
         ``min_ttl_s``, ID chosen from ``ids`` when 0 (skipping IDs granted here). Raises
         ``InvalidArgumentError`` (negative TTL, not an int64), ``LeaseTTLTooLargeError``,
-        ``TooManyLeasesError`` or ``LeaseExistsError`` (early answer; apply checks again)."""
+        ``TooManyLeasesError`` or ``LeaseExistsError`` (early answer; apply checks again).
+        The last two are skipped for a retry (``remembers(client_id, request_id)``): its
+        entry must reach the log to be answered the first outcome."""
         _check_int64("TTL", req.ttl_s)
         _check_int64("ID", req.lease_id)
         if req.ttl_s < 0:
             raise InvalidArgumentError(MSG_NEGATIVE_TTL)
         if req.ttl_s > MAX_LEASE_TTL_S:
             raise LeaseTTLTooLargeError()
-        if len(self._leases) >= min(self.max_leases, HARD_MAX_LEASES):
+        retry = self.remembers(client_id, request_id)
+        if not retry and len(self._leases) >= min(self.max_leases, HARD_MAX_LEASES):
             raise TooManyLeasesError()
         lease_id = req.lease_id
         if lease_id == 0:
@@ -498,16 +551,39 @@ class Lessor:
             lease_id = ids.next()
             while lease_id in self._leases:
                 lease_id = ids.next()
-        elif lease_id in self._leases:
+        elif lease_id in self._leases and not retry:
             raise LeaseExistsError()
         return LeaseGrantRequest(max(req.ttl_s, self.min_ttl_s), lease_id)
 
     # -----------------------------------------------------------------------------------------
     # Replicated part: applied from committed raft entries, deterministic
 
-    def apply(self, request: Any) -> ApplyResult:
+    def apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> ApplyResult:
         """Apply one committed lease request; never raises a client error (it is in
-        ``ApplyResult.error`` and nothing changed). ``events`` are the deletions of a revoke."""
+        ``ApplyResult.error`` and nothing changed). ``events`` are the deletions of a revoke.
+
+        With ``client_id != 0`` a grant or revoke is de-duplicated on ``(client_id,
+        request_id)``: a pair applied before changes nothing and returns the first outcome
+        with ``duplicate=True`` (see the module docstring)."""
+        kind = type(request)
+        if client_id == 0 or (kind is not LeaseGrantRequest and kind is not LeaseRevokeRequest):
+            return self._apply_once(request)
+        ids = self._dedup.client_ids(client_id)  # marks the client most recently used
+        seen = ids.get(request_id, MISS)
+        if seen is not MISS:
+            if isinstance(seen, EtcdError):
+                return ApplyResult(None, seen, (), True, self._revision())
+            if type(seen) is not _RESPONSE_TYPE[kind]:
+                error = InvalidArgumentError(MSG_REQUEST_ID_REUSED)
+                return ApplyResult(None, error, (), True, self._revision())
+            return ApplyResult(seen, None, (), True, self._revision())
+        result = self._apply_once(request)
+        ids[request_id] = result.error if result.error is not None else result.response
+        if len(ids) > self._dedup.ids_per_client:
+            ids.popitem(last=False)
+        return result
+
+    def _apply_once(self, request: Any) -> ApplyResult:
         kind = type(request)
         try:
             if kind is LeaseGrantRequest:
@@ -527,11 +603,11 @@ class Lessor:
         """Decode an ``encode_lease_entry`` entry and apply it. An undecodable entry is an
         ``InvalidArgumentError`` result on every member alike, never a crash."""
         try:
-            _, _, request = decode_lease_entry(data)
+            client_id, request_id, request = decode_lease_entry(data)
         except CodecError as err:
             error = InvalidArgumentError(f"raftkv: undecodable lease entry: {err}")
             return ApplyResult(None, error, (), False, self._revision())
-        return self.apply(request)
+        return self.apply(request, client_id, request_id)
 
     def grant(self, lease_id: int, ttl_s: int) -> LeaseGrantResponse:
         """etcd's Grant, as applied: the ID and TTL are final (``prepare_grant`` chose them)."""
@@ -592,22 +668,29 @@ class Lessor:
     # Snapshots (replicated part only)
 
     def snapshot(self) -> bytes:
-        """The lease table as msgpack (see the module docstring); equal tables give equal
-        bytes."""
+        """The lease table and the dedup table as msgpack (see the module docstring); equal
+        tables give equal bytes."""
         rows = [
             [x.lease_id, x.ttl_s, x.remaining_ttl_s]
             for x in sorted(self._leases.values(), key=lambda lease: lease.lease_id)
         ]
+        dedup = [
+            [cid, [[rid, _outcome_to_plain(outcome)] for rid, outcome in items]]
+            for cid, items in self._dedup.export()
+        ]
         return msgpack.packb(
-            {"magic": SNAPSHOT_MAGIC, "version": SNAPSHOT_VERSION, "leases": rows},
+            {"magic": SNAPSHOT_MAGIC, "version": SNAPSHOT_VERSION, "leases": rows,
+             "dedup": dedup},
             use_bin_type=True,
         )
 
     def restore(self, data: bytes | None) -> None:
-        """Replace the lease table by a ``snapshot()`` (``None``: empty). The role is kept: a
-        primary gives every lease a deadline of now + remaining/granted TTL. Raises
-        ``SnapshotFormatError`` and then changes nothing."""
+        """Replace the lease and dedup tables by a ``snapshot()`` (``None``: empty; a version 1
+        snapshot: empty dedup table). The role is kept: a primary gives every lease a deadline
+        of now + remaining/granted TTL. Raises ``SnapshotFormatError`` and then changes
+        nothing."""
         leases: dict[int, _Lease] = {}
+        dedup = DedupTable(self._dedup.ids_per_client, self._dedup.max_clients)
         if data is not None:
             try:
                 obj = msgpack.unpackb(data, raw=False)
@@ -616,7 +699,7 @@ class Lessor:
             if (
                 type(obj) is not dict
                 or obj.get("magic") != SNAPSHOT_MAGIC
-                or obj.get("version") != SNAPSHOT_VERSION
+                or obj.get("version") not in _READABLE_SNAPSHOT_VERSIONS
                 or type(obj.get("leases")) is not list
             ):
                 raise SnapshotFormatError("not a raftkv lease snapshot (or unknown version)")
@@ -632,7 +715,14 @@ class Lessor:
                 ):
                     raise SnapshotFormatError(f"malformed lease record {row!r}")
                 leases[row[0]] = _Lease(row[0], row[1], row[2])
+            if obj["version"] >= 2:
+                dedup = DedupTable.from_export(
+                    _dedup_from_plain(obj.get("dedup")),
+                    self._dedup.ids_per_client,
+                    self._dedup.max_clients,
+                )
         self._leases = leases
+        self._dedup = dedup
         self._expiry_heap = []
         self._checkpoint_heap = []
         self._pending_clears = set()
@@ -867,6 +957,92 @@ class Lessor:
                 if x.checkpoint_at < _FOREVER
             ]
             heapq.heapify(self._checkpoint_heap)
+
+
+# ---------------------------------------------------------------------------------------------
+# Remembered outcomes (dedup table) in snapshots
+
+_RESPONSE_TYPE: dict[type, type] = {
+    LeaseGrantRequest: LeaseGrantResponse,
+    LeaseRevokeRequest: LeaseRevokeResponse,
+}
+_OUTCOME_ERROR = 0
+_OUTCOME_GRANT = 1
+_OUTCOME_REVOKE = 2
+# The errors a grant or revoke can end in, by snapshot tag. Never rename a tag.
+_ERROR_BY_TAG: dict[str, type[EtcdError]] = {
+    "lease_not_found": LeaseNotFoundError,
+    "lease_exists": LeaseExistsError,
+    "ttl_too_large": LeaseTTLTooLargeError,
+    "too_many_leases": TooManyLeasesError,
+    "invalid_argument": InvalidArgumentError,
+}
+_TAG_BY_ERROR = {cls: tag for tag, cls in _ERROR_BY_TAG.items()}
+
+
+def _outcome_to_plain(outcome: Any) -> list:
+    kind = type(outcome)
+    if kind is LeaseGrantResponse:
+        return [_OUTCOME_GRANT, outcome.header.revision, outcome.lease_id, outcome.ttl_s]
+    if kind is LeaseRevokeResponse:
+        return [_OUTCOME_REVOKE, outcome.header.revision]
+    # An error: its own tag, else its nearest tagged base class (apply raises only tagged
+    # types today; a subclass keeps its base's gRPC code and its message).
+    for cls in kind.__mro__:
+        tag = _TAG_BY_ERROR.get(cls)
+        if tag is not None:
+            return [_OUTCOME_ERROR, tag, outcome.message]
+    raise TypeError(f"not a lease outcome: {kind.__name__}")  # a bug: apply remembers no such
+
+
+def _outcome_from_plain(v: Any) -> Any:
+    if type(v) is list and v:
+        op = v[0]
+        if op == _OUTCOME_GRANT and len(v) == 4 and all(map(_is_int64, v[1:])):
+            return LeaseGrantResponse(ResponseHeader(revision=v[1]), v[2], v[3])
+        if op == _OUTCOME_REVOKE and len(v) == 2 and _is_int64(v[1]):
+            return LeaseRevokeResponse(ResponseHeader(revision=v[1]))
+        if op == _OUTCOME_ERROR and len(v) == 3 and type(v[2]) is str:
+            cls = _ERROR_BY_TAG.get(v[1]) if type(v[1]) is str else None
+            if cls is not None:
+                return cls(v[2])
+    raise SnapshotFormatError(f"malformed lease dedup outcome {v!r}")
+
+
+def _is_uint64(v: Any) -> bool:
+    return type(v) is int and 0 <= v < 1 << 64  # client and request ids (HTTP headers)
+
+
+def _dedup_from_plain(v: Any) -> list[tuple[int, list[tuple[int, Any]]]]:
+    if type(v) is not list:
+        raise SnapshotFormatError("lease snapshot without a dedup table")
+    out: list[tuple[int, list[tuple[int, Any]]]] = []
+    seen_clients: set[int] = set()
+    for client in v:
+        if (
+            type(client) is not list
+            or len(client) != 2
+            or not _is_uint64(client[0])
+            or client[0] == 0
+            or client[0] in seen_clients
+            or type(client[1]) is not list
+        ):
+            raise SnapshotFormatError(f"malformed lease dedup client {client!r}")
+        seen_clients.add(client[0])
+        items: list[tuple[int, Any]] = []
+        seen_ids: set[int] = set()
+        for item in client[1]:
+            if (
+                type(item) is not list
+                or len(item) != 2
+                or not _is_uint64(item[0])
+                or item[0] in seen_ids
+            ):
+                raise SnapshotFormatError(f"malformed lease dedup entry {item!r}")
+            seen_ids.add(item[0])
+            items.append((item[0], _outcome_from_plain(item[1])))
+        out.append((client[0], items))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

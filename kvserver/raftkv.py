@@ -9,7 +9,8 @@ Leases (``kvserver.lease``): the ``Lessor`` is bound to the store (a put naming 
 lease fails with ``etcdserver: requested lease not found``); lease entries (``is_lease_entry``)
 are applied by the lessor, everything else by the store. A snapshot is the framed lease table
 (``frame_snapshot``) followed by the MVCC stream; a snapshot without the frame (from before
-leases) restores an empty table. Grant and revoke are proposed through raft; keep-alive and
+leases) restores an empty table. Grant and revoke are proposed through raft (a retry with the
+same client/request id is answered the first outcome by the lessor's dedup table); keep-alive and
 time-to-live are answered by the leader only, after a ReadIndex barrier (a deposed leader
 must not refresh a lease); a follower answers ``etcdserver: not leader`` (Unavailable,
 retryable: the client fails over to another member). The node calls ``on_leader_start`` when
@@ -259,7 +260,10 @@ class RaftKV:
 
     async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
                           request_id: int = 0) -> LeaseGrantResponse:
-        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids)
+        # A retry (pair already applied here) is proposed anyway: the apply answers it the
+        # first outcome (the lessor's dedup table), whatever ID this proposal carries.
+        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids,
+                                        client_id=client_id, request_id=request_id)
         resp = await self.node.propose(encode_lease_entry(req, client_id, request_id))
         return self._finish(resp)
 

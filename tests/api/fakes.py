@@ -1,9 +1,10 @@
 """``LocalKV``: a ``KVService`` that applies requests directly to an ``MVCCStore`` (no raft).
 
 For tests of the HTTP API and of the client library: every request is applied at once, in
-call order, with the store's own validation and request-id deduplication, and answered with
-a full header (``cluster_id``, ``member_id``, ``revision``, ``raft_term``). A failed request
-raises the store's ``EtcdError`` and changes nothing.
+call order, with the store's own validation and request-id deduplication (the lessor's for
+lease grants and revokes), and answered with a full header (``cluster_id``, ``member_id``,
+``revision``, ``raft_term``). A failed request raises the store's ``EtcdError`` and changes
+nothing.
 
 Knobs a test may turn (plain attributes):
 - ``leader`` (0 = no leader), ``raft_term``, ``raft_index``, ``raft_applied_index`` — what
@@ -120,29 +121,33 @@ class LocalKV:
         return ResponseHeader(self.cluster_id, self.member_id, self.store.revision,
                               self.raft_term)
 
-    def _lease_apply(self, request: Any) -> Any:
+    def _lease_apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> Any:
         self.calls[type(request).__name__] += 1
         self.raft_index += 1
         self.raft_applied_index = self.raft_index
-        result = self.lessor.apply(request)
+        result = self.lessor.apply(request, client_id, request_id)
         if result.events:
             self.watch_hub.notify(result.revision, result.events)
         if result.error is not None:
             raise result.error
-        return replace(result.response, header=self._header())
+        # the response's own revision: a de-duplicated retry answers the first one's
+        header = ResponseHeader(self.cluster_id, self.member_id,
+                                result.response.header.revision, self.raft_term)
+        return replace(result.response, header=header)
 
     async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
                           request_id: int = 0) -> LeaseGrantResponse:
         if self.fail_with is not None:
             raise self.fail_with
-        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids)
-        return self._lease_apply(req)
+        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids,
+                                        client_id=client_id, request_id=request_id)
+        return self._lease_apply(req, client_id, request_id)
 
     async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
                            request_id: int = 0) -> LeaseRevokeResponse:
         if self.fail_with is not None:
             raise self.fail_with
-        return self._lease_apply(LeaseRevokeRequest(lease_id))
+        return self._lease_apply(LeaseRevokeRequest(lease_id), client_id, request_id)
 
     async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse:
         if self.fail_with is not None:

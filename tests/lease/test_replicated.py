@@ -312,7 +312,7 @@ def test_snapshot_round_trip_keeps_ttls_and_checkpoints_and_comes_back_as_follow
     [
         b"garbage\xc1",
         msgpack.packb({"magic": "nope", "version": 1, "leases": []}),
-        msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 2, "leases": []}),
+        msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 3, "leases": []}),
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[1, 5]]}),
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[0, 5, 0]]}),
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[1, 0, 0]]}),
