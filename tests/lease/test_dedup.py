@@ -8,6 +8,7 @@ apply / snapshot level, through the HTTP API over ``LocalKV`` and on in-process 
 """
 
 import asyncio
+import random
 
 import msgpack
 import pytest
@@ -361,3 +362,28 @@ def test_retry_through_another_member_and_after_a_leader_change(tmp_path):
             await stop_all(live)
 
     run(scenario())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_replicas_with_retries_stay_identical_also_when_one_restores_midway(seed):
+    """Random grants/revokes with repeated (client, request) pairs: a leader, a follower and
+    a member that restores the leader's snapshot halfway answer every entry alike."""
+    rng = random.Random(seed)
+    leader, _, _ = make(primary=True, dedup_ids_per_client=3, dedup_max_clients=2)
+    follower, _, _ = make(primary=False, dedup_ids_per_client=3, dedup_max_clients=2)
+    late = Lessor(store=MVCCStore(), clock=FakeClock(), dedup_ids_per_client=3,
+                  dedup_max_clients=2)
+    entries = []
+    for _ in range(120):
+        cid, rid, lid = rng.choice([0, 1, 2, 3]), rng.randint(1, 5), rng.randint(1, 4)
+        req = LeaseGrantRequest(10, lid) if rng.random() < 0.5 else LeaseRevokeRequest(lid)
+        entries.append(encode_lease_entry(req, cid, rid))
+    for i, entry in enumerate(entries):
+        if i == len(entries) // 2:
+            late.restore(leader.snapshot())
+        a, b = leader.apply_entry(entry), follower.apply_entry(entry)
+        assert (a.response, a.error, a.duplicate) == (b.response, b.error, b.duplicate)
+        if i >= len(entries) // 2:
+            c = late.apply_entry(entry)
+            assert (a.response, a.error, a.duplicate) == (c.response, c.error, c.duplicate)
+    assert leader.snapshot() == follower.snapshot() == late.snapshot()
