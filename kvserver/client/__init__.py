@@ -13,12 +13,15 @@ errors::
         kv.get("jobs/1").value                          # b"running"
         kv.range("jobs/", prefix=True).kvs              # (KeyValue(...), ...)
         kv.txn(Txn().when(Cmp.version("lock") == 0).then(Op.put("lock", "me")))
+        lease = kv.lease_grant(10)                      # Lease(id, ttl_s)
+        with kv.keep_alive(lease.id):                   # refreshed every ~TTL/3 meanwhile
+            kv.put("workers/me", "alive", lease=lease.id)
         for event in kv.watch("jobs/", prefix=True):    # blocks; reconnects and resumes
             print(event.type.name, event.key, event.value)
 
 Modules: ``aio`` (the client and its routing/retry loop), ``sync`` (the blocking wrapper),
 ``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON),
-``watch`` (watch iterators).
+``watch`` (watch iterators), ``leases`` (lease calls and keep-alive).
 """
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient, normalize_endpoints
@@ -31,6 +34,8 @@ from kvserver.client.errors import (
     FutureRevisionError,
     InvalidArgumentError,
     LeaderChangedError,
+    LeaseExistsError,
+    LeaseNotFoundError,
     NoLeaderError,
     NotFoundError,
     OutOfRangeError,
@@ -39,6 +44,7 @@ from kvserver.client.errors import (
     UnavailableError,
     UnimplementedError,
 )
+from kvserver.client.leases import KeepAlive, SyncKeepAlive
 from kvserver.client.sync import Client
 from kvserver.client.txn import Cmp, Op, Txn
 from kvserver.client.types import (
@@ -46,6 +52,10 @@ from kvserver.client.types import (
     DeleteResult,
     EndpointStatus,
     KeyValue,
+    Lease,
+    LeaseList,
+    LeaseRevokeResult,
+    LeaseTimeToLive,
     Member,
     PutResult,
     RangeResult,
@@ -80,8 +90,15 @@ __all__ = [
     "FailedPreconditionError",
     "FutureRevisionError",
     "InvalidArgumentError",
+    "KeepAlive",
     "KeyValue",
     "LeaderChangedError",
+    "Lease",
+    "LeaseExistsError",
+    "LeaseList",
+    "LeaseNotFoundError",
+    "LeaseRevokeResult",
+    "LeaseTimeToLive",
     "Member",
     "NoLeaderError",
     "NotFoundError",
@@ -95,6 +112,7 @@ __all__ = [
     "SortOrder",
     "SortTarget",
     "Status",
+    "SyncKeepAlive",
     "SyncWatch",
     "Txn",
     "TxnResult",

@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kvserver.client import codec, members
+from kvserver.client import codec, leases, members
 from kvserver.client.errors import (
     Attempt,
     ClientError,
@@ -66,6 +66,10 @@ from kvserver.client.types import (
     DeleteResult,
     EndpointStatus,
     KeyValue,
+    Lease,
+    LeaseList,
+    LeaseRevokeResult,
+    LeaseTimeToLive,
     Member,
     PutResult,
     RangeResult,
@@ -336,6 +340,51 @@ class AsyncClient:
         return AsyncWatch(self, key, range_end, prefix=prefix, start_revision=start_revision,
                           prev_kv=prev_kv, filters=filters, progress_notify=progress_notify,
                           reconnect_timeout_s=reconnect_timeout_s)
+
+    # -----------------------------------------------------------------------------------------
+    # Lease API (the JSON and the keep-alive task are in ``kvserver.client.leases``)
+
+    async def lease_grant(self, ttl_s: int, lease_id: int = 0) -> Lease:
+        """Grant a lease of ``ttl_s`` seconds (ID ``lease_id``, or one the server chooses when
+        0). Raises ``LeaseExistsError`` when that ID is taken."""
+        return await self._call(f"lease grant {ttl_s}", "POST", leases.GRANT_PATH,
+                                leases.encode_grant(ttl_s, lease_id),
+                                _plain(leases.decode_grant), Route.LEADER, write=True)
+
+    async def lease_revoke(self, lease_id: int) -> LeaseRevokeResult:
+        """Revoke a lease, deleting its keys. Raises ``LeaseNotFoundError`` (also when a retry
+        after an ambiguous failure finds the first attempt already revoked it)."""
+        return await self._call(f"lease revoke {leases.format_lease_id(lease_id)}", "POST",
+                                leases.REVOKE_PATH, leases.encode_id(lease_id),
+                                _plain(leases.decode_revoke), Route.LEADER, write=True)
+
+    async def lease_keepalive_once(self, lease_id: int) -> int:
+        """Refresh a lease once; the TTL (s) it has again. Raises ``LeaseNotFoundError``."""
+        return await self._call(f"lease keep-alive {leases.format_lease_id(lease_id)}", "POST",
+                                leases.KEEPALIVE_PATH, leases.encode_id(lease_id),
+                                lambda doc, _: leases.decode_keepalive(doc, lease_id),
+                                Route.LEADER)
+
+    async def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLive:
+        """A lease's remaining and granted TTL (and its keys with ``keys``); ``ttl_s == -1``
+        (``.expired``) when there is no such lease."""
+        return await self._call(f"lease timetolive {leases.format_lease_id(lease_id)}", "POST",
+                                leases.TIME_TO_LIVE_PATH,
+                                leases.encode_time_to_live(lease_id, keys),
+                                _plain(leases.decode_time_to_live), Route.LEADER)
+
+    async def lease_leases(self) -> LeaseList:
+        """The IDs of every lease."""
+        return await self._call("lease list", "POST", leases.LEASES_PATH, {},
+                                _plain(leases.decode_leases), Route.LEADER)
+
+    def keep_alive(self, lease_id: int, *, interval_s: float | None = None,
+                   on_refresh: Callable[[int], Any] | None = None) -> leases.KeepAlive:
+        """Keep a lease alive from a background task until closed: ``async with
+        client.keep_alive(lease.id) as ka: ...`` (or ``await ka.start()`` / ``await
+        ka.close()``). Refreshes at once, then every ``interval_s`` (default TTL/3), failing
+        over between endpoints; see ``kvserver.client.leases``."""
+        return leases.KeepAlive(self, lease_id, interval_s=interval_s, on_refresh=on_refresh)
 
     # -----------------------------------------------------------------------------------------
     # Cluster API

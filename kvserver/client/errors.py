@@ -21,12 +21,14 @@ Mapping of an etcd-gateway error body ``{"error": msg, "code": grpc_code, "messa
 gRPC code            text                                       class
 ===================  ========================================  ==========================
 3 InvalidArgument    any                                        InvalidArgumentError
-9 FailedPrecondition any                                        FailedPreconditionError
+9 FailedPrecondition ``etcdserver: lease already exists``         LeaseExistsError
+9 FailedPrecondition other                                      FailedPreconditionError
 11 OutOfRange        ``... required revision has been          CompactedError
                      compacted``
 11 OutOfRange        ``... required revision is a future        FutureRevisionError
                      revision``
-5 NotFound           any                                        NotFoundError
+5 NotFound           ``... requested lease not found``          LeaseNotFoundError
+5 NotFound           other                                      NotFoundError
 14 Unavailable       ``etcdserver: no leader``                  NoLeaderError
 14 Unavailable       ``etcdserver: leader changed``             LeaderChangedError
 14 Unavailable       ``etcdserver: request timed out``          RequestTimeoutError
@@ -142,6 +144,15 @@ class NotFoundError(ClientError):
     """The named thing does not exist (a lease, a member, an API path)."""
 
 
+class LeaseNotFoundError(NotFoundError):
+    """The lease does not exist (never granted, revoked, or expired): from a revoke, a put
+    naming it, or a keep-alive answered with no TTL."""
+
+
+class LeaseExistsError(FailedPreconditionError):
+    """A grant named a lease ID that is already granted."""
+
+
 class UnimplementedError(ClientError):
     """The server does not implement this call (gRPC Unimplemented, HTTP 501 or 405)."""
 
@@ -225,6 +236,10 @@ def error_class(code: GrpcCode | None, http_status: int | None, message: str) ->
         return _BY_HTTP_STATUS.get(http_status or 0, ClientError)
     if code == GrpcCode.UNAVAILABLE:
         return _UNAVAILABLE_BY_TEXT.get(message, UnavailableError)
+    if code == GrpcCode.NOT_FOUND and "lease not found" in message:
+        return LeaseNotFoundError
+    if code == GrpcCode.FAILED_PRECONDITION and "lease already exists" in message:
+        return LeaseExistsError
     if code == GrpcCode.OUT_OF_RANGE:
         if "compacted" in message:
             return CompactedError

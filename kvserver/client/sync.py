@@ -24,11 +24,12 @@ import asyncio
 import concurrent.futures
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient
 from kvserver.client.errors import ClientError, RequestTimeoutError
+from kvserver.client.leases import KeepAlive, SyncKeepAlive
 from kvserver.client.members import MemberAddResult, MemberChangeResult
 from kvserver.client.txn import KeyLike, Txn
 from kvserver.client.types import (
@@ -36,6 +37,10 @@ from kvserver.client.types import (
     DeleteResult,
     EndpointStatus,
     KeyValue,
+    Lease,
+    LeaseList,
+    LeaseRevokeResult,
+    LeaseTimeToLive,
     Member,
     PutResult,
     RangeResult,
@@ -241,6 +246,32 @@ class Client:
             raise
         return SyncWatch(self._ensure_loop(), awatch)
 
+    def lease_grant(self, ttl_s: int, lease_id: int = 0) -> Lease:
+        return self._run(self._aclient.lease_grant(ttl_s, lease_id))
+
+    def lease_revoke(self, lease_id: int) -> LeaseRevokeResult:
+        return self._run(self._aclient.lease_revoke(lease_id))
+
+    def lease_keepalive_once(self, lease_id: int) -> int:
+        return self._run(self._aclient.lease_keepalive_once(lease_id))
+
+    def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLive:
+        return self._run(self._aclient.lease_time_to_live(lease_id, keys))
+
+    def lease_leases(self) -> LeaseList:
+        return self._run(self._aclient.lease_leases())
+
+    def keep_alive(self, lease_id: int, *, interval_s: float | None = None,
+                   on_refresh: Callable[[int], Any] | None = None) -> SyncKeepAlive:
+        """Keep a lease alive from the client's own event loop thread (no extra thread) until
+        closed: ``with client.keep_alive(lease.id) as ka: ...``. Returns after the first
+        refresh (raising ``LeaseNotFoundError`` etc. if it failed); ``on_refresh`` runs on the
+        loop thread. See ``kvserver.client.leases``."""
+        keepalive = KeepAlive(self._aclient, lease_id, interval_s=interval_s,
+                              on_refresh=on_refresh)
+        self._run(keepalive.start())
+        return SyncKeepAlive(self._ensure_loop(), keepalive)
+
     def status(self, endpoint: str | None = None) -> Status:
         return self._run(self._aclient.status(endpoint))
 
@@ -265,6 +296,8 @@ class Client:
 
 
 for _name in ("put", "get", "range", "delete", "txn", "compact", "watch", "status", "statuses",
-              "member_list", "member_add", "member_remove", "member_promote", "find_leader"):
+              "member_list", "member_add", "member_remove", "member_promote", "find_leader",
+              "lease_grant", "lease_revoke", "lease_keepalive_once", "lease_time_to_live",
+              "lease_leases"):
     getattr(Client, _name).__doc__ = getattr(AsyncClient, _name).__doc__
 del _name

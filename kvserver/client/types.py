@@ -20,6 +20,10 @@ __all__ = [
     "DeleteResult",
     "EndpointStatus",
     "KeyValue",
+    "Lease",
+    "LeaseList",
+    "LeaseRevokeResult",
+    "LeaseTimeToLive",
     "Member",
     "PutResult",
     "RangeResult",
@@ -131,3 +135,62 @@ class Member:
     peer_urls: tuple[str, ...] = ()
     client_urls: tuple[str, ...] = ()
     is_learner: bool = False
+
+
+# Leases (``kvserver.client.leases``). IDs are int64 (etcd prints them in hex); TTLs are whole
+# seconds. The header comes last so a lease reads ``Lease(id, ttl_s)``.
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A granted lease: its ID and the TTL granted (the server may raise it to its minimum)."""
+
+    id: int
+    ttl_s: int
+    header: ResponseHeader = ResponseHeader()
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRevokeResult:
+    header: ResponseHeader = ResponseHeader()
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTimeToLive:
+    """A lease's remaining TTL (whole seconds, truncated; -1 when the lease does not exist, as
+    etcd answers), the TTL it was granted, and its keys (only when asked for)."""
+
+    id: int
+    ttl_s: int
+    granted_ttl_s: int = 0
+    keys: tuple[bytes, ...] = ()
+    header: ResponseHeader = ResponseHeader()
+
+    @property
+    def expired(self) -> bool:
+        """The lease does not exist (any more): never granted, revoked or expired."""
+        return self.ttl_s < 0
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseList:
+    """Every lease's ID (raftkv: soonest to expire first; etcd: in no particular order)."""
+
+    ids: tuple[int, ...] = ()
+    header: ResponseHeader = ResponseHeader()
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision

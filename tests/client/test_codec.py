@@ -18,6 +18,8 @@ from kvserver.client import (
     FutureRevisionError,
     InvalidArgumentError,
     LeaderChangedError,
+    LeaseExistsError,
+    LeaseNotFoundError,
     NoLeaderError,
     NotFoundError,
     Op,
@@ -145,7 +147,9 @@ def test_malformed_answers_are_response_format_errors(doc):
     (400, 9, "etcdserver: ...", FailedPreconditionError),
     (400, 11, "etcdserver: mvcc: required revision has been compacted", CompactedError),
     (400, 11, "etcdserver: mvcc: required revision is a future revision", FutureRevisionError),
-    (404, 5, "etcdserver: requested lease not found", NotFoundError),
+    (404, 5, "etcdserver: requested lease not found", LeaseNotFoundError),  # a NotFoundError
+    (404, 5, "etcdserver: member not found", NotFoundError),
+    (412, 9, "etcdserver: lease already exists", LeaseExistsError),  # a FailedPrecondition
     (503, 14, "etcdserver: no leader", NoLeaderError),
     (503, 14, "etcdserver: leader changed", LeaderChangedError),
     (503, 14, "etcdserver: request timed out", RequestTimeoutError),
