@@ -1,0 +1,491 @@
+"""The client's lease calls and keep-alive against raftkv's own HTTP API over ``LocalKV``.
+
+Pinned down: every lease call round-trips with typed results; unknown leases are typed errors
+(``LeaseNotFoundError``) except for time-to-live, which answers ``ttl_s == -1`` as etcd does;
+bad input fails before anything is sent; grants and revokes carry the client id and the same
+request id on every retry (and a retried grant whose answer was lost is applied once);
+``keep_alive`` keeps a short lease alive past its TTL (a lease granted alongside it without
+keep-alive expires meanwhile), retries through failures, fails over to another endpoint,
+stops with ``LeaseNotFoundError`` when the lease is revoked and with the last failure when no
+refresh gets through within the TTL, and stops cleanly on close. No timing assertions: every
+wait polls for a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+
+import pytest
+from aiohttp import web
+
+from kvserver.api import build_client_app
+from kvserver.client import (
+    AsyncClient,
+    Client,
+    ClientError,
+    InvalidArgumentError,
+    KeepAlive,
+    Lease,
+    LeaseExistsError,
+    LeaseNotFoundError,
+    NoLeaderError,
+    NotFoundError,
+    SyncKeepAlive,
+    UnavailableError,
+)
+from kvserver.client import leases as leases_mod
+from kvserver.errors import no_leader
+from kvserver.metrics import Metrics
+from tests.api.fakes import LocalKV
+from tests.client.fakeserver import LoopThread, _free_port
+
+FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
+            backoff_initial_s=0.01, backoff_max_s=0.05)
+DEADLINE_S = 10.0
+
+
+class LeaseKV(LocalKV):
+    """LocalKV that records the (client id, request id) of every grant/revoke that reached it,
+    can fail the first attempt of each op in ``fail_once`` with "no leader" (before applying),
+    delay the
+    answer of the next ``slow_grants`` grants by ``delay_s`` after applying, and counts
+    keep-alives that failed."""
+
+    def __init__(self, **kwargs):
+        super().__init__(bind_leases=True, **kwargs)
+        self.lessor.min_ttl_s = 1  # short leases keep the keep-alive tests quick
+        self.write_ids: list[tuple[str, int, int]] = []
+        self.fail_once: set[str] = set()
+        self.slow_grants = 0
+        self.delay_s = 0.0
+        self.keepalive_failures = 0
+
+    def _record(self, op: str, client_id: int, request_id: int) -> None:
+        self.write_ids.append((op, client_id, request_id))
+        if op in self.fail_once:
+            self.fail_once.discard(op)
+            raise no_leader()
+
+    async def lease_grant(self, ttl_s, lease_id=0, *, client_id=0, request_id=0):
+        self._record("grant", client_id, request_id)
+        response = await super().lease_grant(ttl_s, lease_id, client_id=client_id,
+                                             request_id=request_id)
+        if self.slow_grants:
+            self.slow_grants -= 1
+            await asyncio.sleep(self.delay_s)
+        return response
+
+    async def lease_revoke(self, lease_id, *, client_id=0, request_id=0):
+        self._record("revoke", client_id, request_id)
+        return await super().lease_revoke(lease_id, client_id=client_id, request_id=request_id)
+
+    async def lease_keepalive(self, lease_id):
+        try:
+            return await super().lease_keepalive(lease_id)
+        except Exception:
+            self.keepalive_failures += 1
+            raise
+
+
+class Served:
+    """One LeaseKV served on ``ports`` HTTP listeners (the same node reachable at several
+    endpoints; closing one listener is a failover test)."""
+
+    def __init__(self, listeners: int = 1) -> None:
+        self.ports = [_free_port() for _ in range(listeners)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.url = self.urls[0]
+        self.kv = LeaseKV(client_url=self.url)
+        self.loop_thread = LoopThread()
+        self.runners: list[web.AppRunner] = []
+
+    async def _start(self) -> None:
+        for port in self.ports:
+            app = build_client_app(self.kv, Metrics(process_metrics=False))
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            self.runners.append(runner)
+
+    def start(self) -> Served:
+        self.loop_thread.run(self._start())
+        return self
+
+    def stop_listener(self, index: int) -> None:
+        runner = self.runners[index]
+        self.loop_thread.run(runner.cleanup())
+
+    def run(self, fn):
+        """Run ``fn()`` on the server's loop (LocalKV is not thread-safe)."""
+
+        async def call():
+            return fn()
+
+        return self.loop_thread.run(call())
+
+    def close(self) -> None:
+        for runner in self.runners:
+            self.loop_thread.run(runner.cleanup())
+        self.loop_thread.close()
+
+
+@pytest.fixture
+def api():
+    served = Served().start()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def api2():
+    served = Served(listeners=2).start()
+    yield served
+    served.close()
+
+
+def wait_until(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def async_wait_until(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# The calls
+
+
+def test_every_lease_call_round_trips(api):
+    with Client(api.url, **FAST) as c:
+        first = c.lease_grant(60)
+        assert isinstance(first, Lease) and first.id > 0 and first.ttl_s == 60
+        assert first.header.member_id == api.kv.member_id
+        chosen = c.lease_grant(30, lease_id=0x1234)
+        assert (chosen.id, chosen.ttl_s) == (0x1234, 30)
+        c.put("workers/a", "up", lease=chosen.id)
+        c.put("workers/b", "up", lease=chosen.id)
+        c.put("other", "x")
+
+        ttl = c.lease_time_to_live(chosen.id, keys=True)
+        assert ttl.id == chosen.id and ttl.granted_ttl_s == 30 and 0 <= ttl.ttl_s <= 30
+        assert ttl.keys == (b"workers/a", b"workers/b") and not ttl.expired
+        assert c.lease_time_to_live(chosen.id).keys == ()  # keys only when asked for
+
+        assert set(c.lease_leases().ids) == {first.id, chosen.id}
+        assert c.lease_keepalive_once(chosen.id) == 30
+
+        revoked = c.lease_revoke(chosen.id)
+        assert revoked.revision == c.status().revision  # the keys' deletion is a revision
+        assert c.get("workers/a") is None and c.get("workers/b") is None
+        assert c.get("other").value == b"x"
+        gone = c.lease_time_to_live(chosen.id)
+        assert gone.expired and gone.ttl_s == -1
+        assert c.lease_leases().ids == (first.id,)
+
+
+def test_ttl_zero_gets_the_servers_minimum(api):
+    with Client(api.url, **FAST) as c:
+        assert c.lease_grant(0).ttl_s == api.kv.lessor.min_ttl_s
+
+
+def test_unknown_leases_are_typed_errors(api):
+    with Client(api.url, **FAST) as c:
+        with pytest.raises(LeaseNotFoundError) as e:
+            c.lease_revoke(0x77)
+        assert isinstance(e.value, NotFoundError) and not e.value.retryable
+        assert "requested lease not found" in str(e.value)
+        assert len(e.value.attempts) == 1  # not retried
+        with pytest.raises(LeaseNotFoundError):
+            c.lease_keepalive_once(0x77)
+        with pytest.raises(LeaseNotFoundError):
+            c.put("k", "v", lease=0x77)
+        assert c.get("k") is None
+        with pytest.raises(LeaseNotFoundError):
+            c.keep_alive(0x77)  # the first refresh fails: nothing runs in the background
+        lease = c.lease_grant(10, lease_id=0x99)
+        with pytest.raises(LeaseExistsError):
+            c.lease_grant(10, lease_id=lease.id)
+        assert c.lease_leases().ids == (0x99,)
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.lease_grant(-1),
+    lambda c: c.lease_grant(1.5),
+    lambda c: c.lease_grant(True),
+    lambda c: c.lease_grant(5, lease_id=-3),
+    lambda c: c.lease_grant(5, lease_id=1 << 63),
+    lambda c: c.lease_revoke(0),
+    lambda c: c.lease_revoke("12"),
+    lambda c: c.lease_keepalive_once(-1),
+    lambda c: c.lease_time_to_live(1 << 64),
+    lambda c: c.keep_alive(0),
+    lambda c: c.keep_alive(5, interval_s=0),
+])
+def test_bad_input_fails_before_sending(api, call):
+    with Client(api.url, **FAST) as c:
+        with pytest.raises(ValueError):
+            call(c)
+    assert api.kv.write_ids == [] and api.kv.calls["LeaseKeepAliveRequest"] == 0
+    assert len(api.kv.lessor) == 0
+
+
+def test_server_side_invalid_ttl_is_invalid_argument(api):
+    with Client(api.url, **FAST) as c, pytest.raises(ClientError) as e:
+        c.lease_grant(1 << 62)  # over the server's maximum TTL: refused, not retried
+    assert not e.value.retryable and len(e.value.attempts) == 1
+    assert len(api.kv.lessor) == 0
+
+
+def test_writes_resend_the_same_ids_on_retry(api):
+    api.kv.fail_once = {"grant", "revoke"}  # their first attempts: "no leader"
+    with Client(api.url, **FAST) as c:
+        lease = c.lease_grant(10)
+        c.lease_revoke(lease.id)
+    (g1, g2, r1, r2) = api.kv.write_ids
+    assert g1 == g2 and r1 == r2
+    assert g1[0] == "grant" and r1[0] == "revoke"
+    assert g1[1] == r1[1] == c.client_id
+    assert g1[2] != r1[2]  # a new call, a new request id
+    assert len(api.kv.lessor) == 0
+
+
+def test_retried_grant_after_a_lost_answer_is_applied_once(api):
+    api.kv.slow_grants, api.kv.delay_s = 1, 0.6
+    with Client(api.url, **dict(FAST, attempt_timeout_s=0.2)) as c:
+        lease = c.lease_grant(10)
+        assert c.lease_leases().ids == (lease.id,)
+    ids = [x for x in api.kv.write_ids if x[0] == "grant"]
+    assert len(ids) == 2 and ids[0] == ids[1]  # the server saw it twice, applied it once
+
+
+def test_retryable_failures_are_retried_then_reported(api):
+    api.kv.fail_with = no_leader()
+    with Client(api.url, retries=2, **FAST) as c:
+        with pytest.raises(NoLeaderError) as e:
+            c.lease_keepalive_once(5)
+        assert len(e.value.attempts) == 3
+        with pytest.raises(NoLeaderError):
+            c.lease_time_to_live(5)
+
+
+def test_sync_signatures_match_async():
+    for name in ("lease_grant", "lease_revoke", "lease_keepalive_once", "lease_time_to_live",
+                 "lease_leases", "keep_alive"):
+        sync_params = list(inspect.signature(getattr(Client, name)).parameters.values())
+        async_params = list(inspect.signature(getattr(AsyncClient, name)).parameters.values())
+        assert [(p.name, p.kind, p.default) for p in sync_params] == \
+               [(p.name, p.kind, p.default) for p in async_params], name
+
+
+# ---------------------------------------------------------------------------------------------
+# Keep-alive
+
+
+def test_async_keep_alive_keeps_a_short_lease_past_its_ttl(api):
+    async def body():
+        async with AsyncClient(api.url, **FAST) as c:
+            kept = await c.lease_grant(1)
+            control = await c.lease_grant(1)  # granted after ``kept``: expires no sooner
+            await c.put("kept/key", "v", lease=kept.id)
+            refreshed: list[int] = []
+            async with c.keep_alive(kept.id, on_refresh=refreshed.append) as ka:
+                assert isinstance(ka, KeepAlive) and ka.alive and ka.refreshes == 1
+                await async_wait_until(lambda: api.kv.lessor.is_expired(control.id),
+                                       "the control lease to expire")
+                assert not api.kv.lessor.is_expired(kept.id)
+                assert ka.alive and ka.error is None and ka.refreshes >= 2
+                assert (await c.lease_time_to_live(kept.id)).ttl_s >= 0
+            assert not ka.alive and ka.error is None  # closed cleanly
+            assert refreshed == [1] * ka.refreshes
+            assert api.run(api.kv.expire_leases) == [control.id]
+            assert (await c.get("kept/key")).value == b"v"
+
+    asyncio.run(body())
+
+
+def test_sync_keep_alive_runs_on_the_clients_loop_thread(api):
+    import threading
+
+    threads: set[str] = set()
+    with Client(api.url, **FAST) as c:
+        kept = c.lease_grant(1)
+        control = c.lease_grant(1)
+        before = threading.active_count()
+        with c.keep_alive(kept.id,
+                          on_refresh=lambda ttl: threads.add(threading.current_thread().name)
+                          ) as ka:
+            assert isinstance(ka, SyncKeepAlive) and ka.alive and ka.ttl_s == 1
+            assert threading.active_count() == before  # no thread of its own
+            wait_until(lambda: api.kv.lessor.is_expired(control.id), "the control to expire")
+            assert not api.kv.lessor.is_expired(kept.id) and ka.refreshes >= 2
+            assert not ka.wait(0.01)  # still running
+        assert not ka.alive and ka.error is None
+        assert ka.wait(1.0)  # stopped: returns at once, nothing raised
+        assert threads == {"raftkv-client-loop"}
+        assert c.lease_time_to_live(kept.id).ttl_s >= 0
+
+
+def test_keep_alive_stops_with_lease_not_found_when_revoked(api):
+    with Client(api.url, **FAST) as c:
+        lease = c.lease_grant(30)
+        ka = c.keep_alive(lease.id, interval_s=0.05)
+        c.lease_revoke(lease.id)
+        with pytest.raises(LeaseNotFoundError):
+            ka.wait(DEADLINE_S)
+        assert not ka.alive and isinstance(ka.error, LeaseNotFoundError)
+        ka.close()  # harmless after it stopped
+
+
+def test_leaving_the_block_raises_when_the_lease_was_lost(api):
+    async def body():
+        async with AsyncClient(api.url, **FAST) as c:
+            lease = await c.lease_grant(30)
+            with pytest.raises(LeaseNotFoundError):
+                async with c.keep_alive(lease.id, interval_s=0.05) as ka:
+                    await c.lease_revoke(lease.id)
+                    await async_wait_until(lambda: not ka.alive, "the keep-alive to stop")
+            # an exception from the body wins over the keep-alive's
+            lease = await c.lease_grant(30)
+            with pytest.raises(KeyError):
+                async with c.keep_alive(lease.id, interval_s=0.05) as ka:
+                    await c.lease_revoke(lease.id)
+                    await async_wait_until(lambda: not ka.alive, "the keep-alive to stop")
+                    raise KeyError("body")
+
+    asyncio.run(body())
+
+
+def test_keep_alive_retries_failed_refreshes_until_they_succeed(api):
+    """Refreshes fail (the client's own retries give up quickly) but not for longer than
+    the TTL: the keep-alive keeps trying and the lease survives."""
+    with Client(api.url, **dict(FAST, retries=0)) as c:
+        lease = c.lease_grant(5)
+        with c.keep_alive(lease.id, interval_s=0.05) as ka:
+            api.kv.fail_with = no_leader()
+            wait_until(lambda: ka.failures >= 2, "two failed refreshes")
+            assert ka.alive
+            api.kv.fail_with = None
+            refreshes = ka.refreshes
+            wait_until(lambda: ka.refreshes >= refreshes + 2, "refreshes to resume")
+            assert ka.alive and ka.error is None
+        assert not api.kv.lessor.is_expired(lease.id)
+
+
+def test_keep_alive_gives_up_when_no_refresh_gets_through_within_the_ttl(api):
+    with Client(api.url, **dict(FAST, retries=0)) as c:
+        lease = c.lease_grant(1)
+        ka = c.keep_alive(lease.id)
+        api.kv.fail_with = no_leader()
+        with pytest.raises(NoLeaderError) as e:
+            ka.wait(DEADLINE_S)
+        assert isinstance(e.value, UnavailableError)
+        assert "may have expired" in str(e.value) and "no leader" in str(e.value)
+        assert not ka.alive and ka.failures >= 1
+        ka.close()
+
+
+def test_keep_alive_fails_over_to_another_endpoint(api2):
+    with Client(api2.urls, **FAST) as c:
+        lease = c.lease_grant(1)
+        control = c.lease_grant(1)
+        with c.keep_alive(lease.id) as ka:
+            api2.stop_listener(0)
+            refreshes = ka.refreshes
+            wait_until(lambda: ka.refreshes >= refreshes + 2, "refreshes through the 2nd")
+            wait_until(lambda: api2.kv.lessor.is_expired(control.id), "the control to expire")
+            assert ka.alive and not api2.kv.lessor.is_expired(lease.id)
+        assert c.lease_time_to_live(lease.id).ttl_s >= 0
+
+
+def test_keep_alive_stops_when_the_client_closes(api):
+    c = Client(api.url, **FAST)
+    lease = c.lease_grant(30)
+    ka = c.keep_alive(lease.id, interval_s=0.05)
+    assert ka.alive
+    c.close()
+    assert not ka.alive
+    ka.close()  # the loop is gone: nothing to do, no error
+
+
+def test_async_keep_alive_start_and_close_by_hand(api):
+    async def body():
+        async with AsyncClient(api.url, **FAST) as c:
+            lease = await c.lease_grant(30)
+            ka = c.keep_alive(lease.id, interval_s=0.05)
+            with pytest.raises(ClientError):
+                await ka.wait()  # not started
+            await ka.start()
+            with pytest.raises(ClientError):
+                await ka.start()  # once only
+            await async_wait_until(lambda: ka.refreshes >= 3, "three refreshes")
+            await ka.close()
+            await ka.wait()  # returns: closed, not failed
+            assert not ka.alive and ka.error is None and "stopped" in repr(ka)
+
+    asyncio.run(body())
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces
+
+
+def test_keepalive_answer_lines():
+    header = {"header": {"revision": "3"}}
+    assert leases_mod.decode_keepalive({"result": {**header, "ID": "5", "TTL": "7"}}, 5) == 7
+    with pytest.raises(LeaseNotFoundError):
+        leases_mod.decode_keepalive({"result": {**header, "ID": "5"}}, 5)
+    with pytest.raises(NoLeaderError):
+        leases_mod.decode_keepalive({"error": {"grpc_code": 14, "http_code": 503,
+                                               "message": "etcdserver: no leader",
+                                               "http_status": "Service Unavailable"}}, 5)
+    with pytest.raises(InvalidArgumentError):
+        leases_mod.decode_keepalive({"error": {"grpc_code": 3, "message": "bad"}}, 5)
+    with pytest.raises(ClientError):
+        leases_mod.decode_keepalive({"result": {"ID": "6", "TTL": "7"}}, 5)
+    with pytest.raises(ClientError):
+        leases_mod.decode_keepalive([], 5)
+
+
+def test_answers_decode_etcds_shapes():
+    doc = json.loads('{"header":{"revision":"4"},"ID":"7587","TTL":"9","grantedTTL":"10",'
+                     '"keys":["YQ==","/w=="]}')
+    ttl = leases_mod.decode_time_to_live(doc)
+    assert (ttl.id, ttl.ttl_s, ttl.granted_ttl_s, ttl.keys, ttl.revision) == (
+        7587, 9, 10, (b"a", b"\xff"), 4)
+    assert leases_mod.decode_time_to_live({"ID": "1", "TTL": "-1"}).expired
+    assert leases_mod.decode_leases({"leases": [{"ID": "1"}, {"ID": "2"}]}).ids == (1, 2)
+    assert leases_mod.decode_leases({"header": {}}).ids == ()
+    with pytest.raises(ClientError):
+        leases_mod.decode_grant({"TTL": "5"})  # no ID
+
+
+@pytest.mark.parametrize("text,value", [
+    ("694d5765fc71500b", 0x694D5765FC71500B), ("0x10", 16), ("10", 10), ("0X1f", 31),
+    (" 0xff ", 255), ("7fffffffffffffff", (1 << 63) - 1),
+])
+def test_parse_lease_id(text, value):
+    assert leases_mod.parse_lease_id(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5", "0x", "xyz", "0x8000000000000000", "9223372036854775808", "1.5"])
+def test_parse_lease_id_refuses(text):
+    with pytest.raises(ValueError):
+        leases_mod.parse_lease_id(text)
+
+
+@pytest.mark.parametrize("value", [1, 16, 0x694D5765FC71500B, 1234567890, (1 << 63) - 1])
+def test_printed_lease_ids_parse_back(value):
+    text = leases_mod.format_lease_id(value)
+    assert leases_mod.parse_lease_id(text) == value
+    assert len(text.removeprefix("0x")) >= 16
