@@ -1,0 +1,237 @@
+"""``raftkv lease grant|revoke|keep-alive|timetolive|list`` (kvserver.cli_lease) against the
+in-process API over ``LocalKV`` (see ``test_leases``).
+
+Pinned down: etcdctl's lines by default (IDs in 16-digit hex that parse back), one JSON
+document with ``--json`` (one line per refresh for keep-alive); IDs taken in hex or decimal;
+exit status 0 / 1 with a one-line ``Error: ...`` / 2 on bad usage; ``keep-alive`` prints each
+refresh until Ctrl-C (exit 130, in-process and as a real process) or until the lease is lost
+(exit 1).
+"""
+
+from __future__ import annotations
+
+import _thread
+import io
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from kvserver import cli, cli_lease
+from kvserver.client import Client
+from kvserver.client.leases import format_lease_id
+from tests.client.fakeserver import dead_url
+from tests.client.test_leases import Served
+
+WAIT_S = 10.0
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ID_RE = r"(?:0x)?[0-9a-f]{16}"
+
+
+@pytest.fixture
+def api():
+    served = Served().start()
+    yield served
+    served.close()
+
+
+def run(capsys, *argv):
+    status = cli_lease.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def grant(api, ttl_s, lease_id=0):
+    return api.loop_thread.run(api.kv.lease_grant(ttl_s, lease_id)).lease_id
+
+
+def test_grant_prints_etcdctls_line_and_the_id_reads_back(api, capsys):
+    ep = f"--endpoints={api.url}"
+    status, out, err = run(capsys, "lease", "grant", "10", ep)
+    assert status == 0 and err == ""
+    m = re.fullmatch(rf"lease ({ID_RE}) granted with TTL\(10s\)\n", out)
+    assert m, out
+    printed = m.group(1)
+    (lease_id,) = api.kv.lessor.leases().leases
+    assert printed == format_lease_id(lease_id)
+    status, out, _ = run(capsys, "lease", "timetolive", printed, ep)
+    assert status == 0
+    assert re.fullmatch(rf"lease {printed} granted with TTL\(10s\), remaining\(\d+s\)\n", out)
+
+
+def test_grant_with_an_id_in_hex_or_decimal_and_json(api, capsys):
+    ep = f"--endpoints={api.url}"
+    assert run(capsys, "lease", "grant", "5", "--id", "694d5765fc71500b", ep) == (
+        0, "lease 694d5765fc71500b granted with TTL(5s)\n", "")
+    status, out, _ = run(capsys, "lease", "grant", "7", "--id", "4660", "--json", ep)
+    doc = json.loads(out)
+    assert status == 0 and doc["id"] == 4660 and doc["id_hex"] == "0x0000000000001234"
+    assert doc["ttl_s"] == 7 and doc["header"]["member_id"] == api.kv.member_id
+    assert run(capsys, "lease", "grant", "5", "--id", "0x1234", ep)[0] == 1  # exists
+    assert set(api.kv.lessor.leases().leases) == {0x694D5765FC71500B, 4660}
+
+
+def test_timetolive_with_keys_json_and_expired(api, capsys):
+    ep = f"--endpoints={api.url}"
+    lease_id = grant(api, 30, 0x694D5765FC71500B)
+    with Client(api.url) as c:
+        c.put("k1", "v", lease=lease_id)
+        c.put(b"k\xff", "v", lease=lease_id)
+    status, out, _ = run(capsys, "lease", "timetolive", "694d5765fc71500b", "--keys", ep)
+    assert status == 0
+    assert re.fullmatch(r"lease 694d5765fc71500b granted with TTL\(30s\), remaining\(\d+s\), "
+                        r"attached keys\(\[k1 k\\xff\]\)\n", out), out
+    status, out, _ = run(capsys, "lease", "timetolive", "0x694d5765fc71500b", "--keys",
+                         "--json", ep)
+    doc = json.loads(out)
+    assert doc["granted_ttl_s"] == 30 and not doc["expired"] and 0 <= doc["ttl_s"] <= 30
+    assert doc["keys"] == ["k1", {"key": "a/8=", "encoding": "base64"}]
+    status, out, err = run(capsys, "lease", "timetolive", "0x77", ep)
+    assert (status, out, err) == (1, "lease 0x0000000000000077 already expired\n", "")
+    status, out, _ = run(capsys, "lease", "timetolive", "0x77", "--json", ep)
+    assert status == 1 and json.loads(out)["expired"] is True
+
+
+def test_list_and_revoke(api, capsys):
+    ep = f"--endpoints={api.url}"
+    assert run(capsys, "lease", "list", ep) == (0, "found 0 leases\n", "")
+    a = grant(api, 30, 0xA1)
+    b = grant(api, 60, 0xB2)
+    status, out, _ = run(capsys, "lease", "list", ep)
+    assert status == 0 and out.splitlines()[0] == "found 2 leases"
+    assert sorted(out.splitlines()[1:]) == ["00000000000000a1", "00000000000000b2"]
+    status, out, _ = run(capsys, "lease", "list", "--json", ep)
+    doc = json.loads(out)
+    assert sorted(doc["ids"]) == [a, b] and sorted(doc["ids_hex"]) == [
+        "00000000000000a1", "00000000000000b2"]
+    assert run(capsys, "lease", "revoke", "a1", ep) == (0, "lease 00000000000000a1 revoked\n", "")
+    status, out, _ = run(capsys, "lease", "revoke", str(b), "--json", ep)
+    assert status == 0 and json.loads(out)["revoked"] is True and json.loads(out)["id"] == b
+    assert len(api.kv.lessor) == 0
+    status, out, err = run(capsys, "lease", "revoke", "a1", ep)
+    assert status == 1 and out == ""
+    assert err.startswith("Error: ") and "requested lease not found" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_keep_alive_once(api, capsys):
+    ep = f"--endpoints={api.url}"
+    grant(api, 20, 0xC3)
+    assert run(capsys, "lease", "keep-alive", "c3", "--once", ep) == (
+        0, "lease 00000000000000c3 keepalived with TTL(20)\n", "")
+    status, out, _ = run(capsys, "lease", "keepalive", "195", "--once", "--json", ep)
+    assert status == 0 and json.loads(out) == {"id": 195, "id_hex": "00000000000000c3",
+                                               "ttl_s": 20}
+    status, out, err = run(capsys, "lease", "keep-alive", "0x99", "--once", ep)
+    assert status == 1 and out == "" and "requested lease not found" in err
+
+
+class InterruptAfter(io.StringIO):
+    """stdout that does what Ctrl-C does once ``lines`` lines were written."""
+
+    def __init__(self, lines: int, action=None) -> None:
+        super().__init__()
+        self.lines = lines
+        self.action = action or _thread.interrupt_main
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        if self.getvalue().count("\n") == self.lines:
+            self.action()
+        return n
+
+
+def test_keep_alive_prints_each_refresh_until_ctrl_c(api):
+    lease_id = grant(api, 1, 0xD4)
+    args = cli.build_parser().parse_args(["lease", "keep-alive", "d4", "--endpoints", api.url])
+    out = InterruptAfter(3)
+    assert cli_lease.cmd_keep_alive(args, out=out, err=io.StringIO()) == 130
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3
+    assert set(lines) == {"lease 00000000000000d4 keepalived with TTL(1)"}
+    assert api.kv.lessor.exists(lease_id)
+
+
+def test_keep_alive_exits_1_when_the_lease_is_lost(api):
+    grant(api, 1, 0xE5)  # TTL 1: the next refresh comes ~0.33 s after the first
+
+    def revoke() -> None:
+        api.loop_thread.run(api.kv.lease_revoke(0xE5))
+
+    args = cli.build_parser().parse_args(
+        ["lease", "keep-alive", "e5", "--json", "--endpoints", api.url])
+    out, err = InterruptAfter(1, revoke), io.StringIO()
+    assert cli_lease.cmd_keep_alive(args, out=out, err=err) == 1
+    assert out.getvalue().splitlines() == ['{"id":229,"id_hex":"00000000000000e5","ttl_s":1}']
+    assert err.getvalue().startswith("Error: ") and "lease not found" in err.getvalue()
+    assert err.getvalue().count("\n") == 1
+
+
+def test_keep_alive_process_ctrl_c_exits_130(api):
+    grant(api, 1, 0xF6)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAFTKV_ENDPOINTS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvserver.cli", "lease", "keep-alive", "f6",
+         "--endpoints", api.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        for _ in range(3):  # the first refresh and two more (TTL 1: every ~0.33 s)
+            line = lines.get(timeout=WAIT_S)
+            assert line == "lease 00000000000000f6 keepalived with TTL(1)\n", (
+                line, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(WAIT_S) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("argv", [
+    ["lease", "grant"],
+    ["lease", "grant", "-5"],
+    ["lease", "grant", "ten"],
+    ["lease", "grant", "5", "--id", "zz"],
+    ["lease", "revoke", "0"],
+    ["lease", "revoke", "-1"],
+    ["lease", "revoke", "0x8000000000000000"],
+    ["lease", "keep-alive"],
+    ["lease", "timetolive", "nope"],
+    ["lease"],
+])
+def test_bad_usage_exits_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+
+
+def test_registered_in_raftkv_and_endpoints_from_the_environment(api, capsys, monkeypatch):
+    monkeypatch.setenv("RAFTKV_ENDPOINTS", api.url)
+    grant(api, 9, 0x1F)
+    assert cli.main(["lease", "list"]) == 0
+    assert capsys.readouterr().out == "found 1 lease\n000000000000001f\n"
+
+
+def test_unreachable_cluster_is_a_one_line_error(capsys):
+    status, out, err = run(capsys, "lease", "list", f"--endpoints={dead_url()}",
+                           "--timeout", "0.5")
+    assert status == 1 and out == "" and err.startswith("Error: lease list: ")
+    assert err.count("\n") == 1
