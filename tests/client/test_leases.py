@@ -489,3 +489,53 @@ def test_printed_lease_ids_parse_back(value):
     text = leases_mod.format_lease_id(value)
     assert leases_mod.parse_lease_id(text) == value
     assert len(text.removeprefix("0x")) >= 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Against a real etcd 3.4 (its gateway is the reference for the JSON shapes)
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    from tests.conftest import require_program
+    from tests.etcd_process import etcd_process
+
+    require_program("etcd")
+    with etcd_process(str(tmp_path_factory.mktemp("etcd")), name="e1") as proc:
+        with Client(proc.url, timeout_s=1.0, retries=0) as probe:
+            def has_leader() -> bool:
+                try:
+                    return bool(probe.status().leader)
+                except ClientError:
+                    return False
+            wait_until(has_leader, f"etcd to elect itself; see {proc.log_path}", 20.0)
+        yield proc.url
+
+
+@pytest.mark.slow
+@pytest.mark.external
+def test_lease_calls_against_etcd(etcd):
+    with Client(etcd, **FAST) as c:
+        lease = c.lease_grant(30)
+        assert lease.id > 0 and lease.ttl_s == 30
+        chosen = c.lease_grant(20, lease_id=0x1234)
+        assert chosen.id == 0x1234
+        with pytest.raises(LeaseExistsError):
+            c.lease_grant(20, lease_id=0x1234)
+        c.put("etcd/k", "v", lease=chosen.id)
+        ttl = c.lease_time_to_live(chosen.id, keys=True)
+        assert ttl.granted_ttl_s == 20 and 0 < ttl.ttl_s <= 20 and ttl.keys == (b"etcd/k",)
+        assert {lease.id, chosen.id} <= set(c.lease_leases().ids)
+        assert c.lease_keepalive_once(chosen.id) == 20
+        with c.keep_alive(chosen.id, interval_s=0.05) as ka:
+            wait_until(lambda: ka.refreshes >= 3, "three refreshes through etcd")
+        c.lease_revoke(chosen.id)
+        assert c.get("etcd/k") is None
+        assert c.lease_time_to_live(chosen.id).expired
+        with pytest.raises(LeaseNotFoundError):
+            c.lease_revoke(chosen.id)
+        with pytest.raises(LeaseNotFoundError):
+            c.lease_keepalive_once(chosen.id)
+        with pytest.raises(LeaseNotFoundError):
+            c.put("etcd/k", "v", lease=chosen.id)
+        c.lease_revoke(lease.id)
