@@ -539,3 +539,46 @@ def test_lease_calls_against_etcd(etcd):
         with pytest.raises(LeaseNotFoundError):
             c.put("etcd/k", "v", lease=chosen.id)
         c.lease_revoke(lease.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# On a three-node raftkv of real processes: the leader is killed while the client keeps a
+# lease alive (keep-alive is leader-only; the client must find the new leader)
+
+
+@pytest.mark.slow
+def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
+    import signal
+
+    from kvserver.cluster import LocalCluster
+    from tests.cluster.conftest import FAST_TIMING
+    from tests.cluster.harness import leader_of, wait_healthy
+
+    cluster = LocalCluster(str(tmp_path / "c"), size=3, extra_args=FAST_TIMING)
+    try:
+        cluster.start()
+        wait_healthy(cluster)
+        urls = [n.client_url for n in cluster.nodes]
+        with Client(urls, timeout_s=5.0, attempt_timeout_s=1.0, connect_timeout_s=0.5) as c:
+            lease = c.lease_grant(2)
+            control = c.lease_grant(2)  # not kept alive: must be gone afterwards
+            c.put("held/a", "v", lease=lease.id)
+            c.put("dropped/a", "v", lease=control.id)
+            with c.keep_alive(lease.id) as ka:
+                wait_until(lambda: ka.refreshes >= 2, "two refreshes before the kill")
+                old = leader_of(cluster)
+                assert old is not None
+                cluster.kill(old, signal.SIGKILL)
+                survivors = [n for n in cluster.nodes if n.alive()]
+                wait_healthy(cluster, timeout_s=30, among=survivors)
+                refreshes = ka.refreshes
+                wait_until(lambda: ka.refreshes >= refreshes + 3, "refreshes via the new leader",
+                           30.0)
+                wait_until(lambda: c.get("dropped/a") is None, "the control lease to expire",
+                           30.0)
+                assert ka.alive and ka.error is None
+            assert c.get("held/a").value == b"v"
+            assert not c.lease_time_to_live(lease.id).expired
+            assert c.lease_time_to_live(control.id).expired
+    finally:
+        cluster.stop()
