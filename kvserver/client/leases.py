@@ -280,6 +280,9 @@ class KeepAlive:
         """Stop refreshing (the lease stays until its TTL runs out or it is revoked)."""
         self._closed = True
         task = self._task
+        if task is not None and task is asyncio.current_task():
+            task.cancel()  # close() from on_refresh: the task ends at its next await
+            return
         if task is not None and not task.done():
             task.cancel()
             try:
@@ -321,9 +324,7 @@ class KeepAlive:
             while True:
                 await asyncio.sleep(self._interval())
                 await self._refresh_before_expiry(loop)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a ClientError, or the on_refresh callback's failure
+        except Exception as exc:  # a ClientError, or the on_refresh callback's failure
             self.error = exc
             log.info("keep-alive of lease %x stopped: %s", self.lease_id, exc)
         finally:
@@ -391,6 +392,13 @@ class SyncKeepAlive:
 
     def close(self) -> None:
         if self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:  # called on the loop thread (from on_refresh): don't block
+            self._loop.create_task(self._ka.close())
             return
         try:
             asyncio.run_coroutine_threadsafe(self._ka.close(), self._loop).result(10.0)

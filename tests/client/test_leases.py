@@ -582,3 +582,30 @@ def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
             assert c.lease_time_to_live(control.id).expired
     finally:
         cluster.stop()
+
+
+def test_close_from_the_refresh_callback(api):
+    async def body():
+        async with AsyncClient(api.url, **FAST) as c:
+            lease = await c.lease_grant(30)
+            holder: list[KeepAlive] = []
+
+            async def on_refresh(ttl_s: int) -> None:
+                if len(holder) and holder[0].refreshes >= 3:
+                    await holder[0].close()
+
+            ka = c.keep_alive(lease.id, interval_s=0.02, on_refresh=on_refresh)
+            holder.append(ka)
+            await ka.start()
+            await asyncio.wait_for(ka.wait(), DEADLINE_S)
+            assert not ka.alive and ka.error is None and ka.refreshes == 3
+
+    asyncio.run(body())
+
+    with Client(api.url, **FAST) as c:
+        lease = c.lease_grant(30)
+        box: list[SyncKeepAlive] = []
+        ka = c.keep_alive(lease.id, interval_s=0.02,
+                          on_refresh=lambda ttl: box and box[0].refreshes >= 3 and box[0].close())
+        box.append(ka)
+        assert ka.wait(DEADLINE_S) and not ka.alive and ka.error is None
