@@ -148,7 +148,10 @@ class Client:
                 self._finalizer = weakref.finalize(self, _shutdown, loop, thread, self._aclient)
             return self._loop
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _run(self, coro: Coroutine[Any, Any, T], *, bounded: bool = True) -> T:
+        """Run ``coro`` on the client's loop and wait for it: at most the client's
+        ``timeout_s`` (plus a margin), or, with ``bounded=False``, as long as the call itself
+        takes (calls with their own deadline, such as a watch's reconnect timeout)."""
         try:
             loop = self._ensure_loop()
         except BaseException:
@@ -160,7 +163,7 @@ class Client:
                                "event loop thread; use AsyncClient there")
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
-            return future.result(self._aclient.timeout_s + WAIT_MARGIN_S)
+            return future.result(self._aclient.timeout_s + WAIT_MARGIN_S if bounded else None)
         except BaseException as exc:
             if future.done():
                 raise  # the call's own outcome (note: RequestTimeoutError is a TimeoutError)
@@ -168,26 +171,6 @@ class Client:
             if isinstance(exc, concurrent.futures.TimeoutError):
                 raise RequestTimeoutError("the client's event loop did not finish the call "
                                           "in time") from None
-            raise
-
-    def _run_unbounded(self, coro: Coroutine[Any, Any, T]) -> T:
-        """``_run`` for calls bounded by their own deadline, not the client's ``timeout_s``
-        (a watch's reconnect timeout)."""
-        try:
-            loop = self._ensure_loop()
-        except BaseException:
-            coro.close()
-            raise
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a blocking Client method was called from the client's own "
-                               "event loop thread; use AsyncClient there")
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        try:
-            return future.result()
-        except BaseException:
-            if not future.done():
-                future.cancel()
             raise
 
     # -----------------------------------------------------------------------------------------
@@ -240,7 +223,7 @@ class Client:
                             reconnect_timeout_s=reconnect_timeout_s)
         # Returns once the watcher exists (a watch from "now" then misses nothing after it).
         try:
-            self._run_unbounded(awatch.start())
+            self._run(awatch.start(), bounded=False)
         except BaseException:
             self._run(awatch.close())
             raise
