@@ -34,7 +34,6 @@ import argparse
 import base64
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 from kvserver.cli_client import _common_options, _dumps, _non_negative, _run, _text, header_to_json
@@ -80,20 +79,6 @@ def register(sub) -> None:
 
     p = lsub.add_parser("list", parents=[common], help="every lease's ID")
     p.set_defaults(func=cmd_list)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A parser with just the lease command (``raftkv`` registers it among the others)."""
-    parser = argparse.ArgumentParser(prog="raftkv")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,6 +214,3 @@ def render_list(result: LeaseList, *, as_json: bool) -> str:
     return f"found {len(result.ids)} {noun}\n" + "".join(
         format_lease_id(i) + "\n" for i in result.ids)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

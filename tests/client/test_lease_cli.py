@@ -42,7 +42,7 @@ def api():
 
 
 def run(capsys, *argv):
-    status = cli_lease.main(list(argv))
+    status = cli.main(list(argv))
     out, err = capsys.readouterr()
     return status, out, err
 
