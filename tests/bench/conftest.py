@@ -2,6 +2,8 @@
 end-to-end bench tests: real storage, transport and HTTP, started and stopped per test."""
 
 import asyncio
+import concurrent.futures
+import io
 import threading
 
 import pytest
@@ -19,7 +21,20 @@ class InProcessCluster:
         self.members: list[Member] = []
 
     def call(self, coro, timeout_s=30.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise AssertionError(f"the in-process cluster did not finish within {timeout_s} s; "
+                                 f"its tasks:\n{self._task_stacks()}") from None
+
+    def _task_stacks(self) -> str:
+        """Where every task of the cluster's loop waits (a diagnosis of a hang)."""
+        out = io.StringIO()
+        for task in list(asyncio.all_tasks(self.loop)):
+            out.write(f"- {task.get_name()}: {task.get_coro()!r}\n")
+            task.print_stack(limit=6, file=out)
+        return out.getvalue()
 
     def start(self):
         self.thread.start()
