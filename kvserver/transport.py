@@ -64,6 +64,7 @@ class TransportLimits:
     backoff_min_s: float = 0.05
     backoff_max_s: float = 1.0
     heartbeat_s: float = 2.0            # WebSocket ping: detects a dead peer connection
+    close_timeout_s: float = 1.0        # at stop: how long an incoming stream's close may wait
 
 
 OnMessages = Callable[[list[Message]], None]
@@ -114,8 +115,11 @@ class PeerTransport:
         self._peers.clear()
         for task in list(self._snapshot_tasks):
             task.cancel()
-        for ws in list(self._incoming):  # else the HTTP server waits for them to end
-            await ws.close()
+        # Else the HTTP server waits for them to end. Closed together, each bounded by
+        # close_timeout_s: a peer that does not answer the close frame must not hold up
+        # this member's stop (aiohttp's default close wait is 10 s per stream).
+        await asyncio.gather(*(ws.close() for ws in list(self._incoming)),
+                             return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -230,7 +234,8 @@ class PeerTransport:
         if self._closing:
             raise web.HTTPServiceUnavailable(text="member is stopping")
         ws = web.WebSocketResponse(max_msg_size=self.limits.frame_bytes,
-                                   heartbeat=self.limits.heartbeat_s)
+                                   heartbeat=self.limits.heartbeat_s,
+                                   timeout=self.limits.close_timeout_s)
         await ws.prepare(request)
         self._incoming.add(ws)
         by_peer = self._incoming_by_peer.setdefault(sender, set())
