@@ -43,7 +43,9 @@ ANALYSIS: list[str] = [
     "in three A/B pairs at 1 and 64 clients (fsync is ~0.18 ms on this disk) — reverted "
     "to keep the simpler order. fsync on the event-loop thread instead of the writer "
     "thread at 1 client: worse (p50 3.7 ms vs 2.1 ms; the leader cannot read "
-    "acknowledgements while blocked) — not kept.",
+    "acknowledgements while blocked) — not kept. Sending the leader's commit-only "
+    "appends and heartbeats after applying, so client answers go out first: no "
+    "measurable change in three A/B pairs — not kept.",
     "- **What would move it.** Fewer Python steps per request on the leader: write peer "
     "frames directly from the raft task and encode a MsgApp once for all followers; a "
     "leaner HTTP handler path (no middleware layers per request); on machines with more "
