@@ -369,6 +369,11 @@ def _error(status: int, code: int, message: str) -> web.Response:
                              status=status)
 
 
+# Client options for tests: short timeouts and backoffs, so failover is exercised quickly.
+FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
+            backoff_initial_s=0.01, backoff_max_s=0.05)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

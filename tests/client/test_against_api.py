@@ -28,10 +28,7 @@ from kvserver.client import (
 from kvserver.errors import no_leader
 from kvserver.metrics import Metrics
 from tests.api.fakes import LocalKV
-from tests.client.fakeserver import LoopThread, _free_port
-
-FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
-            backoff_initial_s=0.01, backoff_max_s=0.05)
+from tests.client.fakeserver import FAST, LoopThread, _free_port
 
 
 class SlowLocalKV(LocalKV):

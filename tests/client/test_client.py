@@ -34,10 +34,7 @@ from kvserver.client import (
     ResponseFormatError,
     Txn,
 )
-from tests.client.fakeserver import Fail, FakeCluster, Hang, dead_url
-
-FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
-            backoff_initial_s=0.01, backoff_max_s=0.05)
+from tests.client.fakeserver import FAST, Fail, FakeCluster, Hang, dead_url
 
 NO_LEADER = Fail(503, 14, "etcdserver: no leader")
 

@@ -40,10 +40,8 @@ from kvserver.client import leases as leases_mod
 from kvserver.errors import no_leader
 from kvserver.metrics import Metrics
 from tests.api.fakes import LocalKV
-from tests.client.fakeserver import LoopThread, _free_port
+from tests.client.fakeserver import FAST, LoopThread, _free_port
 
-FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
-            backoff_initial_s=0.01, backoff_max_s=0.05)
 DEADLINE_S = 10.0
 
 

@@ -34,10 +34,8 @@ from kvserver.metrics import Metrics
 from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest, PutRequest
 from kvserver.watch import WatchLimits
 from tests.api.fakes import LocalKV
-from tests.client.fakeserver import LoopThread, _free_port
+from tests.client.fakeserver import FAST, LoopThread, _free_port
 
-FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
-            backoff_initial_s=0.01, backoff_max_s=0.05)
 WAIT_S = 10.0
 
 
