@@ -9,6 +9,6 @@ Parts, each small:
 - ``stats``: raw latency samples, percentiles, etcd's histogram;
 - ``report``: etcd-style text report and the progress bar.
 
-``kvserver.cli_bench`` is the command line; ``benchmarks/compare.py`` uses ``runner.run``
+``kvserver.cli.bench`` is the command line; ``benchmarks/compare.py`` uses ``runner.run``
 to compare raftkv, etcd and PySyncObj.
 """

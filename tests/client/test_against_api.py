@@ -12,8 +12,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from kvserver import cli_client
 from kvserver.api import build_client_app
+from kvserver.cli import client as cli_client
 from kvserver.client import (
     AsyncClient,
     Client,

@@ -1,4 +1,4 @@
-"""``raftkv put|get|del|status`` (kvserver.cli_client) against the fake cluster.
+"""``raftkv put|get|del|status`` (kvserver.cli.client) against the fake cluster.
 
 Pinned down: etcdctl-like tables by default and one JSON document with ``--json``; exit status
 0 on success, 1 on a failure with a one-line ``Error: ...`` on stderr and no traceback, 2 on
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from kvserver import cli_client
+from kvserver.cli import client as cli_client
 from tests.client.fakeserver import Fail, dead_url
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kvserver import cli_client
+from kvserver.cli import client as cli_client
 from kvserver.client import (
     Client,
     Cmp,

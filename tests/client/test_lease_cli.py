@@ -1,4 +1,4 @@
-"""``raftkv lease grant|revoke|keep-alive|timetolive|list`` (kvserver.cli_lease) against the
+"""``raftkv lease grant|revoke|keep-alive|timetolive|list`` (kvserver.cli.lease) against the
 in-process API over ``LocalKV`` (see ``test_leases``).
 
 Pinned down: etcdctl's lines by default (IDs in 16-digit hex that parse back), one JSON
@@ -23,7 +23,8 @@ import threading
 
 import pytest
 
-from kvserver import cli, cli_lease
+from kvserver import cli
+from kvserver.cli import lease as cli_lease
 from kvserver.client import Client
 from kvserver.client.leases import format_lease_id
 from tests.client.fakeserver import dead_url

@@ -1,4 +1,4 @@
-"""``raftkv watch`` (``kvserver.cli_watch``) as a real process against raftkv's HTTP API over
+"""``raftkv watch`` (``kvserver.cli.watch``) as a real process against raftkv's HTTP API over
 ``LocalKV``: lines as events happen (human and ``--json``), ``--prefix``/``--rev``/
 ``--prev-kv``, Ctrl-C exits 130 without a traceback, a compacted start revision exits 1 with
 the compact revision, and the rendering functions on their own."""
@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from kvserver import cli
-from kvserver.cli_watch import render_event
+from kvserver.cli.watch import render_event
 from kvserver.client import EventType, KeyValue, WatchEvent
 from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest
 from tests.client.test_watch_client import Replicas

@@ -1,6 +1,6 @@
 """``raftkv watch KEY [--prefix] [--rev N] [--prev-kv] [--json]``: print changes as they happen.
 
-Options shared with the other client commands (``kvserver.cli_client``): ``--endpoints``
+Options shared with the other client commands (``kvserver.cli.client``): ``--endpoints``
 (default ``$RAFTKV_ENDPOINTS``, else ``http://127.0.0.1:2379``), ``--timeout`` (each call the
 watch makes to find the leader), ``--json``.
 
@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from kvserver import cli_client
+from kvserver.cli import client as cli_client
 from kvserver.client import AsyncClient, WatchEvent
 
 

@@ -1,7 +1,7 @@
 """``raftkv member list|add|remove|promote``: cluster membership, over ``kvserver.client``.
 
 Same common options as the other client commands (``--endpoints``, ``--timeout``, ``--json``;
-see ``kvserver.cli_client``). Member IDs are printed and taken in hexadecimal, as etcdctl
+see ``kvserver.cli.client``). Member IDs are printed and taken in hexadecimal, as etcdctl
 does.
 
 * ``member list`` — a table: ID, status (``started`` once the member has published its name,
@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from kvserver.cli_client import _common_options, _dumps, _run, header_to_json, table
+from kvserver.cli.client import _common_options, _dumps, _run, header_to_json, table
 from kvserver.client import AsyncClient
 from kvserver.client.members import parse_member_id
 from kvserver.client.types import Member

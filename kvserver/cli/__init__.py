@@ -8,17 +8,9 @@ Human tables by default; ``--json`` where a command prints data.
 import argparse
 import sys
 
-from kvserver import (
-    cli_bench,
-    cli_client,
-    cli_lease,
-    cli_member,
-    cli_server,
-    cli_wal,
-    cli_watch,
-)
+from kvserver.cli import bench, client, lease, member, server, wal, watch
 
-_COMMAND_MODULES = (cli_server, cli_client, cli_watch, cli_lease, cli_member, cli_wal, cli_bench)
+_COMMAND_MODULES = (server, client, watch, lease, member, wal, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """``raftkv lease grant|revoke|keep-alive|timetolive|list``: leases, over ``kvserver.client``.
 
 Same common options as the other client commands (``--endpoints``, ``--timeout``, ``--json``;
-see ``kvserver.cli_client``). Lease IDs are printed as etcdctl prints them, 16 hex digits (with
+see ``kvserver.cli.client``). Lease IDs are printed as etcdctl prints them, 16 hex digits (with
 ``0x`` in front in the rare case those digits are all decimal, so a printed ID always reads
 back the same), and taken in hex (``0x``-prefixed or with a hex letter) or decimal
 (``kvserver.client.leases.parse_lease_id``).
@@ -36,7 +36,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from kvserver.cli_client import _common_options, _dumps, _non_negative, _run, _text, header_to_json
+from kvserver.cli.client import _common_options, _dumps, _non_negative, _run, _text, header_to_json
 from kvserver.client import AsyncClient, Lease, LeaseList, LeaseRevokeResult, LeaseTimeToLive
 from kvserver.client.leases import format_lease_id, parse_lease_id
 
