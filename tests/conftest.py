@@ -25,3 +25,14 @@ def require_program(name: str, hint: str = "") -> str:
     if external_required():
         pytest.fail(f"{reason} (RAFTKV_REQUIRE_EXTERNAL=1: .ci/run should have installed it)")
     pytest.skip(reason)
+
+
+# Suites that need minutes, a JVM or root (Spark, chaos, Docker) run in the slow phase of
+# `make test`: marking one of them is enough, the slow mark follows.
+_ALWAYS_SLOW = ("spark", "chaos", "docker")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(m) for m in _ALWAYS_SLOW) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
