@@ -16,6 +16,7 @@ import asyncio
 import gc
 import logging
 import os
+import random
 import signal
 import sys
 import time
@@ -93,7 +94,11 @@ class Member:
                           election_tick=cfg.election_ticks, heartbeat_tick=1,
                           applied=applied, check_quorum=True, pre_vote=cfg.pre_vote,
                           max_size_per_msg_bytes=1 << 20, max_inflight_msgs=512,
-                          max_uncommitted_entries_size_bytes=1 << 30)
+                          max_uncommitted_entries_size_bytes=1 << 30,
+                          # Election jitter from the OS, not seeded by the member id: a cluster
+                          # must not repeat the same timings (or the same split vote) on every
+                          # run. Only the simulator seeds raft's randomness.
+                          rng=random.SystemRandom())
         raw = RawNode(raft_cfg)
         if fresh and cfg.initial_cluster_state == "new":
             raw.bootstrap(sorted(m.id for m in self.members))
