@@ -9,6 +9,7 @@ existing`` (add it first with ``raftkv member add``).
 """
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -51,6 +52,10 @@ class NodeProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def command_line(self) -> str:
+        """The node's command, quoted for a POSIX shell."""
+        return shlex.join(self.args)
+
 
 @dataclass
 class LocalCluster:
@@ -60,6 +65,7 @@ class LocalCluster:
     extra_args: list[str] = field(default_factory=list)
     token: str = "raftkv-local"
     nodes: list[NodeProcess] = field(default_factory=list)
+    program: list[str] = field(default_factory=lambda: [sys.executable, "-m", "kvserver.cli"])
 
     def __post_init__(self):
         if self.base_port is None:
@@ -90,7 +96,7 @@ class LocalCluster:
 
     def _serve_args(self, node: NodeProcess, initial_cluster: str, state: str) -> list[str]:
         return [
-            sys.executable, "-m", "kvserver.cli", "serve",
+            *self.program, "serve",
             "--name", node.name, "--data-dir", node.data_dir,
             "--listen-client-urls", node.client_url,
             "--advertise-client-urls", node.client_url,
@@ -114,6 +120,10 @@ class LocalCluster:
         if node.alive():
             return
         log = open(node.log_path, "ab")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        log.write(f"===== {stamp}: starting {node.name}; the same member by hand:\n"
+                  f"{node.command_line()}\n".encode())
+        log.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         node.proc = subprocess.Popen(node.args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)

@@ -4,11 +4,11 @@ import logging
 import os
 import signal
 import sys
-import time
 
 from kvserver.cluster import LocalCluster
 from kvserver.config import add_server_flags, config_from_args
 from kvserver.membership import ClusterConfigError
+from kvserver.supervisor import RESTART_POLICIES, Supervisor
 
 
 def register(sub) -> None:
@@ -22,12 +22,19 @@ def register(sub) -> None:
     c = sub.add_parser("cluster", help="run a local cluster of real processes on loopback")
     csub = c.add_subparsers(dest="cluster_command", metavar="COMMAND")
     csub.required = True
-    up = csub.add_parser("up", help="start N members, print endpoints; Ctrl-C stops them all")
+    up = csub.add_parser("up", help="start N members and supervise them (a dead member is "
+                                    "restarted, the others keep serving); Ctrl-C stops them all")
     up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--data-dir", default="raftkv-data/cluster")
+    up.add_argument("--data-dir", default="raftkv-data/cluster",
+                    help="each member's data in DATA_DIR/nodeN, its log in DATA_DIR/nodeN.log")
     up.add_argument("--base-port", type=int, default=2379,
                     help="client port of node1; others at +20000, +30000, ... like etcd's "
-                         "Procfile; peers at client port + 1")
+                         "Procfile; peers at client port + 1. 0: free ports chosen by the "
+                         "kernel")
+    up.add_argument("--restart", choices=RESTART_POLICIES, default="on-failure",
+                    help="on-failure (default): restart a member that dies (at most 5 times "
+                         "in 60 s, 1 s delay doubling up to 30 s); no: leave it down and "
+                         "print the command that starts it again")
     up.set_defaults(func=cmd_cluster_up)
 
 
@@ -53,35 +60,53 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _raftkv_program() -> list[str]:
+    """How members are started: the ``raftkv`` script installed beside this interpreter (the
+    command a user would type), else this interpreter with ``-m kvserver.cli``."""
+    script = os.path.join(os.path.dirname(sys.executable), "raftkv")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return [script]
+    return [sys.executable, "-m", "kvserver.cli"]
+
+
 def cmd_cluster_up(args) -> int:
     if not 1 <= args.nodes <= 9:
         print("raftkv cluster up: --nodes must be between 1 and 9", file=sys.stderr)
         return 2
-    cluster = LocalCluster(args.data_dir, size=args.nodes, base_port=args.base_port)
-    cluster.start()
-    print(f"raftkv: {args.nodes}-node cluster starting (data and logs in {args.data_dir})")
+    top = args.base_port + (10000 * args.nodes if args.nodes > 1 else 0) + 1  # last peer port
+    if args.base_port != 0 and not (1 <= args.base_port and top <= 65535):
+        print(f"raftkv cluster up: --base-port {args.base_port} puts ports outside 1..65535 "
+              "(0 picks free ports)", file=sys.stderr)
+        return 2
+    # Absolute paths, so the printed commands work from any directory.
+    data_dir = os.path.abspath(args.data_dir)
+    cluster = LocalCluster(data_dir, size=args.nodes, base_port=args.base_port or None,
+                           program=_raftkv_program())
+    supervisor = Supervisor(cluster, restart=args.restart)
+    # SIGTERM ends the cluster as Ctrl-C does (the members run in their own sessions, so a
+    # Ctrl-C in this terminal reaches only this process, which stops them in order).
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        supervisor.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    print(f"raftkv: {args.nodes}-node cluster starting (data and logs in {data_dir})")
     for node in cluster.nodes:
-        print(f"  {node.name}: client {node.client_url}  peer {node.peer_url}  "
-              f"log {node.log_path}")
+        print(f"  {node.name}: pid {node.proc.pid}  client {node.client_url}  "
+              f"peer {node.peer_url}  log {node.log_path}\n    {node.command_line()}")
+    if args.restart == "on-failure":
+        policy = ("a member that dies is restarted (at most 5 times per 60 s, with a growing "
+                  "delay); `--restart no` leaves it down and prints its command")
+    else:
+        policy = "a member that dies is left down (--restart no); its command is printed"
     endpoints = ",".join(cluster.endpoints)
-    print(f"\nTry, in another terminal:\n  export RAFTKV_ENDPOINTS={endpoints}"
+    print(f"\nSupervising: {policy}; the others keep serving."
+          f"\n\nTry, in another terminal:\n  export RAFTKV_ENDPOINTS={endpoints}"
           "\n  .venv/bin/raftkv put greeting hello"
           "\n  .venv/bin/raftkv get greeting"
           "\n  .venv/bin/raftkv status"
           f"\n  curl -X PUT --data-binary hello {cluster.endpoints[0]}/v1/kv/greeting"
           f"\n  curl {cluster.endpoints[0]}/v1/kv/greeting"
           "\n\nCtrl-C stops the cluster.", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        while True:
-            time.sleep(0.5)
-            for node in cluster.nodes:
-                if node.proc is not None and node.proc.poll() is not None:
-                    print(f"raftkv: {node.name} exited with {node.proc.returncode}; last "
-                          f"log lines:\n{cluster.log_tail(node)}", file=sys.stderr)
-                    return 1
-    except KeyboardInterrupt:
-        print("\nraftkv: stopping the cluster", flush=True)
-        return 0
-    finally:
-        cluster.stop()
+    return supervisor.run()

@@ -1,0 +1,259 @@
+"""``raftkv cluster up`` is a supervisor: a member's death does not stop the cluster.
+
+The slow tests run ``python -m kvserver.cli cluster up --base-port 0`` as a real process
+(free ports, a temp data dir), read the pids, URLs and commands it prints, SIGKILL a member
+and check that writes go on through the other two, that the member comes back (restarted by
+the supervisor, or with ``--restart no`` by the exact command the supervisor printed) and
+catches up: its own serializable read shows a key written while it was dead. Ctrl-C (SIGINT)
+then stops everything with status 0. The restart budget's arithmetic is tested without
+processes. Every wait is a bounded poll.
+"""
+
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kvserver.supervisor import RestartBudget, describe_exit
+from tests.cluster.harness import get, get_json_safe, put, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NODE_LINE = re.compile(r"^\s+(node\d+): pid (\d+)\s+client (\S+)\s+peer (\S+)\s+log (\S+)$")
+RESTARTED = re.compile(r"^raftkv: (node\d+) restarted \(pid (\d+)\)")
+STARTUP_S = 60.0
+CATCH_UP_S = 60.0
+
+
+def test_restart_budget_backs_off_then_gives_up_then_forgets():
+    b = RestartBudget(max_restarts=3, window_s=60.0, initial_backoff_s=1.0, max_backoff_s=3.0)
+    delays = []
+    for t in (0.0, 1.0, 2.0):
+        delays.append(b.next_delay(t))
+        b.record(t)
+    assert delays == [1.0, 2.0, 3.0]        # doubling, capped at max_backoff_s
+    assert b.next_delay(10.0) is None       # 3 restarts within 60 s: give up
+    assert b.next_delay(60.5) == 3.0        # the first left the window: 1 s * 2**2, capped
+    assert b.next_delay(200.0) == 1.0       # a member that stayed up starts from scratch
+
+
+def test_describe_exit_names_the_signal():
+    assert describe_exit(-9) == "was killed by SIGKILL"
+    assert describe_exit(3) == "exited with status 3"
+
+
+class ClusterUp:
+    """A ``cluster up`` process and everything it printed (read by a thread, line by line)."""
+
+    def __init__(self, data_dir: str, *extra: str):
+        def default_sigint():   # the test run may have inherited SIGINT as ignored
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kvserver.cli", "cluster", "up", "--nodes", "3",
+             "--base-port", "0", "--data-dir", data_dir, *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=default_sigint)
+        self.lines: list[str] = []
+        self._new: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.nodes: dict[str, dict] = {}
+        self._parse_startup()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._new.put(None)
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, pattern: re.Pattern, timeout_s: float, start: int = 0) -> re.Match:
+        deadline = time.monotonic() + timeout_s
+        seen = start
+        while True:
+            for i in range(seen, len(self.lines)):
+                m = pattern.search(self.lines[i])
+                if m:
+                    return m
+            seen = len(self.lines)
+            left = deadline - time.monotonic()
+            if left <= 0 or (self.proc.poll() is not None and self._new.empty()):
+                raise AssertionError(f"no line matching {pattern.pattern!r}; output:\n"
+                                     f"{self.output()}")
+            try:
+                self._new.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                pass
+
+    def _parse_startup(self) -> None:
+        self.wait_line(re.compile(r"^Ctrl-C stops the cluster"), STARTUP_S)
+        for i, line in enumerate(self.lines):
+            m = NODE_LINE.match(line)
+            if m:
+                name, pid, client, peer, log = m.groups()
+                self.nodes[name] = {"pid": int(pid), "url": client, "peer": peer, "log": log,
+                                    "command": self.lines[i + 1].strip()}
+        assert sorted(self.nodes) == ["node1", "node2", "node3"], self.output()
+
+    def urls(self, names=None) -> list[str]:
+        return [self.nodes[n]["url"] for n in (names or self.nodes)]
+
+    def wait_healthy(self, names=None, timeout_s: float = STARTUP_S) -> None:
+        for url in self.urls(names):
+            wait_for(lambda u=url: get_json_safe(u, "/health") == 200, timeout_s,
+                     f"{url}/health 200\n{self.output()}")
+
+    def leader(self, names=None) -> str:
+        """The name of the member every listed member names as leader."""
+        import json
+        import urllib.request
+
+        by_id = {}
+
+        def agreed():
+            leaders = set()
+            for name in names or self.nodes:
+                try:
+                    with urllib.request.urlopen(self.nodes[name]["url"] + "/v1/status",
+                                                timeout=2) as r:
+                        st = json.loads(r.read())
+                except OSError:
+                    return None
+                by_id[st["id"]] = name
+                leaders.add(st["leader"])
+            return len(leaders) == 1 and leaders.pop()
+        lead = wait_for(agreed, STARTUP_S, "an agreed leader")
+        return by_id[lead]
+
+    def stop(self) -> int:
+        """Ctrl-C; returns the exit status (SIGKILL after a bounded wait)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"cluster up ignored Ctrl-C for 60 s:\n{self.output()}") from None
+        return self.proc.returncode
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (or is a zombie nobody reaped: not ours to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def write_via(urls: list[str], key: str, value: str, timeout_s: float = 30.0) -> None:
+    """Put through any of ``urls``, retrying (bounded) while a new leader is elected."""
+    def attempt():
+        for url in urls:
+            try:
+                put(url, key, value, timeout_s=5.0)
+                return True
+            except (AssertionError, OSError):
+                continue
+        return False
+    wait_for(attempt, timeout_s, f"put {key} through {urls}", interval_s=0.2)
+
+
+def kill_leader_and_write(up: ClusterUp, tag: str) -> tuple[str, list[str]]:
+    up.wait_healthy()
+    victim = up.leader()
+    others = [n for n in up.nodes if n != victim]
+    write_via(up.urls(), f"{tag}/before", "1")
+    os.kill(up.nodes[victim]["pid"], signal.SIGKILL)
+    up.wait_line(re.compile(rf"^raftkv: {victim} \(pid \d+\) was killed by SIGKILL; the "
+                            "other members keep serving"), 30)
+    for i in range(5):   # writes continue through the other two
+        write_via(up.urls(others), f"{tag}/while-dead/{i}", str(i))
+    assert up.leader(others) in others
+    for url in up.urls(others):
+        assert get(url, f"{tag}/while-dead/4") == "4"
+    return victim, others
+
+
+def wait_caught_up(up: ClusterUp, name: str, key: str, value: str) -> None:
+    url = up.nodes[name]["url"]
+
+    def has_it():
+        try:
+            return get(url, key, serializable=True, timeout_s=2.0) == value
+        except (AssertionError, OSError):
+            return False
+    wait_for(has_it, CATCH_UP_S, f"{name} to apply {key} (serializable read)\n{up.output()}",
+             interval_s=0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_killed_leader_is_restarted_and_catches_up(tmp_path):
+    up = ClusterUp(str(tmp_path / "cluster"))
+    pids = [n["pid"] for n in up.nodes.values()]
+    try:
+        for node in up.nodes.values():   # each member's log starts with its exact command
+            with open(node["log"]) as f:
+                assert node["command"] in f.read(), node["log"]
+            assert shlex.split(node["command"])[1] == "serve"
+        mark = len(up.lines)
+        victim, others = kill_leader_and_write(up, "a")
+        assert "restarting " + victim in up.output()
+        m = up.wait_line(RESTARTED, 60, start=mark)
+        assert m.group(1) == victim
+        new_pid = int(m.group(2))
+        assert new_pid != up.nodes[victim]["pid"]
+        wait_caught_up(up, victim, "a/while-dead/4", "4")
+        up.wait_healthy()
+        write_via([up.nodes[victim]["url"]], "a/after", "ok")   # and it serves writes again
+        for url in up.urls(others):
+            assert get(url, "a/after") == "ok"
+        pids.append(new_pid)
+    finally:
+        status = up.stop()
+    assert status == 0, up.output()
+    assert "stopping the cluster" in up.output()
+    wait_for(lambda: all(gone(p) for p in pids), 30, "every member to exit")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_restart_no_prints_the_command_that_brings_the_member_back(tmp_path):
+    up = ClusterUp(str(tmp_path / "cluster"), "--restart", "no")
+    by_hand = None
+    try:
+        mark = len(up.lines)
+        victim, others = kill_leader_and_write(up, "b")
+        m = up.wait_line(re.compile(rf"^raftkv: {victim} is not restarted \(--restart no\); "
+                                    "start it again by hand with:"), 30, start=mark)
+        assert m
+        idx = next(i for i, line in enumerate(up.lines)
+                   if i >= mark and "is not restarted" in line)
+        command = up.lines[idx + 1].strip()
+        assert command == up.nodes[victim]["command"]
+        assert not any(RESTARTED.search(line) for line in up.lines[mark:])
+        # The printed command, run as printed (from another directory), brings it back.
+        by_hand = subprocess.Popen(shlex.split(command), cwd=str(tmp_path),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        wait_caught_up(up, victim, "b/while-dead/4", "4")
+        up.wait_healthy()
+        assert by_hand.poll() is None
+    finally:
+        if by_hand is not None and by_hand.poll() is None:
+            by_hand.send_signal(signal.SIGTERM)
+            try:
+                by_hand.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                by_hand.kill()
+                by_hand.wait()
+        status = up.stop()
+    assert status == 0, up.output()
