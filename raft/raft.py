@@ -932,6 +932,26 @@ class Raft:
                 self._info("invalid MsgReadIndexResp from %x", m.frm)
                 return
             self.read_states.append(ReadState(index=m.index, request_ctx=m.entries[0].data))
+        elif t == MT.MsgUnreachable:
+            if self.lead != NONE and m.frm == self.lead:
+                self._leader_unreachable()
+
+    def _leader_unreachable(self) -> None:
+        """The transport lost its connection to our leader (its process most likely died).
+
+        Campaign as soon as the voters' leases allow, instead of waiting out a randomized
+        timeout of up to two election timeouts: the timeout becomes ``et + 1 + j`` ticks with
+        ``j`` drawn below ``et / 2``. The ``+ 1`` lets the other followers, which heard the
+        same last heartbeat, leave their lease (CheckQuorum: a voter refuses pre-votes for
+        ``et`` ticks after hearing from a leader); the jitter keeps two followers of a dead
+        leader from campaigning on the same tick (a split vote costs a whole new timeout).
+
+        Only timing changes, so no safety property depends on it. A spurious hint (the
+        leader is alive, the connection just broke) disrupts nothing: the leader's next
+        heartbeat resets ``election_elapsed``, and a premature pre-vote is refused by voters
+        that still hear from the leader."""
+        quick = self.election_timeout + 1 + self.rng.randrange(max(1, self.election_timeout // 2))
+        self.randomized_election_timeout = min(self.randomized_election_timeout, quick)
 
     def _handle_append_entries(self, m: Message) -> None:
         if m.index < self.log.committed:

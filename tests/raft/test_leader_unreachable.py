@@ -1,0 +1,69 @@
+"""A follower told that its leader is unreachable (the transport lost the connection: the
+leader's process most likely died) campaigns as soon as the voters' leases allow, instead of
+waiting out a randomized election timeout of up to two election timeouts. Timing only:
+PreVote and CheckQuorum still decide, and a hint about a live leader changes nothing."""
+
+from raft import StateType
+from tests.raft.harness import Cluster
+
+ET = 10  # the harness's election timeout in ticks
+
+
+def _cluster(seed: int) -> Cluster:
+    c = Cluster([1, 2, 3], pre_vote=True, check_quorum=True, election_tick=ET, seed=seed)
+    c.elect(1)
+    return c
+
+
+def _ticks_until_a_new_leader(c: Cluster, limit: int) -> int | None:
+    for n in range(1, limit + 1):
+        c.tick(2)
+        c.tick(3)
+        c.stabilize()
+        if any(c.raft(i).state == StateType.LEADER for i in (2, 3)):
+            return n
+    return None
+
+
+def test_a_hinted_follower_campaigns_within_one_and_a_half_election_timeouts():
+    """Without the hint the randomized timeout is anywhere in [et, 2 et); with it, at most
+    et + 1 + et/2 - 1 ticks, and never longer than it was."""
+    shortened = 0
+    for seed in range(1, 60):
+        c = _cluster(seed)
+        before = c.raft(2).randomized_election_timeout
+        c.node(2).report_unreachable(1)
+        after = c.raft(2).randomized_election_timeout
+        assert after <= min(before, ET + ET // 2), (seed, before, after)
+        shortened += after < before
+    assert shortened >= 15  # many seeds had drawn a timeout beyond 1.5 et
+
+
+def test_after_the_hint_the_election_itself_still_runs_pre_vote_and_vote():
+    """A hinted follower of a dead leader becomes leader through the normal election, at the
+    next term, within the bounded timeout when the other follower did not draw the same tick."""
+    c = _cluster(3)
+    term = c.raft(1).term
+    c.isolate(1)
+    c.node(2).report_unreachable(1)
+    n = _ticks_until_a_new_leader(c, 4 * ET)
+    assert n is not None and n <= ET + ET // 2
+    (leader,) = [i for i in (2, 3) if c.raft(i).state == StateType.LEADER]
+    assert c.raft(leader).term == term + 1
+
+
+def test_a_hint_about_a_live_leader_disrupts_nothing():
+    c = _cluster(5)
+    term = c.raft(1).term
+    for i in (2, 3):
+        c.node(i).report_unreachable(1)
+    c.tick_all(6 * ET)  # heartbeats keep flowing: the followers never campaign
+    assert c.leaders() == [1]
+    assert all(c.raft(i).term == term for i in (1, 2, 3))
+
+
+def test_a_hint_about_a_peer_that_is_not_the_leader_is_ignored():
+    c = _cluster(7)
+    before = c.raft(2).randomized_election_timeout
+    c.node(2).report_unreachable(3)
+    assert c.raft(2).randomized_election_timeout == before
