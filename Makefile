@@ -1,30 +1,51 @@
 # Two entry points: `make run` and `make test`. Both create .venv on first use.
+# One venv, two install levels: `make run` installs raftkv alone (its runtime dependencies),
+# `make test` adds the dev extras (pytest, hypothesis, Spark, ...). Each level has its own
+# stamp, so `make test` after `make run` upgrades the same venv, and a changed pyproject.toml
+# reinstalls.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint clean
+.PHONY: run test test-fast lint compose-up compose-down clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
 	touch $@
 
-run: $(BIN)/.installed
+# The dev extras include every runtime dependency, so they satisfy `make run` too.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/raftkv cluster up --nodes 3
 
 # The whole suite: the fast default tests, then the slow-marked ones.
-test: $(BIN)/.installed
+test: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not slow"
 	$(BIN)/pytest -q -m slow
 
-test-fast: $(BIN)/.installed
+test-fast: $(DEV_STAMP)
 	$(BIN)/pytest -q -m "not slow" -x
 
-lint: $(BIN)/.installed
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
+
+# Three members in containers, with `docker compose` or `docker-compose`; builds the base
+# image from Debian's packages when no image registry answers (deploy/up.sh).
+compose-up:
+	deploy/up.sh up
+
+compose-down:
+	deploy/up.sh down
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
