@@ -10,7 +10,10 @@ A message is one msgpack array:
 
 A batch on the peer stream is an array of messages. ``decode_batch`` never raises anything
 but ``PeerMessageError`` on any input, so a bad peer cannot crash a node: the transport drops
-the connection and logs the error.
+the connection and logs the error. Decoding is bounded before any object is built: no array
+holds more than ``MAX_ARRAY_ITEMS`` items, and maps, strings and extension types (never
+written by ``encode_*``) are refused. The codec checks types only; which values a member may
+send is ``kvserver.peer_validate``'s job.
 """
 
 import msgpack
@@ -26,6 +29,13 @@ from raft import (
 )
 
 _U64 = (1 << 64) - 1
+# Largest array in a message or batch: the entries of one MsgApp (see peer_validate for why
+# a legitimate message has at most 65,536) or the messages of one batch (at most the sender's
+# queue, 4,096 by default).
+MAX_ARRAY_ITEMS = 1 << 17
+_UNPACK_LIMITS = dict(raw=False, use_list=True, strict_map_key=True,
+                      max_array_len=MAX_ARRAY_ITEMS, max_map_len=0, max_str_len=0,
+                      max_ext_len=0)
 
 
 class PeerMessageError(ValueError):
@@ -128,7 +138,7 @@ def _message(fields) -> Message:
 
 def decode_message(buf: bytes) -> Message:
     try:
-        fields = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
+        fields = msgpack.unpackb(buf, **_UNPACK_LIMITS)
     except PeerMessageError:
         raise
     except Exception as exc:  # msgpack raises several types for garbage
@@ -138,7 +148,7 @@ def decode_message(buf: bytes) -> Message:
 
 def decode_batch(buf: bytes) -> list[Message]:
     try:
-        items = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
+        items = msgpack.unpackb(buf, **_UNPACK_LIMITS)
     except Exception as exc:
         raise PeerMessageError(f"not msgpack: {exc}") from None
     if not isinstance(items, list):
