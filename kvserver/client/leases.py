@@ -321,7 +321,9 @@ class KeepAlive:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while True:
+            # ``_closed`` is checked as well as relying on ``close()``'s cancel: a loop that
+            # only ends by cancellation hangs ``close()`` for ever if one cancel is lost.
+            while not self._closed:
                 await asyncio.sleep(self._interval())
                 await self._refresh_before_expiry(loop)
         except Exception as exc:  # a ClientError, or the on_refresh callback's failure
@@ -333,20 +335,19 @@ class KeepAlive:
 
     async def _refresh_before_expiry(self, loop: asyncio.AbstractEventLoop) -> None:
         last: ClientError | None = None
-        while True:
+        while not self._closed:
             remaining_s = self._expires_at - loop.time()
             if remaining_s <= 0:
                 raise _expired(self.lease_id, self.ttl_s, last)
             sent_s = loop.time()
             try:
-                # A refresh is no use after the lease's deadline: bound the call by it.
-                ttl_s = await asyncio.wait_for(
-                    self._client.lease_keepalive_once(self.lease_id), remaining_s)
-            except TimeoutError as exc:
-                if isinstance(exc, ClientError):  # RequestTimeoutError is a TimeoutError too
-                    last = exc
-                raise _expired(self.lease_id, self.ttl_s, last) from None
-            except ClientError as exc:
+                # A refresh is no use after the lease's deadline: bound the call by it. Not
+                # ``asyncio.wait_for``: on Python 3.11 it swallows a cancel (``close()``) that
+                # arrives as the call completes (CPython gh-86296), and the loop never ends.
+                # ``asyncio.timeout`` runs the call in this task, so a cancel always lands.
+                async with asyncio.timeout(remaining_s):
+                    ttl_s = await self._client.lease_keepalive_once(self.lease_id)
+            except ClientError as exc:  # first: RequestTimeoutError is a TimeoutError too
                 if not exc.retryable:
                     raise
                 last = exc
@@ -355,6 +356,8 @@ class KeepAlive:
                 await asyncio.sleep(max(0.0, min(RETRY_INTERVAL_S, self._interval(),
                                                  self._expires_at - loop.time())))
                 continue
+            except TimeoutError:  # our deadline: the lease's TTL ran out
+                raise _expired(self.lease_id, self.ttl_s, last) from None
             await self._refreshed(ttl_s, sent_s)
             return
 
@@ -400,10 +403,18 @@ class SyncKeepAlive:
         if running is self._loop:  # called on the loop thread (from on_refresh): don't block
             self._loop.create_task(self._ka.close())
             return
+        # Set from this thread too: the refresh loop checks it before every refresh, so it
+        # stops even if the loop is too busy to run close() within the wait below.
+        self._ka._closed = True
         try:
             asyncio.run_coroutine_threadsafe(self._ka.close(), self._loop).result(10.0)
-        except (RuntimeError, concurrent.futures.TimeoutError):
+        except RuntimeError:
             pass  # the client's loop is stopping: its tasks are cancelled anyway
+        except concurrent.futures.TimeoutError:
+            # The loop is blocked (a slow on_refresh?); the keep-alive is marked closed, so
+            # it sends no further refresh, and close() runs when the loop moves again.
+            log.warning("keep-alive of lease %x: close() did not finish within 10 s",
+                        self.lease_id)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until the keep-alive stops (``True``; raises its failure) or ``timeout_s``

@@ -526,10 +526,13 @@ class AsyncWatch:
                                         sock_connect=min(client._connect_timeout_s, timeout_s))
         session = client._session()
         try:
-            resp = await asyncio.wait_for(
-                session.post(endpoint + WATCH_PATH, data=self._request_body(),
-                             headers={"Content-Type": "application/json"}, timeout=timeout),
-                timeout_s)
+            # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` drops a cancel
+            # of the caller that arrives as the call completes (CPython gh-86296), so a
+            # cancelled ``__anext__`` would go on reading, and lose the event it returns.
+            async with asyncio.timeout(timeout_s):
+                resp = await session.post(endpoint + WATCH_PATH, data=self._request_body(),
+                                          headers={"Content-Type": "application/json"},
+                                          timeout=timeout)
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
             reason = ("connection refused"
                       if isinstance(getattr(exc, "os_error", None), ConnectionRefusedError)
@@ -546,7 +549,8 @@ class AsyncWatch:
             raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
         if resp.status != 200:
             try:
-                body = await asyncio.wait_for(resp.content.read(_ERROR_BODY_BYTES), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    body = await resp.content.read(_ERROR_BODY_BYTES)
             except (TimeoutError, aiohttp.ClientError, ConnectionError):
                 body = b""
             finally:

@@ -434,6 +434,47 @@ def test_async_keep_alive_start_and_close_by_hand(api):
     asyncio.run(body())
 
 
+class GatedLeaseClient:
+    """Stands in for ``AsyncClient`` under a ``KeepAlive``: each ``lease_keepalive_once``
+    waits until the test answers the future it queued in ``calls``."""
+
+    def __init__(self) -> None:
+        self.calls: asyncio.Queue[asyncio.Future[int]] = asyncio.Queue()
+
+    async def lease_keepalive_once(self, lease_id: int) -> int:
+        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.calls.put_nowait(answer)
+        return await answer
+
+
+async def close_as_a_refresh_completes(keepalive_class=KeepAlive) -> KeepAlive:
+    """``close()`` cancels the refresh task in the same loop iteration in which the refresh
+    call's answer arrives: the race of CPython gh-86296, made deterministic. On Python 3.11
+    ``asyncio.wait_for`` returned the answer and dropped the cancel, so the refresh loop went
+    on and ``close()`` never returned. (``keepalive_class``: so the old code can be measured
+    with the same steps.)"""
+    client = GatedLeaseClient()
+    ka = keepalive_class(client, 0x51, interval_s=0.01)  # type: ignore[arg-type]
+    async with asyncio.timeout(DEADLINE_S):
+        starting = asyncio.ensure_future(ka.start())
+        (await client.calls.get()).set_result(30)  # the first refresh, in start()
+        await starting
+        in_flight = await client.calls.get()  # the background task's next refresh
+    in_flight.set_result(30)  # its answer is ready to be delivered...
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            await ka.close()  # ...and the cancel is requested before the loop runs again
+    except TimeoutError:
+        raise AssertionError("close() hung: the refresh loop lost its cancellation") from None
+    return ka
+
+
+def test_close_is_not_lost_when_a_refresh_completes_at_the_same_moment():
+    for _ in range(20):  # deterministic; repeated to cover whatever differs between loops
+        ka = asyncio.run(close_as_a_refresh_completes())
+        assert not ka.alive and ka.error is None and ka.refreshes in (1, 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Pieces
 

@@ -323,6 +323,74 @@ def test_async_iterator(one):
                                                 for i in range(3)]
 
 
+class _GatedSession:
+    """Stands in for the client's aiohttp session under a watch: each ``post`` waits until
+    the test answers the future it queued in ``posts``."""
+
+    def __init__(self) -> None:
+        self.posts: asyncio.Queue[asyncio.Future] = asyncio.Queue()
+
+    def post(self, url, **kwargs):
+        answer = asyncio.get_running_loop().create_future()
+        self.posts.put_nowait(answer)
+
+        async def request():
+            return await answer
+
+        return request()
+
+
+class _SilentStream:
+    """A 200 watch answer whose stream never sends a line."""
+
+    status = 200
+
+    def __init__(self) -> None:
+        self.content = self
+        self.closed = False
+
+    async def readany(self) -> bytes:
+        await asyncio.get_running_loop().create_future()  # never answers
+        return b""
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def cancel_as_the_stream_opens(watch_class=None) -> asyncio.Task:
+    """Cancel a task in ``__anext__`` in the same loop iteration in which the watch's POST
+    answers (CPython gh-86296, deterministic): on Python 3.11 ``asyncio.wait_for`` returned
+    the answer and dropped the cancel, so the cancelled step went on reading the stream (and
+    would have taken the next event with it). Returns the step task, which must have ended
+    cancelled. (``watch_class``: so the old code can be measured with the same steps.)"""
+    async with AsyncClient("http://127.0.0.1:9", **FAST) as client:
+        session = _GatedSession()
+        client._session = lambda: session  # type: ignore[method-assign]
+        client._leader = client.endpoints[0]  # no leader discovery: straight to the POST
+        watch = client.watch("k") if watch_class is None else watch_class(client, "k")
+        step = asyncio.ensure_future(watch.__anext__())
+        try:
+            async with asyncio.timeout(WAIT_S):
+                post = await session.posts.get()
+            post.set_result(_SilentStream())  # the stream opens...
+            step.cancel()  # ...as the caller gives up on the step
+            try:
+                async with asyncio.timeout(WAIT_S):
+                    await asyncio.wait([step])
+            except TimeoutError:
+                raise AssertionError("the cancel was lost: the step kept reading") from None
+            return step
+        finally:
+            step.cancel()
+            await watch.close()
+
+
+def test_a_cancel_is_not_lost_when_the_stream_opens_at_the_same_moment():
+    for _ in range(20):  # deterministic; repeated to cover whatever differs between loops
+        step = asyncio.run(cancel_as_the_stream_opens())
+        assert step.cancelled()
+
+
 @pytest.mark.slow
 @pytest.mark.external
 def test_the_iterators_work_against_a_real_etcd(tmp_path):
