@@ -31,6 +31,16 @@ split off again when a snapshot is restored.
 Linearizable reads use ReadIndex, batched: all callers waiting when the raft task runs share
 one read_index request; a batch whose answer does not come (leader change, dropped message)
 is asked again every ``read_retry_s``.
+
+Failures (``_step``, ``health_problem``): an exception that escapes the raft task stops the
+node (``failed`` is set, ``failure`` says why; ``kvserver.server`` exits non-zero), so does a
+``RaftInvariantError`` while stepping a peer message — in particular
+``CommitOutOfRangeError``, which means this member lost log entries it had acknowledged and
+may have counted toward a commit quorum with them (etcd panics there too). Any other error
+on a peer message drops that message and is logged at ERROR. ``health_problem()`` is the
+node's part of ``/health``: failed, failing recently, or a follower whose leader has not yet
+sent it one heartbeat it could take (the heartbeat's commit index is what exposes a lost
+log, so a follower is not healthy before it has passed that check once per term).
 """
 
 import asyncio
@@ -56,6 +66,7 @@ from raft import (
     Snapshot,
     StateType,
 )
+from raft.errors import CommitOutOfRangeError, RaftError, RaftInvariantError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +74,7 @@ _SEND_BEFORE_PERSIST = frozenset(
     {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap})
 _HEADER_BYTES = 16
 _APPLY_YIELD_EVERY = 512          # committed entries applied between two yields to the loop
+STEP_ERROR_UNHEALTHY_S = 10.0     # /health is false this long after a peer message failed
 
 
 class StateMachine(Protocol):
@@ -157,7 +169,15 @@ class Node:
         self._read_seq = 0
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
-        self.failed = asyncio.Event()        # set if the raft loop dies (a bug): exit
+        self.failed = asyncio.Event()        # set if the raft loop dies: the member exits
+        self.failure: BaseException | None = None   # what ended the raft loop
+        # The latest peer message the core failed on with an unexpected error: (monotonic
+        # time, error); /health is false for STEP_ERROR_UNHEALTHY_S after it.
+        self._step_error: tuple[float, str] | None = None
+        # (term, leader) of the last heartbeat this follower took from its leader without an
+        # error: the heartbeat's commit index proves our log holds what the leader thinks we
+        # acknowledged (a node that lost entries fails right there), so /health waits for it.
+        self._confirmed_leader: tuple[int, int] = (0, 0)
         # counters read by /metrics (kvserver.server.Member._stats)
         self.stats = {"proposals_applied": 0, "proposals_failed": 0}
 
@@ -189,7 +209,8 @@ class Node:
         self._proposals.append(self._origin + seq.to_bytes(8, "big") + payload)
         self._wake.set()
         try:
-            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
         except TimeoutError:
             self.stats["proposals_failed"] += 1
             raise errors.timed_out() from None
@@ -211,7 +232,8 @@ class Node:
         self._conf_proposals.append(cc)
         self._wake.set()
         try:
-            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
         except TimeoutError:
             raise errors.timed_out() from None
         finally:
@@ -235,7 +257,8 @@ class Node:
         self._read_new.waiters.append(fut)
         self._wake.set()
         try:
-            return await asyncio.wait_for(fut, timeout_s or self.opts.request_timeout_s)
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
         except TimeoutError:
             if self.leader == 0:
                 raise errors.no_leader() from None
@@ -284,11 +307,22 @@ class Node:
                     self._feed_core()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("raft loop failed; the node stops")
-            self._stopped = True
-            self.failed.set()
-            raise
+        except CommitOutOfRangeError as exc:
+            # Not a bug to trace: durable state was lost (kvserver.server says what to do).
+            log.error("node %x: raft log lost entries this member had acknowledged (%s); "
+                      "the node stops", self.id, exc)
+            self._fail(exc)
+        except Exception as exc:
+            log.exception("node %x: raft loop failed; the node stops", self.id)
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self._stopped = True
+        self.failed.set()
+        for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
+            if not fut.done():
+                fut.set_exception(errors.stopping())
 
     # --- the raft task -------------------------------------------------------------------
 
@@ -308,10 +342,7 @@ class Node:
         if self._inbox:
             inbox, self._inbox = self._inbox, []
             for m in inbox:
-                try:
-                    raw.step(m)
-                except Exception as exc:  # a peer's bad message must not stop the node
-                    log.debug("dropped message %s: %s", m, exc)
+                self._step(m)
         if self._proposals:
             proposals, self._proposals = self._proposals, []
             for data in proposals:
@@ -332,6 +363,37 @@ class Node:
                         fut.set_exception(errors.no_leader() if self.leader == 0
                                           else errors.leader_changed())
         self._ask_reads()
+
+    def _step(self, m: Message) -> None:
+        """Hand one peer message to the core.
+
+        - A documented ``RaftError`` (a response from a peer no longer tracked, ...) is a
+          normal condition: the message is dropped, logged at DEBUG.
+        - A ``RaftInvariantError`` propagates and stops the node, as etcd panics: either
+          this node's durable state is not what it promised (``CommitOutOfRangeError``: it
+          lost acknowledged entries) or the core's invariants broke. Going on could lose
+          committed writes.
+        - Any other exception is a bug or a malformed message that got past the transport's
+          checks: the message is dropped, logged at ERROR, and /health is false for
+          ``STEP_ERROR_UNHEALTHY_S`` after it. The node keeps running: stopping it would let
+          one bad message take a member down, and raft tolerates a lost message.
+        """
+        raw = self.raw
+        try:
+            raw.step(m)
+        except RaftInvariantError:
+            raise
+        except RaftError as exc:
+            log.debug("dropped message %s: %s", m, exc)
+            return
+        except Exception as exc:
+            log.error("node %x: dropped message %s: the raft core failed on it", self.id, m,
+                      exc_info=True)
+            self._step_error = (time.monotonic(), f"{type(exc).__name__}: {exc}")
+            return
+        if m.type == MessageType.MsgHeartbeat and m.frm == raw.raft.lead \
+                and m.term == raw.raft.term:
+            self._confirmed_leader = (m.term, m.frm)
 
     def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
         fut = self._proposal_waiters.get(int.from_bytes(data[8:16], "big"))
@@ -486,6 +548,19 @@ class Node:
         return self.storage.raft_storage
 
     # --- status ----------------------------------------------------------------------------
+
+    def health_problem(self) -> str:
+        """Why this node must not report healthy right now ("" when nothing is wrong beyond
+        what NodeStatus.healthy checks: a known leader, applied up to commit)."""
+        if self.failed.is_set():
+            return f"RAFT LOOP FAILED: {self.failure}"
+        err = self._step_error
+        if err is not None and time.monotonic() - err[0] < STEP_ERROR_UNHEALTHY_S:
+            return f"RAFT LOOP FAILING: {err[1]}"
+        if self.leader and not self.is_leader \
+                and self._confirmed_leader != (self.raw.raft.term, self.leader):
+            return "RAFT LEADER NOT CONFIRMED"
+        return ""
 
     @property
     def pending_proposals(self) -> int:

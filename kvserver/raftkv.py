@@ -348,4 +348,4 @@ class RaftKV:
             raft_applied_index=node.applied, revision=self.store.revision,
             compact_revision=self.store.compact_revision,
             db_size_bytes=self.store.db_size_bytes, is_learner=is_learner,
-            members=self.members)
+            members=self.members, problem=node.health_problem())

@@ -41,6 +41,7 @@ from kvserver.service import MemberInfo
 from kvserver.storage import NodeStorage
 from kvserver.transport import PeerTransport
 from raft import Config, RawNode
+from raft.errors import CommitOutOfRangeError
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,25 @@ class Member:
             self.storage.close()
 
 
+def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | None) -> str:
+    """What a member whose raft loop stopped prints before it exits non-zero."""
+    if not isinstance(failure, CommitOutOfRangeError):
+        return f"raftkv: the raft loop failed ({failure}; see the log above); exiting"
+    peer_urls = ",".join(cfg.initial_advertise_peer_urls)
+    return (
+        f"raftkv: member {cfg.name} ({member_id:x}) lost raft log entries it had "
+        f"acknowledged: the leader has committed index {failure.commit}, this member's log "
+        f"ends at {failure.last_index}. Its data dir {cfg.data_dir} was truncated or "
+        f"corrupted (a torn WAL tail repaired after a crash on a disk that lost written "
+        f"data, an old backup, or a copied data dir). Rejoining with this log could lose "
+        f"committed writes (the lost entries may have counted toward a commit quorum), so "
+        f"the member stops, and it will stop again at every start. `raftkv wal repair` "
+        f"cannot bring the entries back. Replace the member with a fresh data dir: on a "
+        f"healthy member run `raftkv member remove {member_id:x}`, move {cfg.data_dir} "
+        f"away, run `raftkv member add {cfg.name} --peer-urls {peer_urls}`, then start "
+        f"this member again with --initial-cluster-state existing.")
+
+
 async def serve(cfg: ServerConfig) -> None:
     member = Member(cfg)
     stop = asyncio.Event()
@@ -209,7 +229,9 @@ async def serve(cfg: ServerConfig) -> None:
         for fut in (failed, stopped, removed):
             fut.cancel()
         if member.node.failed.is_set():
-            raise SystemExit("raftkv: the raft loop failed (see the log above); exiting")
+            message = failure_message(cfg, member.member_id, member.node.failure)
+            log.error("%s", message)
+            raise SystemExit(message)
         if member.membership.removed.is_set():
             # A removed leader hands over first (the raft core steps down once the others
             # have its log); then stop serving, as etcd does.

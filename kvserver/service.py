@@ -89,11 +89,14 @@ class NodeStatus:
     is_learner: bool
     members: tuple[MemberInfo, ...] = field(default=())
     version: str = RAFTKV_VERSION
+    problem: str = ""           # why the node is unhealthy beyond the two checks below
 
     @property
     def healthy(self) -> bool:
-        """A leader is known and everything committed here has been applied."""
-        return self.leader != 0 and self.raft_applied_index >= self.raft_index
+        """Nothing is wrong with the raft loop, a leader is known (and, on a follower,
+        confirmed by a heartbeat) and everything committed here has been applied."""
+        return not self.problem and self.leader != 0 \
+            and self.raft_applied_index >= self.raft_index
 
 
 class KVService(Protocol):

@@ -50,3 +50,19 @@ class ConfChangeError(RaftError, ValueError):
 
 class RaftInvariantError(AssertionError):
     """An internal invariant was broken, or the caller violated the API contract."""
+
+
+class CommitOutOfRangeError(RaftInvariantError):
+    """The leader says index ``commit`` is committed, but this node's log ends at
+    ``last_index``: the node lost entries it had acknowledged (its log was truncated,
+    corrupted or replaced after it answered). The leader only sends a commit index up to
+    what the follower acknowledged, so no correct run reaches this. etcd panics here
+    ("tocommit(N) is out of range [lastIndex(M)]. Was the raft log corrupted, truncated, or
+    lost?"); the caller must stop the node, not drop the message."""
+
+    def __init__(self, commit: int, last_index: int):
+        super().__init__(
+            f"commit {commit} is out of range [last index {last_index}]: "
+            f"was the raft log corrupted, truncated, or lost?")
+        self.commit = commit
+        self.last_index = last_index

@@ -11,7 +11,12 @@ Cursors, in index order:
 
 from __future__ import annotations
 
-from raft.errors import CompactedError, RaftInvariantError, UnavailableError
+from raft.errors import (
+    CommitOutOfRangeError,
+    CompactedError,
+    RaftInvariantError,
+    UnavailableError,
+)
 from raft.storage import Storage
 from raft.types import Entry, EntryType, Snapshot, limit_size
 from raft.unstable import Unstable
@@ -209,9 +214,9 @@ class RaftLog:
         if to_commit <= self.committed:
             return  # never decrease commit
         if to_commit > self.last_index():
-            raise RaftInvariantError(
-                f"commit {to_commit} is out of range [last index {self.last_index()}]"
-            )
+            # Only a heartbeat can carry a commit index past our log, and only when we lost
+            # entries we acknowledged: the caller must stop (see CommitOutOfRangeError).
+            raise CommitOutOfRangeError(to_commit, self.last_index())
         self.committed = to_commit
 
     def maybe_commit(self, max_index: int, term: int) -> bool:

@@ -3,7 +3,9 @@
 ``GET /health`` — etcd's shape: 200 ``{"health":"true"}`` when this node knows a leader and
   has applied everything it knows to be committed (``NodeStatus.healthy``), else 503
   ``{"health":"false","reason":"..."}`` with ``RAFT NO LEADER`` (etcd 3.5's text) or
-  ``RAFT APPLY BEHIND COMMIT``. Load balancers can use it as is.
+  ``RAFT APPLY BEHIND COMMIT``, or the node's own problem first (``RAFT LOOP FAILED: ...``,
+  ``RAFT LOOP FAILING: ...``, ``RAFT LEADER NOT CONFIRMED``: ``Node.health_problem``). Load
+  balancers can use it as is.
 ``GET /version`` — ``{"etcdserver": "3.5.0", "etcdcluster": "3.5.0"}``: the etcd API version
   we speak (etcd clients pick ``/v3/`` from it).
 ``GET /v1/status`` — this node's view, as JSON for people and scripts::
@@ -46,6 +48,8 @@ async def health(request: web.Request) -> web.Response:
         return _unhealthy(f"STATUS UNAVAILABLE: {exc}")
     if status.healthy:
         return json_response(_HEALTHY_BODY)
+    if status.problem:
+        return _unhealthy(status.problem)
     if status.leader == 0:
         return _unhealthy("RAFT NO LEADER")
     return _unhealthy("RAFT APPLY BEHIND COMMIT")

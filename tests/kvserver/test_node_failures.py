@@ -1,0 +1,143 @@
+"""The node driver's failure contract (kvserver.node, issue 13 defect 2), one process.
+
+- A heartbeat whose commit index is past this follower's log means the follower lost entries
+  it acknowledged: the raft loop stops with the typed ``CommitOutOfRangeError`` (etcd panics),
+  ``/health`` turns false, pending proposals fail — it is never dropped at DEBUG.
+- A follower is not healthy before a heartbeat of its current leader went through.
+- An unexpected error on one peer message drops that message, is logged at ERROR and makes
+  the node unhealthy for a while; the node keeps running.
+"""
+
+import asyncio
+import functools
+import logging
+
+import pytest
+
+from kvserver import errors
+from kvserver.node import Node, NodeOptions
+from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
+from raft.errors import CommitOutOfRangeError
+
+
+class _Storage:
+    def __init__(self):
+        self.raft_storage = MemoryStorage()
+
+    async def persist(self, rd) -> None:
+        if rd.hard_state is not None:
+            self.raft_storage.set_hard_state(rd.hard_state)
+        if rd.entries:
+            self.raft_storage.append(rd.entries)
+
+    async def save_snapshot(self, snapshot) -> None:
+        pass
+
+    def compact(self, index: int) -> None:
+        pass
+
+
+class _SM:
+    def apply(self, index, payload):
+        return None
+
+    def snapshot_chunks(self):
+        return iter(())
+
+    def restore(self, data):
+        pass
+
+
+def _follower() -> Node:
+    storage = _Storage()
+    raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000,
+                         heartbeat_tick=1))
+    raw.bootstrap([1, 2, 3])  # log: indexes 1..3, committed
+    return Node(raw=raw, node_id=1, storage=storage, state_machine=_SM(),
+                send=lambda msgs: None, options=NodeOptions(heartbeat_interval_s=10),
+                applied=0, conf_state=ConfState(voters=(1, 2, 3)))
+
+
+def _heartbeat(commit: int) -> Message:
+    return Message(type=MessageType.MsgHeartbeat, to=1, frm=2, term=1, commit=commit)
+
+
+def _sync(case):
+    """Run an async test case in its own event loop, bounded in time."""
+    @functools.wraps(case)
+    def run(*args, **kwargs):
+        async def bounded():
+            async with asyncio.timeout(60):
+                await case(*args, **kwargs)
+        asyncio.run(bounded())
+    return run
+
+
+async def _until(predicate, what: str, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+@_sync
+async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
+    node = _follower()
+    node.start()
+    try:
+        node.receive([_heartbeat(3)])
+        await _until(lambda: node.leader == 2, "the leader known")
+        assert node.health_problem() == ""
+        proposal = asyncio.ensure_future(node.propose(b"x", timeout_s=30))
+        await asyncio.sleep(0)
+        node.receive([_heartbeat(7)])  # the leader thinks we acknowledged up to 7
+        await _until(node.failed.is_set, "the raft loop to stop")
+        assert isinstance(node.failure, CommitOutOfRangeError)
+        assert (node.failure.commit, node.failure.last_index) == (7, 3)
+        assert node.health_problem().startswith("RAFT LOOP FAILED: commit 7 is out of range")
+        with pytest.raises(errors.ServiceError):
+            await proposal  # failed at once, not after its timeout
+    finally:
+        await node.stop()
+
+
+@_sync
+async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
+    node = _follower()
+    node.start()
+    try:
+        # A MsgApp makes the leader known; it does not check the commit index against what
+        # we acknowledged, so it does not make the follower healthy.
+        node.receive([Message(type=MessageType.MsgApp, to=1, frm=2, term=1, log_term=1,
+                              index=3, commit=3)])
+        await _until(lambda: node.leader == 2, "the leader known")
+        assert node.health_problem() == "RAFT LEADER NOT CONFIRMED"
+        node.receive([_heartbeat(3)])
+        await _until(lambda: node.health_problem() == "", "confirmed by a heartbeat")
+    finally:
+        await node.stop()
+
+
+@_sync
+async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fatal(caplog):
+    node = _follower()
+    real_step = node.raw.step
+
+    def step(m):
+        if m.commit == 99:
+            raise ValueError("boom")
+        real_step(m)
+
+    node.raw.step = step
+    node.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="kvserver.node"):
+            node.receive([_heartbeat(99)])
+            await _until(lambda: node.health_problem() != "RAFT LEADER NOT CONFIRMED"
+                         and node.health_problem() != "", "the failure recorded")
+        assert node.health_problem() == "RAFT LOOP FAILING: ValueError: boom"
+        assert any("dropped message" in r.getMessage() for r in caplog.records)
+        node.receive([_heartbeat(3)])
+        await _until(lambda: node.leader == 2, "the next message taken")
+        assert not node.failed.is_set()
+    finally:
+        await node.stop()
