@@ -4,8 +4,8 @@ in-process API over ``LocalKV`` (see ``test_leases``).
 Pinned down: etcdctl's lines by default (IDs in 16-digit hex that parse back), one JSON
 document with ``--json`` (one line per refresh for keep-alive); IDs taken in hex or decimal;
 exit status 0 / 1 with a one-line ``Error: ...`` / 2 on bad usage; ``keep-alive`` prints each
-refresh until Ctrl-C (exit 130, in-process and as a real process) or until the lease is lost
-(exit 1).
+refresh until Ctrl-C (exit 130, in-process and as a real process, even when this test run
+inherited SIGINT as ignored: see ``tests.client.sigint``) or until the lease is lost (exit 1).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
+import time
 
 import pytest
 
@@ -28,6 +28,7 @@ from kvserver.cli import lease as cli_lease
 from kvserver.client import Client
 from kvserver.client.leases import format_lease_id
 from tests.client.fakeserver import dead_url
+from tests.client.sigint import default_sigint, python_module
 from tests.client.test_leases import Served
 
 WAIT_S = 10.0
@@ -148,15 +149,21 @@ class InterruptAfter(io.StringIO):
         return n
 
 
-def test_keep_alive_prints_each_refresh_until_ctrl_c(api):
-    lease_id = grant(api, 1, 0xD4)
-    args = cli.build_parser().parse_args(["lease", "keep-alive", "d4", "--endpoints", api.url])
+def keep_alive_in_process_until_ctrl_c(api, lease_id: int) -> None:
+    grant(api, 1, lease_id)
+    name = format_lease_id(lease_id)
+    args = cli.build_parser().parse_args(["lease", "keep-alive", name, "--endpoints", api.url])
     out = InterruptAfter(3)
-    assert cli_lease.cmd_keep_alive(args, out=out, err=io.StringIO()) == 130
+    with default_sigint():  # interrupt_main does nothing while SIGINT is ignored
+        assert cli_lease.cmd_keep_alive(args, out=out, err=io.StringIO()) == 130
     lines = out.getvalue().splitlines()
     assert len(lines) >= 3
-    assert set(lines) == {"lease 00000000000000d4 keepalived with TTL(1)"}
+    assert set(lines) == {f"lease {name} keepalived with TTL(1)"}
     assert api.kv.lessor.exists(lease_id)
+
+
+def test_keep_alive_prints_each_refresh_until_ctrl_c(api):
+    keep_alive_in_process_until_ctrl_c(api, 0xD4)
 
 
 def test_keep_alive_exits_1_when_the_lease_is_lost(api):
@@ -174,14 +181,14 @@ def test_keep_alive_exits_1_when_the_lease_is_lost(api):
     assert err.getvalue().count("\n") == 1
 
 
-def test_keep_alive_process_ctrl_c_exits_130(api):
-    grant(api, 1, 0xF6)
+def keep_alive_process_until_ctrl_c(api, lease_id: int) -> None:
+    grant(api, 2, lease_id)  # TTL 2: refreshed every ~0.67 s, 1.3 s to spare if one is late
+    name = format_lease_id(lease_id)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RAFTKV_ENDPOINTS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvserver.cli", "lease", "keep-alive", "f6",
-         "--endpoints", api.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=ROOT, env=env)
+        python_module("kvserver.cli", "lease", "keep-alive", name, "--endpoints", api.url),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -191,9 +198,15 @@ def test_keep_alive_process_ctrl_c_exits_130(api):
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        for _ in range(3):  # the first refresh and two more (TTL 1: every ~0.33 s)
+        # The child may take longer than the TTL to start on a loaded machine: keep the lease
+        # alive from here until its first refresh is printed.
+        deadline = time.monotonic() + WAIT_S
+        while lines.empty() and proc.poll() is None and time.monotonic() < deadline:
+            api.loop_thread.run(api.kv.lease_keepalive(lease_id))
+            time.sleep(0.1)
+        for _ in range(3):  # the first refresh and two more
             line = lines.get(timeout=WAIT_S)
-            assert line == "lease 00000000000000f6 keepalived with TTL(1)\n", (
+            assert line == f"lease {name} keepalived with TTL(2)\n", (
                 line, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(WAIT_S) == 130
@@ -204,6 +217,22 @@ def test_keep_alive_process_ctrl_c_exits_130(api):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_keep_alive_process_ctrl_c_exits_130(api):
+    keep_alive_process_until_ctrl_c(api, 0xF6)
+
+
+def test_ctrl_c_works_when_the_test_run_ignores_sigint(api):
+    """As under ``make test &`` from a script: this process ignores SIGINT (inherited by a
+    child it starts); Ctrl-C still stops the keep-alive, in-process and as a process."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        keep_alive_in_process_until_ctrl_c(api, 0xD5)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored afterwards
+        keep_alive_process_until_ctrl_c(api, 0xF7)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("argv", [

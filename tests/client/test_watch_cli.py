@@ -1,6 +1,7 @@
 """``raftkv watch`` (``kvserver.cli.watch``) as a real process against raftkv's HTTP API over
 ``LocalKV``: lines as events happen (human and ``--json``), ``--prefix``/``--rev``/
-``--prev-kv``, Ctrl-C exits 130 without a traceback, a compacted start revision exits 1 with
+``--prev-kv``, Ctrl-C exits 130 without a traceback (also when this test run inherited SIGINT
+as ignored: see ``tests.client.sigint``), a compacted start revision exits 1 with
 the compact revision, and the rendering functions on their own."""
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -19,6 +19,7 @@ from kvserver import cli
 from kvserver.cli.watch import render_event
 from kvserver.client import EventType, KeyValue, WatchEvent
 from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest
+from tests.client.sigint import python_module
 from tests.client.test_watch_client import Replicas
 
 WAIT_S = 10.0
@@ -30,7 +31,7 @@ class WatchProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("RAFTKV_ENDPOINTS", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvserver.cli", "watch", "--endpoints", url, *args],
+            python_module("kvserver.cli", "watch", "--endpoints", url, *args),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
