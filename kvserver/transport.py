@@ -11,9 +11,23 @@ Contract:
 - Snapshots (MsgSnap) travel on their own request, ``POST /raft/snapshot``, whose body is
   streamed in chunks: a 4-byte big-endian header length, the message encoded without snapshot
   data, then the data bytes. The outcome is reported back with ``on_snapshot_status``.
-- Every connection carries ``X-Raftkv-Cluster-Id`` and ``X-Raftkv-From``; a request from
-  another cluster is refused with 412, and a malformed batch closes the stream. Nothing a peer
-  sends can crash the node.
+- Every connection carries ``X-Raftkv-Cluster-Id``, ``X-Raftkv-From`` and ``X-Raftkv-To``.
+  Who may talk to this member (etcd's rafthttp stream handler, in this order): another cluster
+  is refused with 412; a member the registry knows as removed with 410; a sender that is not a
+  current member with 404 ``sender not found`` (etcd: ``peerGetter.Get(from) == nil``); a
+  connection meant for another member ID (``X-Raftkv-To``) with 412. "Current member" is the
+  peer set, which ``set_peers`` keeps equal to the member registry. Stream requests and
+  snapshot requests get the same checks; a stream whose sender stops being a member is closed.
+- Every decoded message is checked before raft sees it (``peer_validate.check_message``:
+  addressed to this member, ``from`` equal to the stream's sender except for forwarded
+  requests, bounded terms and indexes, consistent entries). A frame that does not decode or
+  holds one bad message is dropped whole, logged at WARNING (rate-limited per sender), and its
+  stream is closed (code 1008); nothing of it reaches raft. Nothing a peer sends can crash the
+  node.
+- No peer task ends silently: an unexpected error in a sender task is logged at ERROR with its
+  traceback and the stream reconnects with backoff; a message that cannot be encoded is
+  dropped (ERROR) and the rest of its batch still goes; a receiving stream that fails
+  unexpectedly is logged at ERROR and closed (the peer reconnects).
 
 Membership (``kvserver.membership``): ``set_peers({id: url})`` reconciles the peer set with the
 member registry (a new member is connected, a removed one closed, a changed URL re-dialled;
@@ -28,6 +42,7 @@ it for the cluster ID and its own member ID.
 import asyncio
 import dataclasses
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -41,12 +56,14 @@ from kvserver.peer_codec import (
     encode_batch,
     encode_message,
 )
+from kvserver.peer_validate import check_message
 from raft import Message, MessageType
 
 log = logging.getLogger(__name__)
 
 CLUSTER_HEADER = "X-Raftkv-Cluster-Id"
 FROM_HEADER = "X-Raftkv-From"
+TO_HEADER = "X-Raftkv-To"
 NAME_HEADER = "X-Raftkv-Name"
 CLIENT_URLS_HEADER = "X-Raftkv-Client-Urls"
 MEMBERS_PATH = "/raft/members"
@@ -65,6 +82,7 @@ class TransportLimits:
     backoff_max_s: float = 1.0
     heartbeat_s: float = 2.0            # WebSocket ping: detects a dead peer connection
     close_timeout_s: float = 1.0        # at stop: how long an incoming stream's close may wait
+    warn_interval_s: float = 10.0       # one WARNING per sender and kind of refusal per interval
 
 
 OnMessages = Callable[[list[Message]], None]
@@ -100,6 +118,8 @@ class PeerTransport:
         self._closing = False
         self.dropped_messages = 0
         self.failures_by_peer: dict[int, int] = {}
+        self.refused_by_peer: dict[int, int] = {}   # refused connections and bad frames
+        self._warned: dict[tuple[int, str], tuple[float, int]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -191,18 +211,47 @@ class PeerTransport:
         failed = True
         try:
             async with self._session.post(peer.url + SNAPSHOT_PATH, data=body(),
-                                          headers=self._headers()) as resp:
+                                          headers=self._headers(m.to)) as resp:
                 failed = resp.status != 204
                 if failed:
                     log.warning("snapshot to %x refused: %s %s", m.to, resp.status,
                                 await resp.text())
+        except asyncio.CancelledError:
+            raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("snapshot to %x failed: %s", m.to, exc)
+        except Exception:  # a bug: say so, and let raft retry the snapshot later
+            log.exception("snapshot to %x failed unexpectedly", m.to)
         self._on_snapshot_status(m.to, failed)
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, to: int) -> dict[str, str]:
         return {CLUSTER_HEADER: str(self.cluster_id), FROM_HEADER: str(self.local_id),
-                NAME_HEADER: self.name, CLIENT_URLS_HEADER: ",".join(self.client_urls)}
+                TO_HEADER: str(to), NAME_HEADER: self.name,
+                CLIENT_URLS_HEADER: ",".join(self.client_urls)}
+
+    def _warn(self, sender: int, kind: str, text: str, *args) -> None:
+        """WARNING about ``sender``, at most one per ``kind`` per ``warn_interval_s``: a
+        peer that keeps sending bad frames or reconnecting must not flood the log."""
+        now = time.monotonic()
+        last, suppressed = self._warned.get((sender, kind), (-float("inf"), 0))
+        if now - last < self.limits.warn_interval_s:
+            self._warned[(sender, kind)] = (last, suppressed + 1)
+            return
+        if len(self._warned) > 1024:  # bounded: senders can be any 64-bit number
+            self._warned.clear()
+        self._warned[(sender, kind)] = (now, 0)
+        if suppressed:
+            text += f" ({suppressed} more like it not logged)"
+        log.warning(text, *args)
+
+    def _refuse(self, sender: int, kind: str, text: str, *args) -> None:
+        """Count and log (rate-limited) a refused connection or frame from ``sender``."""
+        self.refused_by_peer[sender] = self.refused_by_peer.get(sender, 0) + 1
+        self._warn(sender, kind, text, *args)
+
+    def is_member(self, peer_id: int) -> bool:
+        """A current member other than this one (the peer set follows the registry)."""
+        return peer_id in self._peers
 
     # --- receiving -----------------------------------------------------------------------
 
@@ -217,9 +266,12 @@ class PeerTransport:
         return web.json_response(self._members_json())
 
     def _check_headers(self, request: web.Request) -> int:
+        """The sender's member ID, or an HTTP error in etcd's order (module docstring)."""
         try:
             cluster = int(request.headers.get(CLUSTER_HEADER, ""))
             sender = int(request.headers.get(FROM_HEADER, ""))
+            # Absent in members of earlier versions; every message's ``to`` is checked anyway.
+            to = int(request.headers.get(TO_HEADER, self.local_id))
         except ValueError:
             raise web.HTTPBadRequest(text="missing or bad peer headers") from None
         if cluster != self.cluster_id:
@@ -227,6 +279,18 @@ class PeerTransport:
                 text=f"cluster id mismatch: local {self.cluster_id:x}, remote {cluster:x}")
         if self._is_removed(sender):
             raise web.HTTPGone(text="the member has been permanently removed from the cluster")
+        if not self.is_member(sender):
+            # etcd: a member of another cluster with a colliding ID, an impostor, or (rarely)
+            # a member added while this one was down, refused until this member's registry
+            # has caught up (it retries with backoff).
+            self._refuse(sender, "404", "refused %s from %x: sender not found (not a member of "
+                       "cluster %x)", request.path, sender, self.cluster_id)
+            raise web.HTTPNotFound(text="sender not found")
+        if to != self.local_id:
+            self._refuse(sender, "to", "refused %s from %x: meant for member %x, this is %x",
+                       request.path, sender, to, self.local_id)
+            raise web.HTTPPreconditionFailed(
+                text=f"to field mismatch: local {self.local_id:x}, remote {to:x}")
         return sender
 
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
@@ -244,26 +308,46 @@ class PeerTransport:
         urls = tuple(u for u in request.headers.get(CLIENT_URLS_HEADER, "").split(",") if u)
         if name:
             self.peer_attributes[sender] = (name, urls)
+        code = aiohttp.WSCloseCode.OK
         try:
-            await self._read_stream(ws, sender)
+            code = await self._read_stream(ws, sender)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: say so; the peer reconnects
+            log.exception("stream from peer %x failed; closing it", sender)
+            code = aiohttp.WSCloseCode.INTERNAL_ERROR
         finally:
             self._incoming.discard(ws)
             by_peer.discard(ws)
-            await ws.close()
+            await ws.close(code=code)
         return ws
 
-    async def _read_stream(self, ws: web.WebSocketResponse, sender: int) -> None:
+    def _check_frame(self, data: bytes, sender: int) -> list:
+        """The messages of one stream frame, all checked; ``PeerMessageError`` otherwise."""
+        if not self.is_member(sender):
+            raise PeerMessageError("the sender is no longer a member")
+        batch = decode_batch(data)
+        for m in batch:
+            check_message(m, local_id=self.local_id, sender=sender, is_member=self._is_peer)
+        return batch
+
+    def _is_peer(self, member_id: int) -> bool:
+        return member_id == self.local_id or self.is_member(member_id)
+
+    async def _read_stream(self, ws: web.WebSocketResponse, sender: int) -> int:
+        """Deliver the stream's frames; the close code to answer with when it ends."""
         async for frame in ws:
             if frame.type != aiohttp.WSMsgType.BINARY:
                 break
             try:
-                batch = decode_batch(frame.data)
+                batch = self._check_frame(frame.data, sender)
             except PeerMessageError as exc:
-                log.warning("bad batch from peer %x: %s; closing its stream", sender, exc)
-                break
-            accepted = [m for m in batch if m.to == self.local_id and m.frm == sender]
-            if accepted:
-                self._on_messages(accepted)
+                self._refuse(sender, "frame", "dropped a frame from peer %x and closed its "
+                           "stream: %s", sender, exc)
+                return aiohttp.WSCloseCode.POLICY_VIOLATION
+            if batch:
+                self._on_messages(batch)
+        return aiohttp.WSCloseCode.OK
 
     async def _handle_snapshot(self, request: web.Request) -> web.Response:
         sender = self._check_headers(request)
@@ -274,8 +358,9 @@ class PeerTransport:
                 raise web.HTTPRequestEntityTooLarge(max_size=self.limits.frame_bytes,
                                                     actual_size=size)
             m = decode_message(await request.content.readexactly(size))
-            if m.type != MessageType.MsgSnap or m.snapshot is None or m.frm != sender:
+            if m.type != MessageType.MsgSnap:
                 raise web.HTTPBadRequest(text="snapshot request does not carry a MsgSnap")
+            check_message(m, local_id=self.local_id, sender=sender, is_member=self._is_peer)
             data = bytearray()
             async for chunk in request.content.iter_chunked(1 << 16):
                 data += chunk
@@ -284,10 +369,10 @@ class PeerTransport:
         except asyncio.IncompleteReadError:
             raise web.HTTPBadRequest(text="snapshot body ended early") from None
         except PeerMessageError as exc:
+            self._refuse(sender, "snapshot", "refused a snapshot from peer %x: %s", sender, exc)
             raise web.HTTPBadRequest(text=str(exc)) from None
-        if m.to == self.local_id:
-            self._on_messages([dataclasses.replace(
-                m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))])
+        self._on_messages([dataclasses.replace(
+            m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))])
         return web.Response(status=204)
 
 
@@ -330,7 +415,7 @@ class _PeerSender:
         while True:
             try:
                 async with t._session.ws_connect(
-                        self.url + STREAM_PATH, headers=t._headers(),
+                        self.url + STREAM_PATH, headers=t._headers(self.peer_id),
                         heartbeat=t.limits.heartbeat_s, max_msg_size=t.limits.frame_bytes,
                         autoclose=True) as ws:
                     self.connected = True
@@ -343,8 +428,15 @@ class _PeerSender:
                 log.debug("stream to %x: %s", self.peer_id, exc)
                 if exc.status == 410 and t._on_removed is not None:
                     t._on_removed()  # the peer knows this member as removed
+                elif exc.status in (404, 412):
+                    t._warn(self.peer_id, f"out-{exc.status}", "peer %x refuses this "
+                            "member's stream: %s %s; retrying", self.peer_id, exc.status,
+                            exc.message)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.debug("stream to %x: %s", self.peer_id, exc)
+            except Exception:  # a bug: never end this task silently; reconnect
+                log.exception("stream to peer %x failed unexpectedly; reconnecting",
+                              self.peer_id)
             self.connected = False
             if self.queue:
                 t.failures_by_peer[self.peer_id] = \
@@ -369,4 +461,24 @@ class _PeerSender:
                 m = self.queue.popleft()
                 batch.append(m)
                 size += 64 + sum(len(e.data) for e in m.entries)
-            await ws.send_bytes(encode_batch(batch))
+            try:
+                frame = encode_batch(batch)
+            except Exception:  # a bug (e.g. a value msgpack cannot hold): drop only culprits
+                frame = self._encode_each(batch)
+            if frame is not None:
+                await ws.send_bytes(frame)
+
+    def _encode_each(self, batch: list[Message]) -> bytes | None:
+        good = []
+        for m in batch:
+            try:
+                encode_message(m)
+            except Exception:
+                log.exception("dropped a message to peer %x that cannot be encoded: %s",
+                              self.peer_id, m)
+                t = self.transport
+                t.dropped_messages += 1
+                t.failures_by_peer[self.peer_id] = t.failures_by_peer.get(self.peer_id, 0) + 1
+            else:
+                good.append(m)
+        return encode_batch(good) if good else None

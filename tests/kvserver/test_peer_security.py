@@ -1,0 +1,269 @@
+"""Forged peer frames change nothing (issue 13, defect 1); three members in one event loop.
+
+An attacker reads the cluster ID and the member IDs from ``GET /raft/members`` (it is open:
+a joining member needs it) and opens ``/raft/stream`` with crafted frames, as in the issue:
+
+- from an ID that is not a member: refused with 404 ``sender not found`` as etcd's stream
+  handler does (``peerGetter.Get(from) == nil``), so a proposal is never applied, a heartbeat
+  of term + 1000 or 2**64 - 1 does not depose the leader, and a forged append does not make
+  a follower diverge;
+- with a member's ID (possible until peer TLS exists) and impossible values (a term past the
+  bound of kvserver.peer_validate, entries of a term above the message's): the frame is
+  dropped and the stream closed;
+- after each attack the cluster has the same leader at the same term, accepts writes, no
+  member has the forged key, all members agree on the revision, and a member restarted
+  afterwards rejoins.
+
+Also: a message the sender cannot encode (msgpack's OverflowError, the crash of the issue)
+is dropped with an ERROR, and that peer's sender task keeps running.
+"""
+
+import asyncio
+import dataclasses
+import logging
+import os
+
+import aiohttp
+import pytest
+
+from kvserver.mvcc.codec import encode_entry
+from kvserver.mvcc.types import PutRequest, RangeRequest
+from kvserver.peer_codec import encode_batch
+from kvserver.server import Member
+from raft import Entry, Message, MessageType
+from tests.kvserver.inprocess import configs
+
+MT = MessageType
+# Written out, not imported: these tests also run against the transport before the fix.
+CLUSTER_HEADER, FROM_HEADER, TO_HEADER = "X-Raftkv-Cluster-Id", "X-Raftkv-From", "X-Raftkv-To"
+STRANGER = 0x5EC0_DEAD_BEEF  # not a member id
+FORGED_KEY = b"forged"
+
+
+def forged_payload() -> bytes:
+    """An entry's data as the node driver frames it: origin | sequence | request."""
+    return os.urandom(8) + (1).to_bytes(8, "big") + encode_entry(PutRequest(FORGED_KEY, b"x"))
+
+
+async def attack(member: Member, sender: int, messages: list[Message]) -> str:
+    """Open a stream to ``member`` as ``sender`` and send ``messages`` in one frame.
+    Returns ``refused <status>``, ``closed`` (the member closed the stream after the frame)
+    or ``open`` (it took the frame and kept the stream)."""
+    headers = {CLUSTER_HEADER: str(member.cluster_id), FROM_HEADER: str(sender),
+               TO_HEADER: str(member.member_id)}
+    url = member.cfg.listen_peer_urls[0] + "/raft/stream"
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await session.ws_connect(url, headers=headers)
+        except aiohttp.WSServerHandshakeError as exc:
+            return f"refused {exc.status}"
+        async with ws:
+            await ws.send_bytes(encode_batch(messages))
+            try:
+                async with asyncio.timeout(3.0):
+                    frame = await ws.receive()
+            except TimeoutError:
+                return "open"
+            return "closed" if frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
+                                              aiohttp.WSMsgType.CLOSING) else "open"
+
+
+async def wait_leader(members, timeout_s=15.0) -> Member:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        leaders = [m for m in members if m.node.is_leader]
+        if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id for m in members):
+            return leaders[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError("no agreed leader")
+
+
+async def cluster(tmp_path) -> tuple[list, list[Member], Member]:
+    cfgs = configs(tmp_path)
+    members = [Member(c) for c in cfgs]
+    for m in members:
+        await m.start()
+    leader = await wait_leader(members)
+    await leader.node.sm.put(PutRequest(b"before", b"1"))
+    for m in members:  # every member has applied the leader's entries of its term
+        await m.node.sm.range(RangeRequest(b"before"))
+    return cfgs, members, leader
+
+
+async def assert_unharmed(members: list[Member], leader: Member, term: int) -> None:
+    """Same leader, same term, writes still commit, nobody has the forged key, one revision."""
+    for m in members:
+        assert m.node.term == term, (m.name, m.node.term, term)
+        assert m.node.leader == leader.member_id, (m.name, m.node.leader)
+    follower = next(m for m in members if m is not leader)
+    resp = await follower.node.sm.put(PutRequest(b"after", b"2"))
+    revisions = set()
+    for m in members:
+        got = await m.node.sm.range(RangeRequest(FORGED_KEY))
+        assert got.count == 0, f"{m.name} applied the forged write"
+        after = await m.node.sm.range(RangeRequest(b"after"))
+        assert after.count == 1
+        revisions.add(after.header.revision)
+    assert revisions == {resp.header.revision}, revisions
+
+
+async def assert_restart_is_fine(cfgs, members: list[Member], i: int) -> None:
+    await members[i].stop()
+    members[i] = Member(cfgs[i])
+    await members[i].start()
+    leader = await wait_leader(members)
+    resp = await leader.node.sm.put(PutRequest(b"restarted", b"3"))
+    got = await members[i].node.sm.range(RangeRequest(b"restarted"))
+    assert got.count == 1 and got.header.revision == resp.header.revision
+
+
+def run(scenario):
+    async def main():
+        async with asyncio.timeout(90):
+            await scenario()
+    asyncio.run(main())
+
+
+def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplog):
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            term = leader.node.term
+            prop = Message(type=MT.MsgProp, to=0, frm=STRANGER,
+                           entries=(Entry(0, 0, data=forged_payload()),))
+            outcomes = []
+            with caplog.at_level(logging.WARNING, logger="kvserver.transport"):
+                for m in members:
+                    for _ in range(3):  # refusals are logged, but rate-limited
+                        outcomes.append(await attack(
+                            m, STRANGER, [dataclasses.replace(prop, to=m.member_id)]))
+            await assert_unharmed(members, leader, term)
+            assert outcomes == ["refused 404"] * 9, outcomes
+            refusals = [r for r in caplog.records if "sender not found" in r.getMessage()]
+            assert len(refusals) == len(members), [r.getMessage() for r in refusals]
+            assert all(m.transport.refused_by_peer[STRANGER] == 3 for m in members)
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
+
+
+def test_heartbeats_of_a_higher_term_from_a_stranger_depose_no_leader(tmp_path):
+    """term + 1000 and 2**64 - 1 (the value that left the cluster leaderless forever)."""
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            term = leader.node.term
+            outcomes = []
+            for forged_term in (term + 1000, (1 << 64) - 1):
+                for m in members:
+                    hb = Message(type=MT.MsgHeartbeat, to=m.member_id, frm=STRANGER,
+                                 term=forged_term)
+                    outcomes.append(await attack(m, STRANGER, [hb]))
+            await assert_unharmed(members, leader, term)
+            assert outcomes == ["refused 404"] * 6, outcomes
+            await assert_restart_is_fine(cfgs, members, members.index(leader))
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
+
+
+def test_a_forged_append_from_a_stranger_makes_no_follower_diverge(tmp_path):
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            term = leader.node.term
+            f = next(m for m in members if m is not leader)
+            log = f.node.raw.raft.log
+            last = log.last_index()
+            app = Message(type=MT.MsgApp, to=f.member_id, frm=STRANGER, term=term + 1,
+                          log_term=log.last_term(), index=last, commit=last + 1,
+                          entries=(Entry(term + 1, last + 1, data=forged_payload()),))
+            outcome = await attack(f, STRANGER, [app])
+            await assert_unharmed(members, leader, term)
+            assert outcome == "refused 404"
+            await assert_restart_is_fine(cfgs, members, members.index(f))
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
+
+
+def test_impossible_values_under_a_members_id_are_dropped_and_the_stream_closed(tmp_path):
+    """Until peer TLS, anyone can claim a member's ID; impossible values still get nowhere:
+    a term past the bound (2**64 - 1 overflowed the pre-vote term before), an appended entry
+    of a term above the message's, a message whose ``from`` is not the stream's sender."""
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            term = leader.node.term
+            f = next(m for m in members if m is not leader)
+            other = next(m for m in members if m is not leader and m is not f)
+            hb = Message(type=MT.MsgHeartbeat, to=leader.member_id, frm=f.member_id,
+                         term=(1 << 64) - 1)
+            outcomes = [await attack(leader, f.member_id, [hb])]
+            log = f.node.raw.raft.log
+            last = log.last_index()
+            app = Message(type=MT.MsgApp, to=f.member_id, frm=leader.member_id, term=term,
+                          log_term=log.last_term(), index=last, commit=last + 1,
+                          entries=(Entry(term + 1, last + 1, data=forged_payload()),))
+            outcomes.append(await attack(f, leader.member_id, [app]))
+            spoofed = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=STRANGER,
+                              term=term + 1000)
+            outcomes.append(await attack(f, other.member_id, [spoofed]))
+            await assert_unharmed(members, leader, term)
+            assert outcomes == ["closed"] * 3, outcomes
+            await assert_restart_is_fine(cfgs, members, members.index(f))
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
+
+
+def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_running(
+        tmp_path, caplog):
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            f = next(m for m in members if m is not leader)
+            sender = leader.transport._peers[f.member_id]
+            bad = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=leader.member_id,
+                          term=1 << 64)  # msgpack raises OverflowError
+            with caplog.at_level(logging.ERROR, logger="kvserver.transport"):
+                leader.transport.send([bad])
+                resp = await leader.node.sm.put(PutRequest(b"next", b"1"))
+                got = await f.node.sm.range(RangeRequest(b"next"))
+            assert got.count == 1 and got.header.revision == resp.header.revision
+            assert not sender.task.done(), "the peer sender task ended"
+            assert sender.connected
+            assert any("cannot be encoded" in r.getMessage() and r.exc_info
+                       for r in caplog.records), [r.getMessage() for r in caplog.records]
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
+
+
+@pytest.mark.parametrize("headers", [
+    {FROM_HEADER: str(STRANGER)},
+    {TO_HEADER: "12345"},
+])
+def test_snapshot_requests_get_the_same_checks(tmp_path, headers):
+    """``POST /raft/snapshot`` from a stranger: 404; meant for another member: 412."""
+    async def scenario():
+        cfgs, members, leader = await cluster(tmp_path)
+        try:
+            f = next(m for m in members if m is not leader)
+            base = {CLUSTER_HEADER: str(f.cluster_id), FROM_HEADER: str(leader.member_id),
+                    TO_HEADER: str(f.member_id)}
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f.cfg.listen_peer_urls[0] + "/raft/snapshot",
+                                        data=b"\0\0\0\1\x90", headers={**base, **headers}) as r:
+                    status, text = r.status, await r.text()
+            want = (404, "sender not found") if FROM_HEADER in headers else (412, "to field")
+            assert (status, text[:len(want[1])]) == want, (status, text)
+        finally:
+            for m in members:
+                await m.stop()
+    run(scenario)
