@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The three-member compose cluster with one command, on machines with or without an image
+# registry and with Compose v2 (`docker compose`) or v1 (`docker-compose`):
+#
+#   deploy/up.sh up [ARGS]     build the image, `up -d ARGS`, wait until every member is healthy
+#   deploy/up.sh build [ARGS]  build the image only
+#   deploy/up.sh down [ARGS]   stop and remove the containers (ARGS -v: the data volumes too)
+#   deploy/up.sh CMD [ARGS]    any other compose command (ps, logs, stop, start, ...)
+#
+# (`make compose-up` / `make compose-down` run the first and third.)
+#
+# Base image, for `up` and `build`:
+#   RAFTKV_BASE_IMAGE set       that image (the plain Dockerfile path with your choice);
+#   python:3.11-slim is local   it, pip inside the build reaches PyPI (the plain Dockerfile);
+#   raftkv-base:bookworm local  the offline path (below), without asking the registry;
+#   otherwise                   `docker pull python:3.11-slim`; if the registry cannot be
+#                               reached, the offline path: deploy/build-base-image.sh builds
+#                               raftkv-base:bookworm from Debian's packages (as root, sudo
+#                               otherwise; debootstrap, installed with apt-get when
+#                               missing), deploy/build-
+#                               wheelhouse.sh fills deploy/wheelhouse/ on the host, and the
+#                               image is built with PIP_INSTALL_ARGS=--no-index.
+# Every other setting is docker-compose.yml's (RAFTKV_IMAGE, RAFTKV1_CLIENT_PORT, ...,
+# RAFTKV_PUBLISH_ADDR, RAFTKV_CLUSTER_TOKEN); COMPOSE_PROJECT_NAME picks the project.
+# An image replaced by a rebuild is removed (when no container uses it), so rebuilds do not
+# pile up. Exit status: the failing command's; 3 when a prerequisite is missing (no Docker,
+# no Compose, or no registry and no way to build the offline base image).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+COMPOSE_FILE=deploy/docker-compose.yml
+REGISTRY_BASE=python:3.11-slim
+OFFLINE_BASE=raftkv-base:bookworm
+IMAGE="${RAFTKV_IMAGE:-raftkv:latest}"
+HEALTH_TIMEOUT_S="${RAFTKV_UP_TIMEOUT_S:-180}"
+
+say() { echo "deploy/up.sh: $*" >&2; }
+missing() { say "$*"; exit 3; }
+
+command -v docker >/dev/null || missing "docker is not installed"
+docker info >/dev/null 2>&1 || missing "the Docker daemon does not answer (docker info failed)"
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+elif command -v docker-compose >/dev/null; then
+  compose=(docker-compose)
+else
+  missing "neither the Compose v2 plugin (docker compose) nor docker-compose (v1) is installed"
+fi
+compose=("${compose[@]}" -f "$COMPOSE_FILE")
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+
+choose_base() {
+  if [ -n "${RAFTKV_BASE_IMAGE:-}" ]; then
+    say "base image $RAFTKV_BASE_IMAGE (RAFTKV_BASE_IMAGE)"
+    return
+  fi
+  if image_exists "$REGISTRY_BASE"; then
+    say "base image $REGISTRY_BASE (found locally)"
+    return
+  fi
+  if ! image_exists "$OFFLINE_BASE"; then
+    say "pulling $REGISTRY_BASE ..."
+    local err
+    if err="$(timeout 300 docker pull -q "$REGISTRY_BASE" 2>&1 >/dev/null)"; then
+      say "base image $REGISTRY_BASE (pulled)"
+      return
+    fi
+    say "cannot pull $REGISTRY_BASE: the image registry cannot be reached here"
+    say "  (${err//$'\n'/ })"
+    say "building the offline base image $OFFLINE_BASE from Debian's packages instead"
+    say "  (deploy/build-base-image.sh: debootstrap, about a minute; done once)"
+    local as_root=()
+    if [ "$(id -u)" != 0 ]; then
+      command -v sudo >/dev/null ||
+        missing "building the offline base image needs root (debootstrap) and sudo is missing"
+      as_root=(sudo)
+    fi
+    if ! command -v debootstrap >/dev/null; then
+      command -v apt-get >/dev/null ||
+        missing "debootstrap is not installed and there is no apt-get to install it"
+      say "installing Debian's debootstrap package (apt-get install debootstrap)"
+      "${as_root[@]}" apt-get install -y -q debootstrap >/dev/null ||
+        missing "apt-get install debootstrap failed"
+    fi
+    "${as_root[@]}" deploy/build-base-image.sh "$OFFLINE_BASE"
+  else
+    say "base image $OFFLINE_BASE (found locally; the offline path, no registry needed)"
+  fi
+  say "dependencies from deploy/wheelhouse/ (deploy/build-wheelhouse.sh), pip --no-index"
+  deploy/build-wheelhouse.sh
+  export RAFTKV_BASE_IMAGE="$OFFLINE_BASE" RAFTKV_PIP_INSTALL_ARGS=--no-index
+}
+
+build() {
+  choose_base
+  local before
+  before="$(image_id "$IMAGE")"
+  "${compose[@]}" build "$@"
+  after="$(image_id "$IMAGE")"
+  if [ -n "$before" ] && [ "$before" != "$after" ]; then
+    # Fails harmlessly while a container still runs the old image (removed after `up`).
+    docker image rm "$before" >/dev/null 2>&1 || stale="$before"
+  fi
+}
+
+wait_healthy() {
+  local addr="${RAFTKV_PUBLISH_ADDR:-127.0.0.1}"
+  [ "$addr" = 0.0.0.0 ] && addr=127.0.0.1
+  local urls=("http://$addr:${RAFTKV1_CLIENT_PORT:-2379}" "http://$addr:${RAFTKV2_CLIENT_PORT:-22379}"
+              "http://$addr:${RAFTKV3_CLIENT_PORT:-32379}")
+  local deadline=$(( $(date +%s) + HEALTH_TIMEOUT_S )) url
+  for url in "${urls[@]}"; do
+    until RAFTKV_HEALTHCHECK_URL="$url/health" python3 deploy/healthcheck.py >/dev/null 2>&1; do
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        say "$url is not healthy after ${HEALTH_TIMEOUT_S} s; see: ${compose[*]} logs"
+        exit 1
+      fi
+      sleep 1
+    done
+  done
+  say "cluster healthy: ${urls[*]}"
+  say "export RAFTKV_ENDPOINTS=$(IFS=,; echo "${urls[*]}")"
+}
+
+stale=""
+case "${1:-}" in
+  up)
+    shift
+    build
+    "${compose[@]}" up -d "$@"
+    if [ -n "$stale" ]; then docker image rm "$stale" >/dev/null 2>&1 || true; fi
+    wait_healthy
+    ;;
+  build)
+    shift
+    build "$@"
+    ;;
+  "")
+    say "usage: deploy/up.sh up|build|down|COMPOSE-COMMAND [ARGS]"
+    exit 2
+    ;;
+  *)
+    exec "${compose[@]}" "$@"
+    ;;
+esac
