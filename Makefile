@@ -27,6 +27,12 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/raftkv cluster up --nodes 3
 
+# The Spark example pipeline (kvserver/spark/demo.py). ENDPOINTS=url,url,... uses a running
+# raftkv; otherwise a local three-node one is started in raftkv-data/spark-demo (ports 2479,
+# 22479, 32479) for the run and kept on disk, so a second `make spark-demo` continues.
+spark-demo: $(BIN)/.installed
+	$(BIN)/python -m kvserver.spark.demo $(if $(ENDPOINTS),--endpoints $(ENDPOINTS),--start-cluster raftkv-data/spark-demo) --out $(or $(OUT),spark-demo-out) $(DEMO_ARGS)
+
 # The whole suite: the fast default tests, then the slow-marked ones.
 test: $(DEV_STAMP)
 	$(BIN)/ruff check .
