@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint compose-up compose-down clean
+.PHONY: run test test-fast lint compose-up compose-down clean spark-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ run: $(RUN_STAMP)
 # The Spark example pipeline (kvserver/spark/demo.py). ENDPOINTS=url,url,... uses a running
 # raftkv; otherwise a local three-node one is started in raftkv-data/spark-demo (ports 2479,
 # 22479, 32479) for the run and kept on disk, so a second `make spark-demo` continues.
-spark-demo: $(BIN)/.installed
+spark-demo: $(DEV_STAMP)
 	$(BIN)/python -m kvserver.spark.demo $(if $(ENDPOINTS),--endpoints $(ENDPOINTS),--start-cluster raftkv-data/spark-demo) --out $(or $(OUT),spark-demo-out) $(DEMO_ARGS)
 
 # The whole suite: the fast default tests, then the slow-marked ones.
