@@ -1,0 +1,158 @@
+"""The nemesis: faults injected into a :class:`~tests.chaos.members.ChaosCluster`.
+
+Families (``--nemesis`` takes family or fault names, comma-separated):
+
+========== ===================================================================================
+kill       ``kill-leader``: SIGKILL the leader, wait for the first acknowledged write (the
+           failover time), hold, restart it. ``kill-follower``: SIGKILL a follower, hold,
+           restart it.
+pause      ``pause-leader`` / ``pause-follower``: SIGSTOP, hold (longer than the election
+           timeout, so a paused leader is replaced), SIGCONT: the member comes back with a
+           stale view and must not act on it.
+restart    ``restart-all``: SIGKILL every member at once, then start them all again (only the
+           fsynced WAL survives).
+partition  ``partition-leader``: cut the leader from both followers (it keeps its clients).
+           ``partition-follower``: cut one follower off. ``partition-bridge``: cut one pair
+           only, so the third member still talks to both (a non-transitive partition).
+           With three members every majority/minority split is one member against two:
+           that is ``partition-leader`` and ``partition-follower``.
+========== ===================================================================================
+
+Every fault starts from a healthy cluster with one agreed leader (bounded wait), is healed
+after ``hold_s``, and is followed by a bounded wait for health again. Each gives a record
+for the timeline: name, targets, start/heal/healthy times (seconds since the run began),
+``recovery_s`` (fault start to the first acknowledged write invoked after it) and, for
+``kill-leader``, ``failover_s`` (the same measure, the figure the reliability issue asks for).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from tests.chaos.members import ChaosCluster, Member
+from tests.chaos.netns import NetTopology
+from tests.chaos.workloads import Prober
+
+FAMILIES = {
+    "kill": ["kill-leader", "kill-follower"],
+    "pause": ["pause-leader", "pause-follower"],
+    "restart": ["restart-all"],
+    "partition": ["partition-leader", "partition-follower", "partition-bridge"],
+}
+ALL_FAULTS = [f for faults in FAMILIES.values() for f in faults]
+
+
+def expand(spec: str) -> list[str]:
+    """``"kill,pause,partition-bridge"`` -> fault names; ValueError for an unknown name."""
+    out: list[str] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        if part == "all":
+            out += ALL_FAULTS
+        elif part in FAMILIES:
+            out += FAMILIES[part]
+        elif part in ALL_FAULTS:
+            out.append(part)
+        else:
+            raise ValueError(f"unknown nemesis {part!r}: use {', '.join(FAMILIES)}, all, "
+                             f"or one of {', '.join(ALL_FAULTS)}")
+    return list(dict.fromkeys(out))
+
+
+def needs_network(faults: list[str]) -> bool:
+    return any(f.startswith("partition-") for f in faults)
+
+
+class Nemesis:
+    def __init__(self, cluster: ChaosCluster, net: NetTopology | None, prober: Prober,
+                 rng: random.Random, origin: float, hold_s: float = 3.0,
+                 healthy_timeout_s: float = 60.0, failover_timeout_s: float = 30.0):
+        self.cluster = cluster
+        self.net = net
+        self.prober = prober
+        self.rng = rng
+        self.origin = origin
+        self.hold_s = hold_s
+        self.healthy_timeout_s = healthy_timeout_s
+        self.failover_timeout_s = failover_timeout_s
+
+    def rel(self, t: float | None) -> float | None:
+        return None if t is None else round(t - self.origin, 3)
+
+    def run(self, fault: str) -> dict:
+        leader = self.cluster.wait_healthy(self.healthy_timeout_s)
+        followers = [m for m in self.cluster.members if m is not leader]
+        record: dict = {"fault": fault, "leader_before": leader.name}
+        start = time.monotonic()
+        kind, _, who = fault.partition("-")
+        if kind == "kill" and who == "leader":
+            record.update(self._kill(leader, start, measure=True))
+        elif kind == "kill":
+            record.update(self._kill(self.rng.choice(followers), start, measure=False))
+        elif kind == "pause":
+            target = leader if who == "leader" else self.rng.choice(followers)
+            record["targets"] = [target.name]
+            self.cluster.pause(target)
+            time.sleep(self.hold_s)  # the fault's duration, not a wait for a condition
+            self.cluster.resume(target)
+        elif kind == "restart":
+            record["targets"] = [m.name for m in self.cluster.members]
+            for m in self.cluster.members:
+                self.cluster.kill(m)
+            time.sleep(1.0)  # the cluster's down time
+            self.cluster.start()
+        elif kind == "partition":
+            if self.net is None:
+                raise RuntimeError("partitions need network namespaces")
+            if who == "leader":
+                target = leader
+                self.net.isolate(target.index)
+                record["targets"] = [target.name]
+            elif who == "follower":
+                target = self.rng.choice(followers)
+                self.net.isolate(target.index)
+                record["targets"] = [target.name]
+            else:
+                a, b = self.rng.sample(self.cluster.members, 2)
+                self.net.partition({frozenset((a.index, b.index))})
+                record["targets"] = [a.name, b.name]
+            time.sleep(self.hold_s)
+            self.net.heal()
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+        healed = time.monotonic()
+        lead_after = self.cluster.wait_healthy(self.healthy_timeout_s)
+        healthy = time.monotonic()
+        first = self.prober.first_ack_after(start)
+        record.update({
+            "start_s": self.rel(start), "heal_s": self.rel(healed),
+            "healthy_s": self.rel(healthy), "leader_after": lead_after.name,
+            "recovery_s": None if first is None else round(first - start, 3),
+        })
+        return record
+
+    def _kill(self, target: Member, start: float, measure: bool) -> dict:
+        out: dict = {"targets": [target.name]}
+        self.cluster.kill(target)
+        if measure:
+            deadline = start + self.failover_timeout_s
+            first = self.prober.first_ack_after(start)
+            while first is None and time.monotonic() < deadline:
+                time.sleep(0.02)  # polling the prober's record, bounded by the deadline
+                first = self.prober.first_ack_after(start)
+            out["failover_s"] = None if first is None else round(first - start, 3)
+        left = self.hold_s - (time.monotonic() - start)
+        if left > 0:
+            time.sleep(left)
+        self.cluster.start_member(target)
+        return out
+
+    def heal_everything(self) -> None:
+        """Undo whatever a failed fault left behind: cuts, paused or dead members."""
+        if self.net is not None:
+            self.net.heal()
+        for m in self.cluster.members:
+            if m.paused:
+                self.cluster.resume(m)
+            if not m.alive():
+                self.cluster.start_member(m)
