@@ -172,7 +172,46 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         raise ClusterConfigError(
             f"--initial-advertise-peer-urls {','.join(cfg.initial_advertise_peer_urls)} do "
             f"not match {cfg.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})")
+    check_url_schemes(cfg)
     return cfg
+
+
+# Which TLS material each kind of URL needs, named as etcd's flags (for the messages).
+_TLS_FLAGS = {"client": "--cert-file and --key-file (or --auto-tls)",
+              "peer": "--peer-cert-file and --peer-key-file (or --peer-auto-tls)"}
+
+
+def tls_configured(cfg: ServerConfig, kind: str) -> bool:
+    """Whether this member can serve TLS for ``kind`` ("client" or "peer") URLs.
+
+    raftkv has no TLS yet, so nothing can: every ``https://`` URL is refused. When TLS comes
+    (issue 12: etcd's --cert-file/--key-file/--auto-tls and their --peer-* twins), this is
+    the one place that learns to say yes — for a certificate and key pair, or auto-TLS, and
+    for nothing else."""
+    del cfg, kind
+    return False
+
+
+def check_url_schemes(cfg: ServerConfig) -> None:
+    """Refuse ``https://`` client or peer URLs (listen, advertise, --initial-cluster) that
+    this member cannot serve with TLS, as etcd does when the cert flags are missing: a
+    member must never answer plain HTTP on a URL that says https (clients would send
+    credentials in clear text believing they are protected). ClusterConfigError names the
+    flag, the URL and what is missing."""
+    groups = (
+        ("client", "--listen-client-urls", cfg.listen_client_urls),
+        ("client", "--advertise-client-urls", cfg.advertise_client_urls),
+        ("peer", "--listen-peer-urls", cfg.listen_peer_urls),
+        ("peer", "--initial-advertise-peer-urls", cfg.initial_advertise_peer_urls),
+        ("peer", "--initial-cluster", tuple(u for m in cfg.members for u in m.peer_urls)),
+    )
+    for kind, flag, urls in groups:
+        for url in urls:
+            if urlsplit(url).scheme == "https" and not tls_configured(cfg, kind):
+                raise ClusterConfigError(
+                    f"{flag} {url}: an https:// {kind} URL needs TLS: "
+                    f"{_TLS_FLAGS[kind]} must be given (raftkv does not serve TLS yet, so "
+                    f"use http:// URLs); refusing to serve plain HTTP on an https URL")
 
 
 def host_port(url: str) -> tuple[str, int]:

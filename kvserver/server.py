@@ -24,7 +24,7 @@ import time
 from aiohttp import web
 
 from kvserver.api.app import build_client_app
-from kvserver.config import ServerConfig, host_port
+from kvserver.config import ServerConfig, check_url_schemes, host_port
 from kvserver.lease import min_lease_ttl_s
 from kvserver.membership import (
     REMOVED_MESSAGE,
@@ -68,6 +68,7 @@ class Member:
 
     async def start(self) -> None:
         cfg = self.cfg
+        check_url_schemes(cfg)  # config_from_args did; a config built in code must pass too
         # A restart takes its IDs from the WAL, a joining member from the running cluster.
         self.member_id, self.cluster_id, known = await resolve_identity(
             cfg, self.member_id, self.cluster_id)
