@@ -3,7 +3,7 @@
 # registry and with Compose v2 (`docker compose`) or v1 (`docker-compose`):
 #
 #   deploy/up.sh up [ARGS]     build the image, `up -d ARGS`, wait until every member is healthy
-#   deploy/up.sh build [ARGS]  build the image only
+#   deploy/up.sh build [ARGS]  build the image only (ARGS go to docker build)
 #   deploy/up.sh down [ARGS]   stop and remove the containers (ARGS -v: the data volumes too)
 #   deploy/up.sh CMD [ARGS]    any other compose command (ps, logs, stop, start, ...)
 #
@@ -22,8 +22,9 @@
 #                               image is built with PIP_INSTALL_ARGS=--no-index.
 # Every other setting is docker-compose.yml's (RAFTKV_IMAGE, RAFTKV1_CLIENT_PORT, ...,
 # RAFTKV_PUBLISH_ADDR, RAFTKV_CLUSTER_TOKEN); COMPOSE_PROJECT_NAME picks the project.
-# An image replaced by a rebuild is removed (when no container uses it), so rebuilds do not
-# pile up. Exit status: the failing command's; 3 when a prerequisite is missing (no Docker,
+# The image is built by `docker build` with the compose file's build arguments and tagged
+# RAFTKV_IMAGE (its build stage RAFTKV_IMAGE-build); an image replaced by a rebuild is
+# removed (when no container uses it), so rebuilds do not pile up. Exit status: the failing command's; 3 when a prerequisite is missing (no Docker,
 # no Compose, or no registry and no way to build the offline base image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,14 +96,22 @@ choose_base() {
 
 build() {
   choose_base
-  local before
-  before="$(image_id "$IMAGE")"
-  "${compose[@]}" build "$@"
-  after="$(image_id "$IMAGE")"
-  if [ -n "$before" ] && [ "$before" != "$after" ]; then
-    # Fails harmlessly while a container still runs the old image (removed after `up`).
-    docker image rm "$before" >/dev/null 2>&1 || stale="$before"
-  fi
+  # docker build itself (not `compose build`, which Compose v1 runs once per service): the
+  # build stage gets a tag of its own, so the image a rebuild replaces can be removed instead
+  # of piling up untagged (the engine's layer cache stays).
+  local tag target before
+  for tag in "$IMAGE-build" "$IMAGE"; do
+    target=()
+    [ "$tag" = "$IMAGE-build" ] && target=(--target build)
+    before="$(image_id "$tag")"
+    docker build -f deploy/Dockerfile "${target[@]}" "$@" \
+      --build-arg "BASE_IMAGE=${RAFTKV_BASE_IMAGE:-$REGISTRY_BASE}" \
+      --build-arg "PIP_INSTALL_ARGS=${RAFTKV_PIP_INSTALL_ARGS:-}" -t "$tag" .
+    if [ -n "$before" ] && [ "$before" != "$(image_id "$tag")" ]; then
+      # Fails while a container still runs the old image: retried after `up`.
+      docker image rm "$before" >/dev/null 2>&1 || stale+=" $before"
+    fi
+  done
 }
 
 wait_healthy() {
@@ -129,8 +138,8 @@ case "${1:-}" in
   up)
     shift
     build
-    "${compose[@]}" up -d "$@"
-    if [ -n "$stale" ]; then docker image rm "$stale" >/dev/null 2>&1 || true; fi
+    "${compose[@]}" up -d --no-build "$@"
+    for id in $stale; do docker image rm "$id" >/dev/null 2>&1 || true; done
     wait_healthy
     ;;
   build)
