@@ -40,6 +40,10 @@ class ServerConfig:
     auto_compaction_mode: str = "periodic"      # etcd's flags; retention "0" = disabled
     auto_compaction_retention: str = "0"
     auto_compaction_check_interval: str = "5m"  # revision mode's check period (etcd: 5 min)
+    archive_url: str = ""              # kvserver.archive: "" = no continuous archive
+    archive_retention: int = 0         # archived snapshots kept (0 = all)
+    archive_interval_ms: int = 1000    # between two archive passes (the loss window)
+    archive_options: str = ""          # fsspec options: key=value,key=value
     members: tuple[Member, ...] = field(default=(), compare=False)
 
     @property
@@ -105,6 +109,14 @@ _FLAGS = (
      "0 disables it"),
     ("--auto-compaction-check-interval", "auto_compaction_check_interval", "str",
      "how often revision-mode auto-compaction checks (raftkv only; etcd fixes 5m)"),
+    ("--archive-url", "archive_url", "str",
+     "archive snapshots and WAL segments continuously to this fsspec URL (file://, s3://...)"),
+    ("--archive-retention", "archive_retention", "int",
+     "archived snapshots kept, with the WAL they need (0 = keep everything)"),
+    ("--archive-interval", "archive_interval_ms", "int",
+     "milliseconds between archive passes (bounds what the archive may lack)"),
+    ("--archive-options", "archive_options", "str",
+     "fsspec/s3fs storage options for --archive-url: key=value[,key=value...]"),
 )
 
 

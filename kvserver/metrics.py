@@ -125,6 +125,12 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
            "raft_append_entries_sent / raft_append_messages_sent)."),
     "raft_append_entries_sent": NodeMetricSpec(
         C, "Log entries carried by the MsgApp messages handed to the peer transport."),
+    "archive_lag_entries": NodeMetricSpec(
+        G, "WAL entries written locally but not yet in the archive (--archive-url)."),
+    "archive_lag_seconds": NodeMetricSpec(
+        G, "How long the archive has been behind the local WAL (0 when caught up)."),
+    "archive_uploaded_bytes": NodeMetricSpec(C, "Bytes uploaded to the archive."),
+    "archive_errors": NodeMetricSpec(C, "Archive passes that failed (retried)."),
 }
 
 
@@ -194,6 +200,10 @@ class NodeStats(TypedDict, total=False):
     store_revision: int
     raft_append_messages_sent: int
     raft_append_entries_sent: int
+    archive_lag_entries: int
+    archive_lag_seconds: float
+    archive_uploaded_bytes: int
+    archive_errors: int
 
 
 class AppendCounter:

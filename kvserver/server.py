@@ -24,6 +24,7 @@ import time
 from aiohttp import web
 
 from kvserver.api.app import build_client_app
+from kvserver.archive import member as archive_member
 from kvserver.config import ServerConfig, check_url_schemes, host_port
 from kvserver.lease import min_lease_ttl_s
 from kvserver.membership import (
@@ -65,6 +66,7 @@ class Member:
         self.transport: PeerTransport | None = None
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
+        self.archive = None  # kvserver.archive.member: the --archive-url thread, if any
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -134,6 +136,7 @@ class Member:
         self.node.start()
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
+        self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, storage)
 
         metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))
@@ -175,6 +178,7 @@ class Member:
                                    in self.transport.failures_by_peer.items()},
             "store_revision": node.sm.store.revision,
             **self.appends.stats(),
+            **archive_member.stats(self.archive),
         }
 
     async def stop(self) -> None:
@@ -192,6 +196,7 @@ class Member:
             await self.transport.stop()
         for runner in peer_runners:
             await runner.cleanup()
+        archive_member.stop(self.archive)  # a last pass, before the WAL closes
         if self.storage is not None:
             self.storage.close()
 

@@ -29,7 +29,7 @@ from kvserver.errors import GrpcCode
 from kvserver.metrics import Metrics
 from kvserver.service import KVService
 
-from . import ops, rest, v3, watch
+from . import maintenance, ops, rest, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -54,6 +54,7 @@ def route_table() -> list[web.RouteDef]:
     table: list[web.RouteDef] = []
     for prefix in v3.PREFIXES:
         table += [web.post(prefix + path, handler) for path, handler in v3.ROUTES]
+        table += [web.post(prefix + path, handler) for path, handler in maintenance.ROUTES]
     table += [
         web.put("/v1/kv/{key:.*}", rest.put_key),
         web.get("/v1/kv/{key:.*}", rest.get_key),

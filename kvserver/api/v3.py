@@ -59,7 +59,7 @@ IMPLEMENTED = frozenset({
 })
 UNIMPLEMENTED = frozenset({
     "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
-    "/maintenance/hashkv", "/maintenance/snapshot", "/maintenance/transfer-leadership",
+    "/maintenance/hashkv", "/maintenance/transfer-leadership",
     "/maintenance/downgrade",
     "/auth/enable", "/auth/disable", "/auth/status", "/auth/authenticate",
     "/auth/user/add", "/auth/user/get", "/auth/user/list", "/auth/user/delete",

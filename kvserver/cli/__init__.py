@@ -8,9 +8,9 @@ Human tables by default; ``--json`` where a command prints data.
 import argparse
 import sys
 
-from kvserver.cli import bench, client, lease, member, server, wal, watch
+from kvserver.cli import archive, bench, client, lease, member, server, snapshot, wal, watch
 
-_COMMAND_MODULES = (server, client, watch, lease, member, wal, bench)
+_COMMAND_MODULES = (server, client, watch, lease, member, wal, bench, snapshot, archive)
 
 
 def build_parser() -> argparse.ArgumentParser:

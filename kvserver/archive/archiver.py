@@ -1,0 +1,397 @@
+"""Continuous archive of one member: snapshot files and WAL segments to an ObjectStore.
+
+``Archiver(store, data_dir, cluster_id=..., member_id=...)``: ``open()`` loads (or starts)
+the member's manifest (``kvserver.archive.manifest``), deletes leftover temporary objects
+and re-checks the last archived part of every open segment against the local file (a WAL
+whose torn tail was repaired after a crash may differ there: such parts are dropped and
+uploaded again). ``run_once()`` is one pass:
+
+1. every local ``.snap`` file not archived yet is uploaded (its revision read from it);
+2. every WAL segment's bytes beyond what is archived go up as one new part. The end of the
+   live segment comes from ``tail()`` (in ``raftkv serve``: the WAL's own write offset, so
+   only complete writes are read); without ``tail`` (``raftkv archive`` on a data dir) a
+   segment locked by a running member is left alone until it is cut, and an unlocked one is
+   read up to its last complete frame. A segment is closed once a later one exists and its
+   parts reach its end;
+3. the manifest is written (only when something changed), after every object it names;
+4. retention: with ``retention`` N > 0 only the N newest snapshots are kept, with the
+   segments needed to replay forward from the oldest of them (objects are deleted after the
+   manifest that drops them).
+
+Each object is written under a temporary name and moved into place; an object already at
+its final name with the right size and CRC (a crash between upload and manifest) is reused,
+not uploaded again. Failures leave the manifest as it was; the next pass retries.
+
+``ArchiverThread`` runs passes every ``interval_s`` on its own thread (the member's event
+loop never waits for the archive; at most one pass runs at a time, so memory is bounded by
+one part or snapshot file) and a last pass at stop. Loss window of the archive: what was
+written since the last pass (``interval_s`` plus the upload time), and entries are only
+restorable up to the last hard state's commit index found in the archived bytes.
+``lag()`` is ``(entries, seconds)``: local last index minus archived last index, and how
+long the archive has been behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import msgpack
+
+import raftpb
+import snap
+from kvserver.archive.manifest import MANIFEST, Manifest, Part, Segment, SnapshotObject
+from kvserver.archive.store import ArchiveError, ObjectStore, crc_of
+from wal.decoder import BadRecord, iter_raw_records
+from wal.frame import RecordType
+from wal.segment import is_locked, list_segments
+
+log = logging.getLogger(__name__)
+
+MAX_PART_BYTES = 64 << 20
+
+
+def wal_tail(w) -> tuple[str, int] | None:
+    """(tail segment path, end of its complete writes) of an open ``wal.WAL``."""
+    # The WAL has no public accessor for its write offset; both fields are guarded by _mu
+    # and _tail_off only moves after a pwrite returned, so the prefix is complete.
+    with w._mu:
+        if not w._segments:
+            return None
+        return w._segments[-1].path, w._tail_off
+
+
+def frames_end(buf, start: int = 0) -> int:
+    """Offset of the end of the last complete frame in ``buf`` from ``start``."""
+    pos, n = start, len(buf)
+    while pos + 8 <= n:
+        lw = int.from_bytes(buf[pos:pos + 8], "little")
+        if not lw:
+            break
+        rl = lw & ((1 << 56) - 1)
+        top = lw >> 56
+        pad = top - 0x80 if top else 0
+        if pos + 8 + rl + pad > n:
+            break
+        pos += 8 + rl + pad
+    return pos
+
+
+def scan_part(data: bytes) -> tuple[int, int]:
+    """(last entry index, last hard-state commit) among the frames of a part (0 if none)."""
+    last_entry = None
+    commit = 0
+    try:
+        for rec in iter_raw_records(data):
+            if rec.type == RecordType.ENTRY and rec.data is not None:
+                last_entry = rec.data
+            elif rec.type == RecordType.STATE and rec.data is not None:
+                commit = raftpb.decode_hard_state(rec.data).commit
+            elif rec.type == RecordType.SNAPSHOT and rec.data is not None:
+                commit = max(commit, raftpb.decode_wal_snapshot(rec.data).index)
+    except BadRecord:
+        pass  # a torn end of a part is not ours to judge here; restore verifies the log
+    index = raftpb.decode_entry(last_entry).index if last_entry is not None else 0
+    return index, commit
+
+
+def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
+    """The MVCC revision inside a member's raft snapshot data."""
+    from kvserver.lease import split_snapshot
+    from kvserver.membership import split_members_frame
+    _, rest = split_members_frame(snapshot.data or b"")
+    _, mvcc = split_snapshot(rest)
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(bytes(mvcc[:4096]))
+    header = next(unpacker)
+    return int(header["revision"])
+
+
+class Archiver:
+    def __init__(self, store: ObjectStore, data_dir: str, *, cluster_id: int, member_id: int,
+                 name: str = "", retention: int = 0,
+                 tail: Callable[[], tuple[str, int] | None] | None = None,
+                 last_index: Callable[[], int] | None = None):
+        self.store = store
+        self.snap_dir = os.path.join(data_dir, "member", "snap")
+        self.wal_dir = os.path.join(data_dir, "member", "wal")
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.name = name
+        self.retention = retention
+        self.tail = tail
+        self.last_index = last_index
+        self.manifest: Manifest | None = None
+        self.stats = {"uploaded_bytes": 0, "uploaded_objects": 0, "reused_objects": 0,
+                      "errors": 0, "passes": 0}
+        self.last_error: str | None = None
+        self._behind_since: float | None = None
+        self._local_last = 0
+        self._newest_mtime = 0.0   # when the newest archived data was written (timeline)
+
+    @property
+    def prefix(self) -> str:
+        return Manifest.prefix(self.cluster_id, self.member_id)
+
+    def _name(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}"
+
+    # --- opening and resuming -----------------------------------------------------------
+
+    def open(self) -> None:
+        mname = self._name(MANIFEST)
+        if self.store.exists(mname):
+            m = Manifest.from_json(self.store.get(mname), self.store.where(mname))
+            if (m.cluster_id, m.member_id) != (self.cluster_id, self.member_id):
+                raise ArchiveError(f"{self.store.where(mname)} belongs to another member")
+        else:
+            m = Manifest(self.cluster_id, self.member_id, self.name)
+        self.manifest = m
+        self.store.remove_temporaries(self.prefix)
+        dropped = self._recheck_open_segments()
+        if dropped:
+            self._write_manifest()
+            for obj in dropped:
+                self.store.delete(obj)
+
+    def _recheck_open_segments(self) -> list[str]:
+        dropped = []
+        for seg in self.manifest.segments:
+            if seg.closed or not seg.parts:
+                continue
+            path = os.path.join(self.wal_dir, seg.name)
+            try:
+                with open(path, "rb") as f:
+                    keep = []
+                    for part in seg.parts:
+                        f.seek(part.offset)
+                        data = f.read(part.size)
+                        if len(data) != part.size or crc_of(data) != part.crc32c:
+                            break
+                        keep.append(part)
+            except FileNotFoundError:
+                continue  # purged locally: what is archived stays as it is
+            if len(keep) != len(seg.parts):
+                log.warning("archive: %s differs from the local file after %d bytes "
+                            "(repaired tail?); archiving it again from there", seg.name,
+                            sum(p.size for p in keep))
+                dropped += [p.object for p in seg.parts[len(keep):]]
+                seg.parts = keep
+                seg.last_index, seg.commit = self._scan_parts(seg)
+        return dropped
+
+    def _scan_parts(self, seg: Segment) -> tuple[int, int]:
+        path = os.path.join(self.wal_dir, seg.name)
+        with open(path, "rb") as f:
+            data = f.read(seg.size)
+        return scan_part(data)
+
+    # --- one pass -----------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        if self.manifest is None:
+            self.open()
+        m = self.manifest
+        changed = self._archive_snapshots()
+        changed = self._archive_segments() or changed
+        if changed:
+            commit = m.commit
+            if not m.timeline or m.timeline[-1][1] < commit:
+                m.timeline.append([round(self._newest_mtime, 3), commit])
+            self._write_manifest()
+        removed = self._apply_retention() if self.retention else []
+        if removed:
+            self._write_manifest()
+            for obj in removed:
+                self.store.delete(obj)
+        self.stats["passes"] += 1
+        self._update_lag()
+        return changed
+
+    def _upload(self, rel: str, data: bytes) -> tuple[str, int]:
+        name = self._name(rel)
+        crc = crc_of(data)
+        if self.store.size(name) == len(data) and crc_of(self.store.get(name)) == crc:
+            self.stats["reused_objects"] += 1   # uploaded before a crash: not again
+            return rel, crc
+        self.store.put(name, data)
+        self.stats["uploaded_bytes"] += len(data)
+        self.stats["uploaded_objects"] += 1
+        return rel, crc
+
+    def _archive_snapshots(self) -> bool:
+        m = self.manifest
+        try:
+            names = sorted(os.listdir(self.snap_dir))
+        except FileNotFoundError:
+            return False
+        have = {s.object for s in m.snapshots}
+        floor = m.snapshots[0].index if (self.retention and m.snapshots) else 0
+        changed = False
+        for fname in names:
+            sn = snap.parse_snap_name(fname)
+            if sn is None or not fname.endswith(snap.SNAP_SUFFIX):
+                continue
+            rel = f"snap/{fname}"
+            if rel in have or sn.index < floor:
+                continue
+            path = os.path.join(self.snap_dir, fname)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                decoded = snap.read_snap(path)
+            except FileNotFoundError:
+                continue  # purged meanwhile
+            except snap.SnapError as exc:
+                log.warning("archive: skipping unreadable snapshot %s: %s", path, exc)
+                continue
+            revision = snapshot_revision(decoded)
+            rel, crc = self._upload(rel, data)
+            m.snapshots.append(SnapshotObject(rel, sn.index, sn.term, revision, len(data), crc))
+            m.snapshots.sort(key=lambda s: (s.index, s.term))
+            self._newest_mtime = max(self._newest_mtime, time.time())
+            changed = True
+        return changed
+
+    def _archive_segments(self) -> bool:
+        m = self.manifest
+        try:
+            local = list_segments(self.wal_dir)
+        except FileNotFoundError:
+            return False
+        floor_seq = m.segments[0].seq if (self.retention and m.segments and m.snapshots) else 0
+        tail = self.tail() if self.tail is not None else None
+        changed = False
+        for i, sn in enumerate(local):
+            if sn.seq < floor_seq:
+                continue
+            name = sn.name
+            seg = m.segment(name)
+            if seg is not None and seg.closed:
+                continue
+            path = os.path.join(self.wal_dir, name)
+            is_last = i == len(local) - 1
+            try:
+                st = os.stat(path)
+                if not is_last:
+                    end = st.st_size
+                elif tail is not None:
+                    if os.path.basename(tail[0]) != name:
+                        continue  # cut since we listed: next pass
+                    end = tail[1]
+                elif self.tail is None and not is_locked(path):
+                    with open(path, "rb") as f:
+                        end = frames_end(f.read())
+                else:
+                    continue  # a running member's live segment: archived once it is cut
+                if seg is None:
+                    seg = Segment(name, sn.seq, sn.index)
+                    m.segments.append(seg)
+                    m.segments.sort(key=lambda s: s.seq)
+                    changed = True
+                start = seg.size
+                if end > start:
+                    with open(path, "rb") as f:
+                        f.seek(start)
+                        data = f.read(min(end - start, MAX_PART_BYTES))
+                    if not is_last or tail is None:
+                        data = data[:frames_end(data)]
+                    if data:
+                        rel, crc = self._upload(f"wal/{name}.{start:016x}", data)
+                        seg.parts.append(Part(rel, start, len(data), crc))
+                        last, commit = scan_part(data)
+                        seg.last_index = max(seg.last_index, last)
+                        seg.commit = max(seg.commit, commit)
+                        self._newest_mtime = max(self._newest_mtime, min(st.st_mtime,
+                                                                         time.time()))
+                        changed = True
+                if not is_last and seg.size >= st.st_size:
+                    seg.closed = True
+                    changed = True
+            except FileNotFoundError:
+                log.warning("archive: %s was purged before it was archived", path)
+                continue
+        if self.last_index is not None:
+            self._local_last = self.last_index()
+        elif local:
+            self._local_last = max(self._local_last, m.last_index)
+        return changed
+
+    def _apply_retention(self) -> list[str]:
+        m = self.manifest
+        if len(m.snapshots) <= self.retention:
+            return []
+        keep_snaps = m.snapshots[-self.retention:]
+        oldest = keep_snaps[0]
+        # the last segment that may hold the oldest kept snapshot's record, and all after it
+        start = 0
+        for i, seg in enumerate(m.segments):
+            if seg.first_index <= oldest.index:
+                start = i
+        removed = [s.object for s in m.snapshots[:-self.retention]]
+        removed += [p.object for seg in m.segments[:start] for p in seg.parts]
+        m.snapshots = keep_snaps
+        m.segments = m.segments[start:]
+        m.timeline = [t for t in m.timeline if t[1] >= oldest.index] or m.timeline[-1:]
+        return removed
+
+    def _write_manifest(self) -> None:
+        m = self.manifest
+        m.updated_unix = round(time.time(), 3)
+        if len(m.timeline) > 100_000:
+            m.timeline = m.timeline[-100_000:]
+        self.store.put(self._name(MANIFEST), m.to_json())
+
+    # --- lag ----------------------------------------------------------------------------
+
+    def _update_lag(self) -> None:
+        behind = self._local_last > self.manifest.last_index
+        if behind and self._behind_since is None:
+            self._behind_since = time.monotonic()
+        elif not behind:
+            self._behind_since = None
+
+    def lag(self) -> tuple[int, float]:
+        if self.manifest is None:
+            return 0, 0.0
+        local = self.last_index() if self.last_index is not None else self._local_last
+        entries = max(0, local - self.manifest.last_index)
+        seconds = 0.0 if self._behind_since is None or not entries \
+            else time.monotonic() - self._behind_since
+        return entries, seconds
+
+
+class ArchiverThread:
+    """Runs ``archiver.run_once`` every ``interval_s`` on a daemon thread; never raises into
+    the member (errors are logged, counted and retried next pass)."""
+
+    def __init__(self, archiver: Archiver, interval_s: float = 1.0):
+        self.archiver = archiver
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archiver", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _pass(self) -> None:
+        try:
+            self.archiver.run_once()
+            self.archiver.last_error = None
+        except Exception as exc:  # a flaky store: retried next pass
+            self.archiver.stats["errors"] += 1
+            self.archiver.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("archive pass failed (retrying): %s", self.archiver.last_error)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._pass()
+        self._pass()  # last pass at stop: what was written before the stop is archived
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)

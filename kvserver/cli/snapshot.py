@@ -1,0 +1,156 @@
+"""``raftkv snapshot save|status|restore``: backups in etcdctl's shape.
+
+* ``save FILE|URL [--endpoints URL]``: one member's state (``POST /v3/maintenance/snapshot``)
+  streamed to a file or any fsspec URL (``s3://bucket/key``, ``memory://...``), with a
+  progress bar on stderr when it is a terminal; prints the revision, size and SHA-256.
+  Exactly one endpoint, as etcdctl requires.
+* ``status FILE|URL [--json]``: verifies the SHA-256 and prints revision, keys, size, hash.
+* ``restore FILE|URL --data-dir D --name N --initial-cluster C --initial-cluster-token T
+  [--initial-advertise-peer-urls U]``: a data directory from which a NEW cluster starts
+  (``kvserver.archive.datadir``). Run it once per member, each with its own ``--name`` and
+  ``--data-dir`` and the same ``--initial-cluster`` and token; then ``raftkv serve`` each with
+  the same flags.
+
+``--archive-option key=value`` (repeatable) passes fsspec/s3fs storage options. A file whose
+hash does not match is refused (exit 1, the message says so). Exit 0 on success.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from kvserver.archive import backup
+from kvserver.archive.datadir import RestoreTarget
+from kvserver.archive.snapfile import SnapshotFileError
+from kvserver.archive.store import ArchiveError, parse_options
+from kvserver.cli.client import ENDPOINTS_ENV
+from kvserver.client import DEFAULT_ENDPOINT
+
+
+def add_storage_options(p) -> None:
+    p.add_argument("--archive-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="fsspec/s3fs storage option (repeatable; e.g. "
+                        "endpoint_url=http://127.0.0.1:9000, key=..., secret=...)")
+
+
+def add_restore_target(p) -> None:
+    p.add_argument("--data-dir", required=True, help="the new member's data directory")
+    p.add_argument("--name", default="default", help="this member's name (default 'default')")
+    p.add_argument("--initial-cluster", default=None,
+                   help="the NEW cluster: name=peer-url,... (default NAME=<advertise peer url>)")
+    p.add_argument("--initial-cluster-token", default="raftkv-cluster",
+                   help="the new cluster's token (default 'raftkv-cluster')")
+    p.add_argument("--initial-advertise-peer-urls", default=None,
+                   help="this member's peer URLs (checked against --initial-cluster)")
+
+
+def restore_target(args) -> RestoreTarget:
+    peer = tuple(u.strip() for u in (args.initial_advertise_peer_urls or "").split(",")
+                 if u.strip())
+    initial = args.initial_cluster or \
+        f"{args.name}={','.join(peer) or 'http://127.0.0.1:2380'}"
+    return RestoreTarget(args.data_dir, args.name, initial, args.initial_cluster_token, peer)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("snapshot", help="save, inspect and restore backups")
+    ssub = p.add_subparsers(dest="snapshot_command", metavar="SNAPSHOT_COMMAND")
+    ssub.required = True
+
+    s = ssub.add_parser("save", help="stream one member's snapshot to a file or URL")
+    s.add_argument("dest", metavar="FILE|URL")
+    s.add_argument("--endpoints", metavar="URL",
+                   help=f"the member to copy (default ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINT})")
+    s.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="connect/read timeout (default 30)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_storage_options(s)
+    s.set_defaults(func=cmd_save)
+
+    t = ssub.add_parser("status", help="verify a snapshot file and print what it holds")
+    t.add_argument("src", metavar="FILE|URL")
+    t.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_storage_options(t)
+    t.set_defaults(func=cmd_status)
+
+    r = ssub.add_parser("restore", help="build a data dir for a new cluster from a snapshot")
+    r.add_argument("src", metavar="FILE|URL")
+    add_restore_target(r)
+    add_storage_options(r)
+    r.set_defaults(func=cmd_restore)
+
+
+def _fail(msg: str) -> int:
+    print(f"Error: {msg}", file=sys.stderr)
+    return 1
+
+
+def _info_row(info) -> dict:
+    h = info.header
+    return {"revision": info.revision, "keys": info.keys, "size_bytes": info.size_bytes,
+            "sha256": info.sha256, "raft_index": h.get("raft_index"),
+            "compact_revision": h.get("compact_revision"), "cluster_id": h.get("cluster_id"),
+            "member_id": h.get("member_id"), "created_unix": h.get("created_unix")}
+
+
+def _table(row: dict) -> str:
+    cols = ("revision", "keys", "size_bytes", "sha256")
+    cells = [[c.upper().replace("_", " ") for c in cols], [str(row[c]) for c in cols]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = [sep]
+    for r in cells:
+        lines.append("| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |")
+        lines.append(sep)
+    return "\n".join(lines)
+
+
+def cmd_save(args) -> int:
+    endpoints = [e.strip() for e in (args.endpoints or os.environ.get(ENDPOINTS_ENV)
+                                     or DEFAULT_ENDPOINT).split(",") if e.strip()]
+    if len(endpoints) != 1:
+        return _fail("snapshot must be requested from one member: give exactly one endpoint")
+    bar = backup.ProgressBar(sys.stderr, "saving")
+    try:
+        info = backup.save(endpoints[0], args.dest, options=parse_options(args.archive_option),
+                           progress=bar, timeout_s=args.timeout)
+    except (ArchiveError, SnapshotFileError, OSError, ValueError) as exc:
+        bar.finish()
+        return _fail(str(exc))
+    except Exception as exc:  # aiohttp's connection errors
+        bar.finish()
+        return _fail(f"{endpoints[0]}: {type(exc).__name__}: {exc}")
+    bar.finish()
+    row = _info_row(info)
+    if args.json:
+        print(json.dumps(row))
+    else:
+        print(f"Snapshot saved at {args.dest}: revision {info.revision}, {info.keys} keys, "
+              f"{info.size_bytes} bytes, sha256 {info.sha256}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    try:
+        info = backup.status(args.src, options=parse_options(args.archive_option))
+    except (ArchiveError, SnapshotFileError, OSError) as exc:
+        return _fail(str(exc))
+    row = _info_row(info)
+    print(json.dumps(row) if args.json else _table(row))
+    return 0
+
+
+def cmd_restore(args) -> int:
+    bar = backup.ProgressBar(sys.stderr, "restoring")
+    try:
+        info, member = backup.restore(args.src, restore_target(args),
+                                      options=parse_options(args.archive_option), progress=bar)
+    except (ArchiveError, SnapshotFileError, OSError) as exc:
+        bar.finish()
+        return _fail(str(exc))
+    bar.finish()
+    print(f"restored revision {info.revision} ({info.keys} keys) into {member.data_dir}: "
+          f"member {member.member_id:x} of new cluster {member.cluster_id:x}")
+    return 0
