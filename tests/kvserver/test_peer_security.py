@@ -93,14 +93,14 @@ async def cluster(tmp_path) -> tuple[list, list[Member], Member]:
 async def assert_unharmed(members: list[Member], leader: Member, term: int) -> None:
     """Same leader, same term, writes still commit, nobody has the forged key, one revision."""
     for m in members:
-        assert m.node.term == term, (m.name, m.node.term, term)
-        assert m.node.leader == leader.member_id, (m.name, m.node.leader)
+        assert m.node.term == term, (m.cfg.name, m.node.term, term)
+        assert m.node.leader == leader.member_id, (m.cfg.name, m.node.leader)
     follower = next(m for m in members if m is not leader)
     resp = await follower.node.sm.put(PutRequest(b"after", b"2"))
     revisions = set()
     for m in members:
         got = await m.node.sm.range(RangeRequest(FORGED_KEY))
-        assert got.count == 0, f"{m.name} applied the forged write"
+        assert got.count == 0, f"{m.cfg.name} applied the forged write"
         after = await m.node.sm.range(RangeRequest(b"after"))
         assert after.count == 1
         revisions.add(after.header.revision)
