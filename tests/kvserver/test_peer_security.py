@@ -46,15 +46,19 @@ def forged_payload() -> bytes:
 
 
 async def attack(member: Member, sender: int, messages: list[Message]) -> str:
-    """Open a stream to ``member`` as ``sender`` and send ``messages`` in one frame.
+    return await attack_url(member.cfg.listen_peer_urls[0], member.cluster_id, sender,
+                            member.member_id, messages)
+
+
+async def attack_url(peer_url: str, cluster_id: int, sender: int, to: int,
+                     messages: list[Message]) -> str:
+    """Open a stream to ``peer_url`` as ``sender`` and send ``messages`` in one frame.
     Returns ``refused <status>``, ``closed`` (the member closed the stream after the frame)
     or ``open`` (it took the frame and kept the stream)."""
-    headers = {CLUSTER_HEADER: str(member.cluster_id), FROM_HEADER: str(sender),
-               TO_HEADER: str(member.member_id)}
-    url = member.cfg.listen_peer_urls[0] + "/raft/stream"
+    headers = {CLUSTER_HEADER: str(cluster_id), FROM_HEADER: str(sender), TO_HEADER: str(to)}
     async with aiohttp.ClientSession() as session:
         try:
-            ws = await session.ws_connect(url, headers=headers)
+            ws = await session.ws_connect(peer_url + "/raft/stream", headers=headers)
         except aiohttp.WSServerHandshakeError as exc:
             return f"refused {exc.status}"
         async with ws:
