@@ -1,23 +1,24 @@
-"""Drive deploy/docker-compose.yml from tests: build the images, bring up three members.
+"""Drive deploy/docker-compose.yml from tests through ``deploy/up.sh``, the users' command.
 
-``build_images()`` makes everything the compose file needs without pulling from a registry:
-the Debian base image (``deploy/build-base-image.sh``, debootstrap, cached by tag), the
-wheelhouse (``deploy/build-wheelhouse.sh`` with this interpreter, cached by a stamp) and the
-raftkv image from ``deploy/Dockerfile`` with ``--build-arg BASE_IMAGE=<base>`` and
-``PIP_INSTALL_ARGS=--no-index`` (layers cached by the engine). It returns the image tag and
-how long each step took.
+Every compose invocation goes through ``deploy/up.sh`` (which picks ``docker compose`` or
+``docker-compose``), so the tests take the path ``make compose-up`` takes: ``up.sh up``
+chooses the base image (a local ``python:3.11-slim``, else a pull, else the offline base
+image ``raftkv-base:bookworm`` built by ``deploy/build-base-image.sh`` plus the wheelhouse of
+``deploy/build-wheelhouse.sh`` and ``PIP_INSTALL_ARGS=--no-index``), builds the image (layers
+cached by the engine, replaced images removed), runs ``up -d --no-build`` and waits until
+every member's ``/health`` answers 200.
 
-``compose_cluster(docker, compose, image)`` is a context manager: ``up -d --no-build`` under
-a unique project name (``raftkvtest<pid>x<hex>``) with free host ports, waits (bounded polls)
-until every member's ``/health`` answers 200, yields a ``ComposeCluster``, and always ends with
-``down -v`` (containers, network and named volumes removed). If the block raised, the members'
-logs are printed first. ``remove_stale_projects`` takes down projects of test runs that died
-before their cleanup. Images replaced by a rebuild are removed, so reruns do not pile them up.
+``compose_cluster(docker, image)`` is a context manager: ``up.sh up`` under a unique project
+name (``COMPOSE_PROJECT_NAME=raftkvtest<pid>x<hex>``) with free host ports, checks (bounded
+polls) that every member is healthy, yields a ``ComposeCluster`` and always ends with ``down
+-v`` (containers, network and named volumes removed). If the block raised, the members' logs
+are printed first. ``remove_stale_projects`` takes down projects of test runs that died before
+their cleanup.
 
-Environment: ``RAFTKV_TEST_BASE_IMAGE`` names an existing base image to use instead of
-building one (e.g. ``python:3.11-slim`` where it can be pulled).
-Without Docker (or Compose, or debootstrap for the base image) the tests skip locally and
-fail under ``RAFTKV_REQUIRE_EXTERNAL=1``.
+Environment: ``RAFTKV_TEST_BASE_IMAGE`` names an existing base image to use instead
+(``RAFTKV_BASE_IMAGE`` for up.sh). Without Docker or Compose, or without a way to get a base
+image (no registry, not root for debootstrap), the tests skip locally and fail under
+``RAFTKV_REQUIRE_EXTERNAL=1``; up.sh reports those cases with exit status 3.
 """
 
 import contextlib
@@ -26,7 +27,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -39,10 +39,11 @@ from tests.conftest import external_required, require_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
-COMPOSE_FILE = os.path.join(DEPLOY, "docker-compose.yml")
-BASE_IMAGE = "raftkv-base:bookworm"
+UP = ["bash", os.path.join(DEPLOY, "up.sh")]
+UP_MISSING_PREREQUISITE = 3           # deploy/up.sh's exit status for "cannot run here"
+REGISTRY_BASE_IMAGE = "python:3.11-slim"
+OFFLINE_BASE_IMAGE = "raftkv-base:bookworm"
 APP_IMAGE = "raftkv:pytest"
-BUILD_STAGE_IMAGE = "raftkv:pytest-build"
 SERVICES = ("raftkv1", "raftkv2", "raftkv3")
 PROJECT_PREFIX = "raftkvtest"      # + <pid of the test run> + "x" + random hex
 BUILD_TIMEOUT_S = 1200
@@ -64,18 +65,12 @@ def docker_command() -> str:
     return docker
 
 
-def compose_command(docker: str) -> list[str]:
-    """``docker compose`` (v2 plugin) when present, else ``docker-compose`` (v1)."""
-    probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=60)
-    if probe.returncode == 0:
-        return [docker, "compose"]
-    return [require_program("docker-compose", "Docker Compose (v2 plugin or docker-compose)")]
-
-
 def run(cmd: list[str], timeout_s: float = 120, env: dict | None = None,
         check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                          env=env, cwd=ROOT)
+                          env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+    if check and proc.returncode == UP_MISSING_PREREQUISITE and cmd[:2] == UP:
+        _unavailable(f"deploy/up.sh cannot run here: {proc.stderr.strip()[-300:]}")
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
@@ -86,49 +81,23 @@ def _image_exists(docker: str, tag: str) -> bool:
     return run([docker, "image", "inspect", tag], check=False).returncode == 0
 
 
-def build_images(docker: str) -> tuple[str, dict[str, float]]:
-    durations: dict[str, float] = {}
+def base_image_env(docker: str) -> dict[str, str]:
+    """The environment that makes up.sh use RAFTKV_TEST_BASE_IMAGE, or nothing; skips when
+    up.sh would need to build the offline base image and cannot (not root)."""
     base = os.environ.get("RAFTKV_TEST_BASE_IMAGE", "")
     if base:
         if not _image_exists(docker, base):
             _unavailable(f"RAFTKV_TEST_BASE_IMAGE={base} is not a local image")
-    else:
-        base = BASE_IMAGE
-        if not _image_exists(docker, base):
-            require_program("debootstrap", "Debian package debootstrap, to build the base image")
-            if os.geteuid() != 0:
-                _unavailable("building the base image with debootstrap needs root")
-        start = time.monotonic()
-        run(["bash", os.path.join(DEPLOY, "build-base-image.sh"), base],
-            timeout_s=BUILD_TIMEOUT_S)
-        durations["base_image_s"] = time.monotonic() - start
-
-    start = time.monotonic()
-    run(["bash", os.path.join(DEPLOY, "build-wheelhouse.sh")], timeout_s=BUILD_TIMEOUT_S,
-        env={**os.environ, "PYTHON": sys.executable})
-    durations["wheelhouse_s"] = time.monotonic() - start
-
-    start = time.monotonic()
-    # The build stage gets a tag of its own so that the image it replaces can be removed
-    # below; untagged, every source change would leave one more behind.
-    for tag, target in ((BUILD_STAGE_IMAGE, ["--target", "build"]), (APP_IMAGE, [])):
-        previous = _image_id(docker, tag)
-        run([docker, "build", "-f", os.path.join(DEPLOY, "Dockerfile"), *target,
-             "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "PIP_INSTALL_ARGS=--no-index",
-             "-t", tag, "."], timeout_s=BUILD_TIMEOUT_S)
-        if previous and previous != _image_id(docker, tag):
-            # Only layers the new image no longer shares go; the build cache stays.
-            run([docker, "image", "rm", previous], check=False)
-    durations["app_image_s"] = time.monotonic() - start
-    return APP_IMAGE, durations
+        return {"RAFTKV_BASE_IMAGE": base}
+    if (os.geteuid() != 0 and not _image_exists(docker, REGISTRY_BASE_IMAGE)
+            and not _image_exists(docker, OFFLINE_BASE_IMAGE)):
+        # up.sh would try a pull and then sudo debootstrap: no password prompts in tests.
+        _unavailable(f"neither {REGISTRY_BASE_IMAGE} nor {OFFLINE_BASE_IMAGE} is a local "
+                     "image, and building the offline one (debootstrap) needs root")
+    return {}
 
 
-def _image_id(docker: str, tag: str) -> str:
-    proc = run([docker, "image", "inspect", "-f", "{{.Id}}", tag], check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def remove_stale_projects(docker: str, compose: list[str]) -> None:
+def remove_stale_projects(docker: str) -> None:
     """``down -v`` compose projects left by test runs whose process is gone (a run that was
     killed before its cleanup), so their containers stop holding ports and CPU."""
     proc = run([docker, "ps", "-a", "--filter", "label=com.docker.compose.project",
@@ -137,8 +106,8 @@ def remove_stale_projects(docker: str, compose: list[str]) -> None:
         match = re.fullmatch(rf"{PROJECT_PREFIX}(\d+)x[0-9a-f]+", project)
         if not match or _alive(int(match.group(1))):
             continue
-        run([*compose, "-p", project, "-f", COMPOSE_FILE, "down", "-v", "--remove-orphans",
-             "-t", "5"], check=False, env={**os.environ, "RAFTKV_IMAGE": APP_IMAGE})
+        run([*UP, "down", "-v", "--remove-orphans", "-t", "5"], check=False,
+            env={**os.environ, "RAFTKV_IMAGE": APP_IMAGE, "COMPOSE_PROJECT_NAME": project})
 
 
 def _alive(pid: int) -> bool:
@@ -180,7 +149,6 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
 @dataclass
 class ComposeCluster:
     docker: str
-    compose: list[str]
     project: str
     env: dict[str, str]
     urls: dict[str, str]                       # service -> http://127.0.0.1:<published port>
@@ -189,8 +157,8 @@ class ComposeCluster:
 
     def compose_run(self, *args: str, timeout_s: float = 180,
                     check: bool = True) -> subprocess.CompletedProcess:
-        return run([*self.compose, "-p", self.project, "-f", COMPOSE_FILE, *args],
-                   timeout_s=timeout_s, env=self.env, check=check)
+        """``deploy/up.sh ARGS`` (a compose command) in this cluster's project."""
+        return run([*UP, *args], timeout_s=timeout_s, env=self.env, check=check)
 
     def docker_run(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
         return run([self.docker, *args], timeout_s=timeout_s)
@@ -235,25 +203,31 @@ class ComposeCluster:
 
 
 @contextlib.contextmanager
-def compose_cluster(docker: str, compose: list[str], image: str):
+def compose_cluster(docker: str, image: str, extra_env: dict[str, str] | None = None):
+    """``deploy/up.sh up`` (build, start, wait healthy) as a unique project; ``down -v`` at
+    the end. Yields the cluster and how long ``up.sh up`` took (seconds)."""
     project = f"{PROJECT_PREFIX}{os.getpid()}x{secrets.token_hex(3)}"
     ports = free_ports(len(SERVICES))
-    env = {**os.environ, "RAFTKV_IMAGE": image, "RAFTKV_PUBLISH_ADDR": "127.0.0.1",
-           "RAFTKV_CLUSTER_TOKEN": project}
+    env = {**os.environ, **(extra_env or {}), "RAFTKV_IMAGE": image,
+           "RAFTKV_PUBLISH_ADDR": "127.0.0.1", "RAFTKV_CLUSTER_TOKEN": project,
+           "COMPOSE_PROJECT_NAME": project, "RAFTKV_UP_TIMEOUT_S": str(int(UP_TIMEOUT_S))}
     urls = {}
     for service, port in zip(SERVICES, ports, strict=True):
         env[f"{service.upper()}_CLIENT_PORT"] = str(port)
         urls[service] = f"http://127.0.0.1:{port}"
-    cluster = ComposeCluster(docker, compose, project, env, urls)
+    cluster = ComposeCluster(docker, project, env, urls)
     ok = False
     try:
-        cluster.compose_run("up", "-d", "--no-build")
+        start = time.monotonic()
+        proc = cluster.compose_run("up", timeout_s=BUILD_TIMEOUT_S)
+        up_s = time.monotonic() - start
+        print(f"deploy/up.sh up: {up_s:.1f} s\n{proc.stderr[-2000:]}")
         for service in SERVICES:
             cid = cluster.compose_run("ps", "-q", service).stdout.strip()
             assert cid, f"compose created no container for {service}"
             cluster.containers[service] = cid
-        cluster.wait_healthy()
-        yield cluster
+        cluster.wait_healthy()   # up.sh waited too; this checks it did
+        yield cluster, up_s
         ok = True
     finally:
         if not ok:

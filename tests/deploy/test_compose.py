@@ -1,8 +1,9 @@
 """deploy/: the shipped Dockerfile and docker-compose.yml run a working three-member cluster.
 
-The images are built here from Debian's packages and PyPI alone (no registry pull; see
-tests/deploy/compose.py), then ``deploy/docker-compose.yml`` is brought up unchanged but for
-environment variables (image tag, free host ports, a unique project name and cluster token).
+The cluster is built and started by ``deploy/up.sh up``, the command behind ``make
+compose-up`` (offline base image and wheelhouse when no registry answers; see
+tests/deploy/compose.py), with ``deploy/docker-compose.yml`` unchanged but for environment
+variables (image tag, free host ports, a unique project name and cluster token).
 The tests share one cluster and run in file order; each leaves all three members healthy,
 and every write they saw acknowledged is remembered in ``acked`` and must stay readable to the
 end, across a killed leader, a frozen follower, a crashed member restarted by the restart
@@ -21,10 +22,10 @@ from urllib.parse import quote
 import pytest
 
 from tests.deploy.compose import (
+    APP_IMAGE,
     SERVICES,
-    build_images,
+    base_image_env,
     compose_cluster,
-    compose_command,
     docker_command,
     http,
     remove_stale_projects,
@@ -40,11 +41,9 @@ WRITES_WHILE_DOWN = 20
 @pytest.fixture(scope="module")
 def cluster():
     docker = docker_command()
-    compose = compose_command(docker)
-    remove_stale_projects(docker, compose)   # before the build: they hold the old image
-    image, durations = build_images(docker)
-    print("image build durations:", {k: round(v, 1) for k, v in durations.items()})
-    with compose_cluster(docker, compose, image) as c:
+    remove_stale_projects(docker)   # before the build: they hold the old image
+    with compose_cluster(docker, APP_IMAGE, base_image_env(docker)) as (c, up_s):
+        print(f"deploy/up.sh up (build + start + healthy): {up_s:.1f} s")
         yield c
 
 
