@@ -19,7 +19,9 @@ JSON output: integers as numbers; a key-value as ``{"key", "value", "create_revi
 otherwise both base64 and ``"encoding": "base64"``.
 
 Exit status: 0 success; 1 a failure (printed to stderr as ``Error: ...``, no traceback);
-2 bad usage (argparse). Lease ids may be given in decimal or as ``0x``-prefixed hex.
+2 bad usage (argparse). Lease IDs are taken as ``lease grant`` prints them (hex, e.g.
+``2d4fa20f72773001``), ``0x``-prefixed hex, or decimal when all digits are decimal
+(``kvserver.client.leases.parse_lease_id``, the one parser of lease IDs).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import base64
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -44,6 +47,7 @@ from kvserver.client import (
     RangeResult,
     ResponseHeader,
 )
+from kvserver.client.leases import parse_lease_id
 
 ENDPOINTS_ENV = "RAFTKV_ENDPOINTS"
 DEFAULT_TIMEOUT_S = 5.0
@@ -55,14 +59,16 @@ MAX_CELL_CHARS = 120  # longer values are cut in tables (``--json`` prints them 
 # Parsers
 
 
-def _lease_id(text: str) -> int:
+def _lease_id(text: str, *, allow_zero: bool = False) -> int:
+    """A lease ID as ``lease grant`` prints it (hex), or decimal: ``parse_lease_id``."""
     try:
-        value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad lease id {text!r}: want decimal or 0x-hex") from None
-    if not 0 <= value < 1 << 63:
-        raise argparse.ArgumentTypeError(f"lease id {text!r} is out of range")
-    return value
+        return parse_lease_id(text, allow_zero=allow_zero)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _lease_id_or_zero(text: str) -> int:
+    return _lease_id(text, allow_zero=True)
 
 
 def _non_negative(text: str) -> int:
@@ -104,8 +110,8 @@ def register(sub) -> None:
     p.add_argument("key", metavar="KEY")
     p.add_argument("value", metavar="VALUE", nargs="?",
                    help="the value (read from stdin when omitted)")
-    p.add_argument("--lease", type=_lease_id, default=0, metavar="ID",
-                   help="attach the key to this lease (decimal or 0x-hex)")
+    p.add_argument("--lease", type=_lease_id_or_zero, default=0, metavar="ID",
+                   help="attach the key to this lease (as `lease grant` prints it, or decimal)")
     p.add_argument("--prev-kv", action="store_true", help="print the previous key-value")
     p.set_defaults(func=cmd_put)
 
@@ -273,17 +279,30 @@ def _text(data: bytes) -> str:
     return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 3] + "..."
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide and fullwidth characters (CJK, most emoji) take
+    two, combining marks and other zero-width characters none, the rest one."""
+    width = 0
+    for c in text:
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+    return width
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """An etcdctl-style ASCII table."""
+    """An etcdctl-style ASCII table; columns line up by display width (see
+    ``display_width``), so wide characters do not push the borders."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
+    widths = [display_width(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
+            widths[i] = max(widths[i], display_width(c))
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+\n"
 
     def line(values: Sequence[str]) -> str:
-        return "|" + "|".join(f" {v:<{w}} " for v, w in zip(values, widths, strict=True)) + "|\n"
+        return "|" + "|".join(f" {v}{' ' * (w - display_width(v))} "
+                              for v, w in zip(values, widths, strict=True)) + "|\n"
 
     return rule + line(headers) + rule + "".join(line(r) for r in cells) + rule
 

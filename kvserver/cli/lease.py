@@ -36,16 +36,17 @@ import json
 import sys
 from typing import Any, TextIO
 
-from kvserver.cli.client import _common_options, _dumps, _non_negative, _run, _text, header_to_json
+from kvserver.cli.client import (
+    _common_options,
+    _dumps,
+    _lease_id,
+    _non_negative,
+    _run,
+    _text,
+    header_to_json,
+)
 from kvserver.client import AsyncClient, Lease, LeaseList, LeaseRevokeResult, LeaseTimeToLive
-from kvserver.client.leases import format_lease_id, parse_lease_id
-
-
-def _lease_id(text: str) -> int:
-    try:
-        return parse_lease_id(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from kvserver.client.leases import format_lease_id
 
 
 def register(sub) -> None:

@@ -204,8 +204,9 @@ def format_lease_id(lease_id: int) -> str:
     return "0x" + text if text.isdigit() else text
 
 
-def parse_lease_id(text: str) -> int:
-    """``0x``-prefixed or with a hex letter: hexadecimal; otherwise decimal."""
+def parse_lease_id(text: str, *, allow_zero: bool = False) -> int:
+    """``0x``-prefixed or with a hex letter: hexadecimal; otherwise decimal. The one parser of
+    lease IDs (the CLI's too). ``allow_zero``: accept 0, "no lease" (``put --lease 0``)."""
     raw = text.strip().lower()
     try:
         if raw.startswith("0x"):
@@ -216,8 +217,9 @@ def parse_lease_id(text: str) -> int:
             value = int(raw, 10)
     except ValueError:
         raise ValueError(f"bad lease id {text!r}: want hex (as printed) or decimal") from None
-    if not 0 < value <= INT64_MAX:
-        raise ValueError(f"lease id {text!r} is out of range (want 1 .. 2**63-1)")
+    low = 0 if allow_zero else 1
+    if not low <= value <= INT64_MAX:
+        raise ValueError(f"lease id {text!r} is out of range (want {low} .. 2**63-1)")
     return value
 
 

@@ -46,6 +46,31 @@ def test_put_prev_kv_and_lease(cluster, capsys):
     assert json.loads(out)["kvs"][0]["lease"] == 16
 
 
+def test_wide_characters_do_not_misalign_tables(cluster, capsys):
+    ep = f"--endpoints={cluster.urls[0]}"
+    cli(capsys, "put", "都市/東京", "晴れ", ep)
+    cli(capsys, "put", "都市/paris", "cafe\u0301 ok", ep)  # a combining accent: no column
+    status, out, _ = cli(capsys, "get", "都市/", "--prefix", ep)
+    assert status == 0
+    assert out == (
+        "+------------+---------+------------+---------+---------+-------+\n"
+        "| KEY        | VALUE   | CREATE REV | MOD REV | VERSION | LEASE |\n"
+        "+------------+---------+------------+---------+---------+-------+\n"
+        "| 都市/paris | cafe\u0301 ok | 3          | 3       | 1       | 0     |\n"
+        "| 都市/東京  | 晴れ    | 2          | 2       | 1       | 0     |\n"
+        "+------------+---------+------------+---------+---------+-------+\n"
+        "2 keys, revision 3\n")
+    lines = out.splitlines()[:-1]
+    assert len({cli_client.display_width(line) for line in lines}) == 1
+
+
+@pytest.mark.parametrize("text,width", [
+    ("abc", 3), ("東京", 4), ("ｱ", 1), ("Ａ", 2), ("e\u0301", 1), ("\u200b", 0), ("", 0),
+])
+def test_display_width(text, width):
+    assert cli_client.display_width(text) == width
+
+
 def test_get_prefix_json_limit_keys_only(cluster, capsys):
     ep = f"--endpoints={cluster.urls[1]}"
     for k in ("jobs/1", "jobs/2", "jobs/3", "other"):

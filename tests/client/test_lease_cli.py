@@ -79,6 +79,28 @@ def test_grant_with_an_id_in_hex_or_decimal_and_json(api, capsys):
     assert set(api.kv.lessor.leases().leases) == {0x694D5765FC71500B, 4660}
 
 
+def test_put_takes_the_lease_id_as_lease_grant_prints_it(api, capsys):
+    ep = f"--endpoints={api.url}"
+    for flag in ([], ["--id", "2d4fa20f72773001"], ["--id", "4660"]):  # 4660 prints as 0x...
+        status, out, _ = run(capsys, "lease", "grant", "30", *flag, ep)
+        assert status == 0
+        printed = re.fullmatch(rf"lease ({ID_RE}) granted with TTL\(30s\)\n", out).group(1)
+        key = f"held/{printed}"
+        assert run(capsys, "put", key, "v", "--lease", printed, ep)[0] == 0
+        status, out, _ = run(capsys, "lease", "timetolive", printed, "--keys", "--json", ep)
+        assert status == 0 and json.loads(out)["keys"] == [key]
+    assert {format_lease_id(i) for i in api.kv.lessor.leases().leases} >= {
+        "2d4fa20f72773001", "0x0000000000001234"}
+    assert run(capsys, "put", "free", "v", "--lease", "0", ep)[0] == 0  # 0: no lease
+
+
+@pytest.mark.parametrize("bad", ["zz", "-1", "0x8000000000000000", "1.5"])
+def test_put_refuses_a_bad_lease_id(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["put", "k", "v", "--lease", bad])
+    assert e.value.code == 2 and "lease id" in capsys.readouterr().err
+
+
 def test_timetolive_with_keys_json_and_expired(api, capsys):
     ep = f"--endpoints={api.url}"
     lease_id = grant(api, 30, 0x694D5765FC71500B)

@@ -523,6 +523,15 @@ def test_parse_lease_id_refuses(text):
         leases_mod.parse_lease_id(text)
 
 
+def test_parse_lease_id_takes_zero_only_when_allowed():
+    assert leases_mod.parse_lease_id("0", allow_zero=True) == 0
+    assert leases_mod.parse_lease_id("0x0", allow_zero=True) == 0
+    with pytest.raises(ValueError, match="out of range"):
+        leases_mod.parse_lease_id("0")
+    with pytest.raises(ValueError):
+        leases_mod.parse_lease_id("-1", allow_zero=True)
+
+
 @pytest.mark.parametrize("value", [1, 16, 0x694D5765FC71500B, 1234567890, (1 << 63) - 1])
 def test_printed_lease_ids_parse_back(value):
     text = leases_mod.format_lease_id(value)
