@@ -541,7 +541,12 @@ class Node:
         compact_to = index - self.opts.snapshot_catchup_entries
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
-        log.info("node %x: snapshot at %d (compacted to %d)", self.id, index, compact_to)
+            log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index,
+                     compact_to)
+        else:  # fewer entries than the catch-up window: keep them all for slow followers
+            log.info("node %x: snapshot at %d (log not compacted: it keeps the last %d "
+                     "entries for slow followers)", self.id, index,
+                     self.opts.snapshot_catchup_entries)
 
     @property
     def raw_storage(self):

@@ -43,6 +43,7 @@ from kvserver.storage import NodeStorage
 from kvserver.transport import PeerTransport
 from raft import Config, RawNode
 from raft.errors import CommitOutOfRangeError
+from wal.errors import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,14 @@ class Member:
 
 def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | None) -> str:
     """What a member whose raft loop stopped prints before it exits non-zero."""
+    if is_disk_full(failure):
+        return (
+            f"raftkv: member {cfg.name} ({member_id:x}) stopped: the disk is full: {failure}. "
+            f"Nothing acknowledged is lost (a write is acknowledged only once it is on "
+            f"disk). Free space on the file system holding {cfg.data_dir} (files there that "
+            f"are not raftkv's; raftkv itself keeps {cfg.max_snapshots} snapshots and "
+            f"{cfg.max_wals} released WAL files, fewer with --max-snapshots/--max-wals) or "
+            f"move the data dir to a larger disk, then start the member again.")
     if not isinstance(failure, CommitOutOfRangeError):
         return f"raftkv: the raft loop failed ({failure}; see the log above); exiting"
     peer_urls = ",".join(cfg.initial_advertise_peer_urls)

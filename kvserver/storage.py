@@ -37,6 +37,7 @@ from raft import (
     Snapshot,
     SnapshotMetadata,
 )
+from wal.errors import os_error_at
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,12 @@ class NodeStorage:
     def _write_snapshot(self, snapshot: Snapshot) -> None:
         # Snapshot file first, then its WAL record: a crash in between leaves a .snap the WAL
         # does not know, which recovery ignores.
-        self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+        try:
+            self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+        except OSError as exc:  # name the file (a full disk: and the free space)
+            md = snapshot.metadata
+            path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
+            raise os_error_at(exc, path, "saving the snapshot") from exc
         self.wal.save_snapshot(_wal_snapshot(snapshot))
 
     def _persist_with_snapshot(self, rd: Ready) -> None:

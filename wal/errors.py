@@ -8,6 +8,12 @@ partially written tail of the last segment. Everything else is reported, never s
 
 from __future__ import annotations
 
+import errno
+import os
+
+# errnos that mean "the disk (or the quota) is full": freeing space is the fix
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 class WalError(Exception):
     """Base class of all WAL errors."""
@@ -74,3 +80,48 @@ class WalFailedError(WalError):
     After a failed fsync the kernel may have dropped the dirty pages, so retrying could
     acknowledge data that is not on disk. The process must reopen (and so re-read) the WAL.
     """
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system holding ``path`` (the
+    nearest existing parent is asked); None if unknown."""
+    path = os.path.abspath(path)
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is ENOSPC/EDQUOT."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def describe_os_error(exc: OSError, path: str, doing: str) -> str:
+    """``"<doing> <path>: <strerror>"``, and for a full disk how much is free and where:
+    every disk error of the WAL names the file, so an operator knows what to free."""
+    text = f"{doing} {path}: {exc.strerror or exc}"
+    if exc.errno in DISK_FULL_ERRNOS:
+        where = os.path.dirname(os.path.abspath(path))
+        free = free_bytes(where)
+        shown = "unknown" if free is None else f"{free} bytes"
+        text += (f" (free space on the file system holding {where}: {shown}; free some "
+                 f"space there or move the directory to a larger disk)")
+    return text
+
+
+def os_error_at(exc: OSError, path: str, doing: str) -> OSError:
+    """The same OSError (errno kept) with a message from ``describe_os_error``."""
+    return OSError(exc.errno, describe_os_error(exc, path, doing))

@@ -9,7 +9,9 @@
   <= the last hard state's commit (etcd's ``ValidSnapshotEntries``): the snapshots a
   snapshot file may be loaded for.
 * ``repair(dir)``: if the last segment ends in a torn write, copy it to
-  ``<name>.broken``, truncate it at the last good frame, fsync; True when the log is
+  ``<name>.broken`` (on a disk without room for that copy: only the torn bytes, to
+  ``<name>.broken-from-<offset>``), truncate it at the last good frame, fsync; every
+  error names its file; True when the log is
   clean afterwards (or was already), False when the damage is not a torn tail: that is
   never "repaired", it is reported by ``verify``/``read_all`` with file and offset.
 """
@@ -20,7 +22,12 @@ import os
 
 from raftpb import HardState, WalSnapshot
 from wal.decoder import BadRecord, ScanState, is_torn, scan
-from wal.errors import SegmentNotFoundError, SnapshotNotFoundError
+from wal.errors import (
+    DISK_FULL_ERRNOS,
+    SegmentNotFoundError,
+    SnapshotNotFoundError,
+    os_error_at,
+)
 from wal.replay import gc_paused, replay
 from wal.segment import (
     check_sequence,
@@ -104,15 +111,42 @@ def repair(dir_path) -> bool:
                 return False
             offset = bad.offset
         broken = seg_path + ".broken"
-        bfd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            pwrite_all(bfd, buf, 0)
-            os.fsync(bfd)
-        finally:
-            os.close(bfd)
-        os.ftruncate(fd, offset)
-        os.fsync(fd)
-        fsync_dir(path)
+            _write_copy(broken, buf)
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS:
+                raise os_error_at(e, broken, "saving the torn segment to") from e
+            # No room for a whole copy: keep the torn bytes only (the good part stays in
+            # the segment), without the preallocated zeros after them.
+            tail = bytes(buf[offset:]).rstrip(b"\0")
+            broken = f"{seg_path}.broken-from-{offset}"
+            try:
+                _write_copy(broken, tail)
+            except OSError as e2:
+                raise os_error_at(e2, broken, "saving the torn tail to") from e2
+        try:
+            os.ftruncate(fd, offset)
+            os.fsync(fd)
+            fsync_dir(path)
+        except OSError as e:
+            raise os_error_at(e, seg_path, "truncating the torn tail of") from e
         return True
     finally:
         os.close(fd)
+
+
+def _write_copy(path: str, data) -> None:
+    """Write ``data`` to a new file ``path`` durably; on failure remove what was written."""
+    bfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            pwrite_all(bfd, data, 0)
+            os.fsync(bfd)
+        finally:
+            os.close(bfd)
+    except BaseException:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise

@@ -12,6 +12,12 @@ A segment in use is locked with ``flock(LOCK_EX | LOCK_NB)`` on its own open fil
 description, so another WAL instance, in this process or another, cannot open it for
 appending and ``purge`` cannot delete it; ``WAL.release_lock_to`` closes (and so unlocks)
 segments that are no longer needed.
+
+Preallocation (``preallocation_bytes``, ``preallocate``): a new segment reserves the segment
+size, but never more than a quarter of the free space of its file system, and a full disk
+drops the reservation instead of failing; so a member starts on a small disk, and only a
+write that really finds no space fails — with the file's path and the free space in its
+message (``wal.errors.describe_os_error``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,13 @@ import re
 import threading
 from dataclasses import dataclass
 
-from wal.errors import LockedError, SegmentNotFoundError, SegmentSequenceError
+from wal.errors import (
+    DISK_FULL_ERRNOS,
+    LockedError,
+    SegmentNotFoundError,
+    SegmentSequenceError,
+    os_error_at,
+)
 
 SEGMENT_SUFFIX = ".wal"
 _NAME_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.wal$")
@@ -121,20 +133,52 @@ def is_locked(path: str) -> bool:
         os.close(fd)  # closing drops our probe lock
 
 
-def preallocate(fd: int, size_bytes: int) -> None:
-    """Reserve ``size_bytes`` for the file so appends do not allocate blocks.
+# A new file never preallocates more than this share of the space still free on its file
+# system. Two files are preallocated at a time (the tail and the spare the pipeline prepares),
+# so together they take at most ~44% of what was free, and the rest stays for their data,
+# snapshots and everything else on the disk.
+PREALLOCATE_FREE_SHARE = 0.25
+_PREALLOCATE_ALIGN = 4096
+
+
+def preallocation_bytes(dir_path: str, size_bytes: int) -> int:
+    """How much to preallocate for a new segment of ``size_bytes`` in ``dir_path``.
+
+    The segment size on a roomy disk (etcd's behaviour: appends then allocate nothing), but
+    at most ``PREALLOCATE_FREE_SHARE`` of the free space, rounded down to 4 KiB: on a small
+    disk (a 20 MB volume and the default 64 MB segments) the member starts and uses the
+    disk for data instead of failing on a reservation it does not need. Preallocation is
+    an optimisation only: a segment grows past its preallocated size like any file, and
+    the WAL cuts segments by the bytes written, not by the preallocated size."""
+    try:
+        st = os.statvfs(dir_path)
+    except OSError:
+        return size_bytes
+    budget = int(st.f_bavail * st.f_frsize * PREALLOCATE_FREE_SHARE)
+    return max(0, min(size_bytes, budget - budget % _PREALLOCATE_ALIGN))
+
+
+def preallocate(fd: int, size_bytes: int) -> bool:
+    """Reserve ``size_bytes`` for the file so appends do not allocate blocks; True if done.
 
     Falls back to extending the file (sparse; reads as zeros) where the file system has no
-    fallocate. Never shrinks the file.
+    fallocate. Never shrinks the file. A full disk (ENOSPC/EDQUOT) is not an error here:
+    the reservation is dropped (the file keeps its size) and False is returned; the writes
+    that follow report a full disk with the file's path if the space really runs out.
     """
-    if size_bytes <= os.fstat(fd).st_size:
-        return
+    size = os.fstat(fd).st_size
+    if size_bytes <= size:
+        return True
     try:
         os.posix_fallocate(fd, 0, size_bytes)
     except OSError as e:
+        if e.errno in DISK_FULL_ERRNOS:
+            os.ftruncate(fd, size)  # give back whatever was allocated before the failure
+            return False
         if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             raise
         os.ftruncate(fd, size_bytes)
+    return True
 
 
 def fsync_dir(path: str) -> None:
@@ -239,9 +283,15 @@ class FilePipeline:
         # one being prepared never collides with it.
         path = os.path.join(self._dir, f"{self._count % 2}.tmp")
         self._count += 1
-        fd = open_locked(path, create=True)
         try:
-            preallocate(fd, self._size)
+            fd = open_locked(path, create=True)
+        except OSError as e:
+            raise os_error_at(e, path, "creating the next WAL segment") from e
+        try:
+            preallocate(fd, preallocation_bytes(self._dir, self._size))
+        except OSError as e:
+            os.close(fd)
+            raise os_error_at(e, path, "preallocating the next WAL segment") from e
         except BaseException:
             os.close(fd)
             raise

@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterable, Sequence
 from raftpb import HardState, WalSnapshot
 from wal.decoder import ScanState
 from wal.errors import (
+    DISK_FULL_ERRNOS,
     SnapshotNotFoundError,
     WalError,
     WalExistsError,
     WalFailedError,
     WalStateError,
+    describe_os_error,
+    os_error_at,
 )
 from wal.frame import (
     append_crc,
@@ -52,6 +55,7 @@ from wal.segment import (
     map_whole,
     open_locked,
     preallocate,
+    preallocation_bytes,
     pwrite_all,
     read_whole,
     segment_name,
@@ -280,7 +284,7 @@ class WAL:
             pwrite_all(tail.fd, buf, self._tail_off)
         except OSError as e:
             self._fail(e)
-            raise WalFailedError(f"{tail.path}: write failed: {e}") from e
+            raise WalFailedError(describe_os_error(e, tail.path, "writing")) from e
         self._tail_off += len(buf)
         self._crc, self._state, self._enti = crc, state, enti
         self._written_seq += 1
@@ -295,12 +299,13 @@ class WAL:
                 if self._mode != _APPENDING:
                     raise WalStateError(f"sync on a WAL that is {self._mode}")
                 fd = self._segments[-1].fd
+                path = self._segments[-1].path
                 target = self._written_seq
             try:
                 self._sync_fn(fd)
             except OSError as e:
                 self._fail(e)
-                raise WalFailedError(f"{self._dir}: fsync failed: {e}") from e
+                raise WalFailedError(describe_os_error(e, path, "syncing")) from e
             with self._mu:
                 self.sync_count += 1
                 if target > self._synced_seq:
@@ -324,10 +329,13 @@ class WAL:
     def _cut(self) -> None:
         """Close the tail at its current size and continue in a new segment (under _mu)."""
         old = self._segments[-1]
+        where = old.path  # the file in hand when an OSError comes: named in the error
         try:
             os.ftruncate(old.fd, self._tail_off)  # drop the unused preallocated space
             os.fsync(old.fd)
-            new = self._pipeline.take()
+            where = self._dir
+            new = self._pipeline.take()  # its errors name the .tmp file already
+            where = new.path
             try:
                 hdr = bytearray()
                 crc = append_crc(hdr, self._crc)
@@ -345,7 +353,11 @@ class WAL:
                 raise
         except OSError as e:
             self._fail(e)
-            raise WalFailedError(f"{self._dir}: cutting a new segment failed: {e}") from e
+            if e.errno in DISK_FULL_ERRNOS and where in str(e):
+                message = f"cutting a new WAL segment: {e.strerror}"
+            else:
+                message = describe_os_error(e, where, "cutting a new WAL segment at")
+            raise WalFailedError(message) from e
         new.path, new.seq, new.index = final, old.seq + 1, self._enti + 1
         self._segments.append(new)
         self._crc = crc
@@ -449,9 +461,14 @@ def create(dir_path, metadata: bytes, *, segment_size_bytes: int = DEFAULT_SEGME
         shutil.rmtree(tmp)
     os.makedirs(tmp, mode=0o700)
     name = segment_name(0, 0)
-    fd = open_locked(os.path.join(tmp, name), create=True)
+    first = os.path.join(tmp, name)
     try:
-        preallocate(fd, size)
+        fd = open_locked(first, create=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise os_error_at(e, first, "creating the WAL") from e
+    try:
+        preallocate(fd, preallocation_bytes(tmp, size))
         hdr = bytearray()
         crc = append_crc(hdr, 0)
         crc = append_metadata(hdr, bytes(metadata), crc)
@@ -463,6 +480,10 @@ def create(dir_path, metadata: bytes, *, segment_size_bytes: int = DEFAULT_SEGME
             os.rmdir(path)  # empty, checked above
         os.rename(tmp, path)
         fsync_dir(os.path.dirname(path))
+    except OSError as e:
+        os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise os_error_at(e, first, "creating the WAL") from e
     except BaseException:
         os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)

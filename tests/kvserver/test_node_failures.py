@@ -11,6 +11,7 @@
 import asyncio
 import functools
 import logging
+import re
 
 import pytest
 
@@ -141,3 +142,40 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
         assert not node.failed.is_set()
     finally:
         await node.stop()
+
+
+@_sync
+async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
+    # Issue 13 defect 6: "snapshot at 301 (compacted to -4699)" with fewer entries than the
+    # catch-up window.
+    node = _follower()
+    node.opts.snapshot_count = 1
+    node.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="kvserver.node"):
+            node.receive([_heartbeat(3)])
+            await _until(lambda: node.snapshot_index == 3, "a snapshot at 3")
+        lines = [r.getMessage() for r in caplog.records if "snapshot at" in r.getMessage()]
+        assert lines and "log not compacted" in lines[0]
+        assert not re.search(r"-\d", lines[0]), lines[0]
+    finally:
+        await node.stop()
+
+
+def test_failure_message_of_a_full_disk_names_the_file_and_what_to_free():
+    from kvserver.config import ServerConfig
+    from kvserver.server import failure_message
+    from wal.errors import WalFailedError
+    cfg = ServerConfig(name="n1", data_dir="/data/n1")
+    try:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as exc:
+            raise WalFailedError("writing /data/n1/member/wal/0.wal: No space left") from exc
+    except WalFailedError as exc:
+        message = failure_message(cfg, 0xab, exc)
+    assert "stopped: the disk is full: writing /data/n1/member/wal/0.wal" in message
+    assert "Free space on the file system holding /data/n1" in message
+    assert "--max-snapshots/--max-wals" in message
+    lost = failure_message(cfg, 0xab, CommitOutOfRangeError(9, 8))
+    assert "lost raft log entries" in lost and "/data/n1" in lost
