@@ -1,5 +1,11 @@
 """``raftkv wal dump|verify|repair DIR``: look into, check and fix a write-ahead log.
 
+DIR is the WAL directory (``<data-dir>/member/wal``), or a member's data dir (``--data-dir``
+of ``raftkv serve``, whose ``member/wal`` is used) or its ``member`` dir. All three commands
+find the WAL alike, and all three refuse, exit 1, a directory where there is none
+(``error: DIR: no WAL segment here, nor in DIR/member/wal or DIR/wal``). When DIR is not
+the WAL directory itself, the one used is named on stderr.
+
 * ``dump DIR [--json]``: every record of every segment (segment, offset, type, index,
   term, crc and whether it matches the running CRC, sizes). A table by default; with
   ``--json`` one JSON object per line. Read-only, no locks: safe on a running node. Exit 1
@@ -15,11 +21,42 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import wal
 from wal.dump import DumpProblem, dump
 from wal.repair import check_dir
+from wal.segment import list_segments
+
+# Where a WAL is found under DIR, in order: a data dir, a member dir.
+_WAL_SUBDIRS = (os.path.join("member", "wal"), "wal")
+
+
+def find_wal_dir(path: str) -> str:
+    """The WAL directory DIR names (see the module docstring); ``wal.SegmentNotFoundError``
+    saying where it looked when none of them holds a segment, ``OSError`` when DIR is not a
+    directory."""
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path}: not a directory")
+    for candidate in (path, *(os.path.join(path, sub) for sub in _WAL_SUBDIRS)):
+        if os.path.isdir(candidate) and list_segments(candidate):
+            return candidate
+    elsewhere = " or ".join(os.path.join(path, sub) for sub in _WAL_SUBDIRS)
+    raise wal.SegmentNotFoundError(f"{path}: no WAL segment here, nor in {elsewhere}")
+
+
+def _resolve(args) -> str | None:
+    """``args.dir`` resolved by ``find_wal_dir`` (noting on stderr when it is a subdirectory),
+    or None after printing why there is no WAL there."""
+    try:
+        found = find_wal_dir(args.dir)
+    except (wal.WalError, OSError) as e:
+        _err(f"error: {e}")
+        return None
+    if found != args.dir:
+        _err(f"WAL directory: {found}")
+    return found
 
 
 def register(sub) -> None:
@@ -28,16 +65,19 @@ def register(sub) -> None:
     wsub.required = True
 
     d = wsub.add_parser("dump", help="print every record of a WAL directory")
-    d.add_argument("dir", metavar="DIR", help="the WAL directory (e.g. <data-dir>/member/wal)")
+    d.add_argument("dir", metavar="DIR",
+                   help="the WAL directory, or a data dir (its member/wal is used)")
     d.add_argument("--json", action="store_true", help="one JSON object per record and line")
     d.set_defaults(func=_dump)
 
     v = wsub.add_parser("verify", help="check every CRC; exit 1 with the first problem")
-    v.add_argument("dir", metavar="DIR")
+    v.add_argument("dir", metavar="DIR",
+                   help="the WAL directory, or a data dir (its member/wal is used)")
     v.set_defaults(func=_verify)
 
     r = wsub.add_parser("repair", help="truncate a torn tail of the last segment")
-    r.add_argument("dir", metavar="DIR")
+    r.add_argument("dir", metavar="DIR",
+                   help="the WAL directory, or a data dir (its member/wal is used)")
     r.set_defaults(func=_repair)
 
 
@@ -46,13 +86,16 @@ def _err(msg: str) -> None:
 
 
 def _dump(args) -> int:
+    path = _resolve(args)
+    if path is None:
+        return 1
     out = sys.stdout
     problems = 0
     if not args.json:
         out.write(f"{'SEGMENT':<38} {'OFFSET':>10} {'TYPE':<9} {'INDEX':>10} {'TERM':>6} "
                   f"{'CRC':>10} {'OK':<3} {'REC':>7} {'DATA':>7}  DETAILS\n")
     try:
-        for item in dump(args.dir):
+        for item in dump(path):
             if isinstance(item, DumpProblem):
                 problems += 1
                 if args.json:
@@ -86,9 +129,12 @@ def _dump(args) -> int:
     return 1 if problems else 0
 
 
-def _verify(args) -> int:
+def _verify(args, path: str | None = None) -> int:
+    path = path or _resolve(args)
+    if path is None:
+        return 1
     try:
-        st = check_dir(args.dir, None, allow_torn_tail=False)
+        st = check_dir(path, None, allow_torn_tail=False)
     except wal.TornWriteError as e:
         _err(f"torn write: {e.file} at offset {e.offset}: {e.reason}")
         _err(f"run: raftkv wal repair {args.dir}")
@@ -106,13 +152,16 @@ def _verify(args) -> int:
 
 
 def _repair(args) -> int:
+    path = _resolve(args)
+    if path is None:
+        return 1
     try:
-        ok = wal.repair(args.dir)
+        ok = wal.repair(path)
     except (wal.WalError, OSError) as e:
         _err(f"error: {e}")
         return 1
     if not ok:
         _err("not repairable: the damage is not a torn tail of the last segment; "
              "nothing was changed")
-    status = _verify(args)  # the whole log, after the tail was fixed (or not)
+    status = _verify(args, path)  # the whole log, after the tail was fixed (or not)
     return status if ok else 1

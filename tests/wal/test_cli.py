@@ -96,8 +96,42 @@ def test_repair_refuses_damage_in_the_last_segment_that_is_not_torn(ram_path, ca
 
 
 def test_errors_are_reported_not_raised(ram_path, capsys):
-    assert main(["wal", "verify", f"{ram_path}/nothing"]) == 1
-    assert "error:" in capsys.readouterr().err
-    os.mkdir(f"{ram_path}/empty")
-    assert main(["wal", "dump", f"{ram_path}/empty"]) == 0
-    assert main(["wal", "repair", f"{ram_path}/empty"]) == 1
+    for command in ("dump", "verify", "repair"):
+        assert main(["wal", command, f"{ram_path}/nothing"]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"error: {ram_path}/nothing: not a directory\n"
+
+
+def test_a_directory_without_a_wal_is_refused_alike_by_every_command(ram_path, capsys):
+    empty = f"{ram_path}/empty"
+    os.makedirs(f"{empty}/member/wal")  # the layout, but no segment in it
+    for command in ("dump", "verify", "repair"):
+        assert main(["wal", command, empty]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""  # not even the dump's header
+        assert err == (f"error: {empty}: no WAL segment here, nor in {empty}/member/wal or "
+                       f"{empty}/wal\n")
+
+
+def test_a_data_dir_or_member_dir_finds_its_member_wal(ram_path, capsys):
+    data_dir = f"{ram_path}/node1"
+    wal_dir = f"{data_dir}/member/wal"
+    small_wal(wal_dir)
+    assert main(["wal", "dump", "--json", wal_dir]) == 0
+    expected = capsys.readouterr().out
+    for given in (data_dir, f"{data_dir}/member"):
+        assert main(["wal", "dump", "--json", given]) == 0
+        out, err = capsys.readouterr()
+        assert out == expected and err == f"WAL directory: {wal_dir}\n"
+        assert main(["wal", "verify", given]) == 0
+        out, err = capsys.readouterr()
+        assert "last entry index 30" in out and err == f"WAL directory: {wal_dir}\n"
+    names = sorted(n for n in os.listdir(wal_dir) if n.endswith(".wal"))
+    last = os.path.join(wal_dir, names[-1])
+    with open(last, "r+b") as f:
+        f.truncate(os.path.getsize(last) - 5)  # a torn tail
+    assert main(["wal", "verify", data_dir]) == 1
+    assert f"run: raftkv wal repair {data_dir}" in capsys.readouterr().err
+    assert main(["wal", "repair", data_dir]) == 0
+    assert os.path.exists(last + ".broken")
+    assert main(["wal", "verify", data_dir]) == 0
