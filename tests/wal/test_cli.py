@@ -128,8 +128,9 @@ def test_a_data_dir_or_member_dir_finds_its_member_wal(ram_path, capsys):
         assert "last entry index 30" in out and err == f"WAL directory: {wal_dir}\n"
     names = sorted(n for n in os.listdir(wal_dir) if n.endswith(".wal"))
     last = os.path.join(wal_dir, names[-1])
+    recs = [r for r in dump(wal_dir) if isinstance(r, DumpRecord) and r.segment == names[-1]]
     with open(last, "r+b") as f:
-        f.truncate(os.path.getsize(last) - 5)  # a torn tail
+        f.truncate(recs[-1].offset + 11)  # a torn tail
     assert main(["wal", "verify", data_dir]) == 1
     assert f"run: raftkv wal repair {data_dir}" in capsys.readouterr().err
     assert main(["wal", "repair", data_dir]) == 0
