@@ -18,6 +18,15 @@ Contract:
   connection meant for another member ID (``X-Raftkv-To``) with 412. "Current member" is the
   peer set, which ``set_peers`` keeps equal to the member registry. Stream requests and
   snapshot requests get the same checks; a stream whose sender stops being a member is closed.
+- A registry that is behind. A member that was down while another was added does not know the
+  newcomer, and can only learn it from the leader's log; if the newcomer leads, refusing it
+  would leave this member behind for good (etcd names the case in its stream handler and gets
+  around it because its pipeline handler takes any sender). So a refused sender that is not
+  known as removed is looked up, in the background and rate-limited, with the members this
+  member knows (``GET /raft/members`` on their peer URLs: the registry they replicated); if
+  one of them lists it, it becomes a *vouched* peer (connected, accepted) until this member's
+  own registry lists it (``set_peers``) or says it was removed. A forged ID is listed by no
+  member, so it stays refused.
 - Every decoded message is checked before raft sees it (``peer_validate.check_message``:
   addressed to this member, ``from`` equal to the stream's sender except for forwarded
   requests, bounded terms and indexes, consistent entries). A frame that does not decode or
@@ -83,6 +92,8 @@ class TransportLimits:
     heartbeat_s: float = 2.0            # WebSocket ping: detects a dead peer connection
     close_timeout_s: float = 1.0        # at stop: how long an incoming stream's close may wait
     warn_interval_s: float = 10.0       # one WARNING per sender and kind of refusal per interval
+    vouch_interval_s: float = 2.0       # an unknown sender is looked up at most this often
+    vouch_timeout_s: float = 2.0        # per member asked
 
 
 OnMessages = Callable[[list[Message]], None]
@@ -120,6 +131,9 @@ class PeerTransport:
         self.failures_by_peer: dict[int, int] = {}
         self.refused_by_peer: dict[int, int] = {}   # refused connections and bad frames
         self._warned: dict[tuple[int, str], tuple[float, int]] = {}
+        self._vouched: dict[int, str] = {}          # id -> peer URL, see the docstring
+        self._vouch_asked: dict[int, float] = {}    # id -> when it was last looked up
+        self._vouch_task: asyncio.Task | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -135,6 +149,8 @@ class PeerTransport:
         self._peers.clear()
         for task in list(self._snapshot_tasks):
             task.cancel()
+        if self._vouch_task is not None:
+            self._vouch_task.cancel()
         # Else the HTTP server waits for them to end. Closed together, each bounded by
         # close_timeout_s: a peer that does not answer the close frame must not hold up
         # this member's stop (aiohttp's default close wait is 10 s per stream).
@@ -159,9 +175,14 @@ class PeerTransport:
         self.peer_attributes.pop(peer_id, None)
 
     def set_peers(self, urls: dict[int, str]) -> None:
-        """Make the peer set ``urls`` (id -> peer URL): add, re-point, remove."""
+        """Make the peer set ``urls`` (id -> peer URL): add, re-point, remove. Vouched peers
+        stay until ``urls`` lists them or the registry knows them as removed."""
         if self._closing:
             return
+        for peer_id in list(self._vouched):
+            if peer_id in urls or self._is_removed(peer_id) or peer_id == self.local_id:
+                del self._vouched[peer_id]
+        urls = {**self._vouched, **urls}
         for peer_id in [p for p in self._peers if p not in urls]:
             self.remove_peer(peer_id)
         for peer_id, url in urls.items():
@@ -280,9 +301,10 @@ class PeerTransport:
         if self._is_removed(sender):
             raise web.HTTPGone(text="the member has been permanently removed from the cluster")
         if not self.is_member(sender):
-            # etcd: a member of another cluster with a colliding ID, an impostor, or (rarely)
-            # a member added while this one was down, refused until this member's registry
-            # has caught up (it retries with backoff).
+            # etcd: a member of another cluster with a colliding ID, an impostor, or a member
+            # added while this one was down: looked up with the members we know (docstring);
+            # the sender retries with backoff.
+            self._vouch_later(sender)
             self._refuse(sender, "404", "refused %s from %x: sender not found (not a member of "
                        "cluster %x)", request.path, sender, self.cluster_id)
             raise web.HTTPNotFound(text="sender not found")
@@ -321,6 +343,49 @@ class PeerTransport:
             by_peer.discard(ws)
             await ws.close(code=code)
         return ws
+
+    def _vouch_later(self, sender: int) -> None:
+        now = time.monotonic()
+        if sender == self.local_id or self._closing or (
+                self._vouch_task is not None and not self._vouch_task.done()) or \
+                now - self._vouch_asked.get(sender, -float("inf")) < self.limits.vouch_interval_s:
+            return
+        if len(self._vouch_asked) > 1024:  # bounded: senders can be any 64-bit number
+            self._vouch_asked.clear()
+        self._vouch_asked[sender] = now
+        self._vouch_task = asyncio.get_running_loop().create_task(self._vouch(sender))
+
+    async def _vouch(self, sender: int) -> None:
+        """Ask the members we know whether ``sender`` is a member; if one lists it (with a
+        peer URL), connect to it and accept its streams."""
+        for peer_id, peer in list(self._peers.items()):
+            if peer_id == sender or peer_id in self._vouched:
+                continue
+            try:
+                async with asyncio.timeout(self.limits.vouch_timeout_s):
+                    async with self._session.get(peer.url + MEMBERS_PATH) as resp:
+                        if resp.status != 200:
+                            continue
+                        body = await resp.json()
+                if int(body["cluster_id"]) != self.cluster_id:
+                    continue
+                urls = next((m["peerURLs"] for m in body["members"]
+                             if int(m["id"]) == sender), None)
+            except asyncio.CancelledError:
+                raise
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError,
+                    TypeError) as exc:
+                log.debug("asking %x about peer %x: %s", peer_id, sender, exc)
+                continue
+            if urls and isinstance(urls[0], str) and not self._closing \
+                    and not self._is_removed(sender) and not self.is_member(sender):
+                log.info("accepting peer %x: member %x lists it (this member's registry is "
+                         "behind)", sender, peer_id)
+                self._vouched[sender] = urls[0]
+                self.add_peer(sender, urls[0])
+                return
+            if urls is not None or self.is_member(sender):
+                return
 
     def _check_frame(self, data: bytes, sender: int) -> list:
         """The messages of one stream frame, all checked; ``PeerMessageError`` otherwise."""
@@ -430,8 +495,9 @@ class _PeerSender:
                     t._on_removed()  # the peer knows this member as removed
                 elif exc.status in (404, 412):
                     t._warn(self.peer_id, f"out-{exc.status}", "peer %x refuses this "
-                            "member's stream: %s %s; retrying", self.peer_id, exc.status,
-                            exc.message)
+                            "member's stream (HTTP %s: it does not know this member as a "
+                            "member yet, or not at this URL); retrying", self.peer_id,
+                            exc.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.debug("stream to %x: %s", self.peer_id, exc)
             except Exception:  # a bug: never end this task silently; reconnect

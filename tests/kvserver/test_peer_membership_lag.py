@@ -1,0 +1,67 @@
+"""A member whose registry is behind still accepts a member added while it was down.
+
+The peer port refuses senders that are not members (404, issue 13), but "member" is what this
+member's registry says, and a member that was down while another was added does not know the
+newcomer until it has caught up, which it can only do from the leader. If the newcomer leads,
+the lagging member would refuse its leader forever (etcd's stream handler names this case and
+works around it through its pipeline, which accepts any sender). raftkv asks the members it
+knows (``GET /raft/members`` on their peer URLs, the registry they replicated) and accepts the
+sender once one of them lists it (kvserver.transport, "vouched" peers).
+"""
+
+import asyncio
+
+from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
+from kvserver.server import Member
+from raft import Message, MessageType
+from tests.kvserver.test_membership_inprocess import configs, leader_of, retry, until
+
+
+def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
+    initial, (join_cfg,) = configs(tmp_path)
+
+    async def scenario():
+        members = [Member(c) for c in initial]
+        everyone = list(members)
+        try:
+            for m in members:
+                await m.start()
+            leader = await until(lambda: leader_of(members), "a leader")
+            lagging = next(m for m in members if m is not leader)
+            down_at = members.index(lagging)
+            await lagging.stop()
+            live = [m for m in members if m is not lagging]
+
+            resp = await retry(lambda: leader.kv.member_add(
+                list(join_cfg.initial_advertise_peer_urls), is_learner=True))
+            joiner = Member(join_cfg)
+            everyone.append(joiner)
+            await joiner.start()
+            live.append(joiner)
+            await until(lambda: joiner.node.applied >= leader.node.applied, "the learner")
+            await retry(lambda: leader.kv.member_promote(resp.member.id))
+            await until(lambda: joiner.member_id in joiner.node.conf_state.voters,
+                        "the promotion applied on the joiner")
+            # hand leadership to the newcomer (what a forwarded transfer request does)
+            leader.node.receive([Message(type=MessageType.MsgTransferLeader,
+                                         to=leader.member_id, frm=joiner.member_id)])
+            await until(lambda: leader_of(live) is joiner, "the newcomer leading")
+            for i in range(5):
+                await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
+
+            restarted = Member(initial[down_at])
+            everyone[down_at] = restarted
+            await restarted.start()
+            await until(lambda: restarted.node.leader == joiner.member_id
+                        and restarted.node.applied >= joiner.node.applied,
+                        "the restarted member to follow the newcomer", timeout_s=20)
+            got = await restarted.kv.range(RangeRequest(b"k/", prefix_range_end(b"k/"),
+                                                        serializable=True))
+            assert got.count == 5
+            assert joiner.member_id in {m.id for m in restarted.membership.registry.list()}
+        finally:
+            for m in everyone:
+                if m.node is not None:
+                    await m.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
