@@ -26,6 +26,7 @@ from aiohttp import web
 from kvserver.api.app import build_client_app
 from kvserver.archive import member as archive_member
 from kvserver.config import ServerConfig, check_url_schemes, host_port
+from kvserver.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.lease import min_lease_ttl_s
 from kvserver.membership import (
     REMOVED_MESSAGE,
@@ -67,6 +68,7 @@ class Member:
         self.transport: PeerTransport | None = None
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
+        self.client_guard = ConnectionGuard()  # client-port connection limits
         self.archive = None  # kvserver.archive.member: the --archive-url thread, if any
 
     async def start(self) -> None:
@@ -143,10 +145,15 @@ class Member:
         peer_app = web.Application(client_max_size=(64 << 20))
         peer_app.add_routes(self.transport.routes())
         client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
-        for app, urls in ((peer_app, cfg.listen_peer_urls), (client_app, cfg.listen_client_urls)):
+        # Header/body/idle deadlines and a bound on open connections for the client port
+        # (innermost middleware: its 408 is rendered by the app's error middleware).
+        client_app.middlewares.append(self.client_guard.middleware)
+        for app, urls, make_runner in (
+                (peer_app, cfg.listen_peer_urls, web.AppRunner),
+                (client_app, cfg.listen_client_urls, self.client_guard.runner)):
             # Bounded graceful stop: in-flight requests get a moment, then connections close.
-            runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                   shutdown_timeout=2.0)
+            runner = make_runner(app, access_log=None, handle_signals=False,
+                                 shutdown_timeout=2.0)
             await runner.setup()
             self.runners.append(runner)
             for url in urls:
@@ -261,6 +268,10 @@ def run(cfg: ServerConfig) -> None:
     # The WAL writer thread needs the GIL right after its fsync returns; with the default
     # 5 ms switch interval it can wait that long behind the event loop serving HTTP.
     sys.setswitchinterval(float(os.environ.get("RAFTKV_SWITCH_INTERVAL_S", "0.0005")))
+    # Client connections, WAL segments and peers all take file descriptors: use what the
+    # hard limit allows (Go raises the soft limit for etcd at start).
+    soft, _ = raise_nofile_limit()
+    log.info("open-file limit: %d", soft)
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
