@@ -146,6 +146,15 @@ def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplo
             refusals = [r for r in caplog.records if "sender not found" in r.getMessage()]
             assert len(refusals) == len(members), [r.getMessage() for r in refusals]
             assert all(m.transport.refused_by_peer[STRANGER] == 3 for m in members)
+            # Each refusal asked the other members whether they know the sender (a member
+            # whose registry is behind accepts a newcomer they list): none does.
+            for m in members:
+                task = m.transport._vouch_task
+                if task is not None:
+                    await task
+                assert await attack(m, STRANGER, [dataclasses.replace(
+                    prop, to=m.member_id)]) == "refused 404"
+                assert not m.transport._vouched
         finally:
             for m in members:
                 await m.stop()

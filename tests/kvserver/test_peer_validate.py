@@ -109,3 +109,16 @@ BAD = [
 def test_impossible_messages_are_refused(m, why):
     with pytest.raises(PeerValidationError, match=why):
         check(m)
+
+
+@pytest.mark.parametrize("value", [
+    [0] * (MAX_ENTRIES_PER_MESSAGE + 1),   # more messages in a batch than any sender makes
+    [{b"k": b"v"}],                        # the format has no maps
+    [["text"]],                            # nor strings
+])
+def test_decoding_is_bounded_before_objects_are_built(value):
+    import msgpack
+
+    from kvserver.peer_codec import PeerMessageError
+    with pytest.raises(PeerMessageError, match="exceeds max_"):  # msgpack's own limits
+        decode_batch(msgpack.packb(value, use_bin_type=True))
