@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import platform
 import random
 import time
@@ -253,6 +254,8 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
                         f"fenced writes {fenced})")
 
     # --- linearizability -------------------------------------------------------------------
+    with open(os.path.join(cfg.out_dir, "register-history.pickle"), "wb") as f:
+        pickle.dump(register.history.operations(), f)  # for tests.lincheck offline
     t0 = time.monotonic()
     result = check(KvModel(), register.history, timeout_s=cfg.check_timeout_s)
     lin = {"verdict": result.verdict.name, "operations": result.operation_count,

@@ -8,8 +8,12 @@ or ``unknown`` (no answer or an error answer: it may still take effect). Every a
 write is remembered as ``(key, revision)``; the runner later checks that each one is in the
 replicated history (acknowledged writes lost).
 
-- :class:`Register` -- puts of unique values, linearizable gets and compare-and-set txns on a
-  few keys, recorded in a :class:`tests.lincheck.History` for the linearizability checker.
+- :class:`Register` -- puts of unique values and linearizable gets on a few keys, recorded in
+  a :class:`tests.lincheck.History` for the linearizability checker. No compare-and-set here:
+  a failed CAS observes the key's presence, which stops the checker from pruning pending
+  puts, and a full-cluster restart leaves dozens of them -- the search then exceeds any
+  budget (measured: UNKNOWN after 30M steps; the same history without the CAS checks is OK
+  in 10k steps). Txn compares are exercised by the bank and lock workloads instead.
 - :class:`Bank` -- transfers between accounts in txns guarded by the accounts'
   ``mod_revision``; a reader checks that every snapshot (one range = one revision; both
   linearizable and serializable reads, any member) totals the initial amount.
@@ -124,7 +128,6 @@ class Register(Workload):
 
     def client(self, cid: int, rng: random.Random) -> None:
         n = 0
-        last_seen: dict[str, str | None] = {}
         while not self.stop_event.is_set():
             n += 1
             member, url = self.pick(rng)
@@ -132,7 +135,7 @@ class Register(Workload):
             roll = rng.random()
             start = time.monotonic()
             try:
-                if roll < 0.45:
+                if roll < 0.5:
                     value = f"{cid}-{n}"
                     with self.history.record(cid, kv.put(key, value)) as rec:
                         code, body = h.put(url, key, value, OP_TIMEOUT_S)
@@ -141,9 +144,8 @@ class Register(Workload):
                         rev = h.revision_of(body)
                         rec.ok(kv.put_ok(rev))
                     self.recorder.acked(self.name, [key], rev)
-                    last_seen[key] = value
                     self.recorder.op(self.name, "put", start, "ok", member)
-                elif roll < 0.9:
+                else:
                     with self.history.record(cid, kv.get(key)) as rec:
                         code, body = h.get(url, key, OP_TIMEOUT_S)
                         if code != 200:
@@ -151,24 +153,7 @@ class Register(Workload):
                         found = h.kvs(body)
                         value = found[0]["value"] if found else None
                         rec.ok(kv.get_ok(value, found[0]["mod_revision"] if found else None))
-                    last_seen[key] = value
                     self.recorder.op(self.name, "get", start, "ok", member)
-                else:
-                    expected = last_seen.get(key)
-                    value = f"{cid}-{n}"
-                    cmp = (h.compare(key, "CREATE", 0) if expected is None
-                           else h.compare(key, "VALUE", expected))
-                    with self.history.record(cid, kv.cas(key, expected, value)) as rec:
-                        code, body = h.txn(url, [cmp], [h.put_op(key, value)], OP_TIMEOUT_S)
-                        if code != 200:
-                            raise h.NoAnswer(f"txn answered {code}")
-                        ok = bool(body.get("succeeded", False))
-                        rev = h.revision_of(body)
-                        rec.ok(kv.cas_ok(ok, rev if ok else None))
-                    if ok:
-                        self.recorder.acked(self.name, [key], rev)
-                        last_seen[key] = value
-                    self.recorder.op(self.name, "cas", start, "ok" if ok else "fail", member)
             except h.NoAnswer:
                 self.recorder.op(self.name, "op", start, "unknown", member)
                 self.pause_after_error()
