@@ -32,7 +32,10 @@ non-retryable failure stops it at once. ``error`` holds why it stopped (``None``
 runs or after ``close()``); ``wait()`` blocks until it stops and raises that error. Leaving an
 ``async with`` / ``with`` block closes it; if the body finished normally but the keep-alive had
 failed, leaving raises the keep-alive's error, so a lost lease is not missed. ``close()`` does
-not revoke the lease (it expires after its TTL unless revoked). ``on_refresh(ttl_s)`` is called
+not revoke the lease (it expires after its TTL unless revoked); it returns once the refresh
+task has ended, which it does at its next await (each refresh is bounded with
+``asyncio.timeout``, not ``wait_for``, which on Python 3.11 can drop the cancel; and the task
+checks a closed flag before every refresh, so no refresh is sent after ``close()``). ``on_refresh(ttl_s)`` is called
 on the client's event loop after each successful refresh (on the blocking client: on its loop
 thread, so keep it short); an exception from it stops the keep-alive with that exception.
 
