@@ -8,7 +8,15 @@ behind the guard with short limits, and raw sockets play the slow clients.
 import asyncio
 import functools
 import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 
+import pytest
 from aiohttp import web
 
 from kvserver.api.common import LIMITS_KEY, ApiLimits
@@ -113,3 +121,60 @@ def test_open_file_soft_limit_is_raised_to_the_hard_limit():
             assert soft == hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+@pytest.mark.slow
+def test_a_member_cuts_off_1000_trickling_connections_and_keeps_serving(tmp_path):
+    """The issue's scenario against ``raftkv serve``: 1,000 connections that send half a
+    request line are all closed by the header deadline (10 s), and the member answers
+    /health meanwhile and afterwards."""
+    raise_nofile_limit()  # this test process holds 1,000 sockets too
+    client, peer = free_ports(2)
+    c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    log_path = tmp_path / "member.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvserver.cli", "serve", "--data-dir",
+             str(tmp_path / "d"), "--listen-client-urls", c, "--advertise-client-urls", c,
+             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    socks = []
+    try:
+        _wait(lambda: _health(c) == 200, 60, "the member healthy")
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", client), timeout=10)
+            s.sendall(b"POST /v3/kv/put HTTP/1.1\r\nHo")
+            socks.append(s)
+        assert _health(c) == 200  # serving while 1,000 slow clients hold connections
+        deadline = time.monotonic() + 60  # 10 s deadline, generous margin under load
+        for s in socks:
+            s.settimeout(max(0.1, deadline - time.monotonic()))
+            assert s.recv(1024) == b"", "a trickling connection got an answer"
+        assert _health(c) == 200
+        assert "open-file limit" in log_path.read_text()
+    finally:
+        for s in socks:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _health(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
