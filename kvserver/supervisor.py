@@ -74,6 +74,7 @@ def describe_exit(returncode: int) -> str:
 class Supervisor:
     def __init__(self, cluster: LocalCluster, restart: str = "on-failure",
                  out: TextIO | None = None, max_restarts: int = 5, window_s: float = 60.0,
+                 initial_backoff_s: float = 1.0, max_backoff_s: float = 30.0,
                  poll_s: float = 0.2, log_lines: int = 15):
         if restart not in RESTART_POLICIES:
             raise ValueError(f"restart policy must be one of {RESTART_POLICIES}")
@@ -82,8 +83,8 @@ class Supervisor:
         self.out = out or sys.stdout
         self.poll_s = poll_s
         self.log_lines = log_lines
-        self.budgets = {n.name: RestartBudget(max_restarts=max_restarts, window_s=window_s)
-                        for n in cluster.nodes}
+        self.budgets = {n.name: RestartBudget(max_restarts, window_s, initial_backoff_s,
+                                              max_backoff_s) for n in cluster.nodes}
         self.pending: dict[str, float] = {}      # name -> monotonic time of its restart
         self.watched: set[str] = set()           # members started and not yet seen exiting
 

@@ -6,9 +6,12 @@ and check that writes go on through the other two, that the member comes back (r
 the supervisor, or with ``--restart no`` by the exact command the supervisor printed) and
 catches up: its own serializable read shows a key written while it was dead. Ctrl-C (SIGINT)
 then stops everything with status 0. The restart budget's arithmetic is tested without
-processes. Every wait is a bounded poll.
+processes, and the supervisor's decisions (restart within the budget, give up, leave a
+cleanly stopped member or any member under ``--restart no`` down) with members that exit at
+once (fast tests). Every wait is a bounded poll.
 """
 
+import io
 import os
 import queue
 import re
@@ -21,7 +24,8 @@ import time
 
 import pytest
 
-from kvserver.supervisor import RestartBudget, describe_exit
+from kvserver.cluster import LocalCluster
+from kvserver.supervisor import RestartBudget, Supervisor, describe_exit
 from tests.cluster.harness import get, get_json_safe, put, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -257,3 +261,43 @@ def test_restart_no_prints_the_command_that_brings_the_member_back(tmp_path):
                 by_hand.wait()
         status = up.stop()
     assert status == 0, up.output()
+
+
+def _crashing_cluster(tmp_path, code: int) -> LocalCluster:
+    """Members whose program exits with ``code`` at once (``python -c ... serve <flags>``)."""
+    return LocalCluster(str(tmp_path / "c"), size=2,
+                        program=[sys.executable, "-c", f"import sys; sys.exit({code})"])
+
+
+def test_supervisor_restarts_a_failing_member_within_its_budget_then_gives_up(tmp_path):
+    out = io.StringIO()
+    cluster = _crashing_cluster(tmp_path, 3)
+    sup = Supervisor(cluster, out=out, max_restarts=2, window_s=60.0, initial_backoff_s=0.01,
+                     max_backoff_s=0.02, poll_s=0.01)
+    sup.start()
+    assert sup.run() == 1
+    text = out.getvalue()
+    for node in cluster.nodes:
+        assert text.count(f"raftkv: {node.name} restarted") == 2, text
+        assert text.count(f"{node.name} (pid") == 3, text      # three exits reported
+        assert f"{node.name} failed 2 times within 60 s; giving up" in text, text
+        assert node.command_line() in text
+        with open(node.log_path) as f:   # one header per start, each with the command
+            assert f.read().count(node.command_line()) == 3
+    assert "exited with status 3" in text
+    assert text.rstrip().endswith("no member is running and none will be restarted; exiting")
+
+
+@pytest.mark.parametrize("policy", ["on-failure", "no"])
+def test_supervisor_leaves_down_a_member_that_stopped_cleanly_or_under_restart_no(
+        tmp_path, policy):
+    out = io.StringIO()
+    cluster = _crashing_cluster(tmp_path, 0 if policy == "on-failure" else 5)
+    sup = Supervisor(cluster, restart=policy, out=out, initial_backoff_s=0.01, poll_s=0.01)
+    sup.start()
+    assert sup.run() == 1
+    text = out.getvalue()
+    assert not any(RESTARTED.search(line) for line in text.splitlines()), text
+    assert "restarting" not in text, text
+    for node in cluster.nodes:
+        assert f"start it again by hand with:\n  {node.command_line()}" in text, text
