@@ -52,7 +52,7 @@ def no_markers(kv) -> bool:
 
 
 def test_read_under_concurrent_writes_is_the_store_at_one_revision(spark, kv, opts):
-    keys = [f"pin/{i:05d}" for i in range(1500)]
+    keys = [f"pin/{i:05d}" for i in range(800)]
     put_many(kv, {k: b"v0" for k in keys})
     stop = threading.Event()
     done = [0]
@@ -73,7 +73,7 @@ def test_read_under_concurrent_writes_is_the_store_at_one_revision(spark, kv, op
         wait_for(lambda: done[0] >= 20, 30, "the concurrent writer to start")
         before = done[0]
         df = (spark.read.format("raftkv").options(**opts).option("prefix", "pin/")
-              .option("numPartitions", "4").option("pageSize", "60").load())
+              .option("numPartitions", "4").option("pageSize", "40").load())
         rows = df.collect()
         during = done[0] - before
     finally:
@@ -156,20 +156,20 @@ def txn_groups(kv, prefix: str) -> dict[int, list]:
 
 
 def test_write_applies_each_row_once_under_task_retries_within_txn_limits(spark, kv, opts):
-    rows = [(f"retry/{i:05d}", f"v{i}".encode()) for i in range(1000)]
+    rows = [(f"retry/{i:05d}", f"v{i}".encode()) for i in range(400)]
     df = spark.createDataFrame(rows, "key string, value binary").repartition(4)
     sizes = [len(p) for p in df.rdd.glom().collect()]
     before = kv.range("retry/", prefix=True, limit=1).revision
     (df.write.format("raftkv").options(**opts).mode("append")
-     .option("maxTxnOps", "20").option("testFailAfterTxns", "2").save())
+     .option("maxTxnOps", "12").option("testFailAfterTxns", "2").save())
     after = kv.range("retry/", prefix=True, limit=1).revision
     stored = load_prefix(kv, "retry/")
     assert {k: v[0] for k, v in stored.items()} == {k: v for k, v in rows}
     # Applied once: every key has version 1 although every task's attempt 0 wrote 2 chunks.
     assert {v[2] for v in stored.values()} == {1}
     groups = txn_groups(kv, "retry/")
-    assert max(len(g) for g in groups.values()) <= 19  # maxTxnOps - 1 (the marker)
-    expected_txns = sum(math.ceil(n / 19) for n in sizes)
+    assert max(len(g) for g in groups.values()) <= 11  # maxTxnOps - 1 (the marker)
+    expected_txns = sum(math.ceil(n / 11) for n in sizes)
     assert len(groups) == expected_txns
     # One revision per applied chunk txn, plus the job commit's marker delete; the retried
     # chunks found their markers and changed nothing.
