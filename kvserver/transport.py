@@ -342,6 +342,11 @@ class PeerTransport:
             self._incoming.discard(ws)
             by_peer.discard(ws)
             await ws.close(code=code)
+            if not by_peer and not self._closing:
+                # The peer's last stream to us ended: when it was our leader, its process most
+                # likely died (the kernel closed its sockets), and raft campaigns sooner
+                # instead of waiting out a full randomized election timeout.
+                self._on_unreachable(sender)
         return ws
 
     def _vouch_later(self, sender: int) -> None:
