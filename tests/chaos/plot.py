@@ -55,12 +55,12 @@ def plot_timeline(report: dict, series: dict, path: str) -> None:
                  transform=top.get_xaxis_transform(), va="bottom")
     lin = report.get("linearizability", {}).get("verdict", "?")
     fo = report.get("failover", {})
-    top.set_title(f"raftkv chaos: {report.get('rounds', 0)} faults, "
-                  f"{report.get('ops', {}).get('total', 0)} ops, "
-                  f"lost {report.get('lost_writes', '?')}, linearizable {lin}, "
-                  f"failover p50 {fo.get('p50_s')} s p99 {fo.get('p99_s')} s", fontsize=9,
-                  pad=60)
+    fig.suptitle(f"raftkv chaos: {report.get('rounds', 0)} faults, "
+                 f"{report.get('ops', {}).get('total', 0)} ops, "
+                 f"acknowledged writes lost {report.get('lost_writes', '?')}, "
+                 f"linearizability {lin}, leader-kill failover p50 {fo.get('p50_s')} s "
+                 f"p99 {fo.get('p99_s')} s", fontsize=9)
     top.legend(loc="upper right", fontsize=7, markerscale=3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
