@@ -44,6 +44,18 @@ class ServerConfig:
     archive_retention: int = 0         # archived snapshots kept (0 = all)
     archive_interval_ms: int = 1000    # between two archive passes (the loss window)
     archive_options: str = ""          # fsspec options: key=value,key=value
+    # TLS, etcd's flags (kvserver.tls): clients ...
+    cert_file: str = ""
+    key_file: str = ""
+    trusted_ca_file: str = ""
+    client_cert_auth: bool = False
+    auto_tls: bool = False
+    # ... and peers
+    peer_cert_file: str = ""
+    peer_key_file: str = ""
+    peer_trusted_ca_file: str = ""
+    peer_client_cert_auth: bool = False
+    peer_auto_tls: bool = False
     members: tuple[Member, ...] = field(default=(), compare=False)
 
     @property
@@ -117,6 +129,23 @@ _FLAGS = (
      "milliseconds between archive passes (bounds what the archive may lack)"),
     ("--archive-options", "archive_options", "str",
      "fsspec/s3fs storage options for --archive-url: key=value[,key=value...]"),
+    ("--cert-file", "cert_file", "str", "client TLS: certificate file (PEM)"),
+    ("--key-file", "key_file", "str", "client TLS: private key file (PEM; keep it secret)"),
+    ("--trusted-ca-file", "trusted_ca_file", "str",
+     "client TLS: CA bundle that signs client certificates"),
+    ("--client-cert-auth", "client_cert_auth", "bool",
+     "refuse clients without a certificate signed by --trusted-ca-file"),
+    ("--auto-tls", "auto_tls", "bool",
+     "client TLS with a generated self-signed certificate (encrypts, does not authenticate)"),
+    ("--peer-cert-file", "peer_cert_file", "str", "peer TLS: certificate file (PEM)"),
+    ("--peer-key-file", "peer_key_file", "str",
+     "peer TLS: private key file (PEM; keep it secret)"),
+    ("--peer-trusted-ca-file", "peer_trusted_ca_file", "str",
+     "peer TLS: CA bundle that signs the members' certificates"),
+    ("--peer-client-cert-auth", "peer_client_cert_auth", "bool",
+     "refuse peers without a certificate signed by --peer-trusted-ca-file"),
+    ("--peer-auto-tls", "peer_auto_tls", "bool",
+     "peer TLS with a generated self-signed certificate (encrypts, does not authenticate)"),
 )
 
 
@@ -126,7 +155,9 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, attr)
         shown = ",".join(default) if kind == "urls" else default
         env = "RAFTKV_" + flag[2:].upper().replace("-", "_")
-        parser.add_argument(flag, dest=attr, default=None,
+        # A bool flag alone means true (etcd: --client-cert-auth); "--pre-vote false" works.
+        extra = {"nargs": "?", "const": "true"} if kind == "bool" else {}
+        parser.add_argument(flag, dest=attr, default=None, **extra,
                             help=f"{text} (default {shown!r}; env {env})")
 
 
@@ -194,22 +225,35 @@ _TLS_FLAGS = {"client": "--cert-file and --key-file (or --auto-tls)",
 
 
 def tls_configured(cfg: ServerConfig, kind: str) -> bool:
-    """Whether this member can serve TLS for ``kind`` ("client" or "peer") URLs.
-
-    raftkv has no TLS yet, so nothing can: every ``https://`` URL is refused. When TLS comes
-    (issue 12: etcd's --cert-file/--key-file/--auto-tls and their --peer-* twins), this is
-    the one place that learns to say yes — for a certificate and key pair, or auto-TLS, and
-    for nothing else."""
-    del cfg, kind
-    return False
+    """Whether this member can serve TLS for ``kind`` ("client" or "peer") URLs: a
+    certificate and key pair, or auto-TLS, and nothing else."""
+    if kind == "client":
+        return bool(cfg.cert_file and cfg.key_file) or cfg.auto_tls
+    return bool(cfg.peer_cert_file and cfg.peer_key_file) or cfg.peer_auto_tls
 
 
 def check_url_schemes(cfg: ServerConfig) -> None:
     """Refuse ``https://`` client or peer URLs (listen, advertise, --initial-cluster) that
-    this member cannot serve with TLS, as etcd does when the cert flags are missing: a
-    member must never answer plain HTTP on a URL that says https (clients would send
-    credentials in clear text believing they are protected). ClusterConfigError names the
-    flag, the URL and what is missing."""
+    this member cannot serve with TLS, as etcd does when the cert flags are missing ("TLS
+    key/cert (--cert-file, --key-file) must be provided for client url ... with HTTPS
+    scheme"): a member must never answer plain HTTP on a URL that says https (clients would
+    send credentials in clear text believing they are protected). Also refuses half a pair
+    (a certificate without its key), client-cert-auth without a trusted CA, and TLS files
+    that cannot be read. ClusterConfigError names the flag, the URL and what is missing."""
+    for prefix in ("", "peer-"):
+        attr = prefix.replace("-", "_")
+        cert, key = getattr(cfg, attr + "cert_file"), getattr(cfg, attr + "key_file")
+        if bool(cert) != bool(key):
+            raise ClusterConfigError(f"--{prefix}cert-file and --{prefix}key-file go together "
+                                     f"(got only --{prefix}{'cert' if cert else 'key'}-file)")
+        if getattr(cfg, attr + "client_cert_auth") and not getattr(cfg, attr + "trusted_ca_file"):
+            raise ClusterConfigError(f"--{prefix}client-cert-auth needs "
+                                     f"--{prefix}trusted-ca-file (the CA that signs the "
+                                     f"certificates to accept)")
+        for name in ("cert-file", "key-file", "trusted-ca-file"):
+            path = getattr(cfg, attr + name.replace("-", "_"))
+            if path and not os.access(path, os.R_OK):
+                raise ClusterConfigError(f"--{prefix}{name} {path}: cannot read the file")
     groups = (
         ("client", "--listen-client-urls", cfg.listen_client_urls),
         ("client", "--advertise-client-urls", cfg.advertise_client_urls),
@@ -221,9 +265,9 @@ def check_url_schemes(cfg: ServerConfig) -> None:
         for url in urls:
             if urlsplit(url).scheme == "https" and not tls_configured(cfg, kind):
                 raise ClusterConfigError(
-                    f"{flag} {url}: an https:// {kind} URL needs TLS: "
-                    f"{_TLS_FLAGS[kind]} must be given (raftkv does not serve TLS yet, so "
-                    f"use http:// URLs); refusing to serve plain HTTP on an https URL")
+                    f"{flag} {url}: TLS key/cert ({_TLS_FLAGS[kind]}) must be provided for "
+                    f"{kind} url {url} with HTTPS scheme; refusing to serve plain HTTP on an "
+                    f"https URL")
 
 
 def host_port(url: str) -> tuple[str, int]:

@@ -415,7 +415,8 @@ def read_wal_identity(wal_dir: str) -> tuple[int, int] | None:
 
 
 async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable[str],
-                           timeout_s: float = 30.0) -> tuple[int, int, list[Member]]:
+                           timeout_s: float = 30.0, *, peer_ssl=None
+                           ) -> tuple[int, int, list[Member]]:
     """Ask running members (``GET /raft/members`` on their peer URLs) for the cluster:
     returns ``(local member id, cluster id, members)``; the local ID is the member whose
     peer URLs are ours (it was added with ``member add``)."""
@@ -426,7 +427,11 @@ async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable
                                  "no other member to join")
     deadline = asyncio.get_running_loop().time() + timeout_s
     last_error = "no answer"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+    # peer_ssl: the member's peer TLS dial context (kvserver.tls) for https peer URLs
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0),
+                                     connector=aiohttp.TCPConnector(
+                                         ssl=True if peer_ssl is None else peer_ssl)
+                                     ) as session:
         while True:
             for url in urls:
                 try:
@@ -653,8 +658,8 @@ class MembershipService:
         return MemberChangeResponse(self._header(), self.registry.list())
 
 
-async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int
-                           ) -> tuple[int, int, list[Member]]:
+async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int, *,
+                           peer_ssl=None) -> tuple[int, int, list[Member]]:
     """``(member id, cluster id, known members)`` of the member ``cfg`` describes: from its
     WAL when it has one (a restart: the flags are not consulted, as etcd), else from the
     running cluster for ``--initial-cluster-state existing``, else derived from the flags."""
@@ -668,7 +673,8 @@ async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int
         return mid, cid, [*known, replace(local, id=mid)]
     if cfg.initial_cluster_state == "existing":
         peer_urls = [u for m in cfg.members if m.name != cfg.name for u in m.peer_urls]
-        mid, cid, remote = await discover_cluster(local.peer_urls, peer_urls)
+        mid, cid, remote = await discover_cluster(local.peer_urls, peer_urls,
+                                                  peer_ssl=peer_ssl)
         log.info("joining cluster %x as member %x (%d members)", cid, mid, len(remote))
         return mid, cid, remote
     return derived_member_id, derived_cluster_id, [*known, local]

@@ -24,6 +24,7 @@ import time
 from aiohttp import web
 
 from kvserver.api.app import build_client_app
+from kvserver.api.forward import FORWARD_SSL_KEY
 from kvserver.archive import member as archive_member
 from kvserver.config import ServerConfig, check_url_schemes, host_port
 from kvserver.connguard import ConnectionGuard, raise_nofile_limit
@@ -41,6 +42,7 @@ from kvserver.node import Node, NodeOptions
 from kvserver.raftkv import RaftKV
 from kvserver.service import MemberInfo
 from kvserver.storage import NodeStorage
+from kvserver.tls import MemberTLS, member_contexts
 from kvserver.transport import PeerTransport
 from raft import Config, RawNode
 from raft.errors import CommitOutOfRangeError
@@ -70,13 +72,15 @@ class Member:
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
         self.client_guard = ConnectionGuard()  # client-port connection limits
         self.archive = None  # kvserver.archive.member: the --archive-url thread, if any
+        self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
 
     async def start(self) -> None:
         cfg = self.cfg
         check_url_schemes(cfg)  # config_from_args did; a config built in code must pass too
+        self.tls = member_contexts(cfg)  # TLS files load (auto-TLS pairs made) before all else
         # A restart takes its IDs from the WAL, a joining member from the running cluster.
         self.member_id, self.cluster_id, known = await resolve_identity(
-            cfg, self.member_id, self.cluster_id)
+            cfg, self.member_id, self.cluster_id, peer_ssl=self.tls.peer_dial)
         self.membership = MembershipService(
             registry=MemberRegistry(known), local_id=self.member_id,
             cluster_id=self.cluster_id, name=cfg.name, client_urls=cfg.advertise_client_urls,
@@ -120,7 +124,7 @@ class Member:
             name=cfg.name, client_urls=cfg.advertise_client_urls,
             is_removed=lambda peer: peer in self.membership.registry.removed,
             on_removed=self.membership.peer_removed,
-            members_json=self.membership.members_json)
+            members_json=self.membership.members_json, ssl_context=self.tls.peer_dial)
         await self.transport.start()
         self.membership.transport = self.transport
 
@@ -148,9 +152,11 @@ class Member:
         # Header/body/idle deadlines and a bound on open connections for the client port
         # (innermost middleware: its 408 is rendered by the app's error middleware).
         client_app.middlewares.append(self.client_guard.middleware)
-        for app, urls, make_runner in (
-                (peer_app, cfg.listen_peer_urls, web.AppRunner),
-                (client_app, cfg.listen_client_urls, self.client_guard.runner)):
+        client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
+        for app, urls, make_runner, tls in (
+                (peer_app, cfg.listen_peer_urls, web.AppRunner, self.tls.peer_server),
+                (client_app, cfg.listen_client_urls, self.client_guard.runner,
+                 self.tls.client_server)):
             # Bounded graceful stop: in-flight requests get a moment, then connections close.
             runner = make_runner(app, access_log=None, handle_signals=False,
                                  shutdown_timeout=2.0)
@@ -158,7 +164,10 @@ class Member:
             self.runners.append(runner)
             for url in urls:
                 host, port = host_port(url)
-                await web.TCPSite(runner, host, port, reuse_address=True).start()
+                # https URLs only (check_url_schemes made sure the context exists for them)
+                ssl_context = tls if url.startswith("https://") else None
+                await web.TCPSite(runner, host, port, reuse_address=True,
+                                  ssl_context=ssl_context).start()
         log.info("member %s (%x) of cluster %x serving clients on %s, peers on %s",
                  cfg.name, self.member_id, self.cluster_id,
                  ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))

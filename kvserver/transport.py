@@ -107,8 +107,12 @@ class PeerTransport:
                  client_urls: tuple[str, ...] = (),
                  is_removed: Callable[[int], bool] | None = None,
                  on_removed: Callable[[], None] | None = None,
-                 members_json: Callable[[], dict] | None = None):
+                 members_json: Callable[[], dict] | None = None,
+                 ssl_context=None):
         self.local_id = local_id
+        # Peer TLS (kvserver.tls.dial_context): the peer CA and this member's certificate as
+        # a client certificate, for https peer URLs; None: default verification.
+        self._ssl = True if ssl_context is None else ssl_context
         self.cluster_id = cluster_id
         self._on_messages = on_messages
         self._on_unreachable = on_unreachable
@@ -140,7 +144,7 @@ class PeerTransport:
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, connect=2.0),
-            connector=aiohttp.TCPConnector(limit=0))
+            connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl))
 
     async def stop(self) -> None:
         self._closing = True  # refuse new streams: peers reconnect at once otherwise

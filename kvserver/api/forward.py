@@ -22,6 +22,8 @@ from kvserver.errors import ServiceError
 from .common import JSON_CONTENT_TYPE, SERVICE_KEY
 
 FORWARDED_HEADER = "X-Raftkv-Forwarded"
+# The member's client TLS dial context (kvserver.tls), for a leader with an https client URL.
+FORWARD_SSL_KEY = web.AppKey("forward_ssl", object)
 FORWARD_TIMEOUT_S = 15.0
 MSG_NOT_LEADER = "etcdserver: not leader"
 
@@ -45,9 +47,12 @@ async def to_leader(request: web.Request, body: bytes, refused: ServiceError) ->
     url = leader_client_url(request.app[SERVICE_KEY])
     if url is None:
         raise refused
+    ssl_context = request.app.get(FORWARD_SSL_KEY)
     try:
         async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as session:
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
+                connector=aiohttp.TCPConnector(
+                    ssl=True if ssl_context is None else ssl_context)) as session:
             async with session.post(url + request.path, data=body,
                                     headers={FORWARDED_HEADER: "1",
                                              "Content-Type": JSON_CONTENT_TYPE}) as resp:

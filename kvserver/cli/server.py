@@ -9,6 +9,7 @@ from kvserver.cluster import LocalCluster
 from kvserver.config import add_server_flags, config_from_args
 from kvserver.membership import ClusterConfigError
 from kvserver.supervisor import RESTART_POLICIES, Supervisor
+from kvserver.tls import TLSConfigError
 
 
 def register(sub) -> None:
@@ -57,6 +58,9 @@ def cmd_serve(args) -> int:
     except OSError as exc:
         print(f"raftkv serve: {exc}", file=sys.stderr)
         return 1
+    except TLSConfigError as exc:  # a certificate or key that does not load
+        print(f"raftkv serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
