@@ -1,8 +1,9 @@
 """``raftkv put|get|del|status``: the client commands, over ``kvserver.client``.
 
 Every command takes ``--endpoints URL[,URL...]`` (default ``$RAFTKV_ENDPOINTS``, else
-``http://127.0.0.1:2379``), ``--timeout SECONDS`` (the deadline of the whole call, retries
-included; default 5) and ``--json``. Output is a human table by default (like ``etcdctl -w
+``http://127.0.0.1:2379``), ``--cacert/--cert/--key FILE`` for https endpoints (etcdctl's;
+defaults ``$RAFTKV_CACERT/$RAFTKV_CERT/$RAFTKV_KEY``), ``--timeout SECONDS`` (the deadline of
+the whole call, retries included; default 5) and ``--json``. Output is a human table by default (like ``etcdctl -w
 table``); ``--json`` prints one JSON document. Keys and values are taken as UTF-8 text.
 
 * ``put KEY [VALUE] [--lease ID] [--prev-kv]`` — VALUE omitted: read from stdin. Prints ``OK``
@@ -100,6 +101,14 @@ def _common_options() -> argparse.ArgumentParser:
                         help=f"deadline of the call, retries included (default "
                              f"{DEFAULT_TIMEOUT_S:g})")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    # TLS, as etcdctl: https endpoints verified with --cacert, --cert/--key as client cert
+    for flag, what in (("--cacert", "CA bundle that verifies https endpoints (default: the "
+                                    "system CAs)"),
+                       ("--cert", "client certificate for https endpoints (PEM)"),
+                       ("--key", "the client certificate's private key (PEM)")):
+        env = TLS_ENV[flag]
+        common.add_argument(flag, dest=_TLS_DEST[flag], metavar="FILE",
+                            help=f"{what} (default ${env})")
     return common
 
 
@@ -158,6 +167,18 @@ def endpoints_from(args: argparse.Namespace, environ=os.environ) -> str:
     return args.endpoints or environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINT
 
 
+# etcdctl's --cacert/--cert/--key and their environment twins (etcdctl: ETCDCTL_CACERT ...)
+TLS_ENV = {"--cacert": "RAFTKV_CACERT", "--cert": "RAFTKV_CERT", "--key": "RAFTKV_KEY"}
+_TLS_DEST = {"--cacert": "tls_cacert", "--cert": "tls_cert", "--key": "tls_key"}  # not KEY
+
+
+def tls_options_from(args: argparse.Namespace, environ=os.environ) -> dict[str, str | None]:
+    """The client's ``ca_file``/``cert_file``/``key_file`` from the flags, else the env."""
+    return {name: getattr(args, _TLS_DEST[flag], None) or environ.get(TLS_ENV[flag]) or None
+            for name, flag in (("ca_file", "--cacert"), ("cert_file", "--cert"),
+                               ("key_file", "--key"))}
+
+
 def _run(args: argparse.Namespace, body: Callable[[AsyncClient], Any],
          out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``body(client)`` on a fresh client; print an expected failure, return the status."""
@@ -166,7 +187,8 @@ def _run(args: argparse.Namespace, body: Callable[[AsyncClient], Any],
 
     async def go() -> int:
         client = AsyncClient(endpoints_from(args), timeout_s=args.timeout,
-                             attempt_timeout_s=min(2.0, args.timeout))
+                             attempt_timeout_s=min(2.0, args.timeout),
+                             **tls_options_from(args))
         async with client:
             return await body(client)
 

@@ -28,6 +28,11 @@ round; when every endpoint has failed in the round it sleeps (exponential backof
 When retries or time run out the call raises the last failure's type — or
 ``ConnectionFailedError`` if no endpoint could be reached at all — with every attempt listed.
 
+TLS: ``https://`` endpoints are verified with ``ca_file`` (else the system CAs), and
+``cert_file``/``key_file`` are presented as a client certificate (etcdctl's ``--cacert --cert
+--key``); or pass a ready ``ssl_context``. A refused handshake is a ``ConnectionFailedError``
+saying "TLS handshake failed".
+
 One ``aiohttp.ClientSession`` (keep-alive connections, at most ``max_connections``) is created
 on first use; an ``AsyncClient`` belongs to the event loop that first used it. Close it with
 ``await client.close()`` or ``async with AsyncClient(...) as client``.
@@ -40,6 +45,7 @@ import itertools
 import json
 import logging
 import random
+import ssl
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
@@ -87,6 +93,7 @@ from kvserver.mvcc.types import (
     TxnRequest,
 )
 from kvserver.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER
+from kvserver.tls import client_context
 
 log = logging.getLogger("raftkv.client")
 
@@ -156,8 +163,19 @@ class AsyncClient:
         max_connections: int = 64,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         rng: random.Random | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._endpoints = normalize_endpoints(endpoints)
+        # https endpoints: ssl_context as given, else one built from the files (etcdctl's
+        # --cacert/--cert/--key; no ca_file: the system CAs). Loaded now: a bad file fails here.
+        if ssl_context is not None and (ca_file or cert_file or key_file):
+            raise ValueError("give ssl_context or ca_file/cert_file/key_file, not both")
+        if ssl_context is None and (ca_file or cert_file or key_file):
+            ssl_context = client_context(ca_file, cert_file, key_file)
+        self._ssl: ssl.SSLContext | bool = True if ssl_context is None else ssl_context
         for name, value in (("timeout_s", timeout_s), ("attempt_timeout_s", attempt_timeout_s),
                             ("connect_timeout_s", connect_timeout_s),
                             ("backoff_initial_s", backoff_initial_s),
@@ -239,7 +257,8 @@ class AsyncClient:
         if self._http is None:
             if self._closed:
                 raise ClientError("the client is closed")
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60,
+                                             ssl=self._ssl)
             self._http = aiohttp.ClientSession(connector=connector)
             self._loop = loop
         elif loop is not self._loop:
@@ -573,6 +592,9 @@ class AsyncClient:
             raise ConnectionFailedError(
                 f"cannot connect: no answer within {min(self._connect_timeout_s, timeout_s):g} s",
                 endpoints=(endpoint,), endpoint=endpoint) from None
+        except aiohttp.ClientSSLError as exc:  # (a ClientConnectorError) a refused handshake
+            raise ConnectionFailedError(f"TLS handshake failed: {exc.os_error or exc}",
+                                        endpoints=(endpoint,), endpoint=endpoint) from None
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, ConnectionRefusedError):
                 reason = "connection refused"
