@@ -140,7 +140,8 @@ class FencedLock:
 
     def acquire(self, timeout: float | None = None) -> Fence:
         """Block until this candidate holds the lock (at most ``timeout`` seconds: then
-        ``LockTimeoutError``); returns the fence."""
+        ``LockTimeoutError``); returns the fence. ``FencedOutError`` if this candidate's own
+        queue key vanished while it waited (its lease expired: keep-alive failures)."""
         with self._guard:
             if self._lease_id is not None:
                 raise RuntimeError(f"lock {self.name!r} is already held or being acquired "
@@ -162,7 +163,7 @@ class FencedLock:
             self._cleanup(lease.id if lease is not None else None)
             raise
         self._key, self._token = key, my_rev
-        self._monitor = threading.Thread(target=self._watch_loss, args=(key, my_rev),
+        self._monitor = threading.Thread(target=self._watch_loss, args=(key, my_rev, lease.id),
                                          name=f"raftkv-lock-{self.name}", daemon=True)
         self._monitor.start()
         log.info("lock %r acquired: key %s, fencing token %d", self.name, key, my_rev)
@@ -269,7 +270,7 @@ class FencedLock:
             except Exception:
                 log.exception("lock %r: the on_lost callback failed", self.name)
 
-    def _watch_loss(self, key: bytes, my_rev: int) -> None:
+    def _watch_loss(self, key: bytes, my_rev: int, lease_id: int) -> None:
         try:
             events = self.client.watch(key, start_revision=my_rev + 1, filters=["NOPUT"])
         except Exception as exc:  # noqa: BLE001 - any failure to watch is reported as a loss
@@ -279,7 +280,7 @@ class FencedLock:
             while not self._stop.is_set():
                 error = self._keepalive_error()
                 if error is not None:
-                    self._signal_lost(f"keep-alive of lease {self._lease_id:x} failed: {error}")
+                    self._signal_lost(f"keep-alive of lease {lease_id:x} failed: {error}")
                     return
                 try:
                     event = events.get(timeout_s=POLL_S)
