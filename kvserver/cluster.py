@@ -40,14 +40,15 @@ class NodeProcess:
     log_path: str
     args: list[str]
     proc: subprocess.Popen | None = None
+    scheme: str = "http"                   # "https": client and peer URLs use TLS
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"{self.scheme}://127.0.0.1:{self.peer_port}"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -66,8 +67,26 @@ class LocalCluster:
     token: str = "raftkv-local"
     nodes: list[NodeProcess] = field(default_factory=list)
     program: list[str] = field(default_factory=lambda: [sys.executable, "-m", "kvserver.cli"])
+    # TLS: "https" URLs (extra_args must then carry the cert flags), or tls=True: a throwaway
+    # CA in <data_dir>/tls (kvserver.tls.make_cluster_pki), https client and peer URLs,
+    # peers authenticated by certificate (--peer-client-cert-auth), clients not required to
+    # present one. ``pki`` holds the file names.
+    scheme: str = "http"
+    tls: bool = False
+    pki: object = None
 
     def __post_init__(self):
+        if self.tls:
+            from kvserver.tls import make_cluster_pki
+            self.scheme = "https"
+            self.pki = make_cluster_pki(os.path.join(self.data_dir, "tls"), ["127.0.0.1"])
+            p = self.pki
+            self.extra_args = [
+                "--cert-file", p.server_cert, "--key-file", p.server_key,
+                "--trusted-ca-file", p.ca_file,
+                "--peer-cert-file", p.server_cert, "--peer-key-file", p.server_key,
+                "--peer-trusted-ca-file", p.ca_file, "--peer-client-cert-auth",
+                *self.extra_args]
         if self.base_port is None:
             ports = free_ports(2 * self.size)
             pairs = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.size)]
@@ -75,11 +94,13 @@ class LocalCluster:
             offsets = [10000 * (i + 1) if i else 0 for i in range(self.size)]
             pairs = [(self.base_port + o, self.base_port + o + 1) for o in offsets]
         names = [f"node{i + 1}" for i in range(self.size)]
-        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, (_, p) in zip(names, pairs, strict=True))
+        initial = ",".join(f"{n}={self.scheme}://127.0.0.1:{p}"
+                           for n, (_, p) in zip(names, pairs, strict=True))
         os.makedirs(self.data_dir, exist_ok=True)
         for name, (cport, pport) in zip(names, pairs, strict=True):
             node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
-                               os.path.join(self.data_dir, f"{name}.log"), [])
+                               os.path.join(self.data_dir, f"{name}.log"), [],
+                               scheme=self.scheme)
             node.args = self._serve_args(node, initial, "new")
             self.nodes.append(node)
 
@@ -88,7 +109,7 @@ class LocalCluster:
         itself; appended to ``nodes`` (``start_node`` starts it)."""
         cport, pport = free_ports(2)
         node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
-                           os.path.join(self.data_dir, f"{name}.log"), [])
+                           os.path.join(self.data_dir, f"{name}.log"), [], scheme=self.scheme)
         initial = ",".join(f"{n.name}={n.peer_url}" for n in [*self.nodes, node])
         node.args = self._serve_args(node, initial, "existing")
         self.nodes.append(node)

@@ -36,6 +36,10 @@ def register(sub) -> None:
                     help="on-failure (default): restart a member that dies (at most 5 times "
                          "in 60 s, 1 s delay doubling up to 30 s); no: leave it down and "
                          "print the command that starts it again")
+    up.add_argument("--tls", action="store_true",
+                    help="https for clients and peers with a throwaway CA made in "
+                         "DATA_DIR/tls (peers must present a certificate it signed; clients "
+                         "need only trust it: --cacert DATA_DIR/tls/ca.pem)")
     up.set_defaults(func=cmd_cluster_up)
 
 
@@ -84,8 +88,12 @@ def cmd_cluster_up(args) -> int:
         return 2
     # Absolute paths, so the printed commands work from any directory.
     data_dir = os.path.abspath(args.data_dir)
-    cluster = LocalCluster(data_dir, size=args.nodes, base_port=args.base_port or None,
-                           program=_raftkv_program())
+    try:
+        cluster = LocalCluster(data_dir, size=args.nodes, base_port=args.base_port or None,
+                               program=_raftkv_program(), tls=args.tls)
+    except TLSConfigError as exc:  # no `cryptography` to make the CA
+        print(f"raftkv cluster up: {exc}", file=sys.stderr)
+        return 2
     supervisor = Supervisor(cluster, restart=args.restart)
     # SIGTERM ends the cluster as Ctrl-C does (the members run in their own sessions, so a
     # Ctrl-C in this terminal reaches only this process, which stops them in order).
@@ -105,12 +113,20 @@ def cmd_cluster_up(args) -> int:
     else:
         policy = "a member that dies is left down (--restart no); its command is printed"
     endpoints = ",".join(cluster.endpoints)
+    tls_env = curl_tls = ""
+    if cluster.pki is not None:
+        ca = cluster.pki.ca_file
+        print(f"\nTLS: the cluster's CA is {ca} (its key is not kept: a throwaway CA); "
+              f"a client certificate signed by it: {cluster.pki.client_cert} "
+              f"(key {cluster.pki.client_key})")
+        tls_env = f"\n  export RAFTKV_CACERT={ca}"
+        curl_tls = f"--cacert {ca} "
     print(f"\nSupervising: {policy}; the others keep serving."
-          f"\n\nTry, in another terminal:\n  export RAFTKV_ENDPOINTS={endpoints}"
+          f"\n\nTry, in another terminal:\n  export RAFTKV_ENDPOINTS={endpoints}{tls_env}"
           "\n  .venv/bin/raftkv put greeting hello"
           "\n  .venv/bin/raftkv get greeting"
           "\n  .venv/bin/raftkv status"
-          f"\n  curl -X PUT --data-binary hello {cluster.endpoints[0]}/v1/kv/greeting"
-          f"\n  curl {cluster.endpoints[0]}/v1/kv/greeting"
+          f"\n  curl {curl_tls}-X PUT --data-binary hello {cluster.endpoints[0]}/v1/kv/greeting"
+          f"\n  curl {curl_tls}{cluster.endpoints[0]}/v1/kv/greeting"
           "\n\nCtrl-C stops the cluster.", flush=True)
     return supervisor.run()
