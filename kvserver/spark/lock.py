@@ -171,12 +171,13 @@ class FencedLock:
 
     def release(self) -> None:
         """Give the lock up (or stop waiting): no loss is signalled for it. Idempotent."""
-        self._stop.set()
+        self._stop.set()  # from here on the monitor signals nothing
         monitor, self._monitor = self._monitor, None
+        lease_id = self._lease_id
+        # Revoke first (the next waiter goes at once), then wait for the monitor's poll to end.
+        self._cleanup(lease_id if lease_id not in (None, -1) else None)
         if monitor is not None and monitor is not threading.current_thread():
             monitor.join(10.0)
-        lease_id = self._lease_id
-        self._cleanup(lease_id if lease_id not in (None, -1) else None)
 
     def __enter__(self) -> FencedLock:
         self.acquire(self.acquire_timeout)
