@@ -17,3 +17,5 @@ def register(spark) -> None:
     from kvserver.spark.source import RaftKVDataSource
 
     spark.dataSource.register(RaftKVDataSource)
+    from kvserver.spark.wal_source import RaftKVWalDataSource  # format("raftkv-wal")
+    spark.dataSource.register(RaftKVWalDataSource)
