@@ -26,6 +26,11 @@ from its history, or are told it was compacted). ``watch_stream()`` opens a stre
 HTTP layer; every member serves watches from its own applied state. Progress notifications go
 out every ``WATCH_PROGRESS_INTERVAL_S``; ``stop()`` closes the hub.
 
+Auth (``kvserver.auth``): auth entries (``is_auth_entry``) are applied by ``self.auth``
+(users, roles, permissions, enabled flag, token digests). When auth state exists, a snapshot
+starts with its frame (``kvserver.auth.store.frame_auth``) before the lease frame; a snapshot
+without it restores the empty auth state.
+
 Auto-compaction (``kvserver.compactor``, etcd's ``--auto-compaction-*`` flags): when the
 server passes enabled settings to ``start``, a loop on every member asks its policy; only the
 leader's proposes, through the ordinary ``compact`` path.
@@ -39,6 +44,8 @@ import logging
 import time
 
 from kvserver import errors
+from kvserver.auth import AuthService
+from kvserver.auth.store import is_auth_entry, split_auth_frame
 from kvserver.compactor import AutoCompaction, Compactor
 from kvserver.lease import (
     DEFAULT_MIN_TTL_S,
@@ -120,12 +127,17 @@ class RaftKV:
         self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
+        # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
+        self.auth = AuthService(propose=lambda payload: self.node.propose(payload),
+                                read_barrier=lambda: self.node.read_barrier())
 
     # --- StateMachine ------------------------------------------------------------------------
 
     def apply(self, index: int, payload: bytes) -> object:
         if is_lease_entry(payload):
             result = self.lessor.apply_entry(payload)
+        elif is_auth_entry(payload):
+            return self.auth.apply_entry(payload)
         else:
             result = self.store.apply_entry(payload)
         if result.events:  # before anything else runs on the loop (WatchHub's contract)
@@ -136,13 +148,18 @@ class RaftKV:
         # Lease table and store image at the same applied index: the node iterates this in
         # the raft task, which applies nothing until the last chunk is taken.
         blob = self.lessor.snapshot()
+        auth_frame = self.auth.snapshot_frame()  # b"" when auth was never used
         chunks = self.store.serialize()
+        if auth_frame:
+            yield auth_frame
         yield frame_snapshot(blob)
         yield from chunks
 
     def restore(self, data: bytes) -> None:
+        auth_blob, data = split_auth_frame(data)  # absent in older snapshots: empty state
         blob, rest = split_snapshot(data)
         store = MVCCStore.restore([bytes(rest)])
+        self.auth.restore(auth_blob)
         self.lessor.restore(blob)
         self.store = store
         self.lessor.bind(store)

@@ -12,6 +12,8 @@ Middlewares, outermost first:
    ``EtcdError``/``ServiceError`` with their code and status; aiohttp's own 404/405/413 as
    NotFound/Unimplemented/``etcdserver: request is too large``; anything unexpected as 500
    Internal ``raftkv: internal error`` (logged with its traceback, never shown to the client).
+3. ``auth.auth_middleware`` — with auth enabled, resolves the ``Authorization`` token to a
+   user and refuses what the path needs beyond it (``kvserver.api.auth``).
 
 No client input can crash the server: handlers validate before calling the service, and the
 service (the store behind it) changes nothing when a request fails.
@@ -29,7 +31,7 @@ from kvserver.errors import GrpcCode
 from kvserver.metrics import Metrics
 from kvserver.service import KVService
 
-from . import maintenance, ops, rest, v3, watch
+from . import auth, maintenance, ops, rest, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -122,7 +124,7 @@ def build_client_app(service: KVService, metrics: Metrics, *,
     """The client HTTP API of one node (see the module docstring)."""
     limits = ApiLimits.for_max_request(max_request_bytes)
     app = web.Application(
-        middlewares=[metrics.http_middleware(), error_middleware],
+        middlewares=[metrics.http_middleware(), error_middleware, auth.auth_middleware],
         client_max_size=limits.max_body_bytes,
     )
     app[SERVICE_KEY] = service

@@ -37,6 +37,13 @@ def leader_client_url(service: Any) -> str | None:
     return None
 
 
+def _forward_headers(request: web.Request) -> dict[str, str]:
+    headers = {FORWARDED_HEADER: "1", "Content-Type": JSON_CONTENT_TYPE}
+    if "Authorization" in request.headers:  # auth tokens are valid on every member
+        headers["Authorization"] = request.headers["Authorization"]
+    return headers
+
+
 def forwardable(request: web.Request, exc: ServiceError) -> bool:
     return exc.message == MSG_NOT_LEADER and FORWARDED_HEADER not in request.headers
 
@@ -54,8 +61,7 @@ async def to_leader(request: web.Request, body: bytes, refused: ServiceError) ->
                 connector=aiohttp.TCPConnector(
                     ssl=True if ssl_context is None else ssl_context)) as session:
             async with session.post(url + request.path, data=body,
-                                    headers={FORWARDED_HEADER: "1",
-                                             "Content-Type": JSON_CONTENT_TYPE}) as resp:
+                                    headers=_forward_headers(request)) as resp:
                 payload = await resp.read()
                 return web.Response(body=payload, status=resp.status,
                                     content_type=JSON_CONTENT_TYPE)

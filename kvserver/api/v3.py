@@ -17,8 +17,9 @@ same), any other failure of the first request is an ordinary error response, and
 later in the stream ends it with one ``{"error": {"grpc_code", "http_code", "message",
 "http_status"}}`` line. Keep-alive and time-to-live are leader-only (as in etcd): a follower
 forwards them to the leader (``forward``). ``watch`` is
-``kvserver.api.watch`` (a long-lived chunked stream). The other etcd
-gateway endpoints (the rest of maintenance, auth) answer 501 Unimplemented in etcd's error shape until they are built; any
+``kvserver.api.watch`` (a long-lived chunked stream); ``auth/*`` is ``kvserver.api.auth``,
+whose checks every KV request and lease revoke passes. The other etcd
+gateway endpoints (the rest of maintenance) answer 501 Unimplemented in etcd's error shape until they are built; any
 other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
 """
 
@@ -33,7 +34,7 @@ from kvserver.lease import LeaseKeepAliveResponse, LeaseNotFoundError
 from kvserver.mvcc.types import ResponseHeader
 from kvserver.mvcc.validate import validate_request
 
-from . import cluster, forward, watch
+from . import auth, cluster, forward, watch
 from . import gateway_json as gj
 from .common import (
     LIMITS_KEY,
@@ -56,16 +57,12 @@ IMPLEMENTED = frozenset({
     "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
     "/watch",
     *(path for path, _ in cluster.ROUTES),
+    *(path for path, _ in auth.ROUTES),
 })
 UNIMPLEMENTED = frozenset({
     "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
     "/maintenance/hashkv", "/maintenance/transfer-leadership",
     "/maintenance/downgrade",
-    "/auth/enable", "/auth/disable", "/auth/status", "/auth/authenticate",
-    "/auth/user/add", "/auth/user/get", "/auth/user/list", "/auth/user/delete",
-    "/auth/user/changepw", "/auth/user/grant", "/auth/user/revoke",
-    "/auth/role/add", "/auth/role/get", "/auth/role/list", "/auth/role/delete",
-    "/auth/role/grant", "/auth/role/revoke",
 })
 
 
@@ -74,6 +71,7 @@ async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def
     req = decode(await read_body(request, limits.max_body_bytes))
     validate_request(req)  # etcd's order: the gRPC layer's checks, then the size at propose
     check_request_size(req, limits)
+    auth.check_request(request, req)  # the user's key permissions (auth enabled only)
     return req
 
 
@@ -136,6 +134,7 @@ async def lease_grant(request: web.Request) -> web.Response:
 async def lease_revoke(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
     lease_id = gj.decode_lease_id(await _body(request))
+    auth.check_lease_revoke(request, lease_id)  # write permission on every attached key
     resp = await request.app[SERVICE_KEY].lease_revoke(
         lease_id, client_id=client_id, request_id=request_id)
     return json_response(gj.encode_lease_revoke(resp))
@@ -234,5 +233,6 @@ ROUTES = (
     ("/kv/lease/leases", lease_leases),
     ("/watch", watch.watch),
     *cluster.ROUTES,
+    *auth.ROUTES,
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED

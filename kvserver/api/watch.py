@@ -41,6 +41,11 @@ Slow consumers. The handler writes as fast as the client reads (``response.write
 TCP back-pressure); meanwhile responses queue in the hub, bounded per watcher. A watcher whose
 queue would overflow is canceled with ``cancel_reason`` ``kvserver.watch.MSG_WATCHER_TOO_SLOW``
 after what was already queued; the client resumes from the last revision it saw + 1.
+
+Auth. With auth enabled, a create request for a range the user may not read is refused as
+etcd does (``created`` + ``canceled``, ``cancel_reason`` ``etcdserver: permission denied``);
+after every auth change the stream re-checks its watchers and cancels, with that reason, any
+whose range the user may no longer read (revoked permission or role, deleted user, ...).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from kvserver.errors import GrpcCode, ServiceError
 from kvserver.mvcc.types import Event, EventType, ResponseHeader
 from kvserver.watch import WatchCreateRequest, WatchFilter, WatchResponse, WatchStream
 
+from . import auth as auth_api
 from . import gateway_json as gj
 from .common import LIMITS_KEY, MSG_TOO_LARGE, SERVICE_KEY, HTTPStatusError, dumps, error_parts
 
@@ -72,12 +78,25 @@ _WS = b" \t\r\n"
 class _Session:
     """One watch request being served: its stream, and why it must end early."""
 
-    __slots__ = ("request", "stream", "error")
+    __slots__ = ("request", "stream", "error", "auth", "user")
 
     def __init__(self, request: web.Request, stream: WatchStream) -> None:
         self.request = request
         self.stream = stream
         self.error: tuple[int, str, int] | None = None  # (grpc code, message, http status)
+        # Auth (kvserver.api.auth): the user this stream acts as; None = auth disabled.
+        self.auth = auth_api.auth_service(request)
+        self.user = auth_api.user_of(request)
+
+    def may_watch(self, key: bytes, range_end: bytes) -> bool:
+        return self.auth is None or self.auth.can_read(self.user, key, range_end)
+
+    def recheck(self) -> None:
+        """Auth state changed: cancel every watcher whose range the user may no longer read
+        (etcd's permission denied as the cancel reason)."""
+        for w in self.stream.watchers.values():
+            if not self.may_watch(w.key, w.range_end):
+                w._finish(auth_api.MSG_PERMISSION_DENIED)  # kvserver.watch has no public form
 
     def client_gone(self) -> bool:
         transport = self.request.transport
@@ -318,11 +337,16 @@ def decode_watch_request(obj: Any) -> tuple[str, Any] | None:
     return kind, None
 
 
-def _apply_request(stream: WatchStream, request: tuple[str, Any] | None) -> None:
+def _apply_request(stream: WatchStream, request: tuple[str, Any] | None,
+                   session: _Session | None = None) -> None:
     if request is None:
         return
     kind, arg = request
     if kind == "create":
+        if session is not None and not session.may_watch(arg.key, arg.range_end):
+            # etcd: created + canceled, watch id -1, reason "permission denied".
+            stream._refuse(stream._hub._source.revision, auth_api.MSG_PERMISSION_DENIED)
+            return
         stream.create(arg)
     elif kind == "cancel":
         stream.cancel(arg)
@@ -391,7 +415,7 @@ async def _read_requests(reader: _ObjectReader, session: _Session) -> None:
             obj = await reader.next_object()
             if obj is None:
                 break
-            _apply_request(stream, decode_watch_request(obj))
+            _apply_request(stream, decode_watch_request(obj), session)
     except (ConnectionError, asyncio.IncompleteReadError):
         stream.close()  # the client went away mid-body
         return
@@ -438,8 +462,10 @@ async def watch(request: web.Request) -> web.StreamResponse:
     reader_task: asyncio.Task | None = None
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
+    unsubscribe = session.auth.on_change(session.recheck) if session.user is not None \
+        else None
     try:
-        _apply_request(stream, first_request)
+        _apply_request(stream, first_request, session)
         await response.prepare(request)
         reader_task = asyncio.get_running_loop().create_task(
             _read_requests(reader, session))
@@ -455,6 +481,8 @@ async def watch(request: web.Request) -> web.StreamResponse:
         log.exception("watch: serving a stream failed")
     finally:
         sessions.discard(session)
+        if unsubscribe is not None:
+            unsubscribe()
         stream.close()  # every watcher of this stream leaves the hub
         if reader_task is not None:
             reader_task.cancel()
