@@ -104,6 +104,9 @@ class CampaignType(Enum):
 
 _CONF_TYPES = (EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2)
 
+# After a leader-unreachable hint, a pre-candidate repeats its pre-vote this often (ticks).
+PRE_VOTE_RETRY_TICKS = 2
+
 
 class Raft:
     def __init__(self, config: Config) -> None:
@@ -144,6 +147,9 @@ class Raft:
         self.election_timeout = config.election_tick
         self.heartbeat_timeout = config.heartbeat_tick
         self.randomized_election_timeout = config.election_tick  # in [et, 2*et)
+        # Set by a hint that our leader is unreachable (see _leader_unreachable), until the
+        # next reset (a term change or a new role).
+        self.leader_lost_hint = False
         self.max_msg_size_bytes = config.max_size_per_msg_bytes
         self.max_uncommitted_size_bytes = config.uncommitted_limit_bytes()
         self.check_quorum = config.check_quorum
@@ -230,6 +236,7 @@ class Raft:
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self._reset_randomized_election_timeout()
+        self.leader_lost_hint = False
         self.lead_transferee = NONE
         self.tracker.reset_votes()
         last = self.log.last_index()
@@ -360,7 +367,9 @@ class Raft:
     def _tick_election(self) -> None:
         """Followers and (pre-)candidates: campaign when the randomized timeout passes."""
         self.election_elapsed += 1
-        if self._promotable() and self._past_election_timeout():
+        retry_pre_vote = (self.leader_lost_hint and self.state == StateType.PRE_CANDIDATE
+                          and self.election_elapsed >= PRE_VOTE_RETRY_TICKS)
+        if self._promotable() and (self._past_election_timeout() or retry_pre_vote):
             self.election_elapsed = 0
             self.step(Message(type=MT.MsgHup, to=self.id, frm=self.id))
 
@@ -952,6 +961,11 @@ class Raft:
         that still hear from the leader."""
         quick = self.election_timeout + 1 + self.rng.randrange(max(1, self.election_timeout // 2))
         self.randomized_election_timeout = min(self.randomized_election_timeout, quick)
+        # A pre-vote that reaches a voter still in its lease is ignored, not answered: after
+        # the hint, a pre-candidate asks again every PRE_VOTE_RETRY_TICKS instead of waiting
+        # out another whole timeout. Pre-votes change no term and no vote, so asking often
+        # while there is no leader disturbs nobody.
+        self.leader_lost_hint = True
 
     def _handle_append_entries(self, m: Message) -> None:
         if m.index < self.log.committed:

@@ -67,3 +67,30 @@ def test_a_hint_about_a_peer_that_is_not_the_leader_is_ignored():
     before = c.raft(2).randomized_election_timeout
     c.node(2).report_unreachable(3)
     assert c.raft(2).randomized_election_timeout == before
+
+
+def test_a_hinted_pre_candidate_ignored_by_a_voter_in_its_lease_asks_again_soon():
+    """A voter that heard the leader less than an election timeout ago ignores pre-votes (no
+    answer). Without a retry the pre-candidate would wait a whole new timeout; after the hint
+    it asks again every couple of ticks, so the election ends soon after the voter's lease."""
+    c = _cluster(11)
+    c.isolate(1)
+    c.node(2).report_unreachable(1)
+    # Node 2 reaches its hinted timeout while node 3, not ticked, is still in its lease.
+    for _ in range(ET + ET // 2 + 1):
+        c.tick(2)
+        c.stabilize()
+        if c.raft(2).state == StateType.PRE_CANDIDATE:
+            break
+    assert c.raft(2).state == StateType.PRE_CANDIDATE
+    assert c.raft(3).election_elapsed < ET  # node 3 ignored the pre-vote
+    ticks = 0
+    while c.raft(2).state != StateType.LEADER and ticks < 2 * ET:
+        ticks += 1
+        c.tick(2)
+        c.tick(3)
+        c.stabilize()
+    assert c.raft(2).state == StateType.LEADER
+    # Node 3's lease ends after ET ticks; the retry wins within a few ticks of that, before
+    # node 2's own next timeout (>= et + 1 ticks after its first pre-vote) would fire.
+    assert ticks <= ET, ticks
