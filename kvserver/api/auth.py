@@ -55,7 +55,7 @@ from . import gateway_json as gj
 from .common import LIMITS_KEY, SERVICE_KEY, json_response, read_body
 
 MSG_PERMISSION_DENIED = E.PermissionDeniedError.default_message
-USER_KEY = "raftkv_auth_user"   # request-scoped: the user a request acts as (None: no auth)
+USER_KEY = web.RequestKey("raftkv_auth_user", object)  # the user a request acts as (None: no auth)
 MAX_PASSWORD_BYTES = 1024
 
 _OPEN = ("/health", "/version", "/metrics", "/v1/status")
