@@ -106,6 +106,9 @@ def not_leader() -> errors.ServiceError:
 class RaftKV:
     """Implements ``kvserver.node.StateMachine`` and ``kvserver.service.KVService``."""
 
+    # () -> (entries, seconds) when this member archives (set by kvserver.server), for status
+    archive_lag = None
+
     def __init__(self, *, cluster_id: int, member_id: int, name: str,
                  members: tuple[MemberInfo, ...], max_txn_ops: int = 128,
                  election_timeout_s: float = 1.0, min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
@@ -359,10 +362,12 @@ class RaftKV:
         node = self.node
         st = node.status()
         is_learner = self.member_id in st["learners"]
+        lag = self.archive_lag() if self.archive_lag is not None else (None, None)
         return NodeStatus(
             member_id=self.member_id, cluster_id=self.cluster_id, name=self.name,
             leader=node.leader, raft_term=node.term, raft_index=st["committed"],
             raft_applied_index=node.applied, revision=self.store.revision,
             compact_revision=self.store.compact_revision,
             db_size_bytes=self.store.db_size_bytes, is_learner=is_learner,
-            members=self.members, problem=node.health_problem())
+            members=self.members, problem=node.health_problem(),
+            archive_lag_entries=lag[0], archive_lag_seconds=lag[1])

@@ -144,6 +144,8 @@ class Member:
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
         self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, storage)
+        if self.archive is not None:
+            kv.archive_lag = self.archive.archiver.lag
 
         metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))

@@ -90,6 +90,8 @@ class NodeStatus:
     members: tuple[MemberInfo, ...] = field(default=())
     version: str = RAFTKV_VERSION
     problem: str = ""           # why the node is unhealthy beyond the two checks below
+    archive_lag_entries: int | None = None    # --archive-url only (kvserver.archive.member)
+    archive_lag_seconds: float | None = None
 
     @property
     def healthy(self) -> bool:

@@ -628,6 +628,9 @@ def status_response(s: NodeStatus) -> dict[str, Any]:
         out["dbSizeInUse"] = str(s.db_size_bytes)  # no free pages in an in-memory store
     if s.is_learner:
         out["isLearner"] = True
+    if s.archive_lag_entries is not None:   # not etcd's: its clients ignore unknown fields
+        out["raftkvArchive"] = {"lagEntries": str(s.archive_lag_entries),
+                                "lagSeconds": round(s.archive_lag_seconds or 0.0, 3)}
     return out
 
 

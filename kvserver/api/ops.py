@@ -17,6 +17,8 @@
      "members": [{"id": "...", "name": "n1", "peer_urls": [...], "client_urls": [...],
                   "is_learner": false}]}
 
+  A member that archives (``--archive-url``) adds ``"archive": {"lag_entries": N,
+  "lag_seconds": S}`` (``kvserver.archive.archiver.Archiver.lag``).
   Member and cluster ids are lowercase hex strings, as etcdctl prints them (``leader`` is
   ``null`` when no leader is known); counters are JSON numbers.
 ``GET /metrics`` — Prometheus text exposition of ``Metrics``.
@@ -80,6 +82,9 @@ def status_json(s: NodeStatus) -> dict[str, Any]:
         "is_learner": s.is_learner,
         "version": s.version,
         "etcd_version": ETCD_VERSION,
+        **({} if s.archive_lag_entries is None else {"archive": {
+            "lag_entries": s.archive_lag_entries,
+            "lag_seconds": round(s.archive_lag_seconds or 0.0, 3)}}),
         "members": [
             {
                 "id": _hex(m.id),

@@ -12,7 +12,8 @@ table``); ``--json`` prints one JSON document. Keys and values are taken as UTF-
   keys. Exit 1 when a single KEY (no ``--prefix``) does not exist.
 * ``del KEY [--prefix]`` — prints how many keys were deleted (0 is not an error).
 * ``status`` — one row per endpoint: endpoint, member id (hex, as etcdctl prints it), leader?,
-  raft term, raft index, applied index, revision, version, db size; an endpoint that does not
+  raft term, raft index, applied index, revision, version, db size (plus ARCHIVE LAG entries
+  and time when a member archives, ``--archive-url``); an endpoint that does not
   answer gets its error in the row, and the exit status is 1.
 
 JSON output: integers as numbers; a key-value as ``{"key", "value", "create_revision",
@@ -397,7 +398,8 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
                          "raft_index": s.raft_index, "raft_applied_index": s.raft_applied_index,
                          "revision": s.revision, "version": s.version,
                          "db_size_bytes": s.db_size_bytes, "is_learner": s.is_learner,
-                         "errors": list(s.errors)})
+                         "errors": list(s.errors),
+                         **_archive_json(s)})
         return _dumps(docs)
     headers = ["ENDPOINT", "ID", "IS LEADER", "RAFT TERM", "RAFT INDEX", "APPLIED",
                "REVISION", "VERSION", "DB SIZE", "ERRORS"]
@@ -411,7 +413,29 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
         rows.append([es.endpoint, f"{s.member_id:x}", "true" if s.is_leader else "false",
                      s.raft_term, s.raft_index, s.raft_applied_index, s.revision, s.version,
                      _size(s.db_size_bytes), ", ".join(s.errors)])
-    return table(headers, rows)
+    return table(*_with_archive_columns(headers, rows, statuses))
+
+
+# Archive lag columns (issue 11): only when some member archives (--archive-url).
+def _archive_json(s) -> dict:
+    if s.archive_lag_entries is None:
+        return {}
+    return {"archive_lag_entries": s.archive_lag_entries,
+            "archive_lag_seconds": s.archive_lag_seconds}
+
+
+def _with_archive_columns(headers: list, rows: list, statuses) -> tuple[list, list]:
+    if all(es.status is None or es.status.archive_lag_entries is None for es in statuses):
+        return headers, rows
+    lag = []
+    for es in statuses:
+        s = es.status
+        if s is None or s.archive_lag_entries is None:
+            lag.append(["-", "-"])
+        else:
+            lag.append([s.archive_lag_entries, f"{s.archive_lag_seconds or 0.0:.1f}s"])
+    return ([*headers[:-1], "ARCHIVE LAG", "ARCHIVE LAG TIME", headers[-1]],
+            [[*r[:-1], *extra, r[-1]] for r, extra in zip(rows, lag, strict=True)])
 
 
 if __name__ == "__main__":

@@ -299,6 +299,14 @@ def decode_status(raw: Any, endpoint: str) -> Status:
         return to_int(_field(doc, *names), names[0])
 
     errors = _list(_field(doc, "errors", default=None), "errors")
+    archive = doc.get("raftkvArchive")
+    lag_entries = lag_seconds = None
+    if isinstance(archive, dict):   # raftkv's extra field (a member with --archive-url)
+        lag_entries = to_int(archive.get("lagEntries", 0), "raftkvArchive.lagEntries")
+        try:
+            lag_seconds = float(archive.get("lagSeconds", 0))
+        except (TypeError, ValueError):
+            raise ResponseFormatError("raftkvArchive.lagSeconds is not a number") from None
     return Status(
         endpoint=endpoint,
         header=decode_header(doc.get("header")),
@@ -311,6 +319,7 @@ def decode_status(raw: Any, endpoint: str) -> Status:
         raft_applied_index=num("raft_applied_index", "raftAppliedIndex"),
         is_learner=_to_bool(_field(doc, "is_learner", "isLearner"), "is_learner"),
         errors=tuple(str(e) for e in errors),
+        archive_lag_entries=lag_entries, archive_lag_seconds=lag_seconds,
     )
 
 
