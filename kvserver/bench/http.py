@@ -6,7 +6,8 @@ This client writes each request the moment it is asked for and matches answers t
 in order (HTTP/1.1 answers pipelined requests in the order received), so ``--clients 64
 --conns 8`` keeps 64 requests in flight over 8 persistent connections.
 
-Contract: ``await Connection.open(host, port)``; ``await conn.request(raw)`` sends one fully
+Contract: ``await Connection.open(host, port, ssl=context)`` (``ssl``: an
+``ssl.SSLContext`` for https, None for plain HTTP); ``await conn.request(raw)`` sends one fully
 encoded request (``encode_request``) and returns ``(status, body)``. Bodies framed by
 ``Content-Length`` or ``Transfer-Encoding: chunked`` are understood; nothing else is needed
 for the JSON answers of etcd's gateway and of raftkv. A lost connection fails every request
@@ -132,9 +133,9 @@ class Connection:
         self._p = protocol
 
     @classmethod
-    async def open(cls, host: str, port: int) -> Connection:
+    async def open(cls, host: str, port: int, ssl=None) -> Connection:
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(_Protocol, host, port)
+        _, protocol = await loop.create_connection(_Protocol, host, port, ssl=ssl)
         return cls(protocol)
 
     @property

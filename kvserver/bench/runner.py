@@ -87,21 +87,22 @@ def shares(opts: BenchOptions) -> list[Share]:
 
 # --- the leader --------------------------------------------------------------------------
 
-def post_json(url: str, path: str, body: dict, timeout_s: float = 2.0) -> dict:
+def post_json(url: str, path: str, body: dict, timeout_s: float = 2.0, context=None) -> dict:
     req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
         return json.loads(resp.read())
 
 
-def find_leader(endpoints: list[str], timeout_s: float = 10.0) -> str:
+def find_leader(endpoints: list[str], timeout_s: float = 10.0,
+                ssl_for: Callable[[str], object] = lambda url: None) -> str:
     """The endpoint whose member is the leader (polls until one says so, or BenchError)."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
     while True:
         for url in endpoints:
             try:
-                st = post_json(url, "/v3/maintenance/status", {})
+                st = post_json(url, "/v3/maintenance/status", {}, context=ssl_for(url))
                 leader, me = str(st.get("leader", "0")), str(st.get("header", {}).get(
                     "member_id", ""))
                 if leader not in ("", "0") and leader == me:
@@ -120,8 +121,8 @@ def find_leader(endpoints: list[str], timeout_s: float = 10.0) -> str:
 class _Slot:
     """A connection that is reopened (once, by whoever notices first) after it fails."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, ssl=None) -> None:
+        self.host, self.port, self.ssl = host, port, ssl
         self.conn: Connection | None = None
         self._opening: asyncio.Future | None = None
 
@@ -130,7 +131,8 @@ class _Slot:
         if conn is not None and not conn.closed:
             return conn
         if self._opening is None:
-            self._opening = asyncio.ensure_future(Connection.open(self.host, self.port))
+            self._opening = asyncio.ensure_future(Connection.open(self.host, self.port,
+                                                                   ssl=self.ssl))
         opening = self._opening
         try:
             self.conn = await asyncio.shield(opening)
@@ -147,7 +149,7 @@ async def run_share(opts: BenchOptions, share: Share, endpoints: list[str],
     for j in range(share.conns):
         url = endpoints[(share.index + j * share.procs) % len(endpoints)]
         host, port = parse_endpoint(url)
-        slots.append(_Slot(host, port))
+        slots.append(_Slot(host, port, opts.ssl_for(url)))
         workloads.append(Workload(opts, f"{host}:{port}", share.index, share.procs))
     try:
         await asyncio.gather(*(s.get() for s in slots))
@@ -255,7 +257,7 @@ def _proc_main(opts: BenchOptions, share: Share, endpoints: list[str], progress,
 
 def resolve_endpoints(opts: BenchOptions) -> list[str]:
     if opts.target_leader:
-        return [find_leader(opts.endpoints)]
+        return [find_leader(opts.endpoints, ssl_for=opts.ssl_for)]
     return list(opts.endpoints)
 
 

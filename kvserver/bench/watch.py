@@ -49,7 +49,10 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:
     puts_ok = 0
     monotonic = time.monotonic
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+    tls = next((c for c in map(opts.ssl_for, endpoints) if c is not None), None)
+    async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None),
+            connector=aiohttp.TCPConnector(ssl=True if tls is None else tls)) as session:
         streams = []
         for w in range(opts.watchers):
             url = endpoints[w % len(endpoints)]
@@ -91,7 +94,7 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:
 
         host, port = parse_endpoint(endpoints[0])
         wl = Workload(opts, f"{host}:{port}", 0, 1)
-        conn = await Connection.open(host, port)
+        conn = await Connection.open(host, port, ssl=opts.ssl_for(endpoints[0]))
         pending: set[asyncio.Future] = set()
         t0 = stats.started = monotonic()
         deadline = t0 + opts.duration_s if opts.duration_s is not None else None

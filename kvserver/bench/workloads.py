@@ -55,6 +55,22 @@ class BenchOptions:
     watchers: int = 10                # watch-latency: watch streams on the key
     timeout_s: float = 10.0           # one request's deadline
     seed: int | None = None
+    # https endpoints (etcdctl's --cacert/--cert/--key): paths, so the options pickle to the
+    # load-generator processes; each builds its context with ssl_for()
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def ssl_for(self, url: str):
+        """The TLS context for ``url`` (None for http://); raises BenchUsageError when the
+        files do not load."""
+        if urlsplit(url).scheme != "https":
+            return None
+        from kvserver.tls import TLSConfigError, client_context
+        try:
+            return client_context(self.cacert, self.cert, self.key)
+        except TLSConfigError as exc:
+            raise BenchUsageError(str(exc)) from None
 
     def validate(self) -> BenchOptions:
         def need(ok: bool, msg: str) -> None:
@@ -66,6 +82,7 @@ class BenchOptions:
         need(bool(self.endpoints), "--endpoints: at least one endpoint")
         for url in self.endpoints:
             parse_endpoint(url)
+            self.ssl_for(url)  # certificate files load now, not in every process
         need(self.clients >= 1, "--clients must be at least 1")
         if self.conns is None:
             self.conns = self.clients
@@ -108,11 +125,11 @@ STAMP_BYTES = 20  # watch-latency values start with the put's send time, "%020.9
 
 def parse_endpoint(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise BenchUsageError(f"endpoint {url!r}: expected http://HOST:PORT "
-                              "(https is not supported by the load generator)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BenchUsageError(f"endpoint {url!r}: expected http://HOST:PORT or "
+                              "https://HOST:PORT")
     try:
-        port = parts.port or 80
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise BenchUsageError(f"endpoint {url!r}: {exc}") from None
     return parts.hostname, port

@@ -99,6 +99,12 @@ def _add_common(b: argparse.ArgumentParser) -> None:
     b.add_argument("--seed", type=_positive_int, default=None,
                    help="random key choice seed (default: random)")
     b.add_argument("--json", action="store_true", help="print the results as JSON")
+    for flag, env, what in (
+            ("--cacert", "RAFTKV_CACERT", "CA bundle that verifies https endpoints"),
+            ("--cert", "RAFTKV_CERT", "client certificate for https endpoints"),
+            ("--key", "RAFTKV_KEY", "the client certificate's private key")):
+        b.add_argument(flag, dest=f"tls_{flag[2:]}", default=os.environ.get(env),
+                       metavar="FILE", help=f"{what} (default ${env})")
 
 
 def options_from_args(args) -> BenchOptions:
@@ -112,6 +118,7 @@ def options_from_args(args) -> BenchOptions:
         dialect=args.dialect, procs=args.procs, txn_ops=getattr(args, "txn_ops", 1),
         read_ratio=getattr(args, "read_ratio", 0.5), watchers=getattr(args, "watchers", 10),
         timeout_s=args.timeout, seed=args.seed,
+        cacert=args.tls_cacert, cert=args.tls_cert, key=args.tls_key,
     ).validate()
 
 

@@ -37,7 +37,9 @@ def test_bad_combinations_exit_2_with_the_reason(capsys, argv, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["put", "--endpoints", "https://127.0.0.1:2379"], "https is not supported"),
+    (["put", "--endpoints", "ftp://127.0.0.1:2379"], "expected http://HOST:PORT or https"),
+    (["put", "--endpoints", "https://127.0.0.1:2379", "--cert", "/no/such.pem"],
+     "give both --cert and --key"),
     (["put", "--endpoints", "127.0.0.1:2379"], "expected http://HOST:PORT"),
     (["put", "--endpoints", "http://127.0.0.1:99999"], "endpoint"),
 ])

@@ -152,3 +152,28 @@ def test_auto_tls_generates_a_self_signed_pair_once(tmp_path, start_member):
     again = start_member(cfg)  # a restart reuses the pair
     again.wait_leader()
     assert (fixtures / "client" / "cert.pem").read_bytes() == before
+
+
+def test_bench_over_tls_with_a_client_certificate(tmp_path, pki, start_member):
+    import json
+    import os
+    import subprocess
+    import sys
+    m = _tls_member(start_member, tmp_path, pki, trusted_ca_file=pki.ca_file,
+                    client_cert_auth=True)
+    good = pki.pair("client")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")}
+    base = [sys.executable, "-m", "kvserver.cli", "bench", "put", "--endpoints", m.url,
+            "--total", "200", "--clients", "4", "--json", "--target-leader"]
+    run = subprocess.run([*base, "--cacert", pki.ca_file, "--cert", good.cert,
+                          "--key", good.key], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert (result["count"], result["errors"]) == (200, 0)
+    assert m.revision() == 201  # every put applied, over TLS
+    refused = subprocess.run([*base[:-1], "--timeout", "2", "--cacert", pki.ca_file],
+                             capture_output=True,
+                             text=True, timeout=120, env=env)  # no client certificate
+    assert refused.returncode == 1
+    assert m.revision() == 201
