@@ -151,10 +151,14 @@ def test_changefeed_equals_history_across_restart_and_replay_and_never_wakes_its
     assert set(ends.values()) <= event_revisions, "a batch ended at a revision of no event"
     ordered = [ends[b] for b in sorted(ends)]
     assert ordered == sorted(set(ordered)), "batch end revisions must strictly increase"
+    # Committing batch N deletes the markers below N; the stop may have interrupted a batch
+    # after its tasks wrote (it replays on restart), so markers of the last committed batch
+    # and of later ones may remain, none older.
     markers = kv.range("__raftkv_spark/stream/", prefix=True).kvs
     assert markers, "the last committed batch keeps its markers"
-    batches = {m.key.decode().split("/")[3] for m in markers}
-    assert len(batches) == 1, f"markers of old batches were not cleaned: {batches}"
+    last_committed = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    batches = {int(m.key.decode().split("/")[3]) for m in markers}
+    assert min(batches) >= last_committed, f"old markers not cleaned: {batches}"
 
 
 def test_initial_offset_is_stable(kv, opts):
