@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from tests.chaos import checks
+from tests.chaos import kvhttp as h
 from tests.chaos.nemesis import ALL_FAULTS, expand, needs_network
+from tests.chaos.workloads import Bank, Recorder
 
 LOCK, RES = "chaos/lock/owner", "chaos/lock/resource"
 HISTORY = [
@@ -84,3 +86,23 @@ def test_nemesis_names_expand_and_partitions_need_the_network():
         assert "flood" in str(exc)
     else:
         raise AssertionError("an unknown nemesis must be refused")
+
+
+def _snapshot(revision: int, values: list[int]) -> dict:
+    return {"header": {"revision": str(revision)},
+            "kvs": [{"key": h.b64(f"chaos/bank/a{i}"), "value": h.b64(str(v)),
+                     "mod_revision": str(revision)} for i, v in enumerate(values)]}
+
+
+def test_bank_snapshots_total_the_initial_amount_or_predate_the_accounts():
+    bank = Bank(["http://unused"], Recorder(), seed=1, clients=1, accounts=3)
+    bank.setup_revision = 10
+    bank.check_snapshot(_snapshot(10, [100, 100, 100]), "a", member=0)
+    bank.check_snapshot(_snapshot(12, [50, 150, 100]), "b", member=0)
+    bank.check_snapshot(_snapshot(1, []), "stale serializable", member=0)   # legal, but old
+    assert bank.violations == [] and bank.before_setup == 1
+    assert bank.went_back_count == 1 and "revision 1 after 12" in bank.went_back[0]
+    bank.check_snapshot(_snapshot(13, [50, 150, 99]), "lost a coin")
+    bank.check_snapshot(_snapshot(14, [150, 150]), "lost an account")
+    bank.check_snapshot(_snapshot(5, [100]), "accounts before their creation")
+    assert len(bank.violations) == 3 and bank.reads == 6

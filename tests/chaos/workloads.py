@@ -188,13 +188,20 @@ class Bank(Workload):
         self.total = self.INITIAL * accounts
         self.reads = 0
         self.violations: list[str] = []
+        self.setup_revision = 0
+        # serializable reads may be stale; these count how stale (not asserted, reported)
+        self.before_setup = 0                  # snapshots older than the accounts
+        self.went_back: list[str] = []         # a member answered an older revision than before
+        self.went_back_count = 0
+        self._max_revision: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def setup(self, url: str) -> None:
         code, body = h.txn(url, [h.compare(a, "CREATE", 0) for a in self.accounts],
                            [h.put_op(a, str(self.INITIAL)) for a in self.accounts], 10.0)
         assert code == 200 and body.get("succeeded"), f"bank setup: {code} {body}"
-        self.recorder.acked(self.name, list(self.accounts), h.revision_of(body))
+        self.setup_revision = h.revision_of(body)
+        self.recorder.acked(self.name, list(self.accounts), self.setup_revision)
 
     def client(self, cid: int, rng: random.Random) -> None:
         if cid == 0:
@@ -241,22 +248,39 @@ class Bank(Workload):
                 if code != 200:
                     raise h.NoAnswer(f"range answered {code}")
                 self.check_snapshot(body, f"{'serializable' if serializable else 'linearizable'}"
-                                          f" read via member {member}")
+                                          f" read via member {member}",
+                                    member if serializable else None)
                 self.recorder.op(self.name, "read", start, "ok", member)
             except h.NoAnswer:
                 self.recorder.op(self.name, "read", start, "unknown", member)
                 self.pause_after_error()
             self.stop_event.wait(0.05)
 
-    def check_snapshot(self, body: dict, where: str) -> None:
+    def check_snapshot(self, body: dict, where: str, member: int | None = None) -> None:
+        """One range = one revision: the accounts as of that revision. At or after the
+        setup revision they must be all there and total ``self.total``; before it (a stale
+        serializable read) there must be none."""
         found = h.kvs(body)
         total = sum(int(kv["value"]) for kv in found)
+        rev = h.revision_of(body)
         with self._lock:
             self.reads += 1
-            if len(found) != len(self.accounts) or total != self.total:
-                self.violations.append(f"{where} at revision {h.revision_of(body)}: "
-                                       f"{len(found)} accounts totalling {total} "
-                                       f"(expected {len(self.accounts)} totalling {self.total})")
+            if member is not None:
+                before = self._max_revision.get(member, 0)
+                if rev < before:
+                    self.went_back_count += 1
+                    if len(self.went_back) < 20:
+                        self.went_back.append(f"{where}: revision {rev} after {before}")
+                self._max_revision[member] = max(before, rev)
+            if rev < self.setup_revision:
+                self.before_setup += 1
+                if found:
+                    self.violations.append(f"{where} at revision {rev} (before the accounts "
+                                           f"were created at {self.setup_revision}): {found}")
+            elif len(found) != len(self.accounts) or total != self.total:
+                self.violations.append(f"{where} at revision {rev}: {len(found)} accounts "
+                                       f"totalling {total} (expected {len(self.accounts)} "
+                                       f"totalling {self.total})")
 
 
 class LockWorkload(Workload):
