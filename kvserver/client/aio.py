@@ -28,6 +28,15 @@ round; when every endpoint has failed in the round it sleeps (exponential backof
 When retries or time run out the call raises the last failure's type — or
 ``ConnectionFailedError`` if no endpoint could be reached at all — with every attempt listed.
 
+Auth (etcd v3): with ``user`` and ``password`` the client authenticates
+(``/v3/auth/authenticate``) on the first call that needs it and sends the token raw in the
+``Authorization`` header, as etcd's gateway takes it. Tokens are member-wide (the server
+replicates their digests through raft), so one token serves every endpoint. When a server
+answers ``etcdserver: invalid auth token`` (expired, or the member restarted) or ``user name
+is empty`` (auth was enabled after we found it disabled), the call authenticates again once and
+re-sends the request. When the cluster answers ``authentication is not enabled`` the client
+sends no token. Without ``user`` no header is sent.
+
 TLS: ``https://`` endpoints are verified with ``ca_file`` (else the system CAs), and
 ``cert_file``/``key_file`` are presented as a client certificate (etcdctl's ``--cacert --cert
 --key``); or pass a ready ``ssl_context``. A refused handshake is a ``ConnectionFailedError``
@@ -167,8 +176,18 @@ class AsyncClient:
         cert_file: str | None = None,
         key_file: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         self._endpoints = normalize_endpoints(endpoints)
+        if password is not None and not user:
+            raise ValueError("password given without user")
+        if user and password is None:
+            raise ValueError(f"user {user!r} given without password")
+        self._user = user or None
+        self._password = password
+        self._token: str | None = None  # the current auth token ("" : auth is not enabled)
+        self._auth_lock: asyncio.Lock | None = None
         # https endpoints: ssl_context as given, else one built from the files (etcdctl's
         # --cacert/--cert/--key; no ca_file: the system CAs). Loaded now: a bad file fails here.
         if ssl_context is not None and (ca_file or cert_file or key_file):
@@ -235,6 +254,10 @@ class AsyncClient:
     def leader_endpoint(self) -> str | None:
         """The leader's endpoint as last discovered (``None`` when unknown)."""
         return self._leader
+
+    @property
+    def user(self) -> str | None:
+        return self._user
 
     async def close(self) -> None:
         self._closed = True
@@ -463,6 +486,55 @@ class AsyncClient:
                                 members.encode_id(member_id), _plain(members.decode_change),
                                 Route.LEADER)
 
+    async def auth_request(self, op: str, payload: dict[str, Any] | None = None) -> Any:
+        """``POST /v3/auth/<op>`` (``enable``, ``user/add``, ...; see ``kvserver.api.auth``)
+        with this client's credentials; the answer's JSON document. Errors as every call."""
+        if not op or not all(part.isalpha() for part in op.split("/")):
+            raise ValueError(f"bad auth operation {op!r}")
+        return await self._call(f"auth {op}", "POST", "/v3/auth/" + op, payload or {},
+                                _plain(lambda doc: doc), Route.LEADER)
+
+    async def auth_headers(self, deadline_s: float | None = None) -> dict[str, str]:
+        """The ``Authorization`` header for a request (authenticating first if needed); empty
+        without credentials or when the cluster has auth disabled."""
+        if self._user is None:
+            return {}
+        if self._token is None:
+            loop = asyncio.get_running_loop()
+            await self._authenticate(None, loop.time() + self._timeout_s
+                                     if deadline_s is None else deadline_s)
+        return {"Authorization": self._token} if self._token else {}
+
+    async def refresh_token(self, used: str | None, deadline_s: float) -> None:
+        """Authenticate again unless another call already replaced the token ``used``."""
+        await self._authenticate(used, deadline_s, force=True)
+
+    async def _authenticate(self, used: str | None, deadline_s: float, *,
+                            force: bool = False) -> None:
+        if self._auth_lock is None:
+            self._auth_lock = asyncio.Lock()
+        async with self._auth_lock:
+            if self._token is not None and (not force or self._token != (used or "")):
+                return  # set (or replaced) by a call that held the lock before us
+            loop = asyncio.get_running_loop()
+            remaining_s = deadline_s - loop.time()
+            if remaining_s <= 0:
+                raise RequestTimeoutError("no time left to authenticate", operation="authenticate")
+            try:
+                doc = await self._call("authenticate", "POST", "/v3/auth/authenticate",
+                                       {"name": self._user, "password": self._password},
+                                       _plain(lambda doc: doc), Route.ANY,
+                                       authenticated=False, timeout_s=remaining_s)
+            except ClientError as err:
+                if err.message == _AUTH_NOT_ENABLED:
+                    self._token = ""  # etcd's client too: no token while auth is off
+                    return
+                raise
+            token = doc.get("token") if isinstance(doc, dict) else None
+            if not isinstance(token, str) or not token:
+                raise ResponseFormatError("authenticate: the answer has no token")
+            self._token = token
+
     async def find_leader(self) -> str | None:
         """Discover the leader now (ignoring what is cached); its endpoint, or ``None``."""
         self._leader = None
@@ -486,16 +558,21 @@ class AsyncClient:
         write: bool = False,
         pinned: str | None = None,
         max_attempts: int | None = None,
+        authenticated: bool = True,
+        timeout_s: float | None = None,
     ) -> T:
         loop = asyncio.get_running_loop()
         start_s = loop.time()
-        deadline_s = start_s + self._timeout_s
+        deadline_s = start_s + (self._timeout_s if timeout_s is None else timeout_s)
         body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
         headers = {} if body is None else {"Content-Type": "application/json"}
         if write:
             # The same pair on every attempt of this call: the server applies the write once.
             headers[CLIENT_ID_HEADER] = str(self._client_id)
             headers[REQUEST_ID_HEADER] = str(next(self._request_ids))
+        reauthenticated = not (authenticated and self._user is not None)
+        if not reauthenticated:
+            headers.update(await self.auth_headers(deadline_s))
         limit = self._retries + 1 if max_attempts is None else max_attempts
         attempts: list[Attempt] = []
         last_error: ClientError | None = None
@@ -512,6 +589,13 @@ class AsyncClient:
                 result = decode(doc, endpoint)
             except ClientError as err:
                 attempts.append(Attempt(endpoint, err.message, type(err).__name__))
+                if not reauthenticated and err.message in _REAUTHENTICATE:
+                    # The token expired or its member restarted, or auth was enabled since
+                    # we looked: authenticate again, once per call, and re-send.
+                    reauthenticated = True
+                    await self.refresh_token(headers.pop("Authorization", None), deadline_s)
+                    headers.update(await self.auth_headers(deadline_s))
+                    continue
                 if not err.retryable:
                     raise err.with_context(what, tuple(attempts)) from None
                 last_error = err
@@ -729,6 +813,10 @@ def _plain(decode: Callable[[Any], T]) -> Callable[[Any, str], T]:
 
 
 _decode_members = _plain(codec.decode_members)
+
+_AUTH_NOT_ENABLED = "etcdserver: authentication is not enabled"
+INVALID_AUTH_TOKEN = "etcdserver: invalid auth token"
+_REAUTHENTICATE = frozenset({INVALID_AUTH_TOKEN, "etcdserver: user name is empty"})
 
 
 def _retryable_classes() -> dict[str, type[ClientError]]:

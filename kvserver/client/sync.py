@@ -116,6 +116,10 @@ class Client:
     def leader_endpoint(self) -> str | None:
         return self._aclient.leader_endpoint
 
+    @property
+    def user(self) -> str | None:
+        return self._aclient.user
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -175,6 +179,9 @@ class Client:
 
     # -----------------------------------------------------------------------------------------
     # The API (same signatures as AsyncClient; a test keeps them in step)
+
+    def auth_request(self, op: str, payload: dict[str, Any] | None = None) -> Any:
+        return self._run(self._aclient.auth_request(op, payload))
 
     def put(self, key: KeyLike, value: KeyLike, *, lease: int = 0,
             prev_kv: bool = False) -> PutResult:

@@ -306,6 +306,7 @@ class AsyncWatch:
         self._created = False  # a server has created the watcher at least once
         self._failed: BaseException | None = None
         self._endpoint: str | None = None
+        self._token_used: str | None = None  # the Authorization sent by the last open
         self._what = f"watch {self._key!r:.60}" + (" --prefix" if prefix else "")
         self.reconnects = 0  # streams made after the first
         self.responses = 0  # responses received
@@ -485,7 +486,8 @@ class AsyncWatch:
         failed: set[str] = set()
         backoff_s = client._backoff_initial_s
         last: ClientError | None = None
-        from kvserver.client.aio import Route  # here: aio imports this module
+        reauthenticated = client.user is None
+        from kvserver.client.aio import INVALID_AUTH_TOKEN, Route  # here: aio imports us
 
         while not self._closed:
             endpoint = await client._pick(Route.LEADER, failed, deadline_s)
@@ -501,6 +503,10 @@ class AsyncWatch:
                 return
             except ClientError as err:
                 attempts.append(Attempt(endpoint, err.message, type(err).__name__))
+                if not reauthenticated and err.message == INVALID_AUTH_TOKEN:
+                    reauthenticated = True   # an expired token, a restarted member: once
+                    await client.refresh_token(self._token_used, deadline_s)
+                    continue
                 if not err.retryable:
                     raise err.with_context(self._what, tuple(attempts)) from None
                 last = err
@@ -525,14 +531,15 @@ class AsyncWatch:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None,
                                         sock_connect=min(client._connect_timeout_s, timeout_s))
         session = client._session()
+        headers = {"Content-Type": "application/json", **await client.auth_headers()}
+        self._token_used = headers.get("Authorization")
         try:
             # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` drops a cancel
             # of the caller that arrives as the call completes (CPython gh-86296), so a
             # cancelled ``__anext__`` would go on reading, and lose the event it returns.
             async with asyncio.timeout(timeout_s):
                 resp = await session.post(endpoint + WATCH_PATH, data=self._request_body(),
-                                          headers={"Content-Type": "application/json"},
-                                          timeout=timeout)
+                                          headers=headers, timeout=timeout)
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
             reason = ("connection refused"
                       if isinstance(getattr(exc, "os_error", None), ConnectionRefusedError)
