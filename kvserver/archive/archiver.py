@@ -155,7 +155,7 @@ class Archiver:
         if dropped:
             self._write_manifest()
             for obj in dropped:
-                self.store.delete(obj)
+                self.store.delete(self._name(obj))   # manifest names are relative
 
     def _recheck_open_segments(self) -> list[str]:
         dropped = []
@@ -206,7 +206,7 @@ class Archiver:
         if removed:
             self._write_manifest()
             for obj in removed:
-                self.store.delete(obj)
+                self.store.delete(self._name(obj))   # manifest names are relative
         self.stats["passes"] += 1
         self._update_lag()
         return changed

@@ -111,3 +111,28 @@ def test_corrupt_and_missing_objects_are_named(tmp_path):
 def store_crc(data: bytes) -> int:
     from kvserver.archive.store import crc_of
     return crc_of(data)
+
+
+def test_retention_drops_old_snapshots_and_the_segments_before_them(tmp_path, monkeypatch):
+    import os
+
+    import snap
+    from kvserver.archive import archiver as archiver_mod
+    # the snapshot images here are not a member's state: their revision is their index
+    monkeypatch.setattr(archiver_mod, "snapshot_revision", lambda s: s.metadata.index)
+    data_dir = _member_dir(tmp_path, 900)   # many 64 KiB segments
+    snaps = snap.Snapshotter(os.path.join(data_dir, "member", "snap"))
+    os.makedirs(snaps.dir_path, exist_ok=True)
+    store = ObjectStore.open(f"memory://ret-{uuid.uuid4().hex}")
+    arch = Archiver(store, data_dir, cluster_id=0xC, member_id=0xA, retention=2)
+    arch.open()
+    for index in (100, 400, 700):
+        snaps.save_snap(raftpb.Snapshot(b"img", raftpb.SnapshotMetadata(index=index, term=1)))
+        arch.run_once()
+    m = arch.manifest
+    assert [s.index for s in m.snapshots] == [400, 700]
+    # segments from the one that may hold index 400 on: the earlier ones are gone
+    assert m.segments[0].first_index <= 400 < m.segments[1].first_index
+    assert m.segments[0].seq > 0
+    names = set(store.list(arch.prefix))
+    assert names == {f"{arch.prefix}/{o}" for o in m.objects()} | {f"{arch.prefix}/{MANIFEST}"}
