@@ -109,7 +109,10 @@ class Member:
                           # Election jitter from the OS, not seeded by the member id: a cluster
                           # must not repeat the same timings (or the same split vote) on every
                           # run. Only the simulator seeds raft's randomness.
-                          rng=random.SystemRandom())
+                          rng=random.SystemRandom(),
+                          # Role changes, campaigns and refused votes, at INFO (as etcd logs
+                          # them): an operator reading a member's log sees each election.
+                          logger=logging.getLogger("raft"))
         raw = RawNode(raft_cfg)
         if fresh and cfg.initial_cluster_state == "new":
             raw.bootstrap(sorted(m.id for m in self.members))
