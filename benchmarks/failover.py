@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -125,11 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--systems", default="raftkv,etcd")
     ap.add_argument("--json", metavar="FILE", help="also write the samples and summary here")
+    ap.add_argument("--keep", metavar="DIR", help="keep data and logs in DIR (default: a "
+                    "temporary directory, removed afterwards)")
     args = ap.parse_args(argv)
     names = [n for n in args.systems.split(",") if n]
     classes = {"raftkv": RaftkvSystem, "etcd": EtcdSystem}
     samples: dict[str, list[float]] = {n: [] for n in names}
-    with tempfile.TemporaryDirectory(prefix="raftkv-failover-") as root:
+    with (contextlib.nullcontext(args.keep) if args.keep else
+          tempfile.TemporaryDirectory(prefix="raftkv-failover-")) as root:
         systems = [classes[n](root) for n in names]
         try:
             for s in systems:
