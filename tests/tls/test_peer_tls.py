@@ -119,3 +119,36 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
         assert (await asyncio.to_thread(_peer_request, url, ctx)).startswith(b"HTTP/1.1 200")
 
     asyncio.run(asyncio.wait_for(_run(cfgs, scenario), 120))
+
+
+def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
+    """Leader-only requests (lease time-to-live here) reach the leader's https client URL
+    with the follower's certificate, under --client-cert-auth."""
+    import aiohttp
+
+    member = pki.pair("member")
+    client = pki.pair("client")
+    cfgs = cluster_configs(tmp_path, size=3, client="https", cert_file=member.cert,
+                           key_file=member.key, trusted_ca_file=pki.ca_file,
+                           client_cert_auth=True)
+
+    async def scenario(members):
+        leader = await _wait(lambda: _leader(members), 30, "a leader")
+        follower = next(m for m in members if m is not leader)
+        await _wait(lambda: all(m.client_urls for m in follower.members), 30,
+                    "the follower to know every member's client URL")
+        ctx = ssl.create_default_context(cafile=pki.ca_file)
+        ctx.load_cert_chain(client.cert, client.key)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            async with http.post(leader.cfg.advertise_client_urls[0] + "/v3/lease/grant",
+                                 json={"TTL": 60}) as resp:
+                assert resp.status == 200, await resp.text()
+                lease = (await resp.json())["ID"]
+            async with http.post(follower.cfg.advertise_client_urls[0]
+                                 + "/v3/lease/timetolive", json={"ID": lease}) as resp:
+                body = await resp.json()
+                assert resp.status == 200, body
+        assert int(body["TTL"]) > 0
+        assert body["header"]["member_id"] == str(leader.member_id)  # the leader answered
+
+    asyncio.run(asyncio.wait_for(_run(cfgs, scenario), 120))
