@@ -8,9 +8,21 @@ Human tables by default; ``--json`` where a command prints data.
 import argparse
 import sys
 
-from kvserver.cli import archive, bench, client, lease, member, server, snapshot, wal, watch
+from kvserver.cli import (
+    archive,
+    auth,
+    bench,
+    client,
+    lease,
+    member,
+    server,
+    snapshot,
+    wal,
+    watch,
+)
 
-_COMMAND_MODULES = (server, client, watch, lease, member, wal, bench, snapshot, archive)
+_COMMAND_MODULES = (server, client, watch, lease, member, auth, wal, bench, snapshot,
+                    archive)
 
 
 def build_parser() -> argparse.ArgumentParser:

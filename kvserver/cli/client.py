@@ -3,7 +3,9 @@
 Every command takes ``--endpoints URL[,URL...]`` (default ``$RAFTKV_ENDPOINTS``, else
 ``http://127.0.0.1:2379``), ``--cacert/--cert/--key FILE`` for https endpoints (etcdctl's;
 defaults ``$RAFTKV_CACERT/$RAFTKV_CERT/$RAFTKV_KEY``), ``--timeout SECONDS`` (the deadline of
-the whole call, retries included; default 5) and ``--json``. Output is a human table by default (like ``etcdctl -w
+the whole call, retries included; default 5), ``--user NAME[:PASSWORD]`` and ``--password``
+(etcd v3 auth, as etcdctl; defaults ``$RAFTKV_USER``/``$RAFTKV_PASSWORD``; no password given:
+asked on the terminal, or an error when stdin is not a terminal) and ``--json``. Output is a human table by default (like ``etcdctl -w
 table``); ``--json`` prints one JSON document. Keys and values are taken as UTF-8 text.
 
 * ``put KEY [VALUE] [--lease ID] [--prev-kv]`` — VALUE omitted: read from stdin. Prints ``OK``
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import getpass
 import json
 import os
 import sys
@@ -110,6 +113,12 @@ def _common_options() -> argparse.ArgumentParser:
         env = TLS_ENV[flag]
         common.add_argument(flag, dest=_TLS_DEST[flag], metavar="FILE",
                             help=f"{what} (default ${env})")
+    # etcd v3 auth, as etcdctl: --user name[:password], --password
+    common.add_argument("--user", dest="auth_user", metavar="NAME[:PASSWORD]",
+                        help=f"authenticate as this user (default ${USER_ENV}); without a "
+                             "password it is asked on the terminal")
+    common.add_argument("--password", dest="auth_password", metavar="PASSWORD",
+                        help=f"the user's password (default ${PASSWORD_ENV})")
     return common
 
 
@@ -180,21 +189,57 @@ def tls_options_from(args: argparse.Namespace, environ=os.environ) -> dict[str, 
                                ("key_file", "--key"))}
 
 
+USER_ENV, PASSWORD_ENV = "RAFTKV_USER", "RAFTKV_PASSWORD"
+
+
+def auth_options_from(args: argparse.Namespace, environ=os.environ, stdin: TextIO | None = None,
+                      prompt: Callable[[str], str] = getpass.getpass) -> dict[str, str]:
+    """The client's ``user``/``password`` from ``--user name[:password]``/``--password``
+    (else the env); the password asked on the terminal when missing. Raises ValueError when
+    it is missing and stdin is not a terminal (a script must give it)."""
+    spec = getattr(args, "auth_user", None) or environ.get(USER_ENV)
+    password = getattr(args, "auth_password", None) or environ.get(PASSWORD_ENV)
+    if not spec:
+        if password:
+            raise ValueError("--password given without --user")
+        return {}
+    name, sep, inline = spec.partition(":")
+    if not name:
+        raise ValueError("--user: empty user name")
+    if sep:
+        if password is not None and getattr(args, "auth_password", None):
+            raise ValueError("give the password in --user NAME:PASSWORD or --password, "
+                             "not both")
+        password = inline
+    if password is None:
+        stdin = stdin or sys.stdin
+        if not stdin.isatty():
+            raise ValueError(f"--user {name}: no password (give --user {name}:PASSWORD, "
+                             f"--password or ${PASSWORD_ENV}; stdin is not a terminal to "
+                             "ask it)")
+        password = prompt(f"Password for {name}: ")
+    return {"user": name, "password": password}
+
+
+def client_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """TLS files and credentials for the client, from the common options."""
+    return {**tls_options_from(args), **auth_options_from(args)}
+
+
 def _run(args: argparse.Namespace, body: Callable[[AsyncClient], Any],
          out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``body(client)`` on a fresh client; print an expected failure, return the status."""
     out = out or sys.stdout
     err = err or sys.stderr
 
-    async def go() -> int:
+    async def go(options: dict[str, Any]) -> int:
         client = AsyncClient(endpoints_from(args), timeout_s=args.timeout,
-                             attempt_timeout_s=min(2.0, args.timeout),
-                             **tls_options_from(args))
+                             attempt_timeout_s=min(2.0, args.timeout), **options)
         async with client:
             return await body(client)
 
     try:
-        return asyncio.run(go())
+        return asyncio.run(go(client_options_from(args)))
     except ClientError as exc:
         err.write(f"Error: {exc}\n")
         return 1
