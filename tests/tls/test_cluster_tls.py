@@ -1,7 +1,8 @@
 """``raftkv cluster up --tls``'s cluster (``LocalCluster(tls=True)``) as real processes
 (slow): a throwaway CA in ``<data-dir>/tls``, https client and peer URLs, peers
 authenticated by certificate. The three members form and replicate, and the CLI works with
-``--cacert`` alone (clients need not present a certificate) and with its client pair."""
+``--cacert`` alone (clients need not present a certificate) and with its client pair; a
+fourth member added with ``member add`` joins over peer TLS and catches up."""
 
 from __future__ import annotations
 
@@ -59,6 +60,24 @@ def test_cluster_up_tls_forms_replicates_and_serves_the_cli(tmp_path):
         assert got.returncode == 0 and '"value": "ok"' in got.stdout, got.stderr
         untrusted = _cli("get", "tls/cli", "--endpoints", endpoints, "--timeout", "2")
         assert untrusted.returncode == 1 and "TLS handshake failed" in untrusted.stderr
+        # A fourth member joins over peer TLS (it asks the members for the cluster over
+        # https, then streams): it ends up with the data.
+        node4 = cluster.joining_node("node4")
+        with Client(cluster.endpoints[:3], ca_file=pki.ca_file, timeout_s=10) as c:
+            c.member_add([node4.peer_url])
+        cluster.start_node(node4)
+        with Client(node4.client_url, ca_file=pki.ca_file, timeout_s=5) as one:
+            deadline = time.monotonic() + 60
+            while True:
+                assert node4.alive(), cluster.log_tail(node4)
+                try:
+                    if (kv := one.get("tls/cli", serializable=True)) is not None:
+                        break
+                except Exception:
+                    pass
+                assert time.monotonic() < deadline, "node4 did not catch up over TLS"
+                time.sleep(0.2)
+            assert kv.value == b"ok"
         ok = True
     finally:
         cluster.stop()
