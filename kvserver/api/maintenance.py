@@ -6,7 +6,8 @@ decoded blobs gives the snapshot file, whose last 32 bytes are the SHA-256 of ev
 before them (etcd sends its hash the same way). The file layout is
 ``kvserver.archive.snapfile`` (ours: header, state image, SHA-256; not a bolt db).
 
-Consistency: the lease table, the MVCC view (``MVCCStore.capture``), the applied index and
+Consistency: the auth state (users, roles, permissions, enabled; never tokens), the lease
+table, the MVCC view (``MVCCStore.capture``), the applied index and
 the revision are all taken in one synchronous step on the event loop, which is where the
 raft task applies entries, so they describe one applied index. The store keeps applying
 while the chunks are serialized and sent (the view is immutable), and the response is
@@ -51,6 +52,10 @@ def capture(service) -> tuple[dict, object]:
     # One synchronous step: nothing is applied between these lines (the raft task runs on
     # this same loop), so every number describes the same applied index.
     lease_blob = lessor.snapshot()
+    auth = getattr(service, "auth", None)
+    # Users, roles, permissions and the enabled flag (never tokens): the same frame a raft
+    # snapshot carries, first, so a restored member starts with them (b"": auth never used).
+    auth_frame = auth.snapshot_frame() if auth is not None else b""
     view = store.capture()
     header = {"revision": store.revision, "compact_revision": store.compact_revision,
               "raft_index": node.applied, "raft_term": node.term,
@@ -58,6 +63,8 @@ def capture(service) -> tuple[dict, object]:
               "keys": store.key_count, "created_unix": round(time.time(), 3)}
 
     def chunks():
+        if auth_frame:
+            yield auth_frame
         yield frame_snapshot(lease_blob)
         yield from serialize(view, LINE_BLOB_BYTES)
     return header, chunks()

@@ -43,7 +43,7 @@ def open_fs(path_or_url: str, options: dict | None = None):
 
 
 async def _stream_save(endpoint: str, out, progress: Progress | None,
-                       timeout_s: float) -> tuple[int, str]:
+                       timeout_s: float, headers: dict | None = None) -> tuple[int, str]:
     import aiohttp
     url = endpoint.rstrip("/") + "/v3/maintenance/snapshot"
     digest = hashlib.sha256()
@@ -51,7 +51,7 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
     tail = b""   # the newest 32 bytes: the hash, once the stream ends
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session, \
-            session.post(url, data=b"{}") as resp:
+            session.post(url, data=b"{}", headers=headers) as resp:
         if resp.status != 200:
             text = (await resp.text())[:500]
             raise ArchiveError(f"{url}: HTTP {resp.status}: {text}")
@@ -97,7 +97,9 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
 
 
 def save(endpoint: str, dest: str, *, options: dict | None = None,
-         progress: Progress | None = None, timeout_s: float = 30.0) -> snapfile.SnapshotInfo:
+         progress: Progress | None = None, timeout_s: float = 30.0,
+         headers: dict | None = None) -> snapfile.SnapshotInfo:
+    """``headers``: e.g. ``Authorization`` (a root token when auth is enabled)."""
     fs, path = open_fs(dest, options)
     part = path + ".part"
     parent = os.path.dirname(path)
@@ -105,7 +107,7 @@ def save(endpoint: str, dest: str, *, options: dict | None = None,
         fs.makedirs(parent, exist_ok=True)
     try:
         with fs.open(part, "wb") as out:
-            asyncio.run(_stream_save(endpoint, out, progress, timeout_s))
+            asyncio.run(_stream_save(endpoint, out, progress, timeout_s, headers))
         fs.mv(part, path)
     except BaseException:
         try:
@@ -130,11 +132,15 @@ def status(src: str, *, options: dict | None = None, on_image=None,
 
 
 def check_image(image: bytes | bytearray | memoryview) -> None:
-    """Refuse an image that does not decode (lease frame + complete MVCC stream)."""
+    """Refuse an image that does not decode ([auth frame] + lease frame + complete MVCC
+    stream)."""
+    from kvserver.auth.store import AuthStore, split_auth_frame
     from kvserver.lease import split_snapshot
     from kvserver.mvcc.snapshot import SnapshotLoader
     try:
-        _, rest = split_snapshot(image)
+        auth_blob, rest = split_auth_frame(image)
+        AuthStore.restore(auth_blob)
+        _, rest = split_snapshot(rest)
         loader = SnapshotLoader()
         loader.feed(bytes(rest))
         loader.finish()

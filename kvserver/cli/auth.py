@@ -23,13 +23,23 @@ Output: etcdctl's sentences and human tables by default; ``--json`` prints the s
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import getpass
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from kvserver.cli.client import _common_options, _dumps, _run, _text, table
+from kvserver.cli.client import (
+    PASSWORD_ENV,
+    USER_ENV,
+    _common_options,
+    _dumps,
+    _run,
+    _text,
+    auth_options_from,
+    table,
+)
 from kvserver.client import AsyncClient
 from kvserver.client.txn import key_range
 
@@ -129,6 +139,30 @@ def register(sub) -> None:
     p.set_defaults(func=_simple("disable", None, lambda a: "Authentication Disabled"))
     p = asub.add_parser("status", parents=[common], help="whether authentication is enabled")
     p.set_defaults(func=cmd_auth_status)
+
+
+def add_user_options(p: argparse.ArgumentParser) -> None:
+    """``--user NAME[:PASSWORD]``/``--password`` for commands that do not take the common
+    client options (``snapshot save``)."""
+    p.add_argument("--user", dest="auth_user", metavar="NAME[:PASSWORD]",
+                   help=f"authenticate as this user (default ${USER_ENV})")
+    p.add_argument("--password", dest="auth_password", metavar="PASSWORD",
+                   help=f"the user's password (default ${PASSWORD_ENV})")
+
+
+def auth_header(endpoint: str, args: argparse.Namespace, *,
+                timeout_s: float = 5.0) -> dict[str, str]:
+    """``{"Authorization": token}`` for ``--user`` at ``endpoint`` (``{}`` without ``--user``
+    or when the cluster has auth disabled)."""
+    creds = auth_options_from(args)
+    if not creds:
+        return {}
+
+    async def go() -> dict[str, str]:
+        async with AsyncClient(endpoint, timeout_s=timeout_s, **creds) as client:
+            return await client.auth_headers()
+
+    return asyncio.run(go())
 
 
 def _range_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,8 +25,9 @@ from kvserver.archive import backup
 from kvserver.archive.datadir import RestoreTarget
 from kvserver.archive.snapfile import SnapshotFileError
 from kvserver.archive.store import ArchiveError, parse_options
+from kvserver.cli.auth import add_user_options, auth_header
 from kvserver.cli.client import ENDPOINTS_ENV
-from kvserver.client import DEFAULT_ENDPOINT
+from kvserver.client import DEFAULT_ENDPOINT, ClientError
 
 
 def add_storage_options(p) -> None:
@@ -66,6 +67,7 @@ def register(sub) -> None:
     s.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="connect/read timeout (default 30)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_user_options(s)
     add_storage_options(s)
     s.set_defaults(func=cmd_save)
 
@@ -112,10 +114,14 @@ def cmd_save(args) -> int:
                                      or DEFAULT_ENDPOINT).split(",") if e.strip()]
     if len(endpoints) != 1:
         return _fail("snapshot must be requested from one member: give exactly one endpoint")
+    try:   # with auth enabled the snapshot needs a root user's token
+        headers = auth_header(endpoints[0], args, timeout_s=args.timeout)
+    except (ClientError, ValueError) as exc:
+        return _fail(str(exc))
     bar = backup.ProgressBar(sys.stderr, "saving")
     try:
         info = backup.save(endpoints[0], args.dest, options=parse_options(args.archive_option),
-                           progress=bar, timeout_s=args.timeout)
+                           progress=bar, timeout_s=args.timeout, headers=headers)
     except (ArchiveError, SnapshotFileError, OSError, ValueError) as exc:
         bar.finish()
         return _fail(str(exc))
