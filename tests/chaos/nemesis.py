@@ -21,7 +21,8 @@ partition  ``partition-leader``: cut the leader from both followers (it keeps it
 Every fault starts from a healthy cluster with one agreed leader (bounded wait), is healed
 after ``hold_s``, and is followed by a bounded wait for health again. Each gives a record
 for the timeline: name, targets, start/heal/healthy times (seconds since the run began; a
-partition starts once all its rules are in place, ``inject_s`` after it was begun),
+partition starts once all its rules are in place, ``restart-all`` once the last member is
+dead, ``inject_s`` after it was begun),
 ``recovery_s`` (fault start to the first acknowledged write invoked after it) and, for
 ``kill-leader``, ``failover_s`` (the same measure, the figure the reliability issue asks for).
 """
@@ -100,6 +101,9 @@ class Nemesis:
             record["targets"] = [m.name for m in self.cluster.members]
             for m in self.cluster.members:
                 self.cluster.kill(m)
+            # the members die one after the other: the outage starts when the last is gone
+            record["inject_s"] = round(time.monotonic() - start, 3)
+            start = time.monotonic()
             time.sleep(1.0)  # the cluster's down time
             self.cluster.start()
         elif kind == "partition":
