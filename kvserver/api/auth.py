@@ -24,6 +24,16 @@ the watch create). Paths and what they need with auth enabled: member add/remove
 update, maintenance (but status) and the REST dialect ``/v1/kv`` need root (the REST dialect
 has no per-key check yet); lease, compaction, member list need a valid token; maintenance
 status, ``/health``, ``/version``, ``/metrics``, ``/v1/status`` need nothing.
+
+Client certificates (etcd's ``AuthInfoFromTLS``). With ``--client-cert-auth`` the TLS
+handshake has verified the client's certificate against the trusted CA; a request that carries
+no ``Authorization`` header then acts as the user named by the certificate's common name (a
+token, when sent, wins, as in etcd). A common name that is no user gets ``permission denied``
+on every check. Without client-cert-auth the server asks for no certificate, so there is no
+peer certificate and nothing changes. A request forwarded by a follower (``X-Raftkv-Forwarded``)
+arrives with the follower's own certificate, which must not become the user: it acts by its
+token only (so a certificate-only client's leader-only calls — lease keep-alive through a
+follower — are refused ``user name is empty``; send them to the leader or use a token).
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ from kvserver.mvcc.types import ResponseHeader
 
 from . import gateway_json as gj
 from .common import LIMITS_KEY, SERVICE_KEY, json_response, read_body
+from .forward import FORWARDED_HEADER
 
 MSG_PERMISSION_DENIED = E.PermissionDeniedError.default_message
 USER_KEY = web.RequestKey("raftkv_auth_user", object)  # the user a request acts as (None: no auth)
@@ -84,7 +95,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if tail is not None and (tail.startswith("/auth/") or tail in _OPEN_V3):
         request[USER_KEY] = None if tail in _OPEN_V3 else _user_or_none(auth, request)
         return await handler(request)
-    user = auth.user_for(request.headers.get("Authorization"))
+    header = request.headers.get("Authorization")
+    user = auth.user_for(header) if header else (cert_user(request) or auth.user_for(None))
     request[USER_KEY] = user
     if tail is None or tail.startswith(_ROOT_V3_PREFIXES):
         auth.check_admin(user)   # /v1/kv, member changes, maintenance: root only
@@ -94,7 +106,23 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 def _user_or_none(auth: Any, request: web.Request) -> str | None:
     """For auth endpoints: the caller if it sent a token (invalid ones are refused)."""
     header = request.headers.get("Authorization")
-    return auth.user_for(header) if header else None
+    return auth.user_for(header) if header else cert_user(request)
+
+
+def cert_user(request: web.Request) -> str | None:
+    """The common name of the client's verified certificate, or None (no TLS, no certificate:
+    the listener only asks for one with --client-cert-auth, and then verifies it)."""
+    if FORWARDED_HEADER in request.headers:
+        return None   # the forwarding member's certificate, not the client's
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for name, value in rdn:
+            if name == "commonName" and value:
+                return str(value)
+    return None
 
 
 def user_of(request: web.Request) -> str | None:
