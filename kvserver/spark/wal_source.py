@@ -15,7 +15,7 @@ member process that proposed the entry, ``index``/``term`` where raft put it.
 
 Paths (``load(path)``; several separated by commas)
 ----------------------------------------------------
-* a local WAL directory, a member's data dir (its ``member/wal``) or its ``member`` dir, as
+* an absolute path of a local WAL directory, a member's data dir (its ``member/wal``) or its ``member`` dir, as
   ``raftkv wal dump`` takes them; read-only, no locks: safe on a running member (its live
   segment is read up to the last complete record);
 * an archive URL (``raftkv serve --archive-url``; anything with ``://``: ``file://``,
@@ -88,6 +88,12 @@ def parse_options(opts: dict) -> WalOptions:
     if not paths:
         raise WalSourceError("raftkv-wal: give a WAL directory, data dir or archive URL: "
                              "spark.read.format('raftkv-wal').load(PATH)")
+    for p in paths:
+        if "://" not in p and not os.path.isabs(p):
+            # Spark plans and reads in its Python workers, whose working directory is not
+            # the driver's: a relative path would name another directory, or none.
+            raise WalSourceError(f"raftkv-wal: give an absolute path, not {p!r} (Spark's "
+                                 f"Python workers do not run in your working directory)")
     flag = str(opts.get("committedonly", "false")).strip().lower()
     if flag not in ("true", "false"):
         raise WalSourceError(f"raftkv-wal: option committedOnly: want true or false, "

@@ -149,3 +149,5 @@ def test_bad_option_and_missing_path_are_clear_errors(spark, tmp_path):
             str(tmp_path)).collect()
     with pytest.raises(Exception, match="no WAL segment"):
         spark.read.format("raftkv-wal").load(str(tmp_path)).collect()
+    with pytest.raises(Exception, match="absolute path"):
+        spark.read.format("raftkv-wal").load("raftkv-data/n1").collect()
