@@ -22,8 +22,11 @@ from collections import deque
 
 
 def encode_request(method: str, path: str, host: str, body: bytes = b"",
-                   content_type: str = "application/json") -> bytes:
+                   content_type: str = "application/json",
+                   headers: tuple[tuple[str, str], ...] = ()) -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
+    for name, value in headers:   # e.g. Authorization (etcd v3 auth token)
+        head += f"{name}: {value}\r\n"
     if body or method in ("POST", "PUT"):
         head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
     return head.encode("latin-1") + b"\r\n" + body

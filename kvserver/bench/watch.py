@@ -57,7 +57,8 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:
         for w in range(opts.watchers):
             url = endpoints[w % len(endpoints)]
             resp = await session.post(url + "/v3/watch", json={
-                "create_request": {"key": base64.b64encode(key).decode()}})
+                "create_request": {"key": base64.b64encode(key).decode()}},
+                headers={"Authorization": opts.token} if opts.token else None)
             if resp.status != 200:
                 body = await resp.read()
                 resp.release()

@@ -60,6 +60,9 @@ class BenchOptions:
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None
+    # etcd v3 auth: the token every request carries (``raftkv bench --user`` authenticates
+    # once before the run; tokens are valid on every member)
+    token: str | None = None
 
     def ssl_for(self, url: str):
         """The TLS context for ``url`` (None for http://); raises BenchUsageError when the
@@ -159,6 +162,9 @@ class Workload:
         self.o = opts
         self.host = host
         self._enc = encode_request
+        if opts.token:
+            auth = (("Authorization", opts.token),)
+            self._enc = lambda *args: encode_request(*args, headers=auth)
         self._rng = random.Random(None if opts.seed is None else opts.seed * 1000 + stream)
         self._stream, self._streams = stream, streams   # sequential keys: interleaved
         self.value = b"v" * opts.val_size

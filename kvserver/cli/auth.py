@@ -150,8 +150,8 @@ def add_user_options(p: argparse.ArgumentParser) -> None:
                    help=f"the user's password (default ${PASSWORD_ENV})")
 
 
-def auth_header(endpoint: str, args: argparse.Namespace, *,
-                timeout_s: float = 5.0) -> dict[str, str]:
+def auth_header(endpoint: str, args: argparse.Namespace, *, timeout_s: float = 5.0,
+                tls: dict | None = None) -> dict[str, str]:
     """``{"Authorization": token}`` for ``--user`` at ``endpoint`` (``{}`` without ``--user``
     or when the cluster has auth disabled)."""
     creds = auth_options_from(args)
@@ -159,7 +159,8 @@ def auth_header(endpoint: str, args: argparse.Namespace, *,
         return {}
 
     async def go() -> dict[str, str]:
-        async with AsyncClient(endpoint, timeout_s=timeout_s, **creds) as client:
+        options = {k: v for k, v in (tls or {}).items() if v}
+        async with AsyncClient(endpoint, timeout_s=timeout_s, **options, **creds) as client:
             return await client.auth_headers()
 
     return asyncio.run(go())

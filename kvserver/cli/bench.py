@@ -105,6 +105,8 @@ def _add_common(b: argparse.ArgumentParser) -> None:
             ("--key", "RAFTKV_KEY", "the client certificate's private key")):
         b.add_argument(flag, dest=f"tls_{flag[2:]}", default=os.environ.get(env),
                        metavar="FILE", help=f"{what} (default ${env})")
+    from kvserver.cli.auth import add_user_options
+    add_user_options(b)   # --user NAME[:PASSWORD], --password: one token for the whole run
 
 
 def options_from_args(args) -> BenchOptions:
@@ -122,6 +124,17 @@ def options_from_args(args) -> BenchOptions:
     ).validate()
 
 
+def _with_token(args, opts: BenchOptions) -> BenchOptions:
+    """``opts`` with the token of ``--user`` (authenticated once at the first endpoint)."""
+    from dataclasses import replace
+
+    from kvserver.cli.auth import auth_header
+    headers = auth_header(opts.endpoints[0], args, timeout_s=args.timeout,
+                          tls=dict(ca_file=opts.cacert, cert_file=opts.cert,
+                                   key_file=opts.key))
+    return replace(opts, token=headers.get("Authorization"))
+
+
 def _run(args) -> int:
     from kvserver.bench.report import ProgressBar, format_report
     from kvserver.bench.runner import BenchError, new_progress, run
@@ -131,6 +144,11 @@ def _run(args) -> int:
     except BenchUsageError as exc:
         print(f"raftkv bench {args.bench_op}: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        opts = _with_token(args, opts)
+    except Exception as exc:   # a wrong password, an unreachable endpoint: before the run
+        print(f"Error: --user: {exc}", file=sys.stderr)
+        return 1
     progress = new_progress(opts.procs)
     try:
         with ProgressBar(progress, opts.total, opts.duration_s):
