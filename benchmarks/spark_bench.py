@@ -129,13 +129,16 @@ def changefeed_lag(spark, opts, client: Client, events: int) -> tuple[float, flo
             for r in rows:
                 arrived.setdefault(r.key, now)
 
+    first = client.put("lag-start", "x").revision + 1  # not "latest": resolved when asked
     feed = (spark.readStream.format("raftkv").options(**opts).option("changefeed", "true")
-            .option("prefix", "lag/").load())
+            .option("prefix", "lag/").option("startingRevision", str(first)).load())
     query = (feed.writeStream.foreachBatch(record)
              .option("checkpointLocation", tempfile.mkdtemp())
              .trigger(processingTime="100 milliseconds").start())
     try:
-        time.sleep(5)  # let the query start and run its first (empty) batch
+        deadline = time.monotonic() + 120
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the query has run its first (empty) batch
         for i in range(events):
             key = f"lag/{i:06d}"
             put_at[key] = time.time()
