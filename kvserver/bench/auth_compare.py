@@ -73,6 +73,9 @@ def _set_auth(cluster: LocalCluster, enabled: bool) -> None:
     else:
         with Client(cluster.endpoints, timeout_s=10, user="root", password=ROOT_PW) as c:
             c.auth_request("disable")
+    with Client(cluster.endpoints, timeout_s=10) as c:   # status needs no credentials
+        if bool(c.auth_request("status").get("enabled")) != enabled:
+            raise SystemExit(f"auth is not {'enabled' if enabled else 'disabled'}")
 
 
 def main(argv: list[str] | None = None) -> int:
