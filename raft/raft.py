@@ -444,6 +444,8 @@ class Raft:
             or (m.type == MT.MsgPreVote and m.term > self.term)  # a future-term pre-vote
         )
         resp_type = vote_response_type(m.type)
+        if can_vote and self._pre_vote_tie_lost_by(m):
+            can_vote = False
         if can_vote and self.log.is_up_to_date(m.index, m.log_term):
             # The response carries the candidate's term: for a pre-vote our term is lower.
             self._send(Message(type=resp_type, to=m.frm, frm=self.id, term=m.term))
@@ -452,6 +454,20 @@ class Raft:
                 self.vote = m.frm
         else:
             self._send(self._msg(resp_type, m.frm, reject=True))
+
+    def _pre_vote_tie_lost_by(self, m: Message) -> bool:
+        """Whether to refuse a pre-vote to a rival pre-candidate of the same round.
+
+        Two followers of a dead leader that campaign at about the same time would grant each
+        other's pre-votes, both win the pre-election, both vote for themselves in the real
+        one and split it, and the cluster waits a whole new randomized timeout. Between two
+        pre-candidates for the same term whose logs are equally up to date, only the lower id
+        gets the pre-vote, so one of them goes on. A rival with a longer log still gets it
+        (it is the better leader), one with a shorter log is refused by §5.4.1 anyway.
+        Pre-votes decide nothing durable, so this changes timing only, never safety."""
+        return (m.type == MT.MsgPreVote and self.state == StateType.PRE_CANDIDATE
+                and m.term == self.term + 1 and m.frm > self.id
+                and m.log_term == self.log.last_term() and m.index == self.log.last_index())
 
     # --- leader -----------------------------------------------------------------------
 

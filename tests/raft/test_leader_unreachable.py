@@ -94,3 +94,19 @@ def test_a_hinted_pre_candidate_ignored_by_a_voter_in_its_lease_asks_again_soon(
     # Node 3's lease ends after ET ticks; the retry wins within a few ticks of that, before
     # node 2's own next timeout (>= et + 1 ticks after its first pre-vote) would fire.
     assert ticks <= ET, ticks
+
+
+def test_two_pre_candidates_of_the_same_round_do_not_split_the_vote():
+    """Both followers of a dead leader campaign on the same tick (the harness ticks them in
+    lockstep). Without a tie-break both win the pre-election, both vote for themselves and
+    the election fails, costing a new randomized timeout; with it the lower id wins at once,
+    at the next term."""
+    for seed in range(1, 30):
+        c = _cluster(seed)
+        term = c.raft(1).term
+        c.isolate(1)
+        for i in (2, 3):
+            c.raft(i).randomized_election_timeout = ET + 1
+        n = _ticks_until_a_new_leader(c, 4 * ET)
+        assert n is not None and n <= ET + 2, (seed, n)
+        assert c.leaders() in ([1, 2], [2]) and c.raft(2).term == term + 1, seed
