@@ -43,7 +43,8 @@ def open_fs(path_or_url: str, options: dict | None = None):
 
 
 async def _stream_save(endpoint: str, out, progress: Progress | None,
-                       timeout_s: float, headers: dict | None = None) -> tuple[int, str]:
+                       timeout_s: float, headers: dict | None = None,
+                       ssl_context=None) -> tuple[int, str]:
     import aiohttp
     url = endpoint.rstrip("/") + "/v3/maintenance/snapshot"
     digest = hashlib.sha256()
@@ -51,7 +52,8 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
     tail = b""   # the newest 32 bytes: the hash, once the stream ends
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session, \
-            session.post(url, data=b"{}", headers=headers) as resp:
+            session.post(url, data=b"{}", headers=headers,
+                         ssl=ssl_context if ssl_context is not None else True) as resp:
         if resp.status != 200:
             text = (await resp.text())[:500]
             raise ArchiveError(f"{url}: HTTP {resp.status}: {text}")
@@ -98,8 +100,9 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
 
 def save(endpoint: str, dest: str, *, options: dict | None = None,
          progress: Progress | None = None, timeout_s: float = 30.0,
-         headers: dict | None = None) -> snapfile.SnapshotInfo:
-    """``headers``: e.g. ``Authorization`` (a root token when auth is enabled)."""
+         headers: dict | None = None, ssl_context=None) -> snapfile.SnapshotInfo:
+    """``headers``: e.g. ``Authorization`` (a root token when auth is enabled);
+    ``ssl_context``: verifies an ``https://`` endpoint (and presents a client certificate)."""
     fs, path = open_fs(dest, options)
     part = path + ".part"
     parent = os.path.dirname(path)
@@ -107,7 +110,7 @@ def save(endpoint: str, dest: str, *, options: dict | None = None,
         fs.makedirs(parent, exist_ok=True)
     try:
         with fs.open(part, "wb") as out:
-            asyncio.run(_stream_save(endpoint, out, progress, timeout_s, headers))
+            asyncio.run(_stream_save(endpoint, out, progress, timeout_s, headers, ssl_context))
         fs.mv(part, path)
     except BaseException:
         try:

@@ -105,14 +105,7 @@ def _common_options() -> argparse.ArgumentParser:
                         help=f"deadline of the call, retries included (default "
                              f"{DEFAULT_TIMEOUT_S:g})")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    # TLS, as etcdctl: https endpoints verified with --cacert, --cert/--key as client cert
-    for flag, what in (("--cacert", "CA bundle that verifies https endpoints (default: the "
-                                    "system CAs)"),
-                       ("--cert", "client certificate for https endpoints (PEM)"),
-                       ("--key", "the client certificate's private key (PEM)")):
-        env = TLS_ENV[flag]
-        common.add_argument(flag, dest=_TLS_DEST[flag], metavar="FILE",
-                            help=f"{what} (default ${env})")
+    add_tls_options(common)
     # etcd v3 auth, as etcdctl: --user name[:password], --password
     common.add_argument("--user", dest="auth_user", metavar="NAME[:PASSWORD]",
                         help=f"authenticate as this user (default ${USER_ENV}); without a "
@@ -180,6 +173,16 @@ def endpoints_from(args: argparse.Namespace, environ=os.environ) -> str:
 # etcdctl's --cacert/--cert/--key and their environment twins (etcdctl: ETCDCTL_CACERT ...)
 TLS_ENV = {"--cacert": "RAFTKV_CACERT", "--cert": "RAFTKV_CERT", "--key": "RAFTKV_KEY"}
 _TLS_DEST = {"--cacert": "tls_cacert", "--cert": "tls_cert", "--key": "tls_key"}  # not KEY
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """TLS, as etcdctl: https endpoints verified with --cacert, --cert/--key as client cert."""
+    for flag, what in (("--cacert", "CA bundle that verifies https endpoints (default: the "
+                                    "system CAs)"),
+                       ("--cert", "client certificate for https endpoints (PEM)"),
+                       ("--key", "the client certificate's private key (PEM)")):
+        parser.add_argument(flag, dest=_TLS_DEST[flag], metavar="FILE",
+                            help=f"{what} (default ${TLS_ENV[flag]})")
 
 
 def tls_options_from(args: argparse.Namespace, environ=os.environ) -> dict[str, str | None]:

@@ -26,8 +26,9 @@ from kvserver.archive.datadir import RestoreTarget
 from kvserver.archive.snapfile import SnapshotFileError
 from kvserver.archive.store import ArchiveError, parse_options
 from kvserver.cli.auth import add_user_options, auth_header
-from kvserver.cli.client import ENDPOINTS_ENV
+from kvserver.cli.client import ENDPOINTS_ENV, add_tls_options, tls_options_from
 from kvserver.client import DEFAULT_ENDPOINT, ClientError
+from kvserver.tls import TLSConfigError, client_context
 
 
 def add_storage_options(p) -> None:
@@ -68,6 +69,7 @@ def register(sub) -> None:
                    help="connect/read timeout (default 30)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     add_user_options(s)
+    add_tls_options(s)
     add_storage_options(s)
     s.set_defaults(func=cmd_save)
 
@@ -114,14 +116,17 @@ def cmd_save(args) -> int:
                                      or DEFAULT_ENDPOINT).split(",") if e.strip()]
     if len(endpoints) != 1:
         return _fail("snapshot must be requested from one member: give exactly one endpoint")
+    tls = tls_options_from(args)
     try:   # with auth enabled the snapshot needs a root user's token
-        headers = auth_header(endpoints[0], args, timeout_s=args.timeout)
-    except (ClientError, ValueError) as exc:
+        headers = auth_header(endpoints[0], args, timeout_s=args.timeout, tls=tls)
+        ssl_context = client_context(**tls) if endpoints[0].startswith("https://") else None
+    except (ClientError, ValueError, TLSConfigError) as exc:
         return _fail(str(exc))
     bar = backup.ProgressBar(sys.stderr, "saving")
     try:
         info = backup.save(endpoints[0], args.dest, options=parse_options(args.archive_option),
-                           progress=bar, timeout_s=args.timeout, headers=headers)
+                           progress=bar, timeout_s=args.timeout, headers=headers,
+                           ssl_context=ssl_context)
     except (ArchiveError, SnapshotFileError, OSError, ValueError) as exc:
         bar.finish()
         return _fail(str(exc))

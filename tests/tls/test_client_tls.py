@@ -11,6 +11,7 @@ the CLI take etcdctl's --cacert/--cert/--key (and RAFTKV_CACERT/CERT/KEY).
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 
@@ -177,3 +178,24 @@ def test_bench_over_tls_with_a_client_certificate(tmp_path, pki, start_member):
                              text=True, timeout=120, env=env)  # no client certificate
     assert refused.returncode == 1
     assert m.revision() == 201
+
+
+def test_snapshot_save_from_an_https_member_with_a_client_certificate(
+        tmp_path, pki, start_member, capsys, monkeypatch):
+    m = _tls_member(start_member, tmp_path, pki, trusted_ca_file=pki.ca_file,
+                    client_cert_auth=True)
+    good = pki.pair("client")
+    with Client(m.url, ca_file=pki.ca_file, cert_file=good.cert, key_file=good.key,
+                **FAST) as c:
+        rev = c.put("backed/up", "yes").header.revision
+    for var in ("RAFTKV_ENDPOINTS", "RAFTKV_CACERT", "RAFTKV_CERT", "RAFTKV_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    dest = str(tmp_path / "backup.snap")
+    tls = ["--cacert", pki.ca_file, "--cert", good.cert, "--key", good.key]
+    assert cli_main(["snapshot", "save", dest, "--endpoints", m.url, "--json", *tls]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["revision"] == rev
+    # Without the client certificate the member refuses the handshake: nothing is saved.
+    assert cli_main(["snapshot", "save", str(tmp_path / "no.snap"), "--endpoints", m.url,
+                     "--cacert", pki.ca_file, "--timeout", "3"]) == 1
+    assert "Error:" in capsys.readouterr().err
+    assert not (tmp_path / "no.snap").exists()
