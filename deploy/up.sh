@@ -7,6 +7,15 @@
 #   deploy/up.sh down [ARGS]   stop and remove the containers (ARGS -v: the data volumes too)
 #   deploy/up.sh CMD [ARGS]    any other compose command (ps, logs, stop, start, ...)
 #
+# --tls anywhere in ARGS (or RAFTKV_TLS=1): the TLS profile, docker-compose.tls.yml over
+# docker-compose.yml: https client and peer URLs, peers authenticated by certificate. `up`
+# first makes a throwaway CA and a member certificate in RAFTKV_TLS_DIR (default deploy/tls/,
+# ignored by git; an existing set is reused) with kvserver.tls.make_cluster_pki, using
+# RAFTKV_PYTHON (default .venv/bin/python, else python3; it needs the `cryptography`
+# package), and then prints the RAFTKV_CACERT to use. The member key is made readable by the
+# containers' user (uid 2379): owned by it when up.sh runs as root, else mode 0644 — it is a
+# throwaway key for a local cluster; for anything else mount your own certificates.
+#
 # (`make compose-up` / `make compose-down` run the first and third.)
 #
 # Base image, for `up` and `build`:
@@ -48,6 +57,23 @@ else
   missing "neither the Compose v2 plugin (docker compose) nor docker-compose (v1) is installed"
 fi
 compose=("${compose[@]}" -f "$COMPOSE_FILE")
+
+# --tls (anywhere) or RAFTKV_TLS=1: the TLS overlay. The flag is removed from the arguments.
+tls="${RAFTKV_TLS:-0}"
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --tls ]; then tls=1; else args+=("$arg"); fi
+done
+set -- "${args[@]+"${args[@]}"}"
+[ "$tls" = true ] && tls=1
+TLS_DIR="${RAFTKV_TLS_DIR:-deploy/tls}"
+case "$TLS_DIR" in /*) ;; *) TLS_DIR="$PWD/$TLS_DIR" ;; esac
+if [ "$tls" = 1 ]; then
+  compose=("${compose[@]}" -f deploy/docker-compose.tls.yml)
+  export RAFTKV_TLS_DIR="$TLS_DIR"
+fi
+scheme=http
+[ "$tls" = 1 ] && scheme=https
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
@@ -117,11 +143,15 @@ build() {
 wait_healthy() {
   local addr="${RAFTKV_PUBLISH_ADDR:-127.0.0.1}"
   [ "$addr" = 0.0.0.0 ] && addr=127.0.0.1
-  local urls=("http://$addr:${RAFTKV1_CLIENT_PORT:-2379}" "http://$addr:${RAFTKV2_CLIENT_PORT:-22379}"
-              "http://$addr:${RAFTKV3_CLIENT_PORT:-32379}")
+  local urls=("$scheme://$addr:${RAFTKV1_CLIENT_PORT:-2379}"
+              "$scheme://$addr:${RAFTKV2_CLIENT_PORT:-22379}"
+              "$scheme://$addr:${RAFTKV3_CLIENT_PORT:-32379}")
+  local ca=()
+  [ "$tls" = 1 ] && ca=("RAFTKV_HEALTHCHECK_CACERT=$TLS_DIR/ca.pem")
   local deadline=$(( $(date +%s) + HEALTH_TIMEOUT_S )) url
   for url in "${urls[@]}"; do
-    until RAFTKV_HEALTHCHECK_URL="$url/health" python3 deploy/healthcheck.py >/dev/null 2>&1; do
+    until env "${ca[@]+"${ca[@]}"}" RAFTKV_HEALTHCHECK_URL="$url/health" \
+        python3 deploy/healthcheck.py >/dev/null 2>&1; do
       if [ "$(date +%s)" -ge "$deadline" ]; then
         say "$url is not healthy after ${HEALTH_TIMEOUT_S} s; see: ${compose[*]} logs"
         exit 1
@@ -131,12 +161,36 @@ wait_healthy() {
   done
   say "cluster healthy: ${urls[*]}"
   say "export RAFTKV_ENDPOINTS=$(IFS=,; echo "${urls[*]}")"
+  [ "$tls" = 1 ] && say "export RAFTKV_CACERT=$TLS_DIR/ca.pem"
+  return 0
+}
+
+make_certs() {
+  local py="${RAFTKV_PYTHON:-}"
+  if [ -z "$py" ]; then
+    if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
+  fi
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$TLS_DIR" <<'PY' ||
+import sys
+from kvserver.tls import make_cluster_pki
+make_cluster_pki(sys.argv[1], ["raftkv1", "raftkv2", "raftkv3"])
+PY
+    missing "cannot make the TLS certificates with $py (it needs the cryptography package: .venv/bin/pip install cryptography, or set RAFTKV_PYTHON)"
+  # The containers run as uid/gid 2379 and must read the member key.
+  chmod 755 "$TLS_DIR"
+  if [ "$(id -u)" = 0 ]; then
+    chown 2379:2379 "$TLS_DIR/member-key.pem"
+  else
+    chmod 644 "$TLS_DIR/member-key.pem"
+  fi
+  say "TLS: CA and member certificate in $TLS_DIR (throwaway; keep *-key.pem private)"
 }
 
 stale=""
 case "${1:-}" in
   up)
     shift
+    [ "$tls" = 1 ] && make_certs
     build
     "${compose[@]}" up -d --no-build "$@"
     for id in $stale; do docker image rm "$id" >/dev/null 2>&1 || true; done

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import secrets
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -120,11 +121,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def http(method: str, url: str, body: bytes | None = None,
-         timeout_s: float = 5.0) -> tuple[int, bytes]:
+def http(method: str, url: str, body: bytes | None = None, timeout_s: float = 5.0,
+         context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -154,6 +155,7 @@ class ComposeCluster:
     urls: dict[str, str]                       # service -> http://127.0.0.1:<published port>
     containers: dict[str, str] = field(default_factory=dict)  # service -> container id
     acked: dict[str, str] = field(default_factory=dict)  # every acknowledged write, by tests
+    ssl_context: ssl.SSLContext | None = None  # the TLS profile: trusts its CA
 
     def compose_run(self, *args: str, timeout_s: float = 180,
                     check: bool = True) -> subprocess.CompletedProcess:
@@ -169,14 +171,16 @@ class ComposeCluster:
 
     def status(self, service: str, timeout_s: float = 2.0) -> dict | None:
         try:
-            code, body = http("GET", self.urls[service] + "/v1/status", timeout_s=timeout_s)
+            code, body = http("GET", self.urls[service] + "/v1/status", timeout_s=timeout_s,
+                              context=self.ssl_context)
         except OSError:
             return None
         return json.loads(body) if code == 200 else None
 
     def healthy(self, service: str) -> bool:
         try:
-            return http("GET", self.urls[service] + "/health", timeout_s=2.0)[0] == 200
+            return http("GET", self.urls[service] + "/health", timeout_s=2.0,
+                        context=self.ssl_context)[0] == 200
         except OSError:
             return False
 
@@ -203,24 +207,34 @@ class ComposeCluster:
 
 
 @contextlib.contextmanager
-def compose_cluster(docker: str, image: str, extra_env: dict[str, str] | None = None):
+def compose_cluster(docker: str, image: str, extra_env: dict[str, str] | None = None,
+                    tls_dir: str | None = None):
     """``deploy/up.sh up`` (build, start, wait healthy) as a unique project; ``down -v`` at
-    the end. Yields the cluster and how long ``up.sh up`` took (seconds)."""
+    the end. Yields the cluster and how long ``up.sh up`` took (seconds). With ``tls_dir``:
+    the TLS profile (``RAFTKV_TLS=1``, certificates made by up.sh in ``tls_dir``), https
+    URLs, and ``ssl_context`` trusting ``tls_dir/ca.pem`` once up.sh has made it."""
     project = f"{PROJECT_PREFIX}{os.getpid()}x{secrets.token_hex(3)}"
     ports = free_ports(len(SERVICES))
     env = {**os.environ, **(extra_env or {}), "RAFTKV_IMAGE": image,
            "RAFTKV_PUBLISH_ADDR": "127.0.0.1", "RAFTKV_CLUSTER_TOKEN": project,
            "COMPOSE_PROJECT_NAME": project, "RAFTKV_UP_TIMEOUT_S": str(int(UP_TIMEOUT_S))}
+    scheme = "http"
+    if tls_dir is not None:
+        env.update(RAFTKV_TLS="1", RAFTKV_TLS_DIR=tls_dir)
+        scheme = "https"
     urls = {}
     for service, port in zip(SERVICES, ports, strict=True):
         env[f"{service.upper()}_CLIENT_PORT"] = str(port)
-        urls[service] = f"http://127.0.0.1:{port}"
+        urls[service] = f"{scheme}://127.0.0.1:{port}"
     cluster = ComposeCluster(docker, project, env, urls)
     ok = False
     try:
         start = time.monotonic()
         proc = cluster.compose_run("up", timeout_s=BUILD_TIMEOUT_S)
         up_s = time.monotonic() - start
+        if tls_dir is not None:
+            cluster.ssl_context = ssl.create_default_context(
+                cafile=os.path.join(tls_dir, "ca.pem"))
         print(f"deploy/up.sh up: {up_s:.1f} s\n{proc.stderr[-2000:]}")
         for service in SERVICES:
             cid = cluster.compose_run("ps", "-q", service).stdout.strip()
