@@ -260,8 +260,10 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         timeout_s = max(READ_TIMEOUT_FLOOR_S, 4 * self.o.timeout_s)
 
         async def bounded():
-            return await asyncio.wait_for(
-                collect_events(self.o, partition.start, partition.end), timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancel
+            # that arrives as the awaited call completes (CPython gh-86296).
+            async with asyncio.timeout(timeout_s):
+                return await collect_events(self.o, partition.start, partition.end)
 
         try:
             events = asyncio.run(bounded())
