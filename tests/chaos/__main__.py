@@ -22,7 +22,7 @@ SUMMARY_KEYS = ("ok", "rounds", "acked_writes", "lost_writes", "linearizability"
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=60.0,
-                   help="seconds of fault schedule (faults started after it are not cut)")
+                   help="seconds during which fault cycles start (every requested fault runs at least once)")
     p.add_argument("--nemesis", default="kill,pause,restart,partition",
                    help=f"families ({', '.join(FAMILIES)}, all) or faults "
                         f"({', '.join(ALL_FAULTS)}), comma-separated")

@@ -3,8 +3,8 @@
 :func:`run` starts three real members (in network namespaces on a bridge when the machine
 allows it -- required when a partition fault is asked for -- otherwise on loopback), starts
 every workload and two watchers, then injects faults (the requested ones, shuffled per
-cycle with ``seed``) until ``duration_s`` has passed, then ``failover_kills`` more leader
-SIGKILLs. It heals everything, stops the workloads, writes a final sentinel key, and judges:
+cycle with ``seed``) until ``duration_s`` has passed -- but at least one whole cycle, so
+every requested fault runs once -- then ``failover_kills`` more leader SIGKILLs. It heals everything, stops the workloads, writes a final sentinel key, and judges:
 
 - acknowledged writes lost (each acked ``(key, revision)`` must be in the history),
 - the register history's linearizability (tests/lincheck, bounded by ``check_timeout_s``:
@@ -171,11 +171,14 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
         cycle: list[str] = []
         schedule_end = origin + cfg.duration_s
         kills_left = cfg.failover_kills
+        cycles = 0
         while True:
-            if time.monotonic() < schedule_end:
-                if not cycle:
-                    cycle = list(faults)
-                    rng.shuffle(cycle)
+            if not cycle and time.monotonic() < schedule_end:
+                cycle = list(faults)
+                rng.shuffle(cycle)
+                cycles += 1
+            # the first cycle always completes: every requested fault runs at least once
+            if cycle and (time.monotonic() < schedule_end or cycles == 1):
                 fault = cycle.pop()
             elif kills_left > 0:
                 kills_left -= 1
