@@ -140,14 +140,17 @@ class RaftkvSystem(System):
 class EtcdSystem(System):
     name = "etcd"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, scheme: str = "http",
+                 extra_args: list[str] | None = None) -> None:
+        """``scheme`` "https" with TLS flags in ``extra_args``: https client and peer URLs."""
         super().__init__(root)
         self.binary = shutil.which("etcd")
         if not self.binary:
             raise BenchError("etcd is not installed (Debian package etcd-server)")
         ports = free_ports(6)
-        self.urls = [f"http://127.0.0.1:{ports[2 * i]}" for i in range(3)]
-        self.peers = [f"http://127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
+        self.urls = [f"{scheme}://127.0.0.1:{ports[2 * i]}" for i in range(3)]
+        self.peers = [f"{scheme}://127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
+        self.extra_args = list(extra_args or [])
         self.procs = _Processes(self.root)
 
     def start(self) -> None:
@@ -159,7 +162,7 @@ class EtcdSystem(System):
                 "--listen-peer-urls", self.peers[i],
                 "--initial-advertise-peer-urls", self.peers[i], "--initial-cluster", initial,
                 "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
-                "--log-level", "warn"], f"e{i}")
+                "--log-level", "warn", *self.extra_args], f"e{i}")
 
     def check_alive(self) -> None:
         self.procs.check_alive()
