@@ -137,6 +137,17 @@ class WAL:
     def metadata(self) -> bytes:
         return self._metadata
 
+    def tail_position(self) -> tuple[str, int, int, HardState] | None:
+        """(tail segment path, end offset of its complete writes, last index, hard state),
+        all as of one moment: the bytes of the tail segment up to that offset hold exactly the
+        writes whose last index and hard state these are (a write moves all four together,
+        after its pwrite returned). None before the first segment exists. For readers of the
+        live segment such as the archive; the bytes may not be synced yet."""
+        with self._mu:
+            if not self._segments:
+                return None
+            return self._segments[-1].path, self._tail_off, self._enti, self._state
+
     def segment_paths(self) -> list[str]:
         """The segments this WAL holds locked (the last one is being appended to)."""
         with self._mu:

@@ -54,14 +54,14 @@ log = logging.getLogger(__name__)
 MAX_PART_BYTES = 64 << 20
 
 
-def wal_tail(w) -> tuple[str, int] | None:
-    """(tail segment path, end of its complete writes) of an open ``wal.WAL``."""
-    # The WAL has no public accessor for its write offset; both fields are guarded by _mu
-    # and _tail_off only moves after a pwrite returned, so the prefix is complete.
-    with w._mu:
-        if not w._segments:
-            return None
-        return w._segments[-1].path, w._tail_off
+def wal_tail(w) -> tuple[str, int, int, int] | None:
+    """(tail segment path, end of its complete writes, last index, commit) of an open
+    ``wal.WAL``, as of one moment (``WAL.tail_position``)."""
+    pos = w.tail_position()
+    if pos is None:
+        return None
+    path, end, last_index, hard_state = pos
+    return path, end, last_index, hard_state.commit
 
 
 def frames_end(buf, start: int = 0) -> int:
@@ -304,7 +304,13 @@ class Archiver:
                     if data:
                         rel, crc = self._upload(f"wal/{name}.{start:016x}", data)
                         seg.parts.append(Part(rel, start, len(data), crc))
-                        last, commit = scan_part(data)
+                        if is_last and tail is not None and start + len(data) == end:
+                            # The part ends where the WAL's own tail was: its last index and
+                            # commit are known without decoding every record in Python
+                            # (which would hold the GIL against the member's event loop).
+                            last, commit = tail[2], tail[3]
+                        else:
+                            last, commit = scan_part(data)
                         seg.last_index = max(seg.last_index, last)
                         seg.commit = max(seg.commit, commit)
                         self._newest_mtime = max(self._newest_mtime, min(st.st_mtime,

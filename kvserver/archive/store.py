@@ -23,8 +23,7 @@ import uuid
 from collections.abc import Iterable
 
 import fsspec
-
-from raftpb import crc32c
+from crc32c import crc32c  # hardware CRC-32C: the same values as raftpb.crc32c, ~100x faster
 
 TMP_MARK = ".tmp-"
 
