@@ -122,8 +122,9 @@ class Target:
             raise SystemExit(f"{self.system}: auth is not {'on' if enabled else 'off'}")
 
 
-def start_targets(root: str) -> dict[tuple[str, bool], Target]:
-    targets: dict[tuple[str, bool], Target] = {}
+def start_targets(root: str, targets: dict[tuple[str, bool], Target]) -> None:
+    """Start the four clusters into ``targets`` (each entered as soon as it is started, so
+    the caller stops it even when a later start or the setup fails)."""
     plain = LocalCluster(os.path.join(root, "raftkv-plain"), size=3)
     # tls=True makes the throwaway CA in <data_dir>/tls; etcd gets the very same files.
     tls = LocalCluster(os.path.join(root, "raftkv-tls"), size=3, tls=True)
@@ -150,7 +151,6 @@ def start_targets(root: str) -> dict[tuple[str, bool], Target]:
     for t in targets.values():
         t.wait_ready()
         t.setup_auth()
-    return targets
 
 
 def bench(target: Target, clients: int, duration_s: float, user: str | None) -> dict:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     targets: dict[tuple[str, bool], Target] = {}
     started = time.time()
     try:
-        targets = start_targets(root)
+        start_targets(root, targets)
         for r in range(args.rounds):
             for setting in SETTINGS:
                 is_tls, auth = "TLS" in setting, "auth" in setting
