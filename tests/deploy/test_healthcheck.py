@@ -75,3 +75,39 @@ def test_nothing_listening_is_unhealthy(monkeypatch):
     from kvserver.cluster import free_ports
     monkeypatch.setenv("RAFTKV_HEALTHCHECK_URL", f"http://127.0.0.1:{free_ports(1)[0]}/health")
     assert healthcheck.main() == 1
+
+
+def test_https_is_verified_with_the_healthcheck_ca(monkeypatch, tmp_path):
+    """The TLS profile: the member's certificate is trusted only through
+    ``RAFTKV_HEALTHCHECK_CACERT`` (or ``RAFTKV_TRUSTED_CA_FILE``), not the system CAs."""
+    import ssl
+
+    pytest.importorskip("cryptography")
+    from kvserver.tls import make_cluster_pki
+
+    pki = make_cluster_pki(str(tmp_path / "tls"), ["127.0.0.1"])
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.server_cert, pki.server_key)
+    handler = type("H", (http.server.BaseHTTPRequestHandler,), {
+        "do_GET": lambda self: (self.send_response(200), self.end_headers()),
+        "log_message": lambda self, *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/health"
+        monkeypatch.setenv("RAFTKV_HEALTHCHECK_URL", url)
+        for name in ("RAFTKV_HEALTHCHECK_CACERT", "RAFTKV_TRUSTED_CA_FILE",
+                     "RAFTKV_HEALTHCHECK_CERT"):
+            monkeypatch.delenv(name, raising=False)
+        assert healthcheck.main() == 1                       # unknown CA: refused
+        monkeypatch.setenv("RAFTKV_HEALTHCHECK_CACERT", pki.ca_file)
+        assert healthcheck.main() == 0
+        monkeypatch.delenv("RAFTKV_HEALTHCHECK_CACERT")
+        monkeypatch.setenv("RAFTKV_TRUSTED_CA_FILE", pki.ca_file)
+        assert healthcheck.main() == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
