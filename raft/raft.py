@@ -445,7 +445,11 @@ class Raft:
         )
         resp_type = vote_response_type(m.type)
         if can_vote and self._pre_vote_tie_lost_by(m):
-            can_vote = False
+            # Not answered (as a voter in its lease does): the rival stays a pre-candidate
+            # until our MsgVote makes it a follower, or its own timeout passes.
+            self._info("ignored %s from %x: a rival pre-candidate with an equal log; the "
+                       "lower id goes first", m.type, m.frm)
+            return
         if can_vote and self.log.is_up_to_date(m.index, m.log_term):
             # The response carries the candidate's term: for a pre-vote our term is lower.
             self._send(Message(type=resp_type, to=m.frm, frm=self.id, term=m.term))
@@ -456,7 +460,7 @@ class Raft:
             self._send(self._msg(resp_type, m.frm, reject=True))
 
     def _pre_vote_tie_lost_by(self, m: Message) -> bool:
-        """Whether to refuse a pre-vote to a rival pre-candidate of the same round.
+        """Whether to withhold a pre-vote from a rival pre-candidate of the same round.
 
         Two followers of a dead leader that campaign at about the same time would grant each
         other's pre-votes, both win the pre-election, both vote for themselves in the real
