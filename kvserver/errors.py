@@ -58,3 +58,8 @@ def timed_out() -> ServiceError:
 
 def stopping() -> ServiceError:
     return ServiceError(GrpcCode.UNAVAILABLE, "etcdserver: server stopped", retryable=True)
+
+
+def replaying(detail: str) -> ServiceError:
+    """A member that restarted has not applied its recovered log yet (local reads wait)."""
+    return ServiceError(GrpcCode.UNAVAILABLE, f"etcdserver: {detail}", retryable=True)

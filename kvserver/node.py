@@ -178,6 +178,14 @@ class Node:
         # error: the heartbeat's commit index proves our log holds what the leader thinks we
         # acknowledged (a node that lost entries fails right there), so /health waits for it.
         self._confirmed_leader: tuple[int, int] = (0, 0)
+        # The commit index this member had before it (re)started. Its store lives in memory:
+        # until the entries up to there are applied again it is older than what it served
+        # before the restart (etcd's store is on disk and never goes back), so local reads
+        # and new watches wait for ``recovered`` (see ``wait_recovered``).
+        self.recovered_commit = hard_state.commit
+        self.recovered = asyncio.Event()
+        if applied >= self.recovered_commit:
+            self.recovered.set()
         # counters read by /metrics (kvserver.server.Member._stats)
         self.stats = {"proposals_applied": 0, "proposals_failed": 0}
 
@@ -244,6 +252,23 @@ class Node:
         """Raft would take a conf change now: this leader applied every change it may have
         (its term's first entry included), so the one-pending-change rule will not refuse."""
         return self.raw.raft.pending_conf_index <= self.applied
+
+    async def wait_recovered(self, timeout_s: float | None = None) -> None:
+        """Return once the entries committed before this member started are applied again
+        (at once in steady state); ``unavailable`` if that takes longer than the timeout."""
+        if self.recovered.is_set():
+            return
+        try:
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                await self.recovered.wait()
+        except TimeoutError:
+            raise errors.replaying(
+                f"this member is still replaying its log after a restart (applied "
+                f"{self.applied} of {self.recovered_commit})") from None
+
+    def _note_applied(self) -> None:
+        if self.applied >= self.recovered_commit and not self.recovered.is_set():
+            self.recovered.set()
 
     async def read_barrier(self, timeout_s: float | None = None) -> int:
         """Wait until this node's state machine reflects every write acknowledged before the
@@ -442,6 +467,7 @@ class Node:
             self.conf_state = rd.snapshot.metadata.conf_state
             self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
             self.applied = self.snapshot_index = rd.snapshot.metadata.index
+            self._note_applied()
             log.info("node %x: restored snapshot at index %d from the leader", self.id,
                      self.applied)
         if rd.committed_entries:
@@ -494,6 +520,7 @@ class Node:
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
+            self._note_applied()
             if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
                 await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
 

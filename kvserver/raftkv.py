@@ -247,7 +247,9 @@ class RaftKV:
 
     async def range(self, req: RangeRequest) -> RangeResponse:
         check_range(req)
-        if not req.serializable:
+        if req.serializable:
+            await self.node.wait_recovered()  # never older than before a restart
+        else:
             await self.node.read_barrier()
         result = self.store.apply(req)
         if result.error is not None:
@@ -340,6 +342,11 @@ class RaftKV:
 
     def watch_stream(self) -> WatchStream:
         return self.watch_hub.open_stream()
+
+    async def wait_recovered(self) -> None:
+        """Local reads and new watches wait until a restarted member has re-applied what it
+        had committed (its in-memory store would otherwise be older than before)."""
+        await self.node.wait_recovered()
 
     # --- membership (kvserver.membership.MembershipService answers) -----------------------
 

@@ -148,4 +148,7 @@ class KVService(Protocol):
 
     def watch_stream(self) -> WatchStream: ...
 
+    async def wait_recovered(self) -> None:
+        """Return once this member's store is no older than before it (re)started."""
+
     def status(self) -> NodeStatus: ...

@@ -455,6 +455,8 @@ async def watch(request: web.Request) -> web.StreamResponse:
     except (ConnectionError, asyncio.IncompleteReadError):
         return web.Response(status=400)  # the client went away before asking anything
     first_request = None if first is None else decode_watch_request(first)
+    # A restarted member replaying its log would report those old events as new ones.
+    await service.wait_recovered()
     session = _Session(request, service.watch_stream())
     stream = session.stream
     sessions = request.app[SESSIONS_KEY]

@@ -111,6 +111,9 @@ class LocalKV:
             raise self.fail_with
         return self.watch_hub.open_stream()
 
+    async def wait_recovered(self) -> None:
+        pass  # an in-memory store that never restarts
+
     def replace_store(self, store: MVCCStore) -> None:
         """What a snapshot restore does: a new store, watchers continue from its history."""
         self.store = store
