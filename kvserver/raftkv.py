@@ -332,6 +332,10 @@ class RaftKV:
         return self._finish(resp)
 
     async def lease_leases(self) -> LeaseLeasesResponse:
+        # Linearizable like a default range (etcd answers from the local lessor): a follower
+        # must not list leases, and a header revision, older than a write already
+        # acknowledged elsewhere (the differential test against etcd caught one behind).
+        await self.node.read_barrier()
         return self._finish(self.lessor.leases())
 
     # --- watch -------------------------------------------------------------------------------
