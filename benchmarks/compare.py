@@ -405,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         f.write(format_markdown(rows) + "\n")
     print(f"\nwrote {json_path}, {png_path}, {md_path}", file=sys.stderr)
     if args.doc:
-        from benchmarks.perfdoc import render
+        from benchmarks.perfdoc import kept_sections, render
+        kept = kept_sections(args.doc)
         doc_dir = os.path.dirname(os.path.abspath(args.doc))
         stem = os.path.splitext(os.path.basename(args.doc))[0]
         shutil.copyfile(png_path, os.path.join(doc_dir, stem + ".png"))  # the doc's picture
@@ -413,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.doc, "w") as f:
             f.write(render(doc, format_markdown(rows), checks, batch_lines, cpu_lines,
                            stem + ".png",
-                           " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])])))
+                           " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])]))
+                    + ("\n" + kept if kept else ""))
         print(f"wrote {args.doc}", file=sys.stderr)
     return 0
 

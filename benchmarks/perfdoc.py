@@ -52,6 +52,22 @@ ANALYSIS: list[str] = [
     "cores, HTTP parsing in separate processes in front of the raft process.",
 ]
 
+# Everything from this line to the end of docs/performance.md is written by hand from other
+# scripts' runs (failover, Spark, archive, TLS/auth); regenerating the file keeps it.
+KEEP_MARKER = "<!-- kept by benchmarks/perfdoc.py: sections measured by their own scripts -->"
+
+
+def kept_sections(path: str) -> str:
+    """The hand-written tail of an existing doc (from KEEP_MARKER on), or ''."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(KEEP_MARKER)
+    return text[at:] if at >= 0 else ""
+
+
 def render(doc: dict, table_md: str, checks, batch_lines: list[str], cpu_lines: list[str],
            png: str, command: str) -> str:
     stem = png.rsplit(".", 1)[0]

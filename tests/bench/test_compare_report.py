@@ -1,7 +1,7 @@
 """benchmarks/compare.py's table, ratios and target checks (pure functions, made-up numbers)."""
 
 from benchmarks.compare import batching, format_cpu, format_markdown, table, targets
-from benchmarks.perfdoc import render
+from benchmarks.perfdoc import KEEP_MARKER, kept_sections, render
 
 
 def cell(ops, p50, p99=9.0):
@@ -73,3 +73,12 @@ def test_the_document_has_table_targets_cpu_and_analysis():
     assert "- **missed**: puts at 64 clients >= 3x PySyncObj" in text
     assert "### CPU per request" in text and "- put x64: raftkv 190" in text
     assert "## Why the targets are missed" in text
+
+
+def test_regenerating_the_doc_keeps_its_hand_written_sections(tmp_path):
+    doc = tmp_path / "performance.md"
+    assert kept_sections(str(doc)) == ""  # no doc yet
+    doc.write_text(f"# Performance\ngenerated table\n\n{KEEP_MARKER}\n## Failover\n1.1 s\n")
+    assert kept_sections(str(doc)) == f"{KEEP_MARKER}\n## Failover\n1.1 s\n"
+    doc.write_text("# Performance\nno marker\n")
+    assert kept_sections(str(doc)) == ""
