@@ -11,5 +11,7 @@ what each nemesis does, what is checked, and the figures of a run.
 Modules: ``netns`` (namespaces, bridge, partitions, cleanup), ``members`` (the launcher),
 ``kvhttp`` (the gateway requests), ``workloads`` (register, bank, lock, failover prober),
 ``watchers`` (watch streams and history replay), ``nemesis`` (the faults), ``checks`` (pure
-judgments), ``runner`` (one run and its report), ``plot`` (the PNG timeline).
+judgments), ``runner`` (one run and its report), ``plot`` (the PNG timeline),
+``docker_members`` (the compose target: deploy/'s three containers and Docker's faults,
+``python -m tests.chaos --target compose``; CI: ``test_chaos_compose.py``).
 """

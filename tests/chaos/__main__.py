@@ -1,5 +1,8 @@
 """``python -m tests.chaos --duration 60 --nemesis kill,pause,partition --out DIR``
 
+(``--target compose``: the same against deploy/docker-compose.yml's three containers, with
+Docker's faults; see tests/chaos/docker_members.py.)
+
 Runs one chaos run (see :mod:`tests.chaos.runner`), prints the summary, writes
 ``DIR/report.json``, ``DIR/timeline.png``, ``DIR/operations.json`` and the members' logs under
 ``DIR/data``. Exit status 0 when every check passed, 1 when one failed, 2 when this machine
@@ -33,18 +36,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failover-kills", type=int, default=0,
                    help="extra leader SIGKILLs after the schedule (failover p50/p99)")
     p.add_argument("--network", choices=("auto", "netns", "loopback"), default="auto")
+    p.add_argument("--target", choices=("process", "compose"), default="process",
+                   help="process: three `raftkv serve` processes (namespaces for partitions); "
+                        "compose: deploy/docker-compose.yml's containers, Docker's faults "
+                        "(docker kill/start, pause/unpause, network disconnect/connect)")
     p.add_argument("--server-arg", action="append", default=[],
                    help="extra `raftkv serve` flag (repeat), e.g. --server-arg=--election-timeout=500")
     args = p.parse_args(argv)
     cfg = ChaosConfig(duration_s=args.duration, nemesis=args.nemesis, out_dir=args.out,
                       seed=args.seed, hold_s=args.hold, gap_s=args.gap,
                       failover_kills=args.failover_kills, network=args.network,
-                      extra_args=args.server_arg)
+                      extra_args=args.server_arg, target=args.target)
     try:
         report = run(cfg)
     except ChaosUnavailable as exc:
         print(f"chaos: cannot run here: {exc}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        # tests/deploy/compose.py, shared with pytest, skips (or fails under
+        # RAFTKV_REQUIRE_EXTERNAL=1) when Docker, Compose or a base image is missing
+        if type(exc).__name__ in ("Skipped", "Failed") and args.target == "compose":
+            print(f"chaos: cannot run here: {exc}", file=sys.stderr)
+            return 2
+        raise
     print(json.dumps({k: report.get(k) for k in SUMMARY_KEYS}, indent=2, default=str))
     return 0 if report["ok"] else 1
 

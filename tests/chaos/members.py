@@ -14,7 +14,8 @@ the failover figures are those of the default flags.
 directly. ``kill``/``pause``/``resume``/``start_member`` act on one member; ``stop`` resumes
 and stops all (SIGTERM, then SIGKILL after a bounded wait). ``leader()`` is the member every
 reachable member names as leader; ``wait_healthy`` polls (bounded) until every running member
-answers ``/health`` 200 and they agree on one leader.
+answers ``/health`` 200 and they agree on one leader, and fails when :meth:`exited` names a
+member (a subclass, tests/chaos/docker_members.py, runs the members as containers).
 """
 
 from __future__ import annotations
@@ -191,10 +192,9 @@ class ChaosCluster:
         (with the logs' tails) or when a member exited by itself."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for m in self.members:
-                if m.proc is not None and not m.alive():
-                    raise AssertionError(f"{m.name} exited (code {m.proc.returncode}):\n"
-                                         f"{self.log_tail(m)}")
+            for m in self.exited():
+                raise AssertionError(f"{m.name} exited ({self.exit_reason(m)}):\n"
+                                     f"{self.log_tail(m)}")
             if all(self.healthy(m) for m in self.members):
                 lead = self.leader()
                 if lead is not None:
@@ -202,6 +202,9 @@ class ChaosCluster:
             time.sleep(0.1)
         tails = "\n".join(f"--- {m.name}\n{self.log_tail(m, 15)}" for m in self.members)
         raise AssertionError(f"no healthy cluster with one leader after {timeout_s}s\n{tails}")
+
+    def exit_reason(self, m: Member) -> str:
+        return f"code {m.proc.returncode}" if m.proc is not None else "unknown"
 
     def exited(self) -> list[Member]:
         """Members whose process ended (not by our kill: we restart those before asking)."""

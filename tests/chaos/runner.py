@@ -5,6 +5,9 @@ allows it -- required when a partition fault is asked for -- otherwise on loopba
 every workload and two watchers, then injects faults (the requested ones, shuffled per
 cycle with ``seed``) until ``duration_s`` has passed -- but at least one whole cycle, so
 every requested fault runs once -- then ``failover_kills`` more leader SIGKILLs. It heals everything, stops the workloads, writes a final sentinel key, and judges:
+(``target="compose"``: the members are deploy/docker-compose.yml's containers and the
+faults Docker's, see tests/chaos/docker_members.py; same workloads, checks and report, and
+``cleanup`` lists what ``down -v`` left of the project.)
 
 - acknowledged writes lost (each acked ``(key, revision)`` must be in the history),
 - the register history's linearizability (tests/lincheck, bounded by ``check_timeout_s``:
@@ -52,7 +55,8 @@ class ChaosConfig:
     hold_s: float = 3.0            # how long each fault lasts
     gap_s: float = 1.0             # quiet time between two faults
     failover_kills: int = 0        # extra leader SIGKILLs after the schedule
-    network: str = "auto"          # auto | netns | loopback
+    network: str = "auto"          # auto | netns | loopback (target "process" only)
+    target: str = "process"        # process: raftkv serve processes; compose: deploy/'s containers
     register_clients: int = 5
     register_keys: int = 5
     bank_clients: int = 3          # one of them only reads
@@ -90,7 +94,24 @@ def _put_retrying(endpoints: list[str], key: str, value: str, timeout_s: float) 
     raise AssertionError(f"put {key} not acknowledged in {timeout_s}s: {last}")
 
 
+def compose_faults(spec: str) -> tuple[list[str], dict[str, str]]:
+    """The faults of ``spec`` the compose target can inject, and those it leaves out (with
+    the reason) because a family or ``all`` named them; naming one alone is an error."""
+    from tests.chaos.docker_members import UNSUPPORTED_FAULTS
+    named = {p.strip() for p in spec.split(",")}
+    asked = [f for f in UNSUPPORTED_FAULTS if f in named]
+    if asked:
+        raise ChaosUnavailable(f"{asked[0]}: {UNSUPPORTED_FAULTS[asked[0]]}")
+    faults = expand(spec)
+    return ([f for f in faults if f not in UNSUPPORTED_FAULTS],
+            {f: UNSUPPORTED_FAULTS[f] for f in faults if f in UNSUPPORTED_FAULTS})
+
+
 def run(cfg: ChaosConfig) -> dict:
+    if cfg.target == "compose":
+        return _run_compose(cfg)
+    if cfg.target != "process":
+        raise ValueError(f"unknown target {cfg.target!r}: process or compose")
     faults = expand(cfg.nemesis)
     if not faults:
         raise ValueError("no nemesis selected")
@@ -129,6 +150,46 @@ def run(cfg: ChaosConfig) -> dict:
             report["cleanup"] = {"errors": errors, "leftovers": left}
             if errors or left:
                 problems.append(f"cleanup left {left} ({errors})")
+    return _finish(cfg, report, problems)
+
+
+def _run_compose(cfg: ChaosConfig) -> dict:
+    """The same run against deploy/docker-compose.yml's three containers, with Docker's
+    faults (tests/chaos/docker_members.py); ``down -v`` and a leftover check at the end."""
+    from tests.chaos.docker_members import compose_members, leftovers
+    faults, left_out = compose_faults(cfg.nemesis)
+    if not faults:
+        raise ValueError("no nemesis selected")
+    if cfg.extra_args:
+        raise ValueError("--server-arg is for the process target: the containers take their "
+                         "flags from deploy/docker-compose.yml")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    rng = random.Random(cfg.seed)
+    report: dict = {"config": asdict(cfg), "faults_requested": faults,
+                    "faults_left_out": left_out,
+                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                "load_avg_at_start": os.getloadavg()},
+                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    problems: list[str] = []
+    project = docker = None
+    with compose_members(os.path.join(cfg.out_dir, "data")) as cluster:
+        project, docker = cluster.compose.project, cluster.compose.docker
+        report["network"] = {"mode": "compose", "project": project,
+                             "network": cluster.network.name}
+        report["members"] = {m.name: m.client_url for m in cluster.members}
+        try:
+            cluster.wait_healthy(90)
+            _run_schedule(cfg, cluster, cluster.network, faults, rng, report, problems)
+        finally:
+            cluster.stop()
+    left = leftovers(docker, project)
+    report["cleanup"] = {"errors": [], "leftovers": left}
+    if left:
+        problems.append(f"compose down -v left {left}")
+    return _finish(cfg, report, problems)
+
+
+def _finish(cfg: ChaosConfig, report: dict, problems: list[str]) -> dict:
     report["problems"] = problems
     report["ok"] = not problems
     series = report.pop("series", None)
