@@ -39,6 +39,7 @@ from typing import Any
 
 from benchmarks.systems import EtcdSystem
 from kvserver.bench.auth_compare import BENCH_PW, PUT, ROOT_PW
+from kvserver.bench.process import bench_process
 from kvserver.bench.runner import BenchError, find_leader, post_json
 from kvserver.cluster import LocalCluster
 
@@ -155,18 +156,8 @@ def start_targets(root: str, targets: dict[tuple[str, bool], Target]) -> None:
 
 def bench(target: Target, clients: int, duration_s: float, user: str | None) -> dict:
     """One ``raftkv bench`` run (a subprocess, as an operator runs it)."""
-    args = [sys.executable, "-m", "kvserver.cli", "bench", *PUT, "--clients", str(clients),
-            "--duration", str(duration_s), "--json", "--endpoints", ",".join(target.endpoints)]
-    if target.ca_file:
-        args += ["--cacert", target.ca_file]
-    if user:
-        args += ["--user", user]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")}
-    run = subprocess.run(args, capture_output=True, text=True, timeout=duration_s + 120,
-                         env=env)
-    if run.returncode != 0:
-        raise SystemExit(f"bench against {target.system} failed: {run.stderr[-2000:]}")
-    out = json.loads(run.stdout)
+    out = bench_process(target.endpoints, PUT, clients, duration_s, ca_file=target.ca_file,
+                        user=user, what=f"bench against {target.system}")
     if out.get("errors"):
         raise SystemExit(f"bench against {target.system} (tls={target.tls}, user={user}) "
                          f"had {out['errors']} errors: {json.dumps(out)[:1000]}")

@@ -13,14 +13,13 @@ a Markdown table of the medians and the per-round numbers; the cluster is stoppe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from kvserver.bench.process import bench_process
 from kvserver.cluster import LocalCluster
 
 KEY_SIZE, KEY_SPACE = 8, 10000      # keys "00000000".."00009999": all under prefix "0000"
@@ -30,16 +29,7 @@ ROOT_PW, BENCH_PW = "root-bench-pw", "bench-pw"
 
 
 def _bench(cluster: LocalCluster, clients: int, duration_s: float, user: str | None) -> dict:
-    args = [sys.executable, "-m", "kvserver.cli", "bench", *PUT, "--clients", str(clients),
-            "--duration", str(duration_s), "--json", "--endpoints", ",".join(cluster.endpoints)]
-    if user:
-        args += ["--user", user]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")}
-    run = subprocess.run(args, capture_output=True, text=True, timeout=duration_s + 120,
-                         env=env)
-    if run.returncode != 0:
-        raise SystemExit(f"bench failed: {run.stderr[-2000:]}")
-    return json.loads(run.stdout)
+    return bench_process(cluster.endpoints, PUT, clients, duration_s, user=user)
 
 
 def _setup(cluster: LocalCluster, timeout_s: float = 90.0) -> None:

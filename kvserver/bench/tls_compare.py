@@ -12,30 +12,21 @@ stopped at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from kvserver.bench.process import bench_process
 from kvserver.cluster import LocalCluster
 
 PUT = ["put", "--target-leader", "--val-size", "256", "--key-space-size", "10000"]
 
 
 def _bench(cluster: LocalCluster, clients: int, duration_s: float) -> dict:
-    args = [sys.executable, "-m", "kvserver.cli", "bench", *PUT, "--clients", str(clients),
-            "--duration", str(duration_s), "--json", "--endpoints", ",".join(cluster.endpoints)]
-    if cluster.pki is not None:
-        args += ["--cacert", cluster.pki.ca_file]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")}
-    run = subprocess.run(args, capture_output=True, text=True, timeout=duration_s + 120,
-                         env=env)
-    if run.returncode != 0:
-        raise SystemExit(f"bench failed: {run.stderr[-2000:]}")
-    return json.loads(run.stdout)
+    ca = cluster.pki.ca_file if cluster.pki is not None else None
+    return bench_process(cluster.endpoints, PUT, clients, duration_s, ca_file=ca)
 
 
 def _wait_ready(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
