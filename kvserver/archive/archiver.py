@@ -27,8 +27,9 @@ loop never waits for the archive; at most one pass runs at a time, so memory is 
 one part or snapshot file) and a last pass at stop. Loss window of the archive: what was
 written since the last pass (``interval_s`` plus the upload time), and entries are only
 restorable up to the last hard state's commit index found in the archived bytes.
-``lag()`` is ``(entries, seconds)``: local last index minus archived last index, and how
-long the archive has been behind.
+``lag()`` is ``(entries, seconds)``: local last index minus archived last index, and the age
+of the oldest write not archived yet (measured from the start of the newest pass that
+archived everything written before it began).
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ class Archiver:
         self.stats = {"uploaded_bytes": 0, "uploaded_objects": 0, "reused_objects": 0,
                       "errors": 0, "passes": 0}
         self.last_error: str | None = None
-        self._behind_since: float | None = None
+        # The start of the newest pass that archived everything written before it began: the
+        # archive holds every write older than this moment (lag seconds are measured from it).
+        self._covered_at: float | None = None
+        self._opened_at = time.monotonic()
         self._local_last = 0
         self._newest_mtime = 0.0   # when the newest archived data was written (timeline)
 
@@ -197,6 +201,8 @@ class Archiver:
         if self.manifest is None:
             self.open()
         m = self.manifest
+        started = time.monotonic()
+        target = self.last_index() if self.last_index is not None else None
         changed = self._archive_snapshots()
         changed = self._archive_segments() or changed
         if changed:
@@ -210,7 +216,7 @@ class Archiver:
             for obj in removed:
                 self.store.delete(self._name(obj))   # manifest names are relative
         self.stats["passes"] += 1
-        self._update_lag()
+        self._update_lag(started, target)
         return changed
 
     def _upload(self, rel: str, data: bytes) -> tuple[str, int]:
@@ -355,21 +361,24 @@ class Archiver:
 
     # --- lag ----------------------------------------------------------------------------
 
-    def _update_lag(self) -> None:
-        behind = self._local_last > self.manifest.last_index
-        if behind and self._behind_since is None:
-            self._behind_since = time.monotonic()
-        elif not behind:
-            self._behind_since = None
+    def _update_lag(self, started: float, target: int | None) -> None:
+        if target is None:
+            target = self._local_last
+        if self.manifest.last_index >= target:
+            self._covered_at = started
 
     def lag(self) -> tuple[int, float]:
+        """(entries written locally but not archived yet, seconds since the archive last held
+        everything written before a moment): under a steady load about one pass interval
+        plus a pass's duration, not the time since the archive was last fully idle."""
         if self.manifest is None:
             return 0, 0.0
         local = self.last_index() if self.last_index is not None else self._local_last
         entries = max(0, local - self.manifest.last_index)
-        seconds = 0.0 if self._behind_since is None or not entries \
-            else time.monotonic() - self._behind_since
-        return entries, seconds
+        if not entries:
+            return 0, 0.0
+        since = self._covered_at if self._covered_at is not None else self._opened_at
+        return entries, time.monotonic() - since
 
 
 class ArchiverThread:

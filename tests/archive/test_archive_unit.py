@@ -11,7 +11,7 @@ import pytest
 import raftpb
 import wal
 from kvserver.archive import snapfile
-from kvserver.archive.archiver import Archiver
+from kvserver.archive.archiver import Archiver, wal_tail
 from kvserver.archive.manifest import MANIFEST, Manifest
 from kvserver.archive.store import ObjectCorruptError, ObjectMissingError, ObjectStore
 from kvserver.storage import encode_metadata
@@ -136,3 +136,38 @@ def test_retention_drops_old_snapshots_and_the_segments_before_them(tmp_path, mo
     assert m.segments[0].seq > 0
     names = set(store.list(arch.prefix))
     assert names == {f"{arch.prefix}/{o}" for o in m.objects()} | {f"{arch.prefix}/{MANIFEST}"}
+
+
+def test_lag_seconds_is_the_age_of_the_oldest_unarchived_write(tmp_path, monkeypatch):
+    """Under a steady load the archive is never fully caught up (writes arrive during every
+    pass); its lag in seconds must still be about one pass interval (the age of the oldest
+    write not archived), not the time since it was last fully idle."""
+    data_dir = _member_dir(tmp_path, 50)
+    w = wal.open(f"{data_dir}/member/wal", raftpb.WalSnapshot(0, 0))
+    w.read_all()
+    clock = [1000.0]
+    monkeypatch.setattr("kvserver.archive.archiver.time.monotonic", lambda: clock[0])
+    arch = Archiver(ObjectStore.open(f"memory://lag-{uuid.uuid4().hex}"), data_dir,
+                    cluster_id=0xC, member_id=0xA, last_index=lambda: w.last_index,
+                    tail=lambda: wal_tail(w))   # as `raftkv serve` wires it
+    try:
+        arch.open()
+        arch.run_once()
+        assert arch.lag() == (0, 0.0)
+        index = 50
+        for t in range(1, 31):   # a pass every second; 10 more entries during each pass
+            clock[0] = 1000.0 + t
+            index += 10
+            w.save(raftpb.HardState(1, 0, index),
+                   [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)])
+            arch.run_once()      # archives everything written before it started...
+            index += 10          # ...while 10 more arrive
+            w.save(raftpb.HardState(1, 0, index),
+                   [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)])
+            clock[0] += 0.5
+            entries, seconds = arch.lag()
+            assert entries == 10 and seconds == pytest.approx(0.5), (t, entries, seconds)
+        clock[0] += 100          # no pass for 100 s: the oldest unarchived write ages
+        assert arch.lag() == (10, pytest.approx(100.5))
+    finally:
+        w.close()
