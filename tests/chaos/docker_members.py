@@ -38,6 +38,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from tests.chaos.members import ChaosCluster, Member
@@ -110,7 +111,8 @@ class DockerCluster(ChaosCluster):
             aliases[i] = [a for a in (net_info.get("Aliases") or []) if not cid.startswith(a)]
             self.members.append(DockerMember(
                 i, service, url.hostname, url.port, 2380, "",
-                os.path.join(log_dir, f"{service}.log"), [], service=service, container=cid,
+                os.path.join(log_dir, f"{service}.log"), [], service=service,
+                container=info["Id"],  # the full id: _states() is keyed by it
                 started_at=info["State"]["StartedAt"]))
         (network_name,) = network_names
         self.network = DockerNetwork(self, network_name, aliases)
@@ -143,22 +145,32 @@ class DockerCluster(ChaosCluster):
             m.paused = False
             m.started_at = states[m.container]["StartedAt"]
 
-    def kill(self, m: Member) -> None:
+    def kill(self, m: Member) -> float | None:
+        """SIGKILL; returns when the container died (time.monotonic(), from the daemon's
+        ``FinishedAt``, bounded by the command's start and end): the nemesis measures from
+        there, not from the start of a ``docker kill`` that takes a few hundred ms."""
         if m.dead:
-            return
+            return None
+        before = time.monotonic()
         dc.run([self.compose.docker, "kill", "-s", "KILL", m.container], check=False)
         deadline = time.monotonic() + 30
-        while self._states()[m.container]["Running"]:
+        while (state := self._states()[m.container])["Running"]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{m.name} still running 30 s after docker kill")
             time.sleep(0.05)
         m.dead = True
         m.paused = False
+        now_mono, now_wall = time.monotonic(), time.time()
+        died = now_mono - (now_wall - _wall_clock(state["FinishedAt"]))
+        return min(max(died, before), now_mono)
 
-    def pause(self, m: Member) -> None:
-        if not m.dead and not m.paused:
-            self.docker("pause", m.container)
-            m.paused = True
+    def pause(self, m: Member) -> float | None:
+        """``docker pause``; returns when the command returned (the freezer is in place)."""
+        if m.dead or m.paused:
+            return None
+        self.docker("pause", m.container)
+        m.paused = True
+        return time.monotonic()
 
     def resume(self, m: Member) -> None:
         if m.paused:
@@ -191,6 +203,14 @@ class DockerCluster(ChaosCluster):
         return [m for m in self.members if not m.dead
                 and (not states[m.container]["Running"]
                      or states[m.container]["StartedAt"] != m.started_at)]
+
+
+def _wall_clock(rfc3339: str) -> float:
+    """``2026-11-25T00:03:12.123456789Z`` (Docker's nanoseconds) -> seconds since the epoch."""
+    head, _, frac = rfc3339.rstrip("Z").partition(".")
+    frac = "".join(c for c in frac if c.isdigit())
+    stamp = datetime.fromisoformat(head).replace(tzinfo=UTC).timestamp()
+    return stamp + (int(frac[:6].ljust(6, "0")) / 1e6 if frac else 0.0)
 
 
 def leftovers(docker: str, project: str) -> list[str]:

@@ -54,3 +54,9 @@ def test_exited_names_crashed_and_restarted_members_not_killed_or_paused_ones():
     assert [m.name for m in c.exited()] == ["raftkv3"]
     states["c2"] = {"Running": False, "StartedAt": "t0"}     # exited, not restarted (yet)
     assert [m.name for m in c.exited()] == ["raftkv3"]
+
+
+def test_docker_timestamps_with_nanoseconds_become_epoch_seconds():
+    from tests.chaos.docker_members import _wall_clock
+    assert _wall_clock("2026-11-25T00:03:12.123456789Z") == pytest.approx(1795564992.123456)
+    assert _wall_clock("2026-11-25T00:03:12Z") == 1795564992.0
