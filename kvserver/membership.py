@@ -414,6 +414,11 @@ def read_wal_identity(wal_dir: str) -> tuple[int, int] | None:
     return None
 
 
+# How long members may keep answering without this member before joining fails: a `member
+# add` is answered once the leader applied it, and the others apply it a moment later.
+NOT_LISTED_GRACE_S = 5.0
+
+
 async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable[str],
                            timeout_s: float = 30.0, *, peer_ssl=None
                            ) -> tuple[int, int, list[Member]]:
@@ -426,6 +431,7 @@ async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable
         raise ClusterConfigError("--initial-cluster-state existing: --initial-cluster names "
                                  "no other member to join")
     deadline = asyncio.get_running_loop().time() + timeout_s
+    not_listed_since: float | None = None   # when a member first answered without us
     last_error = "no answer"
     # peer_ssl: the member's peer TLS dial context (kvserver.tls) for https peer URLs
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0),
@@ -450,11 +456,17 @@ async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable
                 for m in members:
                     if set(m.peer_urls) == mine:
                         return m.id, cid, members
+                # Not final: a member that has not applied the `member add` yet (it was just
+                # committed) lists the cluster without us; ask the others, and again.
+                if not_listed_since is None:
+                    not_listed_since = asyncio.get_running_loop().time()
+            now = asyncio.get_running_loop().time()
+            if not_listed_since is not None and now - not_listed_since >= NOT_LISTED_GRACE_S:
                 raise ClusterConfigError(
                     f"this member's peer URLs {','.join(local_peer_urls)} are not in the "
                     f"cluster's member list (add it first: raftkv member add NAME "
                     f"--peer-urls {','.join(local_peer_urls)})")
-            if asyncio.get_running_loop().time() >= deadline:
+            if now >= deadline:
                 raise ClusterConfigError(f"cannot reach the existing cluster: {last_error}")
             await asyncio.sleep(0.2)
 

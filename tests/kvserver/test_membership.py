@@ -215,3 +215,34 @@ def test_discovery_refuses_an_unknown_member_and_gives_up_in_time():
             await ms.discover_cluster(("http://127.0.0.1:1",), ["http://127.0.0.1:9"],
                                       timeout_s=0.3)
     asyncio.run(scenario())
+
+
+def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypatch):
+    """`member add` answers once the leader applied it; a member asked a moment later may
+    still list the cluster without the newcomer. That answer is not final: the joiner asks
+    again (and the others), and fails only if it stays unlisted for the grace period."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    me = ("http://127.0.0.1:1",)
+    old = [ms.Member(1, "a", ("http://127.0.0.1:2",))]
+    answers = {"count": 0}
+
+    async def members(request):
+        answers["count"] += 1
+        listed = old + ([ms.Member(9, "me", me)] if answers["count"] >= 3 else [])
+        return web.json_response({"cluster_id": "77",
+                                  "members": [m.to_json() for m in listed]})
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_get("/raft/members", members)
+        async with TestServer(app, host="127.0.0.1") as server:
+            url = str(server.make_url("")).rstrip("/")
+            got = await ms.discover_cluster(me, [url], timeout_s=10)
+            assert got[0] == 9 and got[1] == 77 and answers["count"] == 3
+            monkeypatch.setattr(ms, "NOT_LISTED_GRACE_S", 0.5)
+            answers["count"] = -10**9   # never listed from now on
+            with pytest.raises(ms.ClusterConfigError, match="not in the cluster's member list"):
+                await ms.discover_cluster(me, [url], timeout_s=10)
+    asyncio.run(scenario())

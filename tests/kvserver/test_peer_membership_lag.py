@@ -29,7 +29,12 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             leader = await until(lambda: leader_of(members), "a leader")
             lagging = next(m for m in members if m is not leader)
             down_at = members.index(lagging)
-            await lagging.stop()
+            # The lagging member misses everything from here on: its raft node drops every
+            # peer message while its streams stay up. (Stopping it instead made the test a
+            # race: etcd's strict reconfig check, which raftkv follows, refuses a member add
+            # while a voter is disconnected, and the leader notices a stopped member within
+            # a heartbeat.)
+            lagging.node.receive = lambda msgs: None
             live = [m for m in members if m is not lagging]
 
             resp = await retry(lambda: leader.kv.member_add(
@@ -49,6 +54,7 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             for i in range(5):
                 await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
 
+            await lagging.stop()
             restarted = Member(initial[down_at])
             everyone[down_at] = restarted
             await restarted.start()
