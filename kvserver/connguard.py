@@ -17,8 +17,8 @@ for ever. ``ConnectionGuard`` adds, per listener of the client app:
   REST error body, code DeadlineExceeded) and the connection is closed. Streaming requests (``/watch``: watch requests keep coming on the
   body) are left alone;
 - **an idle timeout** (``idle_timeout_s``): a kept-alive connection with no new request for
-  this long is closed (also aiohttp's ``keepalive_timeout``); the header deadline starts at
-  the first byte of the next request.
+  this long is closed (aiohttp's ``keepalive_timeout``, which ``runner`` sets to it); the
+  header deadline starts at the first byte of the next request.
 
 Usage (kvserver.server): ``guard = ConnectionGuard(limits)``; add ``guard.middleware`` as the
 innermost middleware of the app; ``runner = guard.runner(app, **kw)``. ``raise_nofile_limit``
@@ -114,8 +114,7 @@ class _Conn(asyncio.Protocol):
     def _expired(self) -> None:
         self.timer = None
         if self.active == 0 and self.transport is not None and not self.transport.is_closing():
-            if not self.idle:
-                self.guard.timed_out += 1  # headers due, not received (idle: just closed)
+            self.guard.timed_out += 1  # the next request's headers were due, not received
             self.transport.close()
 
     def request_started(self) -> None:
@@ -125,9 +124,11 @@ class _Conn(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self.active -= 1
-        if self.active == 0 and self.transport is not None and not self.transport.is_closing():
+        if self.active == 0:
+            # Idle until the next request's first byte; closing an idle connection is
+            # aiohttp's own keepalive_timeout (set to idle_timeout_s by ``runner``), so no
+            # timer of ours runs between requests.
             self.idle = True
-            self.arm(self.guard.limits.idle_timeout_s)
 
 
 class _GuardedServer:

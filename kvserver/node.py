@@ -520,9 +520,9 @@ class Node:
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
-            self._note_applied()
             if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
                 await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
+        self._note_applied()  # once per batch (not per entry): recovery waiters wake after it
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)

@@ -133,6 +133,7 @@ class Archiver:
         self.last_error: str | None = None
         # The start of the newest pass that archived everything written before it began: the
         # archive holds every write older than this moment (lag seconds are measured from it).
+        self._may_hold_unlisted = True
         self._covered_at: float | None = None
         self._opened_at = time.monotonic()
         self._local_last = 0
@@ -156,6 +157,7 @@ class Archiver:
         else:
             m = Manifest(self.cluster_id, self.member_id, self.name)
         self.manifest = m
+        self._may_hold_unlisted = True   # a crash may have left uploads the manifest lacks
         self.store.remove_temporaries(self.prefix)
         dropped = self._recheck_open_segments()
         if dropped:
@@ -203,13 +205,18 @@ class Archiver:
         m = self.manifest
         started = time.monotonic()
         target = self.last_index() if self.last_index is not None else None
-        changed = self._archive_snapshots()
-        changed = self._archive_segments() or changed
-        if changed:
-            commit = m.commit
-            if not m.timeline or m.timeline[-1][1] < commit:
-                m.timeline.append([round(self._newest_mtime, 3), commit])
-            self._write_manifest()
+        try:
+            changed = self._archive_snapshots()
+            changed = self._archive_segments() or changed
+            if changed:
+                commit = m.commit
+                if not m.timeline or m.timeline[-1][1] < commit:
+                    m.timeline.append([round(self._newest_mtime, 3), commit])
+                self._write_manifest()
+        except BaseException:
+            self._may_hold_unlisted = True   # uploaded objects may not be in the manifest
+            raise
+        self._may_hold_unlisted = False
         removed = self._apply_retention() if self.retention else []
         if removed:
             self._write_manifest()
@@ -222,7 +229,10 @@ class Archiver:
     def _upload(self, rel: str, data: bytes) -> tuple[str, int]:
         name = self._name(rel)
         crc = crc_of(data)
-        if self.store.size(name) == len(data) and crc_of(self.store.get(name)) == crc:
+        # Only after a crash or a failed pass can an object exist that the manifest does not
+        # list yet; otherwise asking the store first (a HEAD per part on S3) is wasted I/O.
+        if self._may_hold_unlisted and self.store.size(name) == len(data) \
+                and crc_of(self.store.get(name)) == crc:
             self.stats["reused_objects"] += 1   # uploaded before a crash: not again
             return rel, crc
         self.store.put(name, data)

@@ -17,9 +17,8 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
-from kvserver.bench.process import bench_process
+from kvserver.bench.process import bench_process, wait_writable
 from kvserver.cluster import LocalCluster
 
 KEY_SIZE, KEY_SPACE = 8, 10000      # keys "00000000".."00009999": all under prefix "0000"
@@ -34,16 +33,8 @@ def _bench(cluster: LocalCluster, clients: int, duration_s: float, user: str | N
 
 def _setup(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
     from kvserver.client import Client
-    deadline = time.monotonic() + timeout_s
+    wait_writable(cluster.endpoints, timeout_s=timeout_s, what=f"cluster in {cluster.data_dir}")
     with Client(cluster.endpoints, timeout_s=5) as c:
-        while True:
-            try:
-                c.put("bench/ready", "1")
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"cluster in {cluster.data_dir} not ready") from None
-                time.sleep(0.2)
         for op, body in (("user/add", {"name": "root", "password": ROOT_PW}),
                          ("user/grant", {"user": "root", "role": "root"}),
                          ("role/add", {"name": "bench"}),

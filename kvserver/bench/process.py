@@ -2,7 +2,8 @@
 compare settings side by side: ``tls_compare``, ``auth_compare``, ``benchmarks/security_cost``).
 
 ``bench_process(endpoints, workload, clients, duration_s, ca_file=, user=)`` returns the
-``--json`` result; a failed run raises ``SystemExit`` with the end of its stderr. The child
+``--json`` result; a failed run raises ``SystemExit`` with the end of its stderr.
+``wait_writable(endpoints)`` returns once the cluster acknowledges a put (bounded). The child
 gets no ``RAFTKV_*`` variables, so a developer's environment cannot change what is measured.
 """
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 
@@ -30,3 +32,19 @@ def bench_process(endpoints: Sequence[str], workload: Sequence[str], clients: in
     if run.returncode != 0:
         raise SystemExit(f"{what} failed: {run.stderr[-2000:]}")
     return json.loads(run.stdout)
+
+
+def wait_writable(endpoints: Sequence[str], *, ca_file: str | None = None,
+                  timeout_s: float = 90.0, what: str = "the cluster") -> None:
+    """Return once a put is acknowledged; ``SystemExit`` after ``timeout_s``."""
+    from kvserver.client import Client
+    deadline = time.monotonic() + timeout_s
+    with Client(list(endpoints), ca_file=ca_file, timeout_s=5) as c:
+        while True:
+            try:
+                c.put("bench/ready", "1")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{what} not ready") from None
+                time.sleep(0.2)

@@ -16,9 +16,8 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
-from kvserver.bench.process import bench_process
+from kvserver.bench.process import bench_process, wait_writable
 from kvserver.cluster import LocalCluster
 
 PUT = ["put", "--target-leader", "--val-size", "256", "--key-space-size", "10000"]
@@ -27,21 +26,6 @@ PUT = ["put", "--target-leader", "--val-size", "256", "--key-space-size", "10000
 def _bench(cluster: LocalCluster, clients: int, duration_s: float) -> dict:
     ca = cluster.pki.ca_file if cluster.pki is not None else None
     return bench_process(cluster.endpoints, PUT, clients, duration_s, ca_file=ca)
-
-
-def _wait_ready(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
-    from kvserver.client import Client
-    ca = cluster.pki.ca_file if cluster.pki is not None else None
-    deadline = time.monotonic() + timeout_s
-    with Client(cluster.endpoints, ca_file=ca, timeout_s=5) as c:
-        while True:
-            try:
-                c.put("bench/ready", "1")
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"cluster in {cluster.data_dir} not ready") from None
-                time.sleep(0.2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         for cluster in sides.values():
             cluster.start()
         for cluster in sides.values():
-            _wait_ready(cluster)
+            wait_writable(cluster.endpoints,
+                          ca_file=cluster.pki.ca_file if cluster.pki else None,
+                          what=f"cluster in {cluster.data_dir}")
         for r in range(args.rounds):
             for name, cluster in sides.items():
                 many = _bench(cluster, 64, args.duration)

@@ -27,7 +27,12 @@ import time
 from kvserver.archive.archiver import Archiver
 from kvserver.archive.pitr import Point, restore
 from kvserver.archive.store import ArchiveError, ObjectStore, parse_options
-from kvserver.cli.snapshot import add_restore_target, add_storage_options, restore_target
+from kvserver.cli.snapshot import (
+    _fail,
+    add_restore_target,
+    add_storage_options,
+    restore_target,
+)
 from kvserver.membership import read_wal_identity
 
 
@@ -76,11 +81,6 @@ def register(sub) -> None:
     add_restore_target(r)
     add_storage_options(r)
     r.set_defaults(func=cmd_restore)
-
-
-def _fail(msg: str) -> int:
-    print(f"Error: {msg}", file=sys.stderr)
-    return 1
 
 
 def cmd_archive(args) -> int:
