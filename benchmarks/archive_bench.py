@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 from kvserver.client import Client, Op, Txn
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import wait_healthy
 
 RAFTKV = [sys.executable, "-m", "kvserver.cli"]

@@ -136,7 +136,7 @@ def render(doc: dict, table_md: str, checks, batch_lines: list[str], cpu_lines: 
         "",
         "## What is measured, and how",
         "",
-        "- **raftkv**: `kvserver.cluster.LocalCluster`, three `raftkv serve` processes with "
+        "- **raftkv**: `kvserver.localcluster.launcher.LocalCluster`, three `raftkv serve` processes with "
         "default flags; WAL fsync per Ready (`must_sync`), writes acknowledged once applied "
         "after a quorum has them durable.",
         "- **etcd**: three Debian `etcd` processes, default flags (`--log-level warn`); its "

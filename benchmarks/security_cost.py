@@ -41,7 +41,7 @@ from benchmarks.systems import EtcdSystem
 from kvserver.bench.auth_compare import BENCH_PW, PUT, ROOT_PW
 from kvserver.bench.process import bench_process
 from kvserver.bench.runner import BenchError, find_leader, post_json
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 
 SETTINGS = ("plain", "TLS", "auth", "TLS+auth")
 SYSTEMS = ("raftkv", "etcd")

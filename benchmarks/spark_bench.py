@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kvserver.client import Client, Op, Txn  # noqa: E402
-from kvserver.cluster import LocalCluster  # noqa: E402
+from kvserver.localcluster.launcher import LocalCluster  # noqa: E402
 
 
 def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
@@ -87,7 +87,7 @@ def raw_read(client: Client, prefix: str, rows: int) -> float:
     t0 = time.perf_counter()
     res = client.range(prefix, prefix=True, limit=1, keys_only=True)
     rev, start, end, n = res.revision, prefix.encode(), None, 0
-    from kvserver.mvcc.types import prefix_range_end
+    from kvserver.kvpb.kv import prefix_range_end
     end = prefix_range_end(prefix.encode())
     while True:
         page = client.range(start, end, revision=rev, limit=1000)

@@ -4,7 +4,7 @@ Each system has ``name``, ``urls`` (client URLs, etcd gateway dialect), ``start(
 ``wait_ready()`` (bounded poll until a leader answers a write) and ``stop()`` (SIGTERM, then
 SIGKILL after a bound; no leftovers), and works as a context manager.
 
-- ``RaftkvSystem``: ``kvserver.cluster.LocalCluster`` (three ``raftkv serve`` processes).
+- ``RaftkvSystem``: ``kvserver.localcluster.launcher.LocalCluster`` (three ``raftkv serve`` processes).
 - ``EtcdSystem``: three ``etcd`` processes (Debian's ``etcd-server``; etcd 3.4 here).
 - ``PySyncObjSystem``: three ``benchmarks/pysyncobj_kv.py`` processes.
 """
@@ -20,7 +20,7 @@ import sys
 import time
 
 from kvserver.bench.runner import BenchError, find_leader, post_json
-from kvserver.cluster import LocalCluster, free_ports
+from kvserver.localcluster.launcher import LocalCluster, free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 READY_TIMEOUT_S = 60.0

@@ -132,7 +132,7 @@ def _hosts(urls) -> list[str]:
 
 
 def member_contexts(cfg) -> MemberTLS:
-    """Every context of a member from its ``ServerConfig`` (kvserver.config; read by name so
+    """Every context of a member from its ``ServerConfig`` (kvserver.server.config; read by name so
     this module stays below it); auto-TLS pairs are generated into the data dir first."""
     out = {}
     for side, prefix, urls in (

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from kvserver.cluster import free_ports
+from kvserver.localcluster.launcher import free_ports
 from tests.conftest import require_program
 
 READY_TIMEOUT_S = 30.0

@@ -1,20 +1,6 @@
-"""kvserver.api: the client HTTP API (etcd v3 JSON gateway dialect + plain REST + ops).
+"""kvserver.api: the client-facing dialects, each a thin layer over one ``KVService``.
 
-``build_client_app(service, metrics)`` is the entry point. Modules: ``app`` (routes,
-middlewares, factory), ``v3`` and ``gateway_json`` (etcd's gateway dialect), ``rest``
-(``/v1/kv``), ``ops`` (``/health``, ``/version``, ``/v1/status``, ``/metrics``), ``common``
-(errors, request ids, limits, app keys).
+``http`` serves etcd's v3 JSON gateway, plain REST and the operational endpoints over
+HTTP/1.1. Every dialect maps its wire format onto the typed requests of ``kvserver.kvpb`` and
+calls the same service (``kvserver.server.service.KVService``); none holds state of its own.
 """
-
-from .app import build_client_app, error_middleware, route_table
-from .common import LIMITS_KEY, METRICS_KEY, SERVICE_KEY, ApiLimits
-
-__all__ = [
-    "LIMITS_KEY",
-    "METRICS_KEY",
-    "SERVICE_KEY",
-    "ApiLimits",
-    "build_client_app",
-    "error_middleware",
-    "route_table",
-]

@@ -102,8 +102,8 @@ def scan_part(data: bytes) -> tuple[int, int]:
 def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
     """The MVCC revision inside a member's raft snapshot data."""
     from kvserver.auth.store import split_auth_frame
-    from kvserver.lease import split_snapshot
-    from kvserver.membership import split_members_frame
+    from kvserver.lease.lessor import split_snapshot
+    from kvserver.membership.registry import split_members_frame
     _, rest = split_members_frame(snapshot.data or b"")
     _, rest = split_auth_frame(rest)   # present once auth was used
     _, mvcc = split_snapshot(rest)

@@ -138,7 +138,7 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
     """Refuse an image that does not decode ([auth frame] + lease frame + complete MVCC
     stream)."""
     from kvserver.auth.store import AuthStore, split_auth_frame
-    from kvserver.lease import split_snapshot
+    from kvserver.lease.lessor import split_snapshot
     from kvserver.mvcc.snapshot import SnapshotLoader
     try:
         auth_blob, rest = split_auth_frame(image)

@@ -29,14 +29,14 @@ import raftpb
 import snap
 import wal
 from kvserver.archive.store import ArchiveError
-from kvserver.membership import (
+from kvserver.membership.registry import (
     ClusterConfigError,
     MemberRegistry,
     cluster_id,
     frame_members,
     parse_initial_cluster,
 )
-from kvserver.storage import encode_metadata
+from kvserver.server.node_storage import encode_metadata
 from raft import ConfState
 
 

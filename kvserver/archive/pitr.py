@@ -33,12 +33,12 @@ import wal
 from kvserver.archive.datadir import RestoredMember, RestoreTarget, build_data_dir
 from kvserver.archive.manifest import MANIFEST, Manifest, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore
-from kvserver.membership import split_members_frame
-from kvserver.raftkv import RaftKV
-from kvserver.storage import decode_metadata
+from kvserver.membership.registry import split_members_frame
+from kvserver.server.node_storage import decode_metadata
+from kvserver.server.replicated_kv import RaftKV
 from raft import EntryType
 
-_HEADER_BYTES = 16   # origin | sequence in front of every proposal (kvserver.node)
+_HEADER_BYTES = 16   # origin | sequence in front of every proposal (kvserver.server.node)
 
 Progress = Callable[[str], None]
 

@@ -7,7 +7,7 @@ ResourceExhausted 429.
 
 from __future__ import annotations
 
-from kvserver.mvcc.errors import EtcdError, GrpcCode
+from kvserver.kvpb.errors import EtcdError, GrpcCode
 
 
 class AuthError(EtcdError):

@@ -29,7 +29,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     DeleteRangeRequest,
     PutRequest,

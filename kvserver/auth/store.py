@@ -34,7 +34,7 @@ from typing import Any
 
 import msgpack
 
-from kvserver.mvcc.errors import CodecError, SnapshotFormatError
+from kvserver.kvpb.errors import CodecError, SnapshotFormatError
 
 from . import errors as E
 from .passwords import is_valid_hash

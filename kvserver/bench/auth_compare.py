@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 from kvserver.bench.process import bench_process, wait_writable
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 
 KEY_SIZE, KEY_SPACE = 8, 10000      # keys "00000000".."00009999": all under prefix "0000"
 PUT = ["put", "--target-leader", "--val-size", "256", "--key-size", str(KEY_SIZE),

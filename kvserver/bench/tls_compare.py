@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from kvserver.bench.process import bench_process, wait_writable
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 
 PUT = ["put", "--target-leader", "--val-size", "256", "--key-space-size", "10000"]
 

@@ -1,5 +1,5 @@
 """``raftkv user|role|auth ...``: etcd v3 auth management, etcdctl's commands and argument
-shapes, over ``AsyncClient.auth_request`` (``POST /v3/auth/...``, see ``kvserver.api.auth``).
+shapes, over ``AsyncClient.auth_request`` (``POST /v3/auth/...``, see ``kvserver.api.http.auth``).
 
 Same common options as the other client commands (``--endpoints``, ``--timeout``, ``--json``,
 ``--cacert/--cert/--key``, ``--user NAME[:PASSWORD]``; see ``kvserver.cli.client``). With auth

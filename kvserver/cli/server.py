@@ -5,10 +5,10 @@ import os
 import signal
 import sys
 
-from kvserver.cluster import LocalCluster
-from kvserver.config import add_server_flags, config_from_args
-from kvserver.membership import ClusterConfigError
-from kvserver.supervisor import RESTART_POLICIES, Supervisor
+from kvserver.localcluster.launcher import LocalCluster
+from kvserver.localcluster.supervisor import RESTART_POLICIES, Supervisor
+from kvserver.membership.registry import ClusterConfigError
+from kvserver.server.config import add_server_flags, config_from_args
 from kvserver.tls import TLSConfigError
 
 
@@ -44,8 +44,8 @@ def register(sub) -> None:
 
 
 def cmd_serve(args) -> int:
-    from kvserver.server import run  # imports aiohttp & co only when serving
-    from kvserver.storage import StorageCorruptError
+    from kvserver.assembly.member import run  # imports aiohttp & co only when serving
+    from kvserver.server.node_storage import StorageCorruptError
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -71,7 +71,7 @@ from kvserver.client.watch import (
     WatchEvent,
     WatchResponse,
 )
-from kvserver.mvcc.types import EventType, SortOrder, SortTarget
+from kvserver.kvpb.kv import EventType, SortOrder, SortTarget
 
 __all__ = [
     "DEFAULT_ENDPOINT",

@@ -92,7 +92,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     DeleteRangeRequest,
     PutRequest,
@@ -101,7 +101,7 @@ from kvserver.mvcc.types import (
     SortTarget,
     TxnRequest,
 )
-from kvserver.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER
+from kvserver.server.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.tls import client_context
 
 log = logging.getLogger("raftkv.client")
@@ -487,7 +487,7 @@ class AsyncClient:
                                 Route.LEADER)
 
     async def auth_request(self, op: str, payload: dict[str, Any] | None = None) -> Any:
-        """``POST /v3/auth/<op>`` (``enable``, ``user/add``, ...; see ``kvserver.api.auth``)
+        """``POST /v3/auth/<op>`` (``enable``, ``user/add``, ...; see ``kvserver.api.http.auth``)
         with this client's credentials; the answer's JSON document. Errors as every call."""
         if not op or not all(part.isalpha() for part in op.split("/")):
             raise ValueError(f"bad auth operation {op!r}")

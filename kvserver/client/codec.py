@@ -38,7 +38,7 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     Compare,
     CompareTarget,

@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from kvserver.errors import GrpcCode
+from kvserver.kvpb.service_errors import GrpcCode
 
 MAX_ENDPOINTS_SHOWN = 8  # in an error message
 MAX_ERROR_TEXT_CHARS = 300  # bound on the server text we keep from a non-JSON error body

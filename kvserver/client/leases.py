@@ -61,7 +61,7 @@ from kvserver.client.errors import (
     error_class,
 )
 from kvserver.client.types import Lease, LeaseList, LeaseRevokeResult, LeaseTimeToLive
-from kvserver.errors import GrpcCode
+from kvserver.kvpb.service_errors import GrpcCode
 
 if TYPE_CHECKING:
     from kvserver.client.aio import AsyncClient

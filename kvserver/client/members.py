@@ -16,7 +16,7 @@ from typing import Any
 from kvserver.client import codec
 from kvserver.client.errors import ResponseFormatError
 from kvserver.client.types import Member
-from kvserver.mvcc.types import ResponseHeader
+from kvserver.kvpb.kv import ResponseHeader
 
 ADD_PATH = "/v3/cluster/member/add"
 REMOVE_PATH = "/v3/cluster/member/remove"

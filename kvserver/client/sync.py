@@ -48,7 +48,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch, SyncWatch
-from kvserver.mvcc.types import SortOrder, SortTarget, TxnRequest
+from kvserver.kvpb.kv import SortOrder, SortTarget, TxnRequest
 
 T = TypeVar("T")
 

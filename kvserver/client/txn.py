@@ -24,7 +24,7 @@ either.
 
 from __future__ import annotations
 
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     Compare,
     CompareResult,
     CompareTarget,

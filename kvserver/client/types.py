@@ -3,7 +3,7 @@
 Every result that came from the key-value store carries the response ``header`` (cluster_id,
 member_id, revision, raft_term) and exposes ``revision``: the store revision the answer
 reflects (after the write, for writes). ``KeyValue`` and ``ResponseHeader`` are the store's own
-types (``kvserver.mvcc.types``, etcd's mvccpb/etcdserverpb in snake_case); keys and values are
+types (``kvserver.kvpb.kv``, etcd's mvccpb/etcdserverpb in snake_case); keys and values are
 ``bytes``.
 
 Headers of the responses nested in a txn carry only ``revision`` (as etcd sends them).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvserver.mvcc.types import KeyValue, ResponseHeader
+from kvserver.kvpb.kv import KeyValue, ResponseHeader
 
 __all__ = [
     "CompactResult",

@@ -11,7 +11,7 @@
             for event in events:             # blocks; events.get(timeout_s=...) to poll
                 ...
 
-Wire protocol: ``POST /v3/watch`` of etcd's JSON gateway (``kvserver.api.watch``): one
+Wire protocol: ``POST /v3/watch`` of etcd's JSON gateway (``kvserver.api.http.watch``): one
 ``{"create_request": ...}`` body, a chunked answer of ``{"result": WatchResponse}`` lines. It
 works against raftkv and against etcd 3.4+.
 
@@ -71,8 +71,8 @@ from kvserver.client.errors import (
     from_http,
 )
 from kvserver.client.txn import KeyLike, key_range
-from kvserver.errors import GrpcCode
-from kvserver.mvcc.types import EventType, KeyValue, ResponseHeader
+from kvserver.kvpb.kv import EventType, KeyValue, ResponseHeader
+from kvserver.kvpb.service_errors import GrpcCode
 
 if TYPE_CHECKING:
     from kvserver.client.aio import AsyncClient

@@ -12,9 +12,7 @@ machine), ``dedup`` (request-id table), ``codec`` (msgpack log entries), ``snaps
 (chunked snapshot stream).
 """
 
-from kvserver.mvcc.codec import decode, decode_entry, encode, encode_entry
-from kvserver.mvcc.dedup import DedupTable
-from kvserver.mvcc.errors import (
+from kvserver.kvpb.errors import (
     CodecError,
     CompactedError,
     EtcdError,
@@ -25,9 +23,7 @@ from kvserver.mvcc.errors import (
     LeaseNotFoundError,
     SnapshotFormatError,
 )
-from kvserver.mvcc.snapshot import SnapshotLoader
-from kvserver.mvcc.store import MVCCStore
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     ApplyResult,
     CompactionRequest,
     CompactionResponse,
@@ -53,6 +49,10 @@ from kvserver.mvcc.types import (
     key_in_range,
     prefix_range_end,
 )
+from kvserver.mvcc.codec import decode, decode_entry, encode, encode_entry
+from kvserver.mvcc.dedup import DedupTable
+from kvserver.mvcc.snapshot import SnapshotLoader
+from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import validate_request
 
 __all__ = [

@@ -13,9 +13,9 @@ import argparse
 import gc
 import time
 
+from kvserver.kvpb.kv import PutRequest
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
-from kvserver.mvcc.types import PutRequest
 
 
 def _rate(n: int, seconds: float) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 
-from kvserver.mvcc.errors import (
+from kvserver.kvpb.errors import (
     CodecError,
     CompactedError,
     EtcdError,
@@ -36,7 +36,7 @@ from kvserver.mvcc.errors import (
     KeyNotFoundError,
     LeaseNotFoundError,
 )
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
     Compare,

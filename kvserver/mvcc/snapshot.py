@@ -35,10 +35,10 @@ from typing import Any
 
 import msgpack
 
+from kvserver.kvpb.errors import CodecError, SnapshotFormatError
+from kvserver.kvpb.kv import KeyValue
 from kvserver.mvcc.codec import from_plain, to_plain
-from kvserver.mvcc.errors import CodecError, SnapshotFormatError
 from kvserver.mvcc.store import MVCCStore, SnapshotView
-from kvserver.mvcc.types import KeyValue
 
 MAGIC = "raftkv-mvcc-snapshot"
 FORMAT_VERSION = 1

@@ -57,8 +57,7 @@ from typing import Any
 
 from sortedcontainers import SortedDict
 
-from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
-from kvserver.mvcc.errors import (
+from kvserver.kvpb.errors import (
     CodecError,
     CompactedError,
     EtcdError,
@@ -67,7 +66,7 @@ from kvserver.mvcc.errors import (
     KeyNotFoundError,
     LeaseNotFoundError,
 )
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     ApplyResult,
     CompactionRequest,
     CompactionResponse,
@@ -91,6 +90,7 @@ from kvserver.mvcc.types import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 from kvserver.mvcc.validate import (
     DEFAULT_MAX_TXN_OPS,
     check_compaction,

@@ -28,7 +28,7 @@ store against a wrongly built request; they raise ``InvalidArgumentError`` too.
 
 from __future__ import annotations
 
-from kvserver.mvcc.errors import (
+from kvserver.kvpb.errors import (
     MSG_DUPLICATE_KEY,
     MSG_EMPTY_KEY,
     MSG_INVALID_SORT_OPTION,
@@ -38,7 +38,7 @@ from kvserver.mvcc.errors import (
     InvalidArgumentError,
     KeyNotFoundError,
 )
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     Compare,
     CompareResult,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from kvserver.client import Client, Cmp, Op, Txn
 from kvserver.client.txn import as_bytes
-from kvserver.mvcc.types import KeyValue, RequestOp, prefix_range_end
+from kvserver.kvpb.kv import KeyValue, RequestOp, prefix_range_end
 from kvserver.spark.fencing import Fence, FencedOutError
 
 DEFAULT_PREFIX = "__raftkv/commitlog/"

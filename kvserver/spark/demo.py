@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     dt.date.fromisoformat(args.start_date)
     cluster = None
     if args.start_cluster:
-        from kvserver.cluster import LocalCluster
+        from kvserver.localcluster.launcher import LocalCluster
 
         cluster = LocalCluster(args.start_cluster, size=3, base_port=2479)
         cluster.start()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvserver.client.txn import Cmp
-from kvserver.mvcc.types import Compare
+from kvserver.kvpb.kv import Compare
 
 FENCE_KEY_OPTION = "fenceKey"
 FENCE_TOKEN_OPTION = "fenceToken"

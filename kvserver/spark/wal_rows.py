@@ -26,8 +26,8 @@ overwritten, i.e. no later entry record — later in this segment, or in a later
 commit) of one segment.
 
 Request decoding (``decode_request``): a normal entry is ``origin (8 bytes, random per
-member process) | proposal sequence (8) | payload`` (``kvserver.node``); the payload is a
-lease entry (``kvserver.lease``) or an MVCC entry (``kvserver.mvcc.codec``) carrying the
+member process) | proposal sequence (8) | payload`` (``kvserver.server.node``); the payload is a
+lease entry (``kvserver.lease.lessor``) or an MVCC entry (``kvserver.mvcc.codec``) carrying the
 client id and request id the client sent. ``operation`` is ``put``, ``delete_range``,
 ``txn``, ``compaction``, ``lease_grant``, ``lease_revoke``, ``lease_checkpoint``, ``empty``
 (a new leader's no-op), ``conf_change``, ``conf_change_v2`` or ``undecodable`` (then
@@ -58,7 +58,7 @@ SCHEMA = ("member string, cluster string, segment string, offset long, record_ty
           "request_id decimal(20,0), request string")
 
 ENTRY_TYPES = {0: "normal", 1: "conf_change", 2: "conf_change_v2"}
-_HEADER_BYTES = 16   # origin | sequence (kvserver.node._HEADER_BYTES)
+_HEADER_BYTES = 16   # origin | sequence (kvserver.server.node._HEADER_BYTES)
 
 
 class WalDecodeError(ValueError):
@@ -95,7 +95,7 @@ def _plain(obj):
 
 
 def _write_keys(req, out: list[str]) -> None:
-    from kvserver.mvcc.types import DeleteRangeRequest, PutRequest, TxnRequest
+    from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
     if isinstance(req, PutRequest | DeleteRangeRequest):
         out.append(_text(req.key))
     elif isinstance(req, TxnRequest):
@@ -134,7 +134,7 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
     if not data:
         out["operation"] = "empty"
         return out
-    from kvserver.lease import decode_lease_entry, is_lease_entry
+    from kvserver.lease.lessor import decode_lease_entry, is_lease_entry
     from kvserver.mvcc.codec import decode_entry
     if len(data) < _HEADER_BYTES:
         out["operation"] = "undecodable"
@@ -220,7 +220,7 @@ def segment_rows(buf, *, segment: str, where: str, newest: bool,
                     s = raftpb.decode_wal_snapshot(data)
                     row.update(term=s.term, index=s.index)
                 elif raw.type == RecordType.METADATA and meta is None:
-                    from kvserver.storage import decode_metadata
+                    from kvserver.server.node_storage import decode_metadata
                     meta = decode_metadata(data or b"")
             except DecodeError as exc:
                 raise WalDecodeError(f"{where}: record at offset {raw.offset} does not decode: "

@@ -52,8 +52,8 @@ def serve(port: int, trivial: bool, profile: str | None) -> None:
         app.router.add_post("/v3/kv/put", handler)
         app.router.add_post("/v3/kv/range", handler)
     else:
-        from kvserver.api import build_client_app
-        from kvserver.metrics import Metrics
+        from kvserver.api.http import build_client_app
+        from kvserver.server.metrics import Metrics
         from tests.api.fakes import LocalKV
 
         app = build_client_app(LocalKV(), Metrics())

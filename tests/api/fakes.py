@@ -10,16 +10,16 @@ Knobs a test may turn (plain attributes):
 - ``leader`` (0 = no leader), ``raft_term``, ``raft_index``, ``raft_applied_index`` — what
   ``status()`` reports (each write advances both indexes by one);
 - ``fail_with`` — an exception every service call raises before touching the store (e.g.
-  ``kvserver.errors.no_leader()`` for failover tests, ``RuntimeError`` for a bug);
+  ``kvserver.kvpb.service_errors.no_leader()`` for failover tests, ``RuntimeError`` for a bug);
 - ``calls`` — a ``Counter`` of request type names that reached the store;
-- ``lessor`` — a primary ``kvserver.lease.Lessor`` on ``clock`` (inject a fake one to expire
+- ``lessor`` — a primary ``kvserver.lease.lessor.Lessor`` on ``clock`` (inject a fake one to expire
   leases without sleeping; ``expire_leases()`` revokes what expired, like the leader's task).
   It deletes keys from the store on revoke but only decides which leases exist for puts when
   ``bind_leases=True`` (otherwise the store's own ``lease_exists`` stays, as before leases).
-- ``watch_hub`` — a ``kvserver.watch.WatchHub`` over the store (limits from ``watch_limits``),
+- ``watch_hub`` — a ``kvserver.watch.hub.WatchHub`` over the store (limits from ``watch_limits``),
   notified after every write and lease revoke that produced events, as ``RaftKV`` does;
   ``replace_store(store)`` swaps the store as a snapshot restore would (``hub.reset``).
-- ``membership`` — a ``kvserver.membership.LocalMembership`` (the member API without raft:
+- ``membership`` — a ``kvserver.membership.registry.LocalMembership`` (the member API without raft:
   changes apply at once with etcd's checks; ``membership.unsynced`` marks learners that are
   not in sync); the ``member_*`` calls go to it.
 """
@@ -32,20 +32,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kvserver.lease import (
-    LeaseGrantRequest,
-    LeaseGrantResponse,
-    LeaseIdGenerator,
-    LeaseKeepAliveResponse,
-    LeaseLeasesResponse,
-    LeaseRevokeRequest,
-    LeaseRevokeResponse,
-    LeaseTimeToLiveResponse,
-    Lessor,
-)
-from kvserver.membership import LocalMembership, Member
-from kvserver.mvcc.store import MVCCStore
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
     DeleteRangeRequest,
@@ -58,8 +45,21 @@ from kvserver.mvcc.types import (
     TxnRequest,
     TxnResponse,
 )
-from kvserver.service import MemberInfo, NodeStatus
-from kvserver.watch import WatchHub, WatchLimits, WatchStream
+from kvserver.lease.lessor import (
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseIdGenerator,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+    Lessor,
+)
+from kvserver.membership.registry import LocalMembership, Member
+from kvserver.mvcc.store import MVCCStore
+from kvserver.server.service import MemberInfo, NodeStatus
+from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 
 DEFAULT_CLUSTER_ID = 0xCDF818194E3A8C32
 DEFAULT_MEMBER_ID = 0x8E9E05C52164694D

@@ -18,9 +18,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from kvserver.api import build_client_app
-from kvserver.metrics import Metrics
-from kvserver.mvcc.types import RangeRequest
+from kvserver.api.http import build_client_app
+from kvserver.kvpb.kv import RangeRequest
+from kvserver.server.metrics import Metrics
 
 from .fakes import LocalKV
 

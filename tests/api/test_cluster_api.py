@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvserver import membership as ms
-from kvserver.errors import no_leader
+from kvserver.kvpb.service_errors import no_leader
+from kvserver.membership import registry as ms
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID
 from .helpers import run_async, serve

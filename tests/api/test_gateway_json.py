@@ -1,4 +1,4 @@
-"""``kvserver.api.gateway_json`` as pure functions: etcd's JSON conventions both ways."""
+"""``kvserver.api.http.gateway_json`` as pure functions: etcd's JSON conventions both ways."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvserver.api import gateway_json as gj
-from kvserver.api.common import request_size_bytes
-from kvserver.errors import ServiceError
-from kvserver.mvcc.types import (
+from kvserver.api.http import gateway_json as gj
+from kvserver.api.http.common import request_size_bytes
+from kvserver.kvpb.kv import (
     Compare,
     CompareResult,
     CompareTarget,
@@ -29,6 +28,7 @@ from kvserver.mvcc.types import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.kvpb.service_errors import ServiceError
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 

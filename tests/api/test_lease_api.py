@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from kvserver.errors import GrpcCode, no_leader
+from kvserver.kvpb.service_errors import GrpcCode, no_leader
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
 from .helpers import b64, run_async, serve

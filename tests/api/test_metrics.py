@@ -1,4 +1,4 @@
-"""``kvserver.metrics`` without HTTP: registry isolation, the node stats hook, histograms."""
+"""``kvserver.server.metrics`` without HTTP: registry isolation, the node stats hook, histograms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvserver.metrics import (
+from kvserver.server.metrics import (
     FSYNC_BUCKETS_SECONDS,
     NODE_METRICS,
     DurationHistogram,

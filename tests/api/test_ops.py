@@ -6,8 +6,8 @@ import json
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvserver.errors import stopping
-from kvserver.metrics import DurationHistogram
+from kvserver.kvpb.service_errors import stopping
+from kvserver.server.metrics import DurationHistogram
 
 from .helpers import b64, run_async, serve
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvserver.api import v3
-from kvserver.errors import GrpcCode, ServiceError, no_leader
+from kvserver.api.http import v3
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError, no_leader
 from kvserver.mvcc.store import MVCCStore
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
 from kvserver.mvcc.store import MVCCStore
-from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest, PutRequest
-from kvserver.watch import MSG_WATCHER_TOO_SLOW, WatchLimits
+from kvserver.watch.hub import MSG_WATCHER_TOO_SLOW, WatchLimits
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
 from .helpers import Api, b64, run_async, serve
@@ -407,7 +407,7 @@ async def test_empty_body_or_nothing_asked_ends_at_once() -> None:
 
 @run_async
 async def test_service_failure_before_the_stream_is_an_error_response() -> None:
-    from kvserver.errors import no_leader
+    from kvserver.kvpb.service_errors import no_leader
 
     async with serve() as api:
         api.service.fail_with = no_leader()
@@ -608,7 +608,7 @@ def test_watch_shapes_match_a_real_etcd(tmp_path) -> None:
     """Every line of every scripted watch, field by field (ids and term aside): created,
     replayed and live events, DELETE tombstones, prev_kv, filters, compacted answers (no
     header revision), refusals, user watch ids, progress and cancel."""
-    from kvserver.cluster import LocalCluster
+    from kvserver.localcluster.launcher import LocalCluster
     from tests.cluster.harness import wait_healthy
     from tests.etcd_process import etcd_process
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from kvserver.client import Client
-from kvserver.cluster import LocalCluster, free_ports
+from kvserver.localcluster.launcher import LocalCluster, free_ports
 from tests.cluster.harness import wait_healthy
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,7 @@ import sys
 import time
 import urllib.request
 
-from kvserver.cluster import free_ports
+from kvserver.localcluster.launcher import free_ports
 
 
 @contextlib.contextmanager

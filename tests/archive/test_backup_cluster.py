@@ -148,15 +148,15 @@ def _metrics(url: str) -> str:
 def _read_data_dir(data_dir: str) -> dict:
     """The keys of a restored data dir, read offline from its snapshot."""
     import snap
-    from kvserver.lease import split_snapshot
-    from kvserver.membership import split_members_frame
+    from kvserver.lease.lessor import split_snapshot
+    from kvserver.membership.registry import split_members_frame
     from kvserver.mvcc.store import MVCCStore
     pb = snap.Snapshotter(os.path.join(data_dir, "member", "snap")).load()
     _, rest = split_members_frame(pb.data)
     _, mvcc = split_snapshot(rest)
     store = MVCCStore.restore([bytes(mvcc)])
     out = {}
-    from kvserver.mvcc.types import RangeRequest
+    from kvserver.kvpb.kv import RangeRequest
     res = store.apply(RangeRequest(b"\0", b"\0")).response
     for kv in res.kvs:
         out[kv.key] = (kv.value, kv.create_revision, kv.mod_revision, kv.version)

@@ -14,12 +14,12 @@ import urllib.request
 
 import pytest
 
-from kvserver.api.gateway_json import status_response
-from kvserver.api.ops import status_json
+from kvserver.api.http.gateway_json import status_response
+from kvserver.api.http.ops import status_json
 from kvserver.cli.client import render_status
 from kvserver.client import codec
 from kvserver.client.types import EndpointStatus
-from kvserver.service import NodeStatus
+from kvserver.server.service import NodeStatus
 from tests.archive.helpers import cli
 
 

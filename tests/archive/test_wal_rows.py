@@ -10,9 +10,7 @@ import os
 import pytest
 
 import wal
-from kvserver.lease import LeaseGrantRequest, encode_lease_entry
-from kvserver.mvcc.codec import encode_entry
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     Compare,
     CompareResult,
     CompareTarget,
@@ -21,6 +19,9 @@ from kvserver.mvcc.types import (
     RequestOp,
     TxnRequest,
 )
+from kvserver.lease.lessor import LeaseGrantRequest, encode_lease_entry
+from kvserver.mvcc.codec import encode_entry
+from kvserver.server.node_storage import encode_metadata
 from kvserver.spark.wal_rows import (
     Committed,
     WalDecodeError,
@@ -28,7 +29,6 @@ from kvserver.spark.wal_rows import (
     segment_rows,
     summarize,
 )
-from kvserver.storage import encode_metadata
 from wal.dump import DumpRecord, dump
 from wal.segment import list_segments, read_whole
 

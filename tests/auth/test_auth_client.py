@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from kvserver.api import build_client_app
+from kvserver.api.http import build_client_app
 from kvserver.client import AsyncClient, Client, ClientError, InvalidArgumentError
-from kvserver.metrics import Metrics
+from kvserver.server.metrics import Metrics
 from tests.client.fakeserver import FAST, LoopThread, _free_port
 
 from .test_auth_api import auth_kv

@@ -15,8 +15,8 @@ import pytest
 import snap
 from kvserver.cli import main
 from kvserver.client import Client, ClientError
-from kvserver.membership import split_members_frame
-from kvserver.raftkv import RaftKV
+from kvserver.membership.registry import split_members_frame
+from kvserver.server.replicated_kv import RaftKV
 from tests.archive.helpers import cli, restored_cluster
 from tests.cluster.harness import leader_of, wait_for, wait_healthy
 

@@ -10,7 +10,7 @@ import types
 import pytest
 
 import raftpb
-from kvserver.api.maintenance import capture
+from kvserver.api.http.maintenance import capture
 from kvserver.archive.archiver import snapshot_revision
 from kvserver.archive.backup import check_image
 from kvserver.archive.store import ArchiveError
@@ -27,9 +27,9 @@ from kvserver.auth.store import (
     encode_auth_entry,
 )
 from kvserver.auth.tokens import token_digest
-from kvserver.membership import frame_members
-from kvserver.mvcc.types import PutRequest
-from kvserver.raftkv import RaftKV
+from kvserver.kvpb.kv import PutRequest
+from kvserver.membership.registry import frame_members
+from kvserver.server.replicated_kv import RaftKV
 
 
 def member() -> RaftKV:

@@ -31,7 +31,7 @@ from kvserver.auth.store import (
     split_auth_frame,
 )
 from kvserver.auth.tokens import FailureLimiter, TokenTable, token_digest
-from kvserver.mvcc.errors import SnapshotFormatError
+from kvserver.kvpb.errors import SnapshotFormatError
 
 H = passwords.hash_password("pw", n=16)
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kvserver.server import Member
+from kvserver.assembly.member import Member
 from tests.kvserver.inprocess import configs
 
 

@@ -4,7 +4,7 @@ import urllib.request
 
 from kvserver.bench.runner import run
 from kvserver.bench.workloads import BenchOptions
-from kvserver.metrics import AppendCounter
+from kvserver.server.metrics import AppendCounter
 from raft import Entry, Message, MessageType
 
 

@@ -71,7 +71,7 @@ def test_watch_latency_names_a_server_without_watch(tmp_path):
     import asyncio
     import threading
 
-    from kvserver.cluster import free_ports
+    from kvserver.localcluster.launcher import free_ports
 
     async def unimplemented(request):
         return web.json_response({"error": "watch is not implemented", "code": 12,

@@ -5,7 +5,7 @@ import asyncio
 from aiohttp import web
 
 from kvserver.bench.http import Connection, encode_request
-from kvserver.cluster import free_ports
+from kvserver.localcluster.launcher import free_ports
 
 
 async def serve(app):

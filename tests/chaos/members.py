@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kvserver.cluster import free_ports
+from kvserver.localcluster.launcher import free_ports
 from tests.chaos.netns import NetTopology
 from tests.cluster.harness import get_json
 

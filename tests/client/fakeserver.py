@@ -5,7 +5,7 @@ It speaks the etcd v3 JSON gateway dialect as etcd 3.4 does (checked by hand aga
 independently of ``kvserver.client.codec`` so that it is an oracle, not a mirror:
 ``/v3/kv/put|range|deleterange|txn|compaction``, ``/v3/maintenance/status`` (camelCase fields,
 as etcd), ``/v3/cluster/member/list`` (optional) and raftkv's ``GET /v1/status`` (ids as hex
-strings, as kvserver/api/ops.py serves them).
+strings, as kvserver/api/http/ops.py serves them).
 
 Every node serves reads and writes from the shared store (like a follower that forwards to the
 leader), so the tests see routing only through what each node *received*. Knobs:

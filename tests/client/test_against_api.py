@@ -1,4 +1,4 @@
-"""The client library against raftkv's own HTTP API (``kvserver.api.build_client_app``) over
+"""The client library against raftkv's own HTTP API (``kvserver.api.http.build_client_app``) over
 ``LocalKV`` (the MVCC store without raft, ``tests/api/fakes.py``).
 
 This closes the loop client → etcd gateway dialect → service → MVCC store, and pins issue 4's
@@ -12,7 +12,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from kvserver.api import build_client_app
+from kvserver.api.http import build_client_app
 from kvserver.cli import client as cli_client
 from kvserver.client import (
     AsyncClient,
@@ -25,8 +25,8 @@ from kvserver.client import (
     Op,
     Txn,
 )
-from kvserver.errors import no_leader
-from kvserver.metrics import Metrics
+from kvserver.kvpb.service_errors import no_leader
+from kvserver.server.metrics import Metrics
 from tests.api.fakes import LocalKV
 from tests.client.fakeserver import FAST, LoopThread, _free_port
 

@@ -32,7 +32,7 @@ from kvserver.client import (
     normalize_endpoints,
 )
 from kvserver.client.errors import Attempt, from_http
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     Compare,
     CompareResult,
     CompareTarget,

@@ -21,7 +21,7 @@ import time
 import pytest
 from aiohttp import web
 
-from kvserver.api import build_client_app
+from kvserver.api.http import build_client_app
 from kvserver.client import (
     AsyncClient,
     Client,
@@ -37,8 +37,8 @@ from kvserver.client import (
     UnavailableError,
 )
 from kvserver.client import leases as leases_mod
-from kvserver.errors import no_leader
-from kvserver.metrics import Metrics
+from kvserver.kvpb.service_errors import no_leader
+from kvserver.server.metrics import Metrics
 from tests.api.fakes import LocalKV
 from tests.client.fakeserver import FAST, LoopThread, _free_port
 
@@ -598,7 +598,7 @@ def test_lease_calls_against_etcd(etcd):
 def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
     import signal
 
-    from kvserver.cluster import LocalCluster
+    from kvserver.localcluster.launcher import LocalCluster
     from tests.cluster.conftest import FAST_TIMING
     from tests.cluster.harness import leader_of, wait_healthy
 

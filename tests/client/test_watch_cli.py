@@ -18,7 +18,7 @@ import pytest
 from kvserver import cli
 from kvserver.cli.watch import render_event
 from kvserver.client import EventType, KeyValue, WatchEvent
-from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest
+from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest
 from tests.client.sigint import python_module
 from tests.client.test_watch_client import Replicas
 
@@ -117,7 +117,7 @@ def test_compacted_start_revision_exits_1_naming_the_compact_revision(server):
 
 
 def test_unreachable_endpoint_is_an_error_not_a_traceback(capsys):
-    from kvserver.cluster import free_ports
+    from kvserver.localcluster.launcher import free_ports
 
     (port,) = free_ports(1)
     code = cli.main(["watch", "k", "--endpoints", f"http://127.0.0.1:{port}", "--timeout",

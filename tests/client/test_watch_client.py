@@ -19,8 +19,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from kvserver.api import build_client_app
-from kvserver.api.watch import SESSIONS_KEY
+from kvserver.api.http import build_client_app
+from kvserver.api.http.watch import SESSIONS_KEY
 from kvserver.client import (
     AsyncClient,
     Client,
@@ -29,10 +29,10 @@ from kvserver.client import (
     WatchCanceledError,
     WatchCompactedError,
 )
-from kvserver.errors import GrpcCode, ServiceError
-from kvserver.metrics import Metrics
-from kvserver.mvcc.types import CompactionRequest, DeleteRangeRequest, PutRequest
-from kvserver.watch import WatchLimits
+from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
+from kvserver.server.metrics import Metrics
+from kvserver.watch.hub import WatchLimits
 from tests.api.fakes import LocalKV
 from tests.client.fakeserver import FAST, LoopThread, _free_port
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import wait_healthy
 
 FAST_TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]

@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 
-from kvserver.cluster import LocalCluster, NodeProcess
+from kvserver.localcluster.launcher import LocalCluster, NodeProcess
 
 
 def b64(data: bytes | str) -> str:

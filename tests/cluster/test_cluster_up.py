@@ -24,8 +24,8 @@ import time
 
 import pytest
 
-from kvserver.cluster import LocalCluster
-from kvserver.supervisor import RestartBudget, Supervisor, describe_exit
+from kvserver.localcluster.launcher import LocalCluster
+from kvserver.localcluster.supervisor import RestartBudget, Supervisor, describe_exit
 from tests.cluster.harness import get, get_json_safe, put, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import leader_of, wait_for, wait_healthy
 from tests.etcd_process import etcd_process
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from kvserver.client import Client
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.compat.conftest import RAFTKV_TIMING
 from tests.etcd_process import etcd_process
 from tests.tls.conftest import PKI

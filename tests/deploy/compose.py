@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kvserver.cluster import free_ports
+from kvserver.localcluster.launcher import free_ports
 from tests.conftest import external_required, require_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -72,7 +72,7 @@ def test_exit_status_follows_health(health_server, monkeypatch, status, exit_cod
 
 
 def test_nothing_listening_is_unhealthy(monkeypatch):
-    from kvserver.cluster import free_ports
+    from kvserver.localcluster.launcher import free_ports
     monkeypatch.setenv("RAFTKV_HEALTHCHECK_URL", f"http://127.0.0.1:{free_ports(1)[0]}/health")
     assert healthcheck.main() == 1
 

@@ -1,8 +1,8 @@
 """Configurations of a three-member cluster that runs in one event loop (tests only)."""
 
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig
-from kvserver.membership import parse_initial_cluster
+from kvserver.localcluster.launcher import free_ports
+from kvserver.membership.registry import parse_initial_cluster
+from kvserver.server.config import ServerConfig
 
 
 def configs(tmp_path, prefix: str = "m", token: str = "inproc",

@@ -1,4 +1,4 @@
-"""Auto-compaction (kvserver.compactor): etcd's v3compactor semantics, with a fake clock.
+"""Auto-compaction (kvserver.server.compactor): etcd's v3compactor semantics, with a fake clock.
 
 etcd 3.4 ``--auto-compaction-mode revision --auto-compaction-retention N``: every check
 (5 min) compact at ``rev - N`` unless ``<= 0`` or already done. ``periodic`` with a period P:
@@ -12,17 +12,17 @@ import asyncio
 
 import pytest
 
-from kvserver.compactor import (
+from kvserver.kvpb.errors import CompactedError
+from kvserver.membership.registry import ClusterConfigError
+from kvserver.mvcc.store import MVCCStore
+from kvserver.server.compactor import (
     AutoCompaction,
     Compactor,
     PeriodicPolicy,
     RevisionPolicy,
     parse_duration_s,
 )
-from kvserver.config import add_server_flags, config_from_args
-from kvserver.membership import ClusterConfigError
-from kvserver.mvcc.errors import CompactedError
-from kvserver.mvcc.store import MVCCStore
+from kvserver.server.config import add_server_flags, config_from_args
 
 
 @pytest.mark.parametrize("text, seconds", [

@@ -5,7 +5,7 @@ https://..." and answered plain HTTP: a client believing its traffic was encrypt
 clear text. etcd refuses to start when the cert flags are missing ("TLS key/cert (--cert-file,
 --key-file) must be provided for client url ... with HTTPS scheme"); so does raftkv, for every
 client and peer URL it listens on or advertises, through one check
-(``kvserver.config.check_url_schemes``; ``tls_configured`` says yes for a certificate and key
+(``kvserver.server.config.check_url_schemes``; ``tls_configured`` says yes for a certificate and key
 pair or auto-TLS: tests/tls covers the configured side).
 """
 
@@ -16,9 +16,14 @@ import sys
 
 import pytest
 
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig, add_server_flags, check_url_schemes, config_from_args
-from kvserver.membership import ClusterConfigError
+from kvserver.localcluster.launcher import free_ports
+from kvserver.membership.registry import ClusterConfigError
+from kvserver.server.config import (
+    ServerConfig,
+    add_server_flags,
+    check_url_schemes,
+    config_from_args,
+)
 
 
 def _cfg(*argv: str) -> ServerConfig:

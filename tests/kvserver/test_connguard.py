@@ -1,4 +1,4 @@
-"""Client-port deadlines and connection bound (kvserver.connguard, issue 13 defect 5).
+"""Client-port deadlines and connection bound (kvserver.api.http.connguard, issue 13 defect 5).
 
 Before the fix, connections trickling headers or holding half a body stayed open for ever
 (aiohttp has no header or body deadline, and no bound on connections). Here a small app runs
@@ -19,9 +19,9 @@ import urllib.request
 import pytest
 from aiohttp import web
 
-from kvserver.api.common import LIMITS_KEY, ApiLimits
-from kvserver.cluster import free_ports
-from kvserver.connguard import ConnectionGuard, ConnectionLimits, raise_nofile_limit
+from kvserver.api.http.common import LIMITS_KEY, ApiLimits
+from kvserver.api.http.connguard import ConnectionGuard, ConnectionLimits, raise_nofile_limit
+from kvserver.localcluster.launcher import free_ports
 
 LIMITS = ConnectionLimits(max_connections=20, header_timeout_s=0.5, body_timeout_s=0.5,
                           idle_timeout_s=1.0)

@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
-from kvserver.server import Member
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from tests.kvserver.inprocess import configs
 
 

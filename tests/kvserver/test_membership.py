@@ -1,4 +1,4 @@
-"""The member registry (``kvserver.membership``): conf-change application, the snapshot frame
+"""The member registry (``kvserver.membership.registry``): conf-change application, the snapshot frame
 and its compatibility with snapshots made before it, etcd's reconfiguration checks, identity
 from the WAL."""
 
@@ -7,17 +7,17 @@ import json
 
 import pytest
 
-from kvserver import membership as ms
-from kvserver.errors import ServiceError
-from kvserver.membership import (
+from kvserver.kvpb.kv import PutRequest
+from kvserver.kvpb.service_errors import ServiceError
+from kvserver.membership.registry import (
     Member,
     MemberRegistry,
     frame_members,
     split_members_frame,
 )
+from kvserver.membership import registry as ms
 from kvserver.mvcc.store import MVCCStore
-from kvserver.mvcc.types import PutRequest
-from kvserver.node import Node
+from kvserver.server.node import Node
 from raft import ConfChange, ConfChangeType, ConfState
 
 A = Member(1, "a", ("http://h:1",))
@@ -200,7 +200,7 @@ def test_promote_checks():
 
 def test_wal_identity(tmp_path):
     import wal
-    from kvserver.storage import encode_metadata
+    from kvserver.server.node_storage import encode_metadata
     assert ms.read_wal_identity(str(tmp_path / "none")) is None
     w = wal.create(str(tmp_path / "wal"), encode_metadata(0xABC, 0xDEF))
     w.close()

@@ -10,13 +10,13 @@ import asyncio
 
 import pytest
 
-from kvserver import membership as ms
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig
-from kvserver.errors import ServiceError
-from kvserver.membership import parse_initial_cluster
-from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
-from kvserver.server import Member
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
+from kvserver.kvpb.service_errors import ServiceError
+from kvserver.localcluster.launcher import free_ports
+from kvserver.membership.registry import parse_initial_cluster
+from kvserver.membership import registry as ms
+from kvserver.server.config import ServerConfig
 
 TOKEN = "inproc-members"
 

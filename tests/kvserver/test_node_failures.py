@@ -1,4 +1,4 @@
-"""The node driver's failure contract (kvserver.node, issue 13 defect 2), one process.
+"""The node driver's failure contract (kvserver.server.node, issue 13 defect 2), one process.
 
 - A heartbeat whose commit index is past this follower's log means the follower lost entries
   it acknowledged: the raft loop stops with the typed ``CommitOutOfRangeError`` (etcd panics),
@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from kvserver import errors
-from kvserver.node import Node, NodeOptions
+from kvserver.kvpb import service_errors as errors
+from kvserver.server.node import Node, NodeOptions
 from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
 
@@ -131,7 +131,7 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
     node.raw.step = step
     node.start()
     try:
-        with caplog.at_level(logging.ERROR, logger="kvserver.node"):
+        with caplog.at_level(logging.ERROR, logger="kvserver.server.node"):
             node.receive([_heartbeat(99)])
             await _until(lambda: node.health_problem() != "RAFT LEADER NOT CONFIRMED"
                          and node.health_problem() != "", "the failure recorded")
@@ -152,7 +152,7 @@ async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
     node.opts.snapshot_count = 1
     node.start()
     try:
-        with caplog.at_level(logging.INFO, logger="kvserver.node"):
+        with caplog.at_level(logging.INFO, logger="kvserver.server.node"):
             node.receive([_heartbeat(3)])
             await _until(lambda: node.snapshot_index == 3, "a snapshot at 3")
         lines = [r.getMessage() for r in caplog.records if "snapshot at" in r.getMessage()]
@@ -163,8 +163,8 @@ async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
 
 
 def test_failure_message_of_a_full_disk_names_the_file_and_what_to_free():
-    from kvserver.config import ServerConfig
-    from kvserver.server import failure_message
+    from kvserver.assembly.member import failure_message
+    from kvserver.server.config import ServerConfig
     from wal.errors import WalFailedError
     cfg = ServerConfig(name="n1", data_dir="/data/n1")
     try:

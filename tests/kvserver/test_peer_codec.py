@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvserver.peer_codec import (
+from kvserver.rafthttp.codec import (
     PeerMessageError,
     decode_batch,
     decode_message,

@@ -6,13 +6,13 @@ newcomer until it has caught up, which it can only do from the leader. If the ne
 the lagging member would refuse its leader forever (etcd's stream handler names this case and
 works around it through its pipeline, which accepts any sender). raftkv asks the members it
 knows (``GET /raft/members`` on their peer URLs, the registry they replicated) and accepts the
-sender once one of them lists it (kvserver.transport, "vouched" peers).
+sender once one of them lists it (kvserver.rafthttp.transport, "vouched" peers).
 """
 
 import asyncio
 
-from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
-from kvserver.server import Member
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from raft import Message, MessageType
 from tests.kvserver.test_membership_inprocess import configs, leader_of, retry, until
 

@@ -8,7 +8,7 @@ a joining member needs it) and opens ``/raft/stream`` with crafted frames, as in
   of term + 1000 or 2**64 - 1 does not depose the leader, and a forged append does not make
   a follower diverge;
 - with a member's ID (possible until peer TLS exists) and impossible values (a term past the
-  bound of kvserver.peer_validate, entries of a term above the message's): the frame is
+  bound of kvserver.rafthttp.validate, entries of a term above the message's): the frame is
   dropped and the stream closed;
 - after each attack the cluster has the same leader at the same term, accepts writes, no
   member has the forged key, all members agree on the revision, and a member restarted
@@ -26,10 +26,10 @@ import os
 import aiohttp
 import pytest
 
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest
 from kvserver.mvcc.codec import encode_entry
-from kvserver.mvcc.types import PutRequest, RangeRequest
-from kvserver.peer_codec import encode_batch
-from kvserver.server import Member
+from kvserver.rafthttp.codec import encode_batch
 from raft import Entry, Message, MessageType
 from tests.kvserver.inprocess import configs
 
@@ -136,7 +136,7 @@ def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplo
             prop = Message(type=MT.MsgProp, to=0, frm=STRANGER,
                            entries=(Entry(0, 0, data=forged_payload()),))
             outcomes = []
-            with caplog.at_level(logging.WARNING, logger="kvserver.transport"):
+            with caplog.at_level(logging.WARNING, logger="kvserver.rafthttp.transport"):
                 for m in members:
                     for _ in range(3):  # refusals are logged, but rate-limited
                         outcomes.append(await attack(
@@ -243,7 +243,7 @@ def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_runnin
             sender = leader.transport._peers[f.member_id]
             bad = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=leader.member_id,
                           term=1 << 64)  # msgpack raises OverflowError
-            with caplog.at_level(logging.ERROR, logger="kvserver.transport"):
+            with caplog.at_level(logging.ERROR, logger="kvserver.rafthttp.transport"):
                 leader.transport.send([bad])
                 resp = await leader.node.sm.put(PutRequest(b"next", b"1"))
                 got = await f.node.sm.range(RangeRequest(b"next"))

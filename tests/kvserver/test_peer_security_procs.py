@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from raft import Entry, Message, MessageType
 from tests.cluster.harness import b64, call, put, status, wait_for, wait_healthy
 from tests.kvserver.test_peer_security import STRANGER, attack_url, forged_payload

@@ -1,4 +1,4 @@
-"""Bounds checks on peer messages (kvserver.peer_validate), issue 13 defect 1.
+"""Bounds checks on peer messages (kvserver.rafthttp.validate), issue 13 defect 1.
 
 Two sides of one contract: every message the raft core sends in a simulated cluster under
 faults, membership changes and snapshots passes the checks (so they never refuse a correct
@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
-from kvserver.peer_codec import decode_batch, encode_batch
-from kvserver.peer_validate import (
+from kvserver.rafthttp.codec import decode_batch, encode_batch
+from kvserver.rafthttp.validate import (
     MAX_ENTRIES_PER_MESSAGE,
     MAX_TERM,
     PeerValidationError,
@@ -119,6 +119,6 @@ def test_impossible_messages_are_refused(m, why):
 def test_decoding_is_bounded_before_objects_are_built(value):
     import msgpack
 
-    from kvserver.peer_codec import PeerMessageError
+    from kvserver.rafthttp.codec import PeerMessageError
     with pytest.raises(PeerMessageError, match="exceeds max_"):  # msgpack's own limits
         decode_batch(msgpack.packb(value, use_bin_type=True))

@@ -1,6 +1,6 @@
 """Shared helpers of the lease tests: a fake monotonic clock and a lessor bound to a store."""
 
-from kvserver.lease import LeaseIdGenerator, Lessor
+from kvserver.lease.lessor import LeaseIdGenerator, Lessor
 from kvserver.mvcc import MVCCStore
 
 

@@ -13,7 +13,7 @@ import random
 import msgpack
 import pytest
 
-from kvserver.lease import (
+from kvserver.lease.lessor import (
     LeaseCheckpointRequest,
     LeaseExistsError,
     LeaseGrantRequest,
@@ -33,7 +33,7 @@ from kvserver.mvcc import (
     SnapshotFormatError,
     encode_entry,
 )
-from kvserver.raftkv import RaftKV
+from kvserver.server.replicated_kv import RaftKV
 from tests.api.fakes import LocalKV
 from tests.api.helpers import serve
 

@@ -10,7 +10,8 @@ import random
 import msgpack
 import pytest
 
-from kvserver.lease import (
+from kvserver.kvpb.errors import GrpcCode
+from kvserver.lease.lessor import (
     HARD_MAX_LEASES,
     MAX_LEASE_TTL_S,
     LeaseCheckpointRequest,
@@ -42,7 +43,6 @@ from kvserver.mvcc import (
     SnapshotFormatError,
     encode_entry,
 )
-from kvserver.mvcc.errors import GrpcCode
 
 from .helpers import FakeClock, ids, make
 
@@ -155,7 +155,7 @@ def test_max_leases_is_checked_when_proposing_and_the_hard_bound_when_applying(m
     # entries already in the log still apply (the admission bound is per member) ...
     assert lessor.apply(LeaseGrantRequest(5, 1000)).error is None
     # ... up to the replicated hard bound, a code constant
-    monkeypatch.setattr("kvserver.lease.HARD_MAX_LEASES", 5)
+    monkeypatch.setattr("kvserver.lease.lessor.HARD_MAX_LEASES", 5)
     assert lessor.apply(LeaseGrantRequest(5, 1001)).error is None
     assert isinstance(lessor.apply(LeaseGrantRequest(5, 1002)).error, TooManyLeasesError)
     assert HARD_MAX_LEASES == 1_000_000

@@ -9,7 +9,8 @@ LeaseTimeToLive / LeaseLeases answers; checkpoint scheduling.
 
 import pytest
 
-from kvserver.lease import (
+from kvserver.kvpb.errors import GrpcCode
+from kvserver.lease.lessor import (
     LeaseCheckpointRequest,
     LeaseExpiredError,
     LeaseGrantRequest,
@@ -17,7 +18,6 @@ from kvserver.lease import (
     NotPrimaryError,
 )
 from kvserver.mvcc import LeaseNotFoundError, PutRequest
-from kvserver.mvcc.errors import GrpcCode
 
 from .helpers import make
 

@@ -12,11 +12,11 @@ import json
 
 import pytest
 
-from kvserver.errors import GrpcCode, ServiceError
-from kvserver.lease import LeaseGrantRequest, LeaseNotFoundError, encode_lease_entry
+from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
+from kvserver.lease.lessor import LeaseGrantRequest, LeaseNotFoundError, encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
-from kvserver.mvcc.types import PutRequest, RangeRequest, prefix_range_end
-from kvserver.raftkv import RaftKV
+from kvserver.server.replicated_kv import RaftKV
 from tests.kvserver.test_member_inprocess import configs, run, start_all, stop_all, wait_leader
 
 POLL_S = 0.05

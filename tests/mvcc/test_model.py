@@ -16,6 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvserver.kvpb.errors import (
+    MSG_DUPLICATE_KEY,
+    MSG_LEASE_PROVIDED,
+    MSG_VALUE_PROVIDED,
+)
 from kvserver.mvcc import (
     CompactedError,
     CompactionRequest,
@@ -46,11 +51,6 @@ from kvserver.mvcc import (
     TxnResponse,
     key_in_range,
     prefix_range_end,
-)
-from kvserver.mvcc.errors import (
-    MSG_DUPLICATE_KEY,
-    MSG_LEASE_PROVIDED,
-    MSG_VALUE_PROVIDED,
 )
 from kvserver.mvcc.store import record_size_bytes
 

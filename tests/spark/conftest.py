@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import wait_healthy
 from tests.conftest import require_program
 

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from kvserver.client import Client, Op, Txn
-from kvserver.mvcc.types import EventType
+from kvserver.kvpb.kv import EventType
 from tests.cluster.harness import wait_for
 
 

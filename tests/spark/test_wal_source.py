@@ -21,7 +21,7 @@ import pytest
 
 import wal
 from kvserver.client import Client, Op, Txn
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.archive.helpers import cli
 from tests.cluster.harness import wait_for, wait_healthy
 from tests.spark.conftest import FAST_TIMING

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kvserver.client import Client
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import wait_healthy
 
 FAST_TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]

@@ -3,7 +3,7 @@
 ``pki`` writes a trustme CA and certificates for 127.0.0.1 into files (members and clients
 need paths, as the flags take them); ``expired_pair`` issues, with ``cryptography``, a
 certificate of that CA whose validity ended days ago (trustme cannot). ``ThreadMember`` runs
-one ``kvserver.server.Member`` on its own event loop in a thread, so blocking clients, the
+one ``kvserver.assembly.member.Member`` on its own event loop in a thread, so blocking clients, the
 CLI's ``main`` and etcd3gw can talk to it from the test; ``stop`` is bounded.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from kvserver.cluster import free_ports
-from kvserver.config import ServerConfig
-from kvserver.membership import parse_initial_cluster
-from kvserver.server import Member
+from kvserver.assembly.member import Member
+from kvserver.localcluster.launcher import free_ports
+from kvserver.membership.registry import parse_initial_cluster
+from kvserver.server.config import ServerConfig
 
 
 @dataclass(frozen=True)

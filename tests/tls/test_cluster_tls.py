@@ -14,7 +14,7 @@ import time
 import pytest
 
 from kvserver.client import Client
-from kvserver.cluster import LocalCluster
+from kvserver.localcluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import argparse
 
 import pytest
 
-from kvserver.config import add_server_flags, config_from_args
-from kvserver.membership import ClusterConfigError
+from kvserver.membership.registry import ClusterConfigError
+from kvserver.server.config import add_server_flags, config_from_args
 
 
 def _cfg(argv: list[str], environ: dict | None = None):

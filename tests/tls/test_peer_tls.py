@@ -15,8 +15,8 @@ import ssl
 
 import pytest
 
-from kvserver.mvcc.types import PutRequest, RangeRequest
-from kvserver.server import Member
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest
 from tests.tls.conftest import cluster_configs
 
 

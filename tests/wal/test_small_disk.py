@@ -207,7 +207,7 @@ def _http(method: str, url: str, data: bytes | None = None) -> int:
 
 
 def _serve(data_dir: str, log_path: str) -> tuple[subprocess.Popen, str]:
-    from kvserver.cluster import free_ports
+    from kvserver.localcluster.launcher import free_ports
     client, peer = free_ports(2)
     c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     log = open(log_path, "ab")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvserver.mvcc import DeleteRangeRequest, MVCCStore, PutRequest, RequestOp, TxnRequest
-from kvserver.watch import WatchHub, WatchLimits, WatchResponse, WatchStream
+from kvserver.watch.hub import WatchHub, WatchLimits, WatchResponse, WatchStream
 
 
 class Env:

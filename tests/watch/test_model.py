@@ -38,7 +38,7 @@ from kvserver.mvcc import (
     TxnRequest,
     prefix_range_end,
 )
-from kvserver.watch import (
+from kvserver.watch.hub import (
     MSG_WATCHER_TOO_SLOW,
     OverflowPolicy,
     Watcher,
@@ -294,7 +294,7 @@ def test_every_watcher_gets_exactly_its_events_once_in_order(limits, ops):
                 w = run.hub.create(key, end, **req_args)
                 stream = w._stream
             else:
-                from kvserver.watch import WatchCreateRequest
+                from kvserver.watch.hub import WatchCreateRequest
 
                 stream = run.streams[where]
                 w = stream.create(WatchCreateRequest(key, end, start, progress, tuple(filters),

@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
+from kvserver.kvpb.errors import MSG_COMPACTED
 from kvserver.mvcc import EventType, KeyValue, MVCCStore, prefix_range_end
-from kvserver.mvcc.errors import MSG_COMPACTED
-from kvserver.watch import (
+from kvserver.watch.hub import (
     MSG_DUPLICATE_WATCH_ID,
     MSG_EMPTY_WATCHER_RANGE,
     MSG_TOO_MANY_WATCHERS,

@@ -1,4 +1,4 @@
-"""The watch hub wired into the state machine (``kvserver.raftkv.RaftKV``), without raft.
+"""The watch hub wired into the state machine (``kvserver.server.replicated_kv.RaftKV``), without raft.
 
 RaftKV's contract with the hub: every applied entry that produced events — a put, a delete,
 a txn, a lease revoke deleting attached keys — is notified in apply order; entries that change
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import asyncio
 
-from kvserver.lease import LeaseGrantRequest, LeaseRevokeRequest, encode_lease_entry
-from kvserver.mvcc.codec import encode_entry
-from kvserver.mvcc.types import (
+from kvserver.kvpb.kv import (
     CompactionRequest,
     DeleteRangeRequest,
     PutRequest,
     RequestOp,
     TxnRequest,
 )
-from kvserver.raftkv import RaftKV
-from kvserver.watch import MSG_WATCH_STOPPED, WatchCreateRequest
+from kvserver.lease.lessor import LeaseGrantRequest, LeaseRevokeRequest, encode_lease_entry
+from kvserver.mvcc.codec import encode_entry
+from kvserver.server.replicated_kv import RaftKV
+from kvserver.watch.hub import MSG_WATCH_STOPPED, WatchCreateRequest
 
 
 def make_kv() -> RaftKV:

@@ -55,7 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from kvserver.client import AsyncClient, Cmp, Op, SortOrder, SortTarget, Txn, WatchCompactedError
-from kvserver.mvcc.types import EventType
+from kvserver.kvpb.kv import EventType
 from kvserver.spark.source.batch_read import decode_key, decode_value
 from kvserver.spark.source.options import SourceOptions
 from kvserver.spark.source.store import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvserver.client.txn import MAX_TXN_OPS
-from kvserver.mvcc.types import prefix_range_end
+from kvserver.kvpb.kv import prefix_range_end
 
 DEFAULT_MAX_TXN_BYTES = 1536 * 1024 - 16 * 1024  # under the server's 1.5 MiB request limit
 DEFAULT_PAGE_SIZE = 1000

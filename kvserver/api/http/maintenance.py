@@ -1,0 +1,113 @@
+"""``POST /v3/maintenance/snapshot``: stream a consistent copy of this member's state.
+
+etcd's gateway shape: a chunked response of one ``{"result": {...}}`` JSON object per line,
+each ``{"header", "remaining_bytes", "blob"}`` with ``blob`` base64; concatenating the
+decoded blobs gives the snapshot file, whose last 32 bytes are the SHA-256 of everything
+before them (etcd sends its hash the same way). The file layout is
+``kvserver.archive.snapfile`` (ours: header, state image, SHA-256; not a bolt db).
+
+Consistency: the auth state (users, roles, permissions, enabled; never tokens), the lease
+table, the MVCC view (``MVCCStore.capture``), the applied index and
+the revision are all taken in one synchronous step on the event loop, which is where the
+raft task applies entries, so they describe one applied index. The store keeps applying
+while the chunks are serialized and sent (the view is immutable), and the response is
+produced as it is sent, never built whole. ``remaining_bytes`` is an estimate (from the
+store's size) until the last line, which says 0; a client that wants the truth checks the
+hash, which ``raftkv snapshot save`` does.
+
+A failure after the stream started ends it with one ``{"error": {...}}`` line (the file a
+client has then lacks its hash and is refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+
+from aiohttp import web
+
+from kvserver.api.http import gateway_json as gj
+from kvserver.api.http.common import SERVICE_KEY
+from kvserver.archive import snapfile
+from kvserver.kvpb.kv import ResponseHeader
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
+from kvserver.lease.lessor import frame_snapshot
+from kvserver.mvcc.snapshot import serialize
+
+log = logging.getLogger(__name__)
+
+LINE_BLOB_BYTES = 256 * 1024   # blob bytes per response line (etcd sends 32 KiB)
+
+
+def capture(service) -> tuple[dict, object]:
+    """(file header, iterator of image chunks) of the member's state, taken now."""
+    store = getattr(service, "store", None)
+    lessor = getattr(service, "lessor", None)
+    node = getattr(service, "node", None)
+    if store is None or lessor is None or node is None:
+        raise ServiceError(GrpcCode.UNIMPLEMENTED, "raftkv: this member cannot snapshot")
+    # One synchronous step: nothing is applied between these lines (the raft task runs on
+    # this same loop), so every number describes the same applied index.
+    lease_blob = lessor.snapshot()
+    auth = getattr(service, "auth", None)
+    # Users, roles, permissions and the enabled flag (never tokens): the same frame a raft
+    # snapshot carries, first, so a restored member starts with them (b"": auth never used).
+    auth_frame = auth.snapshot_frame() if auth is not None else b""
+    view = store.capture()
+    header = {"revision": store.revision, "compact_revision": store.compact_revision,
+              "raft_index": node.applied, "raft_term": node.term,
+              "cluster_id": f"{service.cluster_id:x}", "member_id": f"{service.member_id:x}",
+              "keys": store.key_count, "created_unix": round(time.time(), 3)}
+
+    def chunks():
+        if auth_frame:
+            yield auth_frame
+        yield frame_snapshot(lease_blob)
+        yield from serialize(view, LINE_BLOB_BYTES)
+    return header, chunks()
+
+
+def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
+    result = {"header": gj.header(header), "blob": base64.b64encode(blob).decode("ascii")}
+    if remaining:
+        result["remaining_bytes"] = str(remaining)
+    return (json.dumps({"result": result}, separators=(",", ":")) + "\n").encode("ascii")
+
+
+async def snapshot(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE_KEY]
+    file_header, image = capture(service)
+    resp_header = ResponseHeader(service.cluster_id, service.member_id,
+                                 file_header["revision"], file_header["raft_term"])
+    estimate = max(1, int(getattr(service.store, "db_size_bytes", 0)))
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    sent = 0
+    pending = bytearray()
+    try:
+        for piece in snapfile.encode(file_header, image):
+            pending += piece
+            if len(pending) >= LINE_BLOB_BYTES:
+                sent += len(pending)
+                await response.write(_line(resp_header, max(1, estimate - sent),
+                                           bytes(pending)))
+                pending.clear()
+                await asyncio.sleep(0)  # serializing must not hold the loop
+        await response.write(_line(resp_header, 0, bytes(pending)))
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        log.exception("snapshot stream failed")
+        err = {"error": {"grpc_code": int(GrpcCode.INTERNAL), "http_code": 500,
+                         "message": f"raftkv: snapshot failed: {exc}",
+                         "http_status": "Internal Server Error"}}
+        await response.write((json.dumps(err) + "\n").encode())
+    await response.write_eof()
+    return response
+
+
+ROUTES = (("/maintenance/snapshot", snapshot),)

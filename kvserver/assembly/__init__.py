@@ -1,0 +1,1 @@
+"""kvserver.assembly: build one member from its parts and run it (``raftkv serve``)."""

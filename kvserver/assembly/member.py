@@ -1,0 +1,308 @@
+"""``raftkv serve``: assemble and run one member — storage, raft node, transport, HTTP.
+
+Startup:
+1. open ``<data-dir>/member`` (WAL + snapshots; a torn WAL tail is repaired once, any other
+   corruption stops the start with the file, the offset and the repair command);
+2. build the raft core from what was recovered; a brand-new member of a new cluster
+   bootstraps the initial configuration from ``--initial-cluster``;
+3. restore the state machine from the newest snapshot (committed entries after it are
+   re-applied by the normal Ready loop);
+4. serve peers on ``--listen-peer-urls`` and clients on ``--listen-client-urls``.
+
+SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then the WAL).
+"""
+
+import asyncio
+import gc
+import logging
+import os
+import random
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from kvserver.api.http.app import build_client_app
+from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
+from kvserver.api.http.forward import FORWARD_SSL_KEY
+from kvserver.archive import member as archive_member
+from kvserver.lease.lessor import min_lease_ttl_s
+from kvserver.membership.registry import (
+    REMOVED_MESSAGE,
+    MemberRegistry,
+    MembershipService,
+    resolve_identity,
+    split_members_frame,
+)
+from kvserver.membership.registry import cluster_id as derive_cluster_id
+from kvserver.rafthttp.transport import PeerTransport
+from kvserver.server.config import ServerConfig, check_url_schemes, host_port
+from kvserver.server.metrics import AppendCounter, Metrics
+from kvserver.server.node import Node, NodeOptions
+from kvserver.server.node_storage import NodeStorage
+from kvserver.server.replicated_kv import RaftKV
+from kvserver.server.service import MemberInfo
+from kvserver.tls import MemberTLS, member_contexts
+from raft import Config, RawNode
+from raft.errors import CommitOutOfRangeError
+from wal.errors import is_disk_full
+
+log = logging.getLogger(__name__)
+
+
+class Member:
+    """One running raftkv member."""
+
+    def __init__(self, cfg: ServerConfig):
+        self.cfg = cfg
+        local = cfg.local_member()
+        self.member_id = local.id
+        self.cluster_id = derive_cluster_id([m.id for m in cfg.members])
+        self.members = tuple(
+            MemberInfo(m.id, m.name, m.peer_urls,
+                       cfg.advertise_client_urls if m.id == local.id else ())
+            for m in cfg.members)
+        self.runners: list[web.AppRunner] = []
+        self.node: Node | None = None
+        self.kv: RaftKV | None = None
+        self.storage: NodeStorage | None = None
+        self.transport: PeerTransport | None = None
+        self.membership: MembershipService | None = None
+        self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
+        self.client_guard = ConnectionGuard()  # client-port connection limits
+        self.archive = None  # kvserver.archive.member: the --archive-url thread, if any
+        self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        check_url_schemes(cfg)  # config_from_args did; a config built in code must pass too
+        self.tls = member_contexts(cfg)  # TLS files load (auto-TLS pairs made) before all else
+        # A restart takes its IDs from the WAL, a joining member from the running cluster.
+        self.member_id, self.cluster_id, known = await resolve_identity(
+            cfg, self.member_id, self.cluster_id, peer_ssl=self.tls.peer_dial)
+        self.membership = MembershipService(
+            registry=MemberRegistry(known), local_id=self.member_id,
+            cluster_id=self.cluster_id, name=cfg.name, client_urls=cfg.advertise_client_urls,
+            on_change=self._members_changed)
+        storage, fresh = await NodeStorage.open(
+            cfg, member_id=self.member_id, cluster_id=self.cluster_id)
+        self.storage = storage
+        kv = RaftKV(cluster_id=self.cluster_id, member_id=self.member_id, name=cfg.name,
+                    members=self.members,
+                    election_timeout_s=cfg.election_timeout_ms / 1000,
+                    min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms,
+                                                    cfg.election_timeout_ms))
+        self.kv = kv
+        snapshot = storage.raft_storage.snapshot()
+        applied = 0
+        if not snapshot.is_empty():
+            blob, rest = split_members_frame(snapshot.data)
+            kv.restore(snapshot.data if blob is None else rest)
+            self.membership.restore(blob, snapshot.metadata.conf_state)
+            applied = snapshot.metadata.index
+        raft_cfg = Config(id=self.member_id, storage=storage.raft_storage,
+                          election_tick=cfg.election_ticks, heartbeat_tick=1,
+                          applied=applied, check_quorum=True, pre_vote=cfg.pre_vote,
+                          max_size_per_msg_bytes=1 << 20, max_inflight_msgs=512,
+                          max_uncommitted_entries_size_bytes=1 << 30,
+                          # Election jitter from the OS, not seeded by the member id: a cluster
+                          # must not repeat the same timings (or the same split vote) on every
+                          # run. Only the simulator seeds raft's randomness.
+                          rng=random.SystemRandom(),
+                          # Role changes, campaigns and refused votes, at INFO (as etcd logs
+                          # them): an operator reading a member's log sees each election.
+                          logger=logging.getLogger("raft"))
+        raw = RawNode(raft_cfg)
+        if fresh and cfg.initial_cluster_state == "new":
+            raw.bootstrap(sorted(m.id for m in self.members))
+        _, conf_state = storage.raft_storage.initial_state()
+        gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
+
+        self.transport = PeerTransport(
+            local_id=self.member_id, cluster_id=self.cluster_id,
+            on_messages=lambda msgs: self.node.receive(msgs),
+            on_unreachable=lambda peer: self.node.report_unreachable(peer),
+            on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed),
+            name=cfg.name, client_urls=cfg.advertise_client_urls,
+            is_removed=lambda peer: peer in self.membership.registry.removed,
+            on_removed=self.membership.peer_removed,
+            members_json=self.membership.members_json, ssl_context=self.tls.peer_dial)
+        await self.transport.start()
+        self.membership.transport = self.transport
+
+        self.node = Node(
+            raw=raw, node_id=self.member_id, storage=storage, state_machine=kv,
+            send=self.appends.wrap(self.transport.send),
+            options=NodeOptions(heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
+                                snapshot_count=cfg.snapshot_count,
+                                snapshot_catchup_entries=cfg.snapshot_catchup_entries),
+            applied=applied, conf_state=conf_state,
+            on_conf_change=self.membership.on_conf_change, members=self.membership)
+        kv.node = self.node
+        kv.membership = self.membership
+        self.membership.node = self.node
+        self.membership.start()  # connects to the known members
+        self.node.start()
+        # the lessor's expiry task and auto-compaction (both act only while this member leads)
+        kv.start(auto_compaction=cfg.auto_compaction)
+        self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, storage)
+        if self.archive is not None:
+            kv.archive_lag = self.archive.archiver.lag
+
+        metrics = Metrics(node_stats=self._stats)
+        peer_app = web.Application(client_max_size=(64 << 20))
+        peer_app.add_routes(self.transport.routes())
+        client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
+        # Header/body/idle deadlines and a bound on open connections for the client port
+        # (innermost middleware: its 408 is rendered by the app's error middleware).
+        client_app.middlewares.append(self.client_guard.middleware)
+        client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
+        for app, urls, make_runner, tls in (
+                (peer_app, cfg.listen_peer_urls, web.AppRunner, self.tls.peer_server),
+                (client_app, cfg.listen_client_urls, self.client_guard.runner,
+                 self.tls.client_server)):
+            # Bounded graceful stop: in-flight requests get a moment, then connections close.
+            runner = make_runner(app, access_log=None, handle_signals=False,
+                                 shutdown_timeout=2.0)
+            await runner.setup()
+            self.runners.append(runner)
+            for url in urls:
+                host, port = host_port(url)
+                # https URLs only (check_url_schemes made sure the context exists for them)
+                ssl_context = tls if url.startswith("https://") else None
+                await web.TCPSite(runner, host, port, reuse_address=True,
+                                  ssl_context=ssl_context).start()
+        log.info("member %s (%x) of cluster %x serving clients on %s, peers on %s",
+                 cfg.name, self.member_id, self.cluster_id,
+                 ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))
+
+    def _members_changed(self, members) -> None:
+        self.members = tuple(MemberInfo(m.id, m.name, m.peer_urls, m.client_urls,
+                                        m.is_learner) for m in members)
+        if self.kv is not None:
+            self.kv.members = self.members
+
+    def _stats(self) -> dict:
+        """Numbers for /metrics (keys: kvserver.server.metrics.NODE_METRICS); read per scrape."""
+        node = self.node
+        commit = node.raw.status().hard_state.commit
+        return {
+            "raft_term": node.term, "raft_commit_index": commit,
+            "raft_applied_index": node.applied, "raft_apply_lag_entries": commit - node.applied,
+            "raft_has_leader": int(node.leader != 0), "raft_is_leader": int(node.is_leader),
+            "raft_leader_changes": node.leader_changes,
+            "proposals_committed": node.stats["proposals_applied"],
+            "proposals_failed": node.stats["proposals_failed"],
+            "proposals_pending": node.pending_proposals,
+            "wal_fsync_duration_seconds": self.storage.fsync_seconds,
+            "peer_send_failures": {f"{peer:x}": count for peer, count
+                                   in self.transport.failures_by_peer.items()},
+            "store_revision": node.sm.store.revision,
+            **self.appends.stats(),
+            **archive_member.stats(self.archive),
+        }
+
+    async def stop(self) -> None:
+        """Clients first, then the raft loop, then peers, then the disk."""
+        client_runners, peer_runners = self.runners[1:], self.runners[:1]
+        for runner in client_runners:
+            await runner.cleanup()
+        if self.membership is not None:
+            await self.membership.stop()
+        if self.kv is not None:
+            await self.kv.stop()
+        if self.node is not None:
+            await self.node.stop()
+        if self.transport is not None:
+            await self.transport.stop()
+        for runner in peer_runners:
+            await runner.cleanup()
+        archive_member.stop(self.archive)  # a last pass, before the WAL closes
+        if self.storage is not None:
+            self.storage.close()
+
+
+def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | None) -> str:
+    """What a member whose raft loop stopped prints before it exits non-zero."""
+    if is_disk_full(failure):
+        return (
+            f"raftkv: member {cfg.name} ({member_id:x}) stopped: the disk is full: {failure}. "
+            f"Nothing acknowledged is lost (a write is acknowledged only once it is on "
+            f"disk). Free space on the file system holding {cfg.data_dir} (files there that "
+            f"are not raftkv's; raftkv itself keeps {cfg.max_snapshots} snapshots and "
+            f"{cfg.max_wals} released WAL files, fewer with --max-snapshots/--max-wals) or "
+            f"move the data dir to a larger disk, then start the member again.")
+    if not isinstance(failure, CommitOutOfRangeError):
+        return f"raftkv: the raft loop failed ({failure}; see the log above); exiting"
+    peer_urls = ",".join(cfg.initial_advertise_peer_urls)
+    return (
+        f"raftkv: member {cfg.name} ({member_id:x}) lost raft log entries it had "
+        f"acknowledged: the leader has committed index {failure.commit}, this member's log "
+        f"ends at {failure.last_index}. Its data dir {cfg.data_dir} was truncated or "
+        f"corrupted (a torn WAL tail repaired after a crash on a disk that lost written "
+        f"data, an old backup, or a copied data dir). Rejoining with this log could lose "
+        f"committed writes (the lost entries may have counted toward a commit quorum), so "
+        f"the member stops, and it will stop again at every start. `raftkv wal repair` "
+        f"cannot bring the entries back. Replace the member with a fresh data dir: on a "
+        f"healthy member run `raftkv member remove {member_id:x}`, move {cfg.data_dir} "
+        f"away, run `raftkv member add {cfg.name} --peer-urls {peer_urls}`, then start "
+        f"this member again with --initial-cluster-state existing.")
+
+
+async def serve(cfg: ServerConfig) -> None:
+    member = Member(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await member.start()
+        failed = asyncio.ensure_future(member.node.failed.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        removed = asyncio.ensure_future(member.membership.removed.wait())
+        await asyncio.wait([failed, stopped, removed], return_when=asyncio.FIRST_COMPLETED)
+        for fut in (failed, stopped, removed):
+            fut.cancel()
+        if member.node.failed.is_set():
+            message = failure_message(cfg, member.member_id, member.node.failure)
+            log.error("%s", message)
+            raise SystemExit(message)
+        if member.membership.removed.is_set():
+            # A removed leader hands over first (the raft core steps down once the others
+            # have its log); then stop serving, as etcd does.
+            await member.membership.wait_handed_over(2 * cfg.election_timeout_ms / 1000)
+            log.warning("raftkv: %s; stopping", REMOVED_MESSAGE)
+            print(f"raftkv: {REMOVED_MESSAGE}", file=sys.stderr, flush=True)
+    finally:
+        await member.stop()
+
+
+def run(cfg: ServerConfig) -> None:
+    # The WAL writer thread needs the GIL right after its fsync returns; with the default
+    # 5 ms switch interval it can wait that long behind the event loop serving HTTP.
+    sys.setswitchinterval(float(os.environ.get("RAFTKV_SWITCH_INTERVAL_S", "0.0005")))
+    # Client connections, WAL segments and peers all take file descriptors: use what the
+    # hard limit allows (Go raises the soft limit for etcd at start).
+    soft, _ = raise_nofile_limit()
+    log.info("open-file limit: %d", soft)
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at runtime
+        runner = asyncio.Runner()
+    profile_dir = os.environ.get("RAFTKV_PROFILE_DIR")
+    if not profile_dir:
+        with runner:
+            runner.run(serve(cfg))
+        return
+    # Performance work: a cProfile of the whole process, written at a clean stop to
+    # ``$RAFTKV_PROFILE_DIR/<name>.prof`` (read it with ``python -m pstats``).
+    import cProfile
+    profiler = cProfile.Profile(time.thread_time)  # CPU of the loop thread, not waits
+    try:
+        with runner:
+            profiler.runcall(runner.run, serve(cfg))
+    finally:
+        os.makedirs(profile_dir, exist_ok=True)
+        profiler.dump_stats(os.path.join(profile_dir, f"{cfg.name}.prof"))

@@ -1,0 +1,1 @@
+"""kvserver.lease: etcd's leases, replicated through raft (the lessor and its codecs)."""

@@ -1,0 +1,1 @@
+"""kvserver.localcluster: a local cluster of real member processes (``raftkv cluster up``)."""

@@ -1,0 +1,1 @@
+"""kvserver.membership: member identity, the replicated member registry and the member service."""

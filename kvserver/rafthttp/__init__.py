@@ -1,0 +1,1 @@
+"""kvserver.rafthttp: raft messages between members over HTTP (streams, snapshots, checks)."""

@@ -1,0 +1,611 @@
+"""The node driver: one asyncio task owns the raft core and runs its Ready loop.
+
+Nothing but the raft task touches the ``RawNode``. Everything else hands it work through
+queues and wakes it: peer messages (``receive``), proposals (``propose``), linearizable read
+barriers (``read_barrier``) and ticks. Each turn of the raft task drains those queues into
+the core — so every proposal that arrived while the previous Ready was being written goes
+into the next Ready together (batching falls out of the loop) — and then handles one Ready in
+the order DESIGN §2 requires:
+
+1. replication messages of a leader (MsgApp, MsgHeartbeat, MsgSnap) are sent first: a leader
+   may send entries before its own write completes (Raft thesis §10.2.1);
+2. the snapshot, entries and hard state are persisted (the WAL writer thread fsyncs when
+   ``must_sync``; the loop keeps serving meanwhile);
+3. all other messages — votes and acknowledgements, which promise durable state — are sent;
+4. the snapshot and committed entries are applied to the state machine, read states are
+   served once applied, and then ``advance``.
+
+Proposal payloads travel in entries as ``origin (8 bytes) | sequence (8 bytes) | payload``.
+``origin`` is random per process, so the node that proposed an entry recognises it when it
+applies it and hands the state machine's result to the waiting caller; other nodes just
+apply it. Retried client writes are de-duplicated by the state machine (client request ids),
+not here.
+
+Membership (``kvserver.membership.registry``): ``propose_conf_change`` proposes a ConfChange and returns
+once this node has applied it (matched by the change's ``id``); applied changes go to the
+``on_conf_change`` callback. The optional ``members`` object (``snapshot()`` /
+``restore(blob, conf_state)``) is the replicated member registry: its image is framed in front
+of the state machine's in every snapshot this node makes (``membership.frame_members``), and
+split off again when a snapshot is restored.
+
+Linearizable reads use ReadIndex, batched: all callers waiting when the raft task runs share
+one read_index request; a batch whose answer does not come (leader change, dropped message)
+is asked again every ``read_retry_s``.
+
+Failures (``_step``, ``health_problem``): an exception that escapes the raft task stops the
+node (``failed`` is set, ``failure`` says why; ``kvserver.assembly.member`` exits non-zero), so does a
+``RaftInvariantError`` while stepping a peer message — in particular
+``CommitOutOfRangeError``, which means this member lost log entries it had acknowledged and
+may have counted toward a commit quorum with them (etcd panics there too). Any other error
+on a peer message drops that message and is logged at ERROR. ``health_problem()`` is the
+node's part of ``/health``: failed, failing recently, or a follower whose leader has not yet
+sent it one heartbeat it could take (the heartbeat's commit index is what exposes a lost
+log, so a follower is not healthy before it has passed that check once per term).
+"""
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvserver.kvpb import service_errors as errors
+from kvserver.membership.registry import frame_members, split_members_frame
+from raft import (
+    ConfChange,
+    ConfState,
+    Entry,
+    EntryType,
+    Message,
+    MessageType,
+    ProposalDroppedError,
+    RawNode,
+    Ready,
+    Snapshot,
+    StateType,
+)
+from raft.errors import CommitOutOfRangeError, RaftError, RaftInvariantError
+
+log = logging.getLogger(__name__)
+
+_SEND_BEFORE_PERSIST = frozenset(
+    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap})
+_HEADER_BYTES = 16
+_APPLY_YIELD_EVERY = 512          # committed entries applied between two yields to the loop
+STEP_ERROR_UNHEALTHY_S = 10.0     # /health is false this long after a peer message failed
+
+
+class StateMachine(Protocol):
+    """What the driver needs from the replicated state machine (the KV store).
+
+    Optional hooks, called from the raft task if the state machine has them:
+    ``on_leader_start()`` when this member, as leader, applies the empty entry of its term
+    (everything of earlier terms is applied: the lessor is promoted there) and
+    ``on_leader_stop()`` when it stops being leader."""
+
+    def apply(self, index: int, payload: bytes) -> object:
+        """Apply one committed proposal; the result goes to the proposer's caller."""
+
+    def snapshot_chunks(self) -> Iterator[bytes]:
+        """The state's image, in chunks small enough to produce without stalling the loop."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a snapshot image."""
+
+
+class DurableStorage(Protocol):
+    """WAL + snapshot files behind the raft core's MemoryStorage (kvserver.server.node_storage)."""
+
+    raft_storage: object
+
+    async def persist(self, rd: Ready) -> None: ...
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def compact(self, index: int) -> None: ...
+
+
+@dataclass
+class NodeOptions:
+    heartbeat_interval_s: float = 0.1
+    request_timeout_s: float = 5.0
+    read_retry_s: float = 0.5
+    snapshot_count: int = 100_000  # etcd 3.4's default
+    snapshot_catchup_entries: int = 5000
+    max_pending_proposals: int = 10000
+
+
+class _ReadBatch:
+    __slots__ = ("ctx", "waiters", "index", "asked_at")
+
+    def __init__(self, ctx: bytes):
+        self.ctx = ctx
+        self.waiters: list[asyncio.Future] = []
+        self.index: int | None = None      # known once the ReadState arrives
+        self.asked_at = 0.0
+
+
+class Node:
+    def __init__(self, *, raw: RawNode, node_id: int, storage: DurableStorage,
+                 state_machine: StateMachine, send: Callable[[list[Message]], None],
+                 options: NodeOptions, applied: int, conf_state: ConfState,
+                 on_conf_change: Callable[[ConfChange, ConfState], None] | None = None,
+                 members=None):
+        self.raw = raw
+        self.id = node_id
+        self.storage = storage
+        self.sm = state_machine
+        self._send = send
+        self.opts = options
+        self._on_conf_change = on_conf_change
+        self.members = members               # member registry (snapshot()/restore()) or None
+        # invariant: snapshot_index <= applied <= committed
+        self.applied = applied
+        self.snapshot_index = applied
+        self.conf_state = conf_state
+        hard_state, _ = storage.raft_storage.initial_state()
+        self.leader = 0
+        self.term = hard_state.term
+        self.role = StateType.FOLLOWER
+        self.leader_changes = 0
+        self._durable_term_vote = (hard_state.term, hard_state.vote)
+
+        self._origin = os.urandom(8)
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._inbox: list[Message] = []
+        self._ticks = 0
+        self._proposals: list[bytes] = []
+        self._proposal_waiters: dict[int, asyncio.Future] = {}
+        self._conf_proposals: list[ConfChange] = []
+        self._conf_waiters: dict[int, asyncio.Future] = {}   # by ConfChange.id
+        self._unreachable: list[int] = []
+        self._snapshot_status: list[tuple[int, bool]] = []
+        self._read_new: _ReadBatch | None = None
+        self._reads_asked: dict[bytes, _ReadBatch] = {}
+        self._reads_ready: list[_ReadBatch] = []
+        self._read_seq = 0
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = False
+        self.failed = asyncio.Event()        # set if the raft loop dies: the member exits
+        self.failure: BaseException | None = None   # what ended the raft loop
+        # The latest peer message the core failed on with an unexpected error: (monotonic
+        # time, error); /health is false for STEP_ERROR_UNHEALTHY_S after it.
+        self._step_error: tuple[float, str] | None = None
+        # (term, leader) of the last heartbeat this follower took from its leader without an
+        # error: the heartbeat's commit index proves our log holds what the leader thinks we
+        # acknowledged (a node that lost entries fails right there), so /health waits for it.
+        self._confirmed_leader: tuple[int, int] = (0, 0)
+        # The commit index this member had before it (re)started. Its store lives in memory:
+        # until the entries up to there are applied again it is older than what it served
+        # before the restart (etcd's store is on disk and never goes back), so local reads
+        # and new watches wait for ``recovered`` (see ``wait_recovered``).
+        self.recovered_commit = hard_state.commit
+        self.recovered = asyncio.Event()
+        if applied >= self.recovered_commit:
+            self.recovered.set()
+        # counters read by /metrics (kvserver.assembly.member.Member._stats)
+        self.stats = {"proposals_applied": 0, "proposals_failed": 0}
+
+    # --- inputs (called from any coroutine on the loop) ----------------------------------
+
+    def receive(self, messages: list[Message]) -> None:
+        self._inbox.extend(messages)
+        self._wake.set()
+
+    def report_unreachable(self, peer_id: int) -> None:
+        self._unreachable.append(peer_id)
+        self._wake.set()
+
+    def report_snapshot(self, peer_id: int, failed: bool) -> None:
+        self._snapshot_status.append((peer_id, failed))
+        self._wake.set()
+
+    async def propose(self, payload: bytes, timeout_s: float | None = None) -> object:
+        """Replicate ``payload``; return the state machine's result once applied here."""
+        if self._stopped:
+            raise errors.stopping()
+        if len(self._proposal_waiters) >= self.opts.max_pending_proposals:
+            raise errors.ServiceError(errors.GrpcCode.RESOURCE_EXHAUSTED,
+                                      "etcdserver: too many requests", retryable=True)
+        self._seq += 1
+        seq = self._seq
+        fut = asyncio.get_running_loop().create_future()
+        self._proposal_waiters[seq] = fut
+        self._proposals.append(self._origin + seq.to_bytes(8, "big") + payload)
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
+        except TimeoutError:
+            self.stats["proposals_failed"] += 1
+            raise errors.timed_out() from None
+        finally:
+            self._proposal_waiters.pop(seq, None)
+
+    async def propose_conf_change(self, cc: ConfChange,
+                                  timeout_s: float | None = None) -> ConfState:
+        """Propose a membership change (``cc.id`` 0: a random one is chosen); return the
+        configuration once this node has applied it. A change raft refuses (another one is
+        not applied yet) never applies: the caller times out."""
+        if self._stopped:
+            raise errors.stopping()
+        if not cc.id:
+            cc = ConfChange(cc.type, cc.node_id, cc.context,
+                            int.from_bytes(os.urandom(8), "big") or 1)
+        fut = asyncio.get_running_loop().create_future()
+        self._conf_waiters[cc.id] = fut
+        self._conf_proposals.append(cc)
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
+        except TimeoutError:
+            raise errors.timed_out() from None
+        finally:
+            self._conf_waiters.pop(cc.id, None)
+
+    @property
+    def conf_change_ready(self) -> bool:
+        """Raft would take a conf change now: this leader applied every change it may have
+        (its term's first entry included), so the one-pending-change rule will not refuse."""
+        return self.raw.raft.pending_conf_index <= self.applied
+
+    async def wait_recovered(self, timeout_s: float | None = None) -> None:
+        """Return once the entries committed before this member started are applied again
+        (at once in steady state); ``unavailable`` if that takes longer than the timeout."""
+        if self.recovered.is_set():
+            return
+        try:
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                await self.recovered.wait()
+        except TimeoutError:
+            raise errors.replaying(
+                f"this member is still replaying its log after a restart (applied "
+                f"{self.applied} of {self.recovered_commit})") from None
+
+    def _note_applied(self) -> None:
+        if self.applied >= self.recovered_commit and not self.recovered.is_set():
+            self.recovered.set()
+
+    async def read_barrier(self, timeout_s: float | None = None) -> int:
+        """Wait until this node's state machine reflects every write acknowledged before the
+        call (ReadIndex); return the read index."""
+        if self._stopped:
+            raise errors.stopping()
+        if self._read_new is None:
+            self._read_seq += 1
+            self._read_new = _ReadBatch(self._read_seq.to_bytes(8, "big") + self._origin)
+        fut = asyncio.get_running_loop().create_future()
+        self._read_new.waiters.append(fut)
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+                return await fut
+        except TimeoutError:
+            if self.leader == 0:
+                raise errors.no_leader() from None
+            raise errors.timed_out() from None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id:x}"),
+                       loop.create_task(self._ticker(), name=f"tick-{self.id:x}")]
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
+            if not fut.done():
+                fut.set_exception(errors.stopping())
+
+    async def _ticker(self) -> None:
+        interval = self.opts.heartbeat_interval_s
+        next_at = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += interval
+            now = time.monotonic()
+            if next_at < now:  # the loop was stalled: do not burst ticks to catch up
+                next_at = now + interval
+            self._ticks += 1
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                self._feed_core()
+                while self.raw.has_ready():
+                    await self._handle_ready(self.raw.ready())
+                    self._feed_core()
+        except asyncio.CancelledError:
+            raise
+        except CommitOutOfRangeError as exc:
+            # Not a bug to trace: durable state was lost (kvserver.assembly.member says what to do).
+            log.error("node %x: raft log lost entries this member had acknowledged (%s); "
+                      "the node stops", self.id, exc)
+            self._fail(exc)
+        except Exception as exc:
+            log.exception("node %x: raft loop failed; the node stops", self.id)
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self._stopped = True
+        self.failed.set()
+        for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
+            if not fut.done():
+                fut.set_exception(errors.stopping())
+
+    # --- the raft task -------------------------------------------------------------------
+
+    def _feed_core(self) -> None:
+        raw = self.raw
+        ticks, self._ticks = self._ticks, 0
+        for _ in range(ticks):
+            raw.tick()
+        if self._unreachable:
+            for peer in self._unreachable:
+                raw.report_unreachable(peer)
+            self._unreachable.clear()
+        if self._snapshot_status:
+            for peer, failed in self._snapshot_status:
+                raw.report_snapshot(peer, failed)
+            self._snapshot_status.clear()
+        if self._inbox:
+            inbox, self._inbox = self._inbox, []
+            for m in inbox:
+                self._step(m)
+        if self._proposals:
+            proposals, self._proposals = self._proposals, []
+            for data in proposals:
+                try:
+                    raw.propose(data)
+                except ProposalDroppedError:
+                    self.stats["proposals_failed"] += 1
+                    self._fail_proposal(data, errors.no_leader() if self.leader == 0
+                                        else errors.leader_changed())
+        if self._conf_proposals:
+            confs, self._conf_proposals = self._conf_proposals, []
+            for cc in confs:
+                try:
+                    raw.propose_conf_change(cc)
+                except ProposalDroppedError:
+                    fut = self._conf_waiters.get(cc.id)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(errors.no_leader() if self.leader == 0
+                                          else errors.leader_changed())
+        self._ask_reads()
+
+    def _step(self, m: Message) -> None:
+        """Hand one peer message to the core.
+
+        - A documented ``RaftError`` (a response from a peer no longer tracked, ...) is a
+          normal condition: the message is dropped, logged at DEBUG.
+        - A ``RaftInvariantError`` propagates and stops the node, as etcd panics: either
+          this node's durable state is not what it promised (``CommitOutOfRangeError``: it
+          lost acknowledged entries) or the core's invariants broke. Going on could lose
+          committed writes.
+        - Any other exception is a bug or a malformed message that got past the transport's
+          checks: the message is dropped, logged at ERROR, and /health is false for
+          ``STEP_ERROR_UNHEALTHY_S`` after it. The node keeps running: stopping it would let
+          one bad message take a member down, and raft tolerates a lost message.
+        """
+        raw = self.raw
+        try:
+            raw.step(m)
+        except RaftInvariantError:
+            raise
+        except RaftError as exc:
+            log.debug("dropped message %s: %s", m, exc)
+            return
+        except Exception as exc:
+            log.error("node %x: dropped message %s: the raft core failed on it", self.id, m,
+                      exc_info=True)
+            self._step_error = (time.monotonic(), f"{type(exc).__name__}: {exc}")
+            return
+        if m.type == MessageType.MsgHeartbeat and m.frm == raw.raft.lead \
+                and m.term == raw.raft.term:
+            self._confirmed_leader = (m.term, m.frm)
+
+    def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
+        fut = self._proposal_waiters.get(int.from_bytes(data[8:16], "big"))
+        if fut is not None and not fut.done():
+            fut.set_exception(error)
+
+    def _ask_reads(self) -> None:
+        now = time.monotonic()
+        batch, self._read_new = self._read_new, None
+        if batch is not None:
+            batch.waiters = [w for w in batch.waiters if not w.done()]
+            if batch.waiters:
+                self._reads_asked[batch.ctx] = batch
+        for ctx in [c for c, b in self._reads_asked.items()
+                    if all(w.done() for w in b.waiters)]:
+            del self._reads_asked[ctx]  # every reader timed out: stop asking
+        for batch in self._reads_asked.values():
+            if batch.index is None and now - batch.asked_at >= self.opts.read_retry_s:
+                batch.asked_at = now
+                try:
+                    self.raw.read_index(batch.ctx)
+                except ProposalDroppedError:
+                    pass  # no leader yet: asked again after read_retry_s, or times out
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        hs = rd.hard_state
+        if hs is not None:
+            self.term = hs.term
+        early, late = [], []
+        # A leader may send appends before its own write completes, unless this Ready also
+        # changes its term or vote (a one-voter leader elected within the Ready): those must
+        # be durable before anything that depends on them leaves the node.
+        vote_changed = hs is not None and (hs.term, hs.vote) != self._durable_term_vote
+        for m in rd.messages:
+            (early if m.type in _SEND_BEFORE_PERSIST and not vote_changed else late).append(m)
+        if early:
+            self._send(early)
+        await self.storage.persist(rd)
+        if hs is not None:
+            self._durable_term_vote = (hs.term, hs.vote)
+        if late:
+            self._send(late)
+        if rd.snapshot is not None and not rd.snapshot.is_empty():
+            self.conf_state = rd.snapshot.metadata.conf_state
+            self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
+            self.applied = self.snapshot_index = rd.snapshot.metadata.index
+            self._note_applied()
+            log.info("node %x: restored snapshot at index %d from the leader", self.id,
+                     self.applied)
+        if rd.committed_entries:
+            await self._apply(rd.committed_entries)
+        for rs in rd.read_states:
+            batch = self._reads_asked.pop(rs.request_ctx, None)
+            if batch is not None:
+                batch.index = rs.index
+                self._reads_ready.append(batch)
+        self._serve_reads()
+        self.raw.advance(rd)
+        if self.applied - self.snapshot_index > self.opts.snapshot_count:
+            await self._snapshot()
+
+    def _on_soft_state(self, ss) -> None:
+        if ss.lead != self.leader:
+            self.leader_changes += 1
+            log.info("node %x: leader is now %x", self.id, ss.lead)
+        was_leader = self.role == StateType.LEADER
+        self.leader = ss.lead
+        self.role = ss.raft_state
+        if was_leader and self.role != StateType.LEADER:
+            hook = getattr(self.sm, "on_leader_stop", None)  # optional StateMachine hook
+            if hook is not None:
+                hook()
+
+    async def _apply(self, entries: tuple[Entry, ...]) -> None:
+        origin = self._origin
+        waiters = self._proposal_waiters
+        for n, e in enumerate(entries):
+            if e.index <= self.applied:
+                continue  # already in the snapshot we restored
+            if e.type == EntryType.NORMAL:
+                if e.data:
+                    result = self.sm.apply(e.index, e.data[_HEADER_BYTES:])
+                    if e.data[:8] == origin:
+                        fut = waiters.get(int.from_bytes(e.data[8:16], "big"))
+                        self.stats["proposals_applied"] += 1
+                        if fut is not None and not fut.done():
+                            if isinstance(result, Exception):
+                                fut.set_exception(result)
+                            else:
+                                fut.set_result(result)
+                elif e.term == self.term and self.is_leader:
+                    # The empty entry a new leader appends: once it is applied, everything of
+                    # earlier terms is too (etcd promotes its lessor here).
+                    hook = getattr(self.sm, "on_leader_start", None)  # optional hook
+                    if hook is not None:
+                        hook()
+            elif e.type == EntryType.CONF_CHANGE:
+                self._apply_conf_change(ConfChange.decode(e.data))
+            self.applied = e.index
+            if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
+        self._note_applied()  # once per batch (not per entry): recovery waiters wake after it
+
+    def _apply_conf_change(self, cc: ConfChange) -> None:
+        self.conf_state = self.raw.apply_conf_change(cc)
+        if self._on_conf_change is not None:
+            self._on_conf_change(cc, self.conf_state)
+        fut = self._conf_waiters.get(cc.id) if cc.id else None
+        if fut is not None and not fut.done():
+            fut.set_result(self.conf_state)
+
+    def restore_snapshot_data(self, data: bytes, conf_state: ConfState) -> None:
+        """Restore the state machine (and the member registry) from a snapshot image."""
+        blob, rest = split_members_frame(data)
+        self.sm.restore(data if blob is None else rest)
+        if self.members is not None:
+            self.members.restore(blob, conf_state)
+
+    def _serve_reads(self) -> None:
+        if not self._reads_ready:
+            return
+        still = []
+        for batch in self._reads_ready:
+            if batch.index <= self.applied:
+                for fut in batch.waiters:
+                    if not fut.done():
+                        fut.set_result(batch.index)
+            else:
+                still.append(batch)
+        self._reads_ready = still
+
+    async def _snapshot(self) -> None:
+        """Snapshot the state machine at ``applied``; runs inside the raft task, so nothing
+        is applied meanwhile, but it yields to the loop between chunks."""
+        index = self.applied
+        chunks = []
+        for chunk in self.sm.snapshot_chunks():
+            chunks.append(chunk)
+            await asyncio.sleep(0)
+        if self.members is not None:
+            chunks.insert(0, frame_members(self.members.snapshot()))
+        snap = self.raw_storage.create_snapshot(index, self.conf_state, b"".join(chunks))
+        await self.storage.save_snapshot(snap)
+        self.snapshot_index = index
+        compact_to = index - self.opts.snapshot_catchup_entries
+        if compact_to > self.raw_storage.first_index():
+            self.storage.compact(compact_to)
+            log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index,
+                     compact_to)
+        else:  # fewer entries than the catch-up window: keep them all for slow followers
+            log.info("node %x: snapshot at %d (log not compacted: it keeps the last %d "
+                     "entries for slow followers)", self.id, index,
+                     self.opts.snapshot_catchup_entries)
+
+    @property
+    def raw_storage(self):
+        return self.storage.raft_storage
+
+    # --- status ----------------------------------------------------------------------------
+
+    def health_problem(self) -> str:
+        """Why this node must not report healthy right now ("" when nothing is wrong beyond
+        what NodeStatus.healthy checks: a known leader, applied up to commit)."""
+        if self.failed.is_set():
+            return f"RAFT LOOP FAILED: {self.failure}"
+        err = self._step_error
+        if err is not None and time.monotonic() - err[0] < STEP_ERROR_UNHEALTHY_S:
+            return f"RAFT LOOP FAILING: {err[1]}"
+        if self.leader and not self.is_leader \
+                and self._confirmed_leader != (self.raw.raft.term, self.leader):
+            return "RAFT LEADER NOT CONFIRMED"
+        return ""
+
+    @property
+    def pending_proposals(self) -> int:
+        return len(self._proposal_waiters)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == StateType.LEADER
+
+    def status(self) -> dict:
+        st = self.raw.status()
+        return {"id": self.id, "leader": self.leader, "term": self.term,
+                "role": str(self.role), "applied": self.applied,
+                "committed": st.hard_state.commit, "snapshot_index": self.snapshot_index,
+                "voters": list(self.conf_state.voters),
+                "learners": list(self.conf_state.learners)}

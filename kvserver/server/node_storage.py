@@ -1,0 +1,245 @@
+"""A member's durable storage: ``member/wal`` + ``member/snap`` behind raft's MemoryStorage.
+
+Layout as etcd's: ``<data-dir>/member/wal/*.wal`` and ``<data-dir>/member/snap/*.snap``.
+The WAL metadata is etcd's ``etcdserverpb.Metadata`` encoding ``{node_id=1, cluster_id=2}``,
+so a data directory cannot be started as another member or in another cluster.
+
+Recovery (``NodeStorage.open``): load the newest snapshot the WAL has a record of, open the
+WAL at it and read everything after; a torn tail (a crash in the middle of a write) is
+repaired once, automatically; any other corruption raises ``StorageCorruptError`` naming the
+file, the offset and the repair command, and the member refuses to start.
+
+Persisting a Ready (``persist``): snapshot file, then the WAL snapshot record, then entries
+and hard state in one WAL write, fsynced when the Ready says ``must_sync``; then the same
+data goes into the MemoryStorage the raft core reads. The fsync (and a snapshot save) runs on
+a dedicated writer thread, so the event loop keeps serving while the disk syncs; encoding and
+the ``pwrite`` stay on the loop, which keeps the writer thread from holding the GIL.
+"""
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import raftpb
+import snap
+import wal
+from kvserver.server.config import ServerConfig
+from kvserver.server.metrics import FSYNC_BUCKETS_SECONDS, DurationHistogram
+from raft import (
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    MemoryStorage,
+    Ready,
+    Snapshot,
+    SnapshotMetadata,
+)
+from wal.errors import os_error_at
+
+log = logging.getLogger(__name__)
+
+
+class StorageCorruptError(RuntimeError):
+    """The member's data is damaged in a way that must not be repaired automatically."""
+
+
+def encode_metadata(member_id: int, cluster_id: int) -> bytes:
+    return raftpb.wire.uint_field(1, member_id) + raftpb.wire.uint_field(2, cluster_id)
+
+
+def decode_metadata(data: bytes) -> tuple[int, int]:
+    fields = {num: value for num, _, value in raftpb.wire.iter_fields(data)}
+    return fields.get(1, 0), fields.get(2, 0)
+
+
+def _to_raft_conf_state(cs) -> ConfState:
+    if cs is None:
+        return ConfState()
+    return ConfState(tuple(cs.voters), tuple(cs.learners), tuple(cs.voters_outgoing),
+                     tuple(cs.learners_next), cs.auto_leave)
+
+
+def _to_pb_snapshot(s: Snapshot) -> raftpb.Snapshot:
+    md = s.metadata
+    cs = md.conf_state
+    return raftpb.Snapshot(s.data, raftpb.SnapshotMetadata(
+        raftpb.ConfState(cs.voters, cs.learners, cs.voters_outgoing, cs.learners_next,
+                         cs.auto_leave), md.index, md.term))
+
+
+def _to_raft_snapshot(s) -> Snapshot:
+    md = s.metadata
+    return Snapshot(s.data or b"", SnapshotMetadata(_to_raft_conf_state(md.conf_state),
+                                                    md.index, md.term))
+
+
+def _wal_snapshot(s: Snapshot) -> raftpb.WalSnapshot:
+    md = s.metadata
+    return raftpb.WalSnapshot(md.index, md.term, _to_pb_snapshot(s).metadata.conf_state)
+
+
+class NodeStorage:
+    def __init__(self, cfg: ServerConfig, w, snapshotter: snap.Snapshotter,
+                 raft_storage: MemoryStorage):
+        self.cfg = cfg
+        self.wal = w
+        self.snapshotter = snapshotter
+        self.raft_storage = raft_storage
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-writer")
+        self._stats = {"wal_syncs": 0, "wal_entries": 0}
+        self.fsync_seconds = DurationHistogram(FSYNC_BUCKETS_SECONDS)
+
+    # --- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, cfg: ServerConfig, *, member_id: int,
+                   cluster_id: int) -> tuple["NodeStorage", bool]:
+        """Open (or create) the member's storage; returns (storage, fresh)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, cls._open_blocking, cfg, member_id, cluster_id)
+
+    @classmethod
+    def _open_blocking(cls, cfg, member_id, cluster_id):
+        os.makedirs(cfg.member_dir, exist_ok=True)
+        snapshotter = snap.Snapshotter(cfg.snap_dir)
+        metadata = encode_metadata(member_id, cluster_id)
+        if not _wal_exists(cfg.wal_dir):
+            w = wal.create(cfg.wal_dir, metadata, sync_policy=cfg.wal_sync)
+            return cls(cfg, w, snapshotter, MemoryStorage()), True
+
+        try:
+            walsnaps = wal.valid_snapshot_entries(cfg.wal_dir)
+        except wal.CorruptError as exc:
+            walsnaps = cls._repair_or_refuse(cfg, exc, lambda: wal.valid_snapshot_entries(
+                cfg.wal_dir))
+        try:
+            pb_snap = snapshotter.load_newest_available(walsnaps)
+        except snap.NoSnapshotError:
+            pb_snap = None
+        ws = raftpb.WalSnapshot(pb_snap.metadata.index, pb_snap.metadata.term) \
+            if pb_snap is not None else raftpb.WalSnapshot()
+
+        def read():
+            w = wal.open(cfg.wal_dir, ws, sync_policy=cfg.wal_sync)
+            try:
+                return w, w.read_all()
+            except BaseException:
+                w.close()
+                raise
+
+        try:
+            w, (meta, hs, ents) = read()
+        except wal.CorruptError as exc:
+            w, (meta, hs, ents) = cls._repair_or_refuse(cfg, exc, read)
+        got_member, got_cluster = decode_metadata(meta)
+        if (got_member, got_cluster) != (member_id, cluster_id):
+            w.close()
+            raise StorageCorruptError(
+                f"{cfg.wal_dir} belongs to member {got_member:x} of cluster {got_cluster:x}, "
+                f"not to member {member_id:x} of cluster {cluster_id:x} (check --name, "
+                f"--initial-cluster and --initial-cluster-token)")
+
+        ms = MemoryStorage()
+        if pb_snap is not None:
+            ms.apply_snapshot(_to_raft_snapshot(pb_snap))
+        ms.set_hard_state(HardState(hs.term, hs.vote, hs.commit))
+        ms.append([Entry(e.term, e.index, EntryType(e.type), e.data or b"") for e in ents])
+        log.info("recovered %d entries after snapshot %d (hard state %s/%s/%s)", len(ents),
+                 ws.index, hs.term, hs.vote, hs.commit)
+        return cls(cfg, w, snapshotter, ms), False
+
+    @staticmethod
+    def _repair_or_refuse(cfg, exc, retry):
+        if not isinstance(exc, wal.TornWriteError):
+            raise StorageCorruptError(
+                f"WAL corrupt: {exc.file} at offset {exc.offset}: {exc.reason}. The member "
+                f"will not start from corrupt data. If this is a torn tail, "
+                f"`raftkv wal repair {cfg.wal_dir}` truncates it; otherwise restore this "
+                f"member from a healthy one.") from exc
+        log.warning("WAL has a torn tail (%s); repairing once", exc)
+        if not wal.repair(cfg.wal_dir):
+            raise StorageCorruptError(f"WAL repair failed for {cfg.wal_dir}: {exc}") from exc
+        try:
+            return retry()
+        except wal.CorruptError as again:
+            raise StorageCorruptError(
+                f"WAL still corrupt after repair: {again.file} at offset {again.offset}: "
+                f"{again.reason}") from again
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def persist(self, rd: Ready) -> None:
+        has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
+        if has_snap:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
+        elif rd.entries or rd.hard_state is not None:
+            # Encode and pwrite here (the raft task is the only writer); only the fsync goes
+            # to the writer thread. Python work on that thread would compete with the event
+            # loop for the GIL and delay the messages this Ready just sent.
+            seq, need_sync, errs = self.wal.append(
+                ((None, rd.hard_state, rd.entries, rd.must_sync),))
+            if errs[0] is not None:
+                raise errs[0]
+            self._stats["wal_entries"] += len(rd.entries)
+            if need_sync:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._writer, self._sync_blocking, seq)
+        if has_snap:
+            self.raft_storage.apply_snapshot(rd.snapshot)
+        if rd.hard_state is not None:
+            self.raft_storage.set_hard_state(rd.hard_state)
+        if rd.entries:
+            self.raft_storage.append(rd.entries)
+
+    def _sync_blocking(self, seq: int) -> None:
+        started = time.perf_counter()
+        self.wal.sync_upto(seq)
+        self.fsync_seconds.observe(time.perf_counter() - started)
+        self._stats["wal_syncs"] += 1
+
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
+        # Snapshot file first, then its WAL record: a crash in between leaves a .snap the WAL
+        # does not know, which recovery ignores.
+        try:
+            self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+        except OSError as exc:  # name the file (a full disk: and the free space)
+            md = snapshot.metadata
+            path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
+            raise os_error_at(exc, path, "saving the snapshot") from exc
+        self.wal.save_snapshot(_wal_snapshot(snapshot))
+
+    def _persist_with_snapshot(self, rd: Ready) -> None:
+        """A Ready carrying a snapshot from the leader (writer thread)."""
+        self._write_snapshot(rd.snapshot)
+        self.wal.save(rd.hard_state, rd.entries, must_sync=rd.must_sync)
+        self._stats["wal_syncs"] += int(rd.must_sync)
+        self._stats["wal_entries"] += len(rd.entries)
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Persist a snapshot the state machine made, then release WAL segments before it."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self._save_snapshot_blocking, snapshot)
+
+    def _save_snapshot_blocking(self, snapshot: Snapshot) -> None:
+        self._write_snapshot(snapshot)
+        self.wal.release_lock_to(snapshot.metadata.index)
+        self.snapshotter.purge(self.cfg.max_snapshots)
+        wal.purge(self.cfg.wal_dir, keep=self.cfg.max_wals)
+
+    def compact(self, index: int) -> None:
+        self.raft_storage.compact(index)
+
+    def stats(self) -> dict:
+        return dict(self._stats)
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+        self.wal.close()
+
+
+def _wal_exists(path: str) -> bool:
+    return os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))

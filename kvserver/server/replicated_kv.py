@@ -1,0 +1,384 @@
+"""The replicated KV service: the MVCC store as raft's state machine, served as KVService.
+
+Writes are encoded once (``mvcc.codec.encode_entry`` with the client's request id), proposed
+through the node and answered with the result this node computed when it applied the entry.
+Linearizable reads wait for a ReadIndex barrier and then read the local store; serializable
+reads read it at once. Every response gets a full header (cluster, member, revision, term).
+
+Leases (``kvserver.lease.lessor``): the ``Lessor`` is bound to the store (a put naming an unknown
+lease fails with ``etcdserver: requested lease not found``); lease entries (``is_lease_entry``)
+are applied by the lessor, everything else by the store. A snapshot is the framed lease table
+(``frame_snapshot``) followed by the MVCC stream; a snapshot without the frame (from before
+leases) restores an empty table. Grant and revoke are proposed through raft (a retry with the
+same client/request id is answered the first outcome by the lessor's dedup table); keep-alive and
+time-to-live are answered by the leader only, after a ReadIndex barrier (a deposed leader
+must not refresh a lease); a follower answers ``etcdserver: not leader`` (Unavailable,
+retryable: the client fails over to another member). The node calls ``on_leader_start`` when
+this member's first entry as leader is applied (the lessor is promoted, every deadline
+extended by one election timeout) and ``on_leader_stop`` when it loses leadership (demoted).
+While primary, a task proposes a revoke for every expired lease every
+``LEASE_EXPIRY_INTERVAL_S`` (and the due checkpoints, when checkpoints are enabled).
+
+Watch (``kvserver.watch.hub``): every applied entry that produced events (a write, or a lease
+revoke deleting attached keys) is passed to ``watch_hub.notify`` before anything else runs on
+the loop; a snapshot restore re-points the hub at the new store (``reset``: watchers catch up
+from its history, or are told it was compacted). ``watch_stream()`` opens a stream for the
+HTTP layer; every member serves watches from its own applied state. Progress notifications go
+out every ``WATCH_PROGRESS_INTERVAL_S``; ``stop()`` closes the hub.
+
+Auth (``kvserver.auth``): auth entries (``is_auth_entry``) are applied by ``self.auth``
+(users, roles, permissions, enabled flag, token digests). When auth state exists, a snapshot
+starts with its frame (``kvserver.auth.store.frame_auth``) before the lease frame; a snapshot
+without it restores the empty auth state.
+
+Auto-compaction (``kvserver.server.compactor``, etcd's ``--auto-compaction-*`` flags): when the
+server passes enabled settings to ``start``, a loop on every member asks its policy; only the
+leader's proposes, through the ordinary ``compact`` path.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import logging
+import time
+
+from kvserver.auth import AuthService
+from kvserver.auth.store import is_auth_entry, split_auth_frame
+from kvserver.kvpb import service_errors as errors
+from kvserver.kvpb.errors import CompactedError
+from kvserver.kvpb.kv import (
+    CompactionRequest,
+    CompactionResponse,
+    DeleteRangeRequest,
+    DeleteRangeResponse,
+    PutRequest,
+    PutResponse,
+    RangeRequest,
+    RangeResponse,
+    ResponseHeader,
+    TxnRequest,
+    TxnResponse,
+)
+from kvserver.lease.lessor import (
+    DEFAULT_MIN_TTL_S,
+    LeaseCheckpointRequest,
+    LeaseExpiredError,
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseIdGenerator,
+    LeaseKeepAliveResponse,
+    LeaseLeasesResponse,
+    LeaseNotFoundError,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+    Lessor,
+    NotPrimaryError,
+    encode_lease_entry,
+    frame_snapshot,
+    is_lease_entry,
+    split_snapshot,
+)
+from kvserver.mvcc.codec import encode_entry
+from kvserver.mvcc.store import MVCCStore
+from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
+from kvserver.server.compactor import AutoCompaction, Compactor
+from kvserver.server.node import Node
+from kvserver.server.service import MemberInfo, NodeStatus
+from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
+
+log = logging.getLogger(__name__)
+
+LEASE_EXPIRY_INTERVAL_S = 0.5   # etcd's lessor loop: revoke expired leases twice a second
+_EXPIRED_WAIT_STEP_S = 0.05     # keep-alive of an expired lease: poll for its revoke
+WATCH_PROGRESS_INTERVAL_S = 600.0  # etcd's --experimental-watch-progress-notify-interval
+# etcd fragments a watch response over maxRequestBytes + gRPC overhead (1.5 MiB + 512 KiB).
+WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
+
+
+def not_leader() -> errors.ServiceError:
+    """etcd's ErrGRPCNotLeader as a retryable Unavailable: the client tries another member."""
+    return errors.ServiceError(errors.GrpcCode.UNAVAILABLE, "etcdserver: not leader",
+                               retryable=True)
+
+
+class RaftKV:
+    """Implements ``kvserver.server.node.StateMachine`` and ``kvserver.server.service.KVService``."""
+
+    # () -> (entries, seconds) when this member archives (set by kvserver.assembly.member), for status
+    archive_lag = None
+
+    def __init__(self, *, cluster_id: int, member_id: int, name: str,
+                 members: tuple[MemberInfo, ...], max_txn_ops: int = 128,
+                 election_timeout_s: float = 1.0, min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
+                 lease_checkpoint_interval_s: float | None = None):
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.name = name
+        self.members = members
+        self.max_txn_ops = max_txn_ops
+        self.store = MVCCStore()
+        self.election_timeout_s = election_timeout_s
+        self.lessor = Lessor(store=self.store, min_ttl_s=min_lease_ttl_s,
+                             checkpoint_interval_s=lease_checkpoint_interval_s)
+        self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
+        self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
+        self.node: Node | None = None      # set once the node is built (they refer to each other)
+        self.membership = None             # kvserver.membership.registry.MembershipService (server sets it)
+        self._lease_task: asyncio.Task | None = None
+        self.compactor: Compactor | None = None  # auto-compaction, when enabled
+        self._watch_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
+        # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
+        self.auth = AuthService(propose=lambda payload: self.node.propose(payload),
+                                read_barrier=lambda: self.node.read_barrier())
+
+    # --- StateMachine ------------------------------------------------------------------------
+
+    def apply(self, index: int, payload: bytes) -> object:
+        if is_lease_entry(payload):
+            result = self.lessor.apply_entry(payload)
+        elif is_auth_entry(payload):
+            return self.auth.apply_entry(payload)
+        else:
+            result = self.store.apply_entry(payload)
+        if result.events:  # before anything else runs on the loop (WatchHub's contract)
+            self.watch_hub.notify(result.revision, result.events)
+        return result.error if result.error is not None else result.response
+
+    def snapshot_chunks(self):
+        # Lease table and store image at the same applied index: the node iterates this in
+        # the raft task, which applies nothing until the last chunk is taken.
+        blob = self.lessor.snapshot()
+        auth_frame = self.auth.snapshot_frame()  # b"" when auth was never used
+        chunks = self.store.serialize()
+        if auth_frame:
+            yield auth_frame
+        yield frame_snapshot(blob)
+        yield from chunks
+
+    def restore(self, data: bytes) -> None:
+        auth_blob, data = split_auth_frame(data)  # absent in older snapshots: empty state
+        blob, rest = split_snapshot(data)
+        store = MVCCStore.restore([bytes(rest)])
+        self.auth.restore(auth_blob)
+        self.lessor.restore(blob)
+        self.store = store
+        self.lessor.bind(store)
+        self.watch_hub.reset(store)  # watchers continue from the new store's history
+        # The restored store is long-lived: keep the cyclic GC from walking it again and
+        # again (a full collection over a large store stalls the loop for tens of ms).
+        gc.freeze()
+
+    # --- leader hooks (called by the node) and the expiry task ------------------------------
+
+    def on_leader_start(self) -> None:
+        """This member's first entry as leader is applied: everything of earlier terms is in
+        the table, so the lessor may start its clock (extended: no lease expires early)."""
+        self.lessor.promote(self.election_timeout_s)
+        log.info("member %x: lessor promoted (%d leases)", self.member_id, len(self.lessor))
+
+    def on_leader_stop(self) -> None:
+        self.lessor.demote()
+
+    def start(self, auto_compaction: AutoCompaction | None = None) -> None:
+        self._lease_task = asyncio.get_running_loop().create_task(
+            self._lease_loop(), name=f"lessor-{self.member_id:x}")
+        if auto_compaction is not None and auto_compaction.enabled:
+            # Every member runs the loop; only the leader's proposes (kvserver.server.compactor).
+            self.compactor = Compactor(
+                auto_compaction, revision=lambda: self.store.revision,
+                is_leader=lambda: self.node is not None and self.node.is_leader,
+                compact=lambda rev: self.compact(CompactionRequest(rev)),
+                is_compacted_error=lambda exc: isinstance(exc, CompactedError))
+            self.compactor.start()
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}")
+
+    async def stop(self) -> None:
+        if self.compactor is not None:
+            await self.compactor.stop()
+        tasks = [t for t in (self._lease_task, self._watch_task, *self._background)
+                 if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._lease_task = self._watch_task = None
+        self.watch_hub.close()  # every watcher: canceled, "etcdserver: server stopped"
+
+    async def _watch_progress_loop(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_PROGRESS_INTERVAL_S)
+            self.watch_hub.progress_tick()
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_EXPIRY_INTERVAL_S)
+            node = self.node
+            if node is None or not node.is_leader or not self.lessor.is_primary:
+                continue
+            for lease_id in self.lessor.expired():
+                self._propose_in_background(LeaseRevokeRequest(lease_id))
+            checkpoints = self.lessor.due_checkpoints()
+            if checkpoints:
+                self._propose_in_background(LeaseCheckpointRequest(tuple(checkpoints)))
+
+    def _propose_in_background(self, req) -> None:
+        task = asyncio.get_running_loop().create_task(self._propose_quietly(req))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _propose_quietly(self, req) -> None:
+        try:
+            await self.node.propose(encode_lease_entry(req))
+        except Exception as exc:  # lost: ``expired`` lists the lease again after a while
+            log.debug("lease proposal %s failed: %s", req, exc)
+
+    # --- KVService ---------------------------------------------------------------------------
+
+    def _header(self, revision: int) -> ResponseHeader:
+        return ResponseHeader(self.cluster_id, self.member_id, revision, self.node.term)
+
+    def _finish(self, response):
+        return dataclasses.replace(response, header=self._header(response.header.revision))
+
+    async def range(self, req: RangeRequest) -> RangeResponse:
+        check_range(req)
+        if req.serializable:
+            await self.node.wait_recovered()  # never older than before a restart
+        else:
+            await self.node.read_barrier()
+        result = self.store.apply(req)
+        if result.error is not None:
+            raise result.error
+        return self._finish(result.response)
+
+    async def _write(self, req, client_id: int, request_id: int):
+        result = await self.node.propose(encode_entry(req, client_id, request_id))
+        return self._finish(result)
+
+    async def put(self, req: PutRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> PutResponse:
+        check_put(req)  # refuse bad input before it reaches the log
+        return await self._write(req, client_id, request_id)
+
+    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
+                           request_id: int = 0) -> DeleteRangeResponse:
+        check_delete(req)
+        return await self._write(req, client_id, request_id)
+
+    async def txn(self, req: TxnRequest, *, client_id: int = 0,
+                  request_id: int = 0) -> TxnResponse:
+        check_txn(req, self.max_txn_ops)
+        return await self._write(req, client_id, request_id)
+
+    async def compact(self, req: CompactionRequest) -> CompactionResponse:
+        return await self._write(req, 0, 0)
+
+    # --- leases ------------------------------------------------------------------------------
+
+    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
+                          request_id: int = 0) -> LeaseGrantResponse:
+        # A retry (pair already applied here) is proposed anyway: the apply answers it the
+        # first outcome (the lessor's dedup table), whatever ID this proposal carries.
+        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids,
+                                        client_id=client_id, request_id=request_id)
+        resp = await self.node.propose(encode_lease_entry(req, client_id, request_id))
+        return self._finish(resp)
+
+    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
+                           request_id: int = 0) -> LeaseRevokeResponse:
+        resp = await self.node.propose(
+            encode_lease_entry(LeaseRevokeRequest(lease_id), client_id, request_id))
+        return self._finish(resp)
+
+    async def _ensure_primary(self) -> None:
+        """Leader only, and still the leader (ReadIndex), and the lessor promoted."""
+        if not self.node.is_leader:
+            raise not_leader()
+        await self.node.read_barrier()
+        if not self.node.is_leader or not self.lessor.is_primary:
+            raise not_leader()
+
+    async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse:
+        await self._ensure_primary()
+        deadline = time.monotonic() + self.node.opts.request_timeout_s
+        while True:
+            try:
+                ttl_s = self.lessor.keepalive(lease_id)
+                break
+            except NotPrimaryError:
+                raise not_leader() from None
+            except LeaseExpiredError:
+                # Its revoke is in flight (etcd's Renew waits for it): answer not found once
+                # it is applied, "not leader" if this member is demoted meanwhile.
+                if time.monotonic() >= deadline:
+                    raise errors.timed_out() from None
+                await asyncio.sleep(_EXPIRED_WAIT_STEP_S)
+                if not self.lessor.exists(lease_id):
+                    raise LeaseNotFoundError() from None
+        return LeaseKeepAliveResponse(self._header(self.store.revision), lease_id, ttl_s)
+
+    async def lease_time_to_live(self, lease_id: int,
+                                 keys: bool = False) -> LeaseTimeToLiveResponse:
+        await self._ensure_primary()
+        try:
+            resp = self.lessor.time_to_live(lease_id, keys)
+        except NotPrimaryError:
+            raise not_leader() from None
+        return self._finish(resp)
+
+    async def lease_leases(self) -> LeaseLeasesResponse:
+        # Linearizable like a default range (etcd answers from the local lessor): a follower
+        # must not list leases, and a header revision, older than a write already
+        # acknowledged elsewhere (the differential test against etcd caught one behind).
+        await self.node.read_barrier()
+        return self._finish(self.lessor.leases())
+
+    # --- watch -------------------------------------------------------------------------------
+
+    @property
+    def raft_term(self) -> int:
+        return self.node.term
+
+    def watch_stream(self) -> WatchStream:
+        return self.watch_hub.open_stream()
+
+    async def wait_recovered(self) -> None:
+        """Local reads and new watches wait until a restarted member has re-applied what it
+        had committed (its in-memory store would otherwise be older than before)."""
+        await self.node.wait_recovered()
+
+    # --- membership (kvserver.membership.registry.MembershipService answers) -----------------------
+
+    async def member_list(self):
+        return await self.membership.member_list()
+
+    async def member_add(self, peer_urls, is_learner: bool = False):
+        return await self.membership.member_add(peer_urls, is_learner)
+
+    async def member_remove(self, member_id: int):
+        return await self.membership.member_remove(member_id)
+
+    async def member_promote(self, member_id: int):
+        return await self.membership.member_promote(member_id)
+
+    async def member_update(self, member_id: int, peer_urls):
+        return await self.membership.member_update(member_id, peer_urls)
+
+    def status(self) -> NodeStatus:
+        node = self.node
+        st = node.status()
+        is_learner = self.member_id in st["learners"]
+        lag = self.archive_lag() if self.archive_lag is not None else (None, None)
+        return NodeStatus(
+            member_id=self.member_id, cluster_id=self.cluster_id, name=self.name,
+            leader=node.leader, raft_term=node.term, raft_index=st["committed"],
+            raft_applied_index=node.applied, revision=self.store.revision,
+            compact_revision=self.store.compact_revision,
+            db_size_bytes=self.store.db_size_bytes, is_learner=is_learner,
+            members=self.members, problem=node.health_problem(),
+            archive_lag_entries=lag[0], archive_lag_seconds=lag[1])

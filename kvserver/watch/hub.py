@@ -1,0 +1,913 @@
+"""The watch hub: etcd's watchable store for raftkv (history replay + live events).
+
+Modelled on etcd's ``server/storage/mvcc/watchable_store.go`` and the v3rpc watch stream
+(semantics, not code). A *watcher* selects a key, a range ``[key, range_end)`` or every key
+``>= key`` (``range_end == b"\\0"``), from a start revision; it receives every matching
+event (PUT / DELETE with ``kv`` and, if asked, ``prev_kv``) with ``mod_revision >= start``,
+in revision order, each exactly once, until it is canceled. A *stream* (one HTTP
+``/v3/watch`` request, etcd's gRPC Watch stream) multiplexes watchers into one ordered
+sequence of ``WatchResponse``s, shaped like etcd's (``header``, ``watch_id``, ``created``,
+``canceled``, ``compact_revision``, ``cancel_reason``, ``fragment``, ``events``).
+
+Contract with the driver
+------------------------
+- ``WatchHub(source)``: ``source`` is the MVCC store (``revision``, ``compact_revision``,
+  ``events_since``). After the store applies an entry that produced events, and before
+  anything else runs on the event loop, call ``hub.notify(result.revision, result.events)``
+  (all events of one revision, in the store's order). ``notify`` is synchronous and returns
+  at once when no watcher is synced.
+- After a snapshot restore replaced the store, call ``hub.reset(new_store)``: every watcher
+  then catches up from the new store's history (or is told it was compacted).
+- ``hub.progress_tick()`` every progress interval (etcd: 10 min,
+  ``--experimental-watch-progress-notify-interval``) sends progress notifications to
+  ``progress_notify`` watchers that got no events since the previous tick.
+- ``hub.close()`` at shutdown cancels every watcher.
+
+States of a watcher, and why delivery is gapless and duplicate-free
+-------------------------------------------------------------------
+Each watcher keeps ``next_rev``: every event it must see with a lower revision has been
+queued to its stream (invariant). Events of one revision are queued together (one
+response, or consecutive fragments), so ``next_rev`` always sits at a revision boundary.
+
+- *unsynced* (start revision in the past, or fallen behind): it is not in the live
+  matching sets, so ``notify`` never queues for it. When its stream's consumer asks for the
+  next response and the watcher has no events queued, the stream reads one chunk of history
+  ``source.events_since(next_rev, ..., max_events=replay_chunk_events)`` — synchronously,
+  so no revision can be applied in the middle of the read. A chunk that reaches the store's
+  current revision ``R`` sets ``next_rev = R + 1`` and makes the watcher *synced* in the
+  same synchronous step; a truncated chunk sets ``next_rev`` past its last revision and
+  stays unsynced. The history is the buffer for events that happen during a replay: they
+  are read by the next chunk, never queued twice.
+- *synced*: ``notify(rev, events)`` queues the matching events iff ``rev >= next_rev``.
+  That test is the de-duplication: a notification that arrives for a revision the replay
+  already read (the store applied it, the driver has not called ``notify`` yet) is dropped.
+  ``notify`` for a revision that skips one (a missed call) moves every synced watcher back
+  to unsynced, to be replayed from history: a lost ``notify`` degrades to a replay, never
+  to a gap.
+- *done*: canceled; its last response says so (``canceled``, and ``cancel_reason`` or
+  ``compact_revision``).
+
+If history needed by an unsynced watcher has been compacted, the watcher gets etcd's
+compacted response (``compact_revision`` set, ``canceled`` true) and is done. A negative
+start revision is refused at creation (``created`` and ``canceled``, watch id -1, reason
+``etcdserver: mvcc: required revision has been compacted``), as etcd 3.5.x does.
+
+Bounds
+------
+Everything is bounded by ``WatchLimits``: watchers per hub and per stream, and per watcher
+the events and bytes queued but not yet taken by the consumer. A synced watcher whose next
+revision would overflow its queue (and whose queue is not empty: a single revision always
+fits) is, with ``OverflowPolicy.CANCEL`` (the default), canceled with ``cancel_reason ==
+MSG_WATCHER_TOO_SLOW`` after the responses already queued (the client resumes from the last
+revision it received + 1); with ``OverflowPolicy.RESYNC`` it becomes unsynced instead and
+later catches up from history (exact, no cancel, unless that history gets compacted first).
+A replay chunk is read only when the watcher has nothing queued, so queues stay within one
+chunk or the live bounds. etcd instead keeps slow watchers as "victims" with unbounded
+batches and has no such cancel reason: this text is raftkv's.
+
+Responses (etcd's rules)
+------------------------
+- create: ``created`` with the new ``watch_id`` and header revision = the store's current
+  revision; refused creates: ``created`` + ``canceled`` + ``cancel_reason``, watch id -1
+  (empty range ``mvcc: watcher range is empty``, duplicate id ``mvcc: duplicate watch ID
+  provided on the WatchStream``, too many watchers, negative start revision).
+- events: header revision = the revision of the events for live responses; for a replay
+  chunk the store's current revision when the chunk reached it, else its last event's
+  revision (never more than what the watcher has been given, unlike etcd's replay batches).
+  Events all filtered out (``NOPUT``/``NODELETE``) send nothing. ``prev_kv`` is included
+  only if asked for. ``fragment``: an events response over ``max_response_bytes`` with at
+  least two events is split, every part but the last with ``fragment`` true (etcd's
+  sendFragments).
+- cancel (by the client): undelivered responses of that watcher are dropped, then
+  ``canceled`` with the current revision. Compacted: ``compact_revision`` + ``canceled``
+  with header revision 0 (etcd sends the compacted response without a revision).
+- progress: a response with only a header revision (no events, not created/canceled)
+  means "this watcher has received every event up to this revision". Per watcher from
+  ``progress_tick`` (only synced ones); per stream from ``request_progress`` (watch id -1,
+  only when every watcher of the stream is synced, queued after everything they have
+  queued — etcd 3.5's RequestProgressAll).
+- The header's cluster/member/term are left 0: the HTTP layer fills them.
+
+Costs and known limits
+----------------------
+``notify`` costs one dict lookup per event for single-key watchers and a scan of all synced
+range/prefix watchers per event (no interval tree yet). A watcher from ``hub.create`` that is
+dropped without ``cancel()`` stays registered until its buffer overflows (CANCEL policy) or
+the hub closes; the HTTP layer must ``close()`` streams of disconnected clients.
+
+Consumer API (asyncio)
+----------------------
+``stream = hub.open_stream()`` → ``stream.create(WatchCreateRequest(...))``,
+``stream.cancel(watch_id)``, ``stream.request_progress()``, ``async for resp in stream``
+(ends after ``stream.close()``, ``hub.close()``, or once no watcher is live after
+``stream.close_input()``); ``stream.poll()`` takes one response
+without waiting (None if none). ``hub.create(key, ...)`` is a one-watcher convenience:
+``async for resp in watcher`` ends after its canceled response.
+
+Where it is wired
+-----------------
+- ``kvserver/server/replicated_kv.py``: ``RaftKV`` owns the hub (``watch_hub``); ``apply`` notifies it for
+  every entry whose result has events (store writes and the lessor's revokes); ``restore``
+  calls ``reset``; a task calls ``progress_tick`` every ``WATCH_PROGRESS_INTERVAL_S``;
+  ``stop`` closes it. ``KVService.watch_stream()`` opens a stream.
+- ``kvserver/api/http/watch.py``: ``POST /v3/watch`` (and ``/v3beta/watch``) feeds the request
+  objects of the body to ``create`` / ``cancel`` / ``request_progress`` as they arrive,
+  calls ``close_input`` when the body ends, writes each response as a ``{"result": ...}``
+  line with the header's cluster/member/term filled in, and ``close()``s the stream when the
+  client disconnects. Watches are served by any member from its local store (etcd does the
+  same: a follower's watch lags by its apply delay).
+- ``kvserver/client/watch.py``: the client's iterators, resuming from the last revision + 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Protocol
+
+from kvserver.kvpb.errors import MSG_COMPACTED, CompactedError, EtcdError, GrpcCode
+from kvserver.kvpb.kv import Event, EventType, ResponseHeader
+
+__all__ = [
+    "MSG_DUPLICATE_WATCH_ID",
+    "MSG_EMPTY_WATCHER_RANGE",
+    "MSG_TOO_MANY_WATCHERS",
+    "MSG_WATCHER_TOO_SLOW",
+    "MSG_WATCH_STOPPED",
+    "OverflowPolicy",
+    "WatchCreateError",
+    "WatchCreateRequest",
+    "WatchFilter",
+    "WatchHub",
+    "WatchLimits",
+    "WatchResponse",
+    "WatchSource",
+    "WatchStream",
+    "Watcher",
+]
+
+MSG_WATCHER_TOO_SLOW = "raftkv: watcher is too slow: its buffer is full"
+MSG_EMPTY_WATCHER_RANGE = "mvcc: watcher range is empty"  # etcd's ErrEmptyWatcherRange
+MSG_DUPLICATE_WATCH_ID = "mvcc: duplicate watch ID provided on the WatchStream"
+MSG_TOO_MANY_WATCHERS = "raftkv: too many watchers"
+MSG_NEGATIVE_WATCH_ID = "raftkv: watch_id must not be negative"
+MSG_WATCH_STOPPED = "etcdserver: server stopped"
+
+INVALID_WATCH_ID = -1  # etcd's clientv3.InvalidWatchID
+_FILLS_PER_POLL = 4  # replay chunks read per poll() before yielding to the loop
+_MAX_PENDING_STREAM_PROGRESS = 8
+_EVENT_OVERHEAD_BYTES = 64  # rough per-event cost beyond key and value bytes
+_KV_OVERHEAD_BYTES = 48
+
+_PUT = EventType.PUT
+_DELETE = EventType.DELETE
+
+# Kinds of queued items.
+_K_EVENTS = 0
+_K_CREATED = 1
+_K_PROGRESS = 2
+_K_FINAL = 3  # the watcher's canceled/compacted response: delivered even if dropped
+_K_CONTROL = 4  # stream-level, no watcher (refused create)
+_K_PROGRESS_ALL = 5
+
+
+class WatchFilter(IntEnum):
+    """etcdserverpb.WatchCreateRequest.FilterType."""
+
+    NOPUT = 0
+    NODELETE = 1
+
+
+class OverflowPolicy(Enum):
+    CANCEL = "cancel"  # cancel the slow watcher with MSG_WATCHER_TOO_SLOW
+    RESYNC = "resync"  # drop it back to replaying from history
+
+
+@dataclass(frozen=True, slots=True)
+class WatchLimits:
+    max_watchers: int = 10_000  # per hub
+    max_watchers_per_stream: int = 1_000
+    max_buffered_events: int = 4_096  # per watcher, queued and not yet taken
+    max_buffered_bytes: int = 8 * 1024 * 1024  # per watcher (keys + values + overhead)
+    replay_chunk_events: int = 1_000  # events read from history at a time
+    max_response_bytes: int = 1536 * 1024  # fragmentation threshold (etcd's request limit)
+    on_overflow: OverflowPolicy = OverflowPolicy.CANCEL
+
+    def __post_init__(self) -> None:
+        if min(self.max_watchers, self.max_watchers_per_stream, self.max_buffered_events,
+               self.max_buffered_bytes, self.replay_chunk_events, self.max_response_bytes) < 1:
+            raise ValueError("watch limits must be positive")
+        if self.replay_chunk_events > self.max_buffered_events:
+            raise ValueError("replay_chunk_events must not exceed max_buffered_events")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchCreateRequest:
+    """etcdserverpb.WatchCreateRequest. ``watch_id == 0``: the stream chooses one."""
+
+    key: bytes = b""
+    range_end: bytes = b""
+    start_revision: int = 0  # 0: from the next revision
+    progress_notify: bool = False
+    filters: tuple[WatchFilter, ...] = ()
+    prev_kv: bool = False
+    watch_id: int = 0
+    fragment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WatchResponse:
+    """etcdserverpb.WatchResponse (field order as etcd's)."""
+
+    header: ResponseHeader
+    watch_id: int = 0
+    created: bool = False
+    canceled: bool = False
+    compact_revision: int = 0
+    cancel_reason: str = ""
+    fragment: bool = False
+    events: tuple[Event, ...] = ()
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision
+
+    @property
+    def is_progress_notify(self) -> bool:
+        """clientv3's IsProgressNotify: nothing but a header revision."""
+        return (
+            not self.events
+            and not self.created
+            and not self.canceled
+            and self.compact_revision == 0
+            and self.header.revision != 0
+        )
+
+
+class WatchCreateError(EtcdError):
+    """``WatchHub.create`` refused a watcher (the stream API answers with a response)."""
+
+    grpc_code = GrpcCode.INVALID_ARGUMENT
+
+
+class WatchSource(Protocol):
+    """What the hub reads (``kvserver.mvcc.MVCCStore`` has it)."""
+
+    @property
+    def revision(self) -> int: ...
+
+    @property
+    def compact_revision(self) -> int: ...
+
+    def events_since(
+        self,
+        revision: int,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        prev_kv: bool = False,
+        max_events: int = 0,
+    ) -> list[Event]: ...
+
+
+def _header(revision: int) -> ResponseHeader:
+    return ResponseHeader(0, 0, revision, 0)
+
+
+def _event_bytes(ev: Event) -> int:
+    kv = ev.kv
+    n = len(kv.key) + len(kv.value) + _EVENT_OVERHEAD_BYTES
+    prev = ev.prev_kv
+    if prev is not None:
+        n += len(prev.key) + len(prev.value) + _KV_OVERHEAD_BYTES
+    return n
+
+
+class _State(Enum):
+    UNSYNCED = 0
+    SYNCED = 1
+    DONE = 2
+
+
+class Watcher:
+    """One watch (see the module docstring). Public read-only attributes: ``watch_id``,
+    ``key``, ``range_end``, ``prev_kv``, ``filters``, ``progress_notify``, ``fragment``,
+    ``next_revision``, ``synced``, ``done``, ``buffered_events``, ``buffered_bytes``."""
+
+    __slots__ = (
+        "_hub",
+        "_stream",
+        "watch_id",
+        "key",
+        "range_end",
+        "prev_kv",
+        "filters",
+        "progress_notify",
+        "fragment",
+        "_no_put",
+        "_no_delete",
+        "_single",
+        "_open_ended",
+        "_state",
+        "_next_rev",
+        "_buf_events",
+        "_buf_bytes",
+        "_buf_items",
+        "_dropped",
+        "_quiet",
+        "_progress_pending",
+    )
+
+    def __init__(self, hub: WatchHub, stream: WatchStream, watch_id: int, key: bytes,
+                 range_end: bytes, req: WatchCreateRequest) -> None:
+        self._hub = hub
+        self._stream = stream
+        self.watch_id = watch_id
+        self.key = key
+        self.range_end = range_end
+        self.prev_kv = req.prev_kv
+        self.filters = tuple(req.filters)
+        self.progress_notify = req.progress_notify
+        self.fragment = req.fragment
+        self._no_put = WatchFilter.NOPUT in self.filters
+        self._no_delete = WatchFilter.NODELETE in self.filters
+        self._single = range_end == b""
+        self._open_ended = range_end == b"\0"
+        self._state = _State.UNSYNCED
+        # invariant: every matching event with mod_revision < _next_rev has been queued
+        self._next_rev = 0
+        self._buf_events = 0  # events queued in the stream, not yet taken
+        self._buf_bytes = 0
+        self._buf_items = 0  # responses queued, of any kind
+        self._dropped = False  # canceled by the client: queued responses are discarded
+        self._quiet = True  # no events taken since the last progress tick
+        self._progress_pending = False  # a progress response is queued
+
+    # --- read-only views ----------------------------------------------------------------------
+
+    @property
+    def next_revision(self) -> int:
+        return self._next_rev
+
+    @property
+    def synced(self) -> bool:
+        return self._state is _State.SYNCED
+
+    @property
+    def done(self) -> bool:
+        return self._state is _State.DONE
+
+    @property
+    def buffered_events(self) -> int:
+        return self._buf_events
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buf_bytes
+
+    def __repr__(self) -> str:
+        return (f"Watcher(id={self.watch_id}, key={self.key!r}, range_end={self.range_end!r}, "
+                f"state={self._state.name}, next_rev={self._next_rev})")
+
+    # --- consumer API of a one-watcher stream (WatchHub.create) -------------------------------
+
+    def cancel(self) -> None:
+        """Cancel: queued responses are dropped and a ``canceled`` response follows."""
+        self._finish("", drop=True)
+
+    def poll(self) -> WatchResponse | None:
+        return self._own_stream().poll()
+
+    def __aiter__(self) -> Watcher:
+        self._own_stream()
+        return self
+
+    async def __anext__(self) -> WatchResponse:
+        return await self._own_stream().__anext__()
+
+    def _own_stream(self) -> WatchStream:
+        if not self._stream._private:
+            raise TypeError("this watcher belongs to a shared WatchStream: consume the stream")
+        return self._stream
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def matches(self, key: bytes) -> bool:
+        if self._single:
+            return key == self.key
+        if key < self.key:
+            return False
+        return self._open_ended or key < self.range_end
+
+    def _select(self, events: Sequence[Event], strip_cache: dict[int, Event] | None
+                ) -> tuple[Event, ...]:
+        """Apply the filters and drop ``prev_kv`` unless asked for."""
+        no_put = self._no_put
+        no_delete = self._no_delete
+        keep_prev = self.prev_kv
+        if keep_prev and not no_put and not no_delete:
+            return tuple(events)
+        out = []
+        for ev in events:
+            if ev.type is _PUT:
+                if no_put:
+                    continue
+            elif no_delete:
+                continue
+            if not keep_prev and ev.prev_kv is not None:
+                if strip_cache is None:
+                    ev = Event(ev.type, ev.kv)
+                else:
+                    stripped = strip_cache.get(id(ev))
+                    if stripped is None:
+                        stripped = strip_cache[id(ev)] = Event(ev.type, ev.kv)
+                    ev = stripped
+            out.append(ev)
+        return tuple(out)
+
+    def _queue_events(self, header_rev: int, events: tuple[Event, ...], sizes: list[int]
+                      ) -> None:
+        """Queue one revision's (or one replay chunk's) events: one response, or fragments
+        (etcd's sendFragments) when asked for and over ``max_response_bytes``."""
+        header = _header(header_rev)
+        push = self._stream._push
+        limit = self._hub.limits.max_response_bytes
+        total = sum(sizes)
+        if not self.fragment or len(events) < 2 or total < limit:
+            push(self, WatchResponse(header, self.watch_id, events=events), _K_EVENTS, total)
+            return
+        parts: list[tuple[int, int, int]] = []  # (start, stop, bytes)
+        start = 0
+        acc = 0
+        for i, size in enumerate(sizes):
+            if i > start and acc + size >= limit:
+                parts.append((start, i, acc))
+                start, acc = i, 0
+            acc += size
+        parts.append((start, len(events), acc))
+        last = len(parts) - 1
+        for n, (a, b, nbytes) in enumerate(parts):
+            resp = WatchResponse(header, self.watch_id, fragment=n != last, events=events[a:b])
+            push(self, resp, _K_EVENTS, nbytes)
+
+    def _offer_live(self, revision: int, events: list[Event], strip_cache: dict[int, Event]
+                    ) -> None:
+        """Queue the events of one revision (synced watcher, ``revision >= _next_rev``)."""
+        selected = self._select(events, strip_cache)
+        if not selected:
+            return
+        sizes = [_event_bytes(ev) for ev in selected]
+        total = sum(sizes)
+        limits = self._hub.limits
+        if self._buf_events and (
+            self._buf_events + len(selected) > limits.max_buffered_events
+            or self._buf_bytes + total > limits.max_buffered_bytes
+        ):
+            self._hub._overflow(self, revision)
+            return
+        self._queue_events(revision, selected, sizes)
+
+    def _fill(self) -> None:
+        """Read one chunk of history (unsynced watcher with no events queued)."""
+        hub = self._hub
+        source = hub._source
+        chunk = hub.limits.replay_chunk_events
+        try:
+            events = source.events_since(
+                self._next_rev, self.key, self.range_end, prev_kv=self.prev_kv,
+                max_events=chunk)
+        except CompactedError as err:
+            hub.stats["compacted"] += 1
+            self._finish("", compact_revision=err.compact_revision)
+            return
+        current = source.revision
+        truncated = len(events) >= chunk
+        if truncated:
+            header_rev = events[-1].kv.mod_revision
+            self._next_rev = header_rev + 1
+        else:
+            header_rev = current
+            self._next_rev = max(self._next_rev, current + 1)
+        hub.stats["replayed_events"] += len(events)
+        selected = self._select(events, None)
+        if selected:
+            self._queue_events(header_rev, selected, [_event_bytes(ev) for ev in selected])
+        if not truncated:
+            hub._set_synced(self)
+
+    def _finish(self, reason: str, *, compact_revision: int = 0, drop: bool = False) -> None:
+        """Cancel: leave the hub, queue the final response (after the queued ones unless
+        ``drop``)."""
+        if self._state is _State.DONE:
+            return
+        hub = self._hub
+        hub._remove(self)
+        self._state = _State.DONE
+        if drop:
+            self._dropped = True
+        # etcd sends the compacted response without a header revision.
+        rev = 0 if compact_revision else hub._source.revision
+        resp = WatchResponse(_header(rev), self.watch_id, canceled=True,
+                             compact_revision=compact_revision, cancel_reason=reason)
+        stream = self._stream
+        stream._watchers.pop(self.watch_id, None)
+        if stream._private:
+            stream._closed = True
+        stream._push(self, resp, _K_FINAL, 0)
+
+
+class WatchStream:
+    """A multiplexed sequence of responses for several watchers (see the module docstring).
+    One consumer; responses of one watcher keep their order."""
+
+    __slots__ = ("_hub", "_private", "_fifo", "_watchers", "_unsynced", "_next_id", "_closed",
+                 "_wakeup", "_progress_pending", "_input_closed")
+
+    def __init__(self, hub: WatchHub, private: bool = False) -> None:
+        self._hub = hub
+        self._private = private
+        # (watcher or None, response, kind, bytes)
+        self._fifo: deque[tuple[Watcher | None, WatchResponse, int, int]] = deque()
+        self._watchers: dict[int, Watcher] = {}  # live (not done) watchers by id
+        self._unsynced: dict[Watcher, None] = {}  # ordered set
+        self._next_id = 0
+        self._closed = False
+        self._wakeup: asyncio.Event | None = None
+        self._progress_pending = 0
+        self._input_closed = False  # no more requests will come (close_input)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def watchers(self) -> dict[int, Watcher]:
+        """Live watchers by id (a copy)."""
+        return dict(self._watchers)
+
+    @property
+    def queued(self) -> int:
+        """Responses queued and not yet taken."""
+        return len(self._fifo)
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def create(self, req: WatchCreateRequest) -> Watcher | None:
+        """etcd's create request: queue ``created`` (or a refusal: ``created`` + ``canceled``
+        + reason, watch id -1, and return None) and start the watcher."""
+        hub = self._hub
+        current = hub._source.revision
+        if self._closed or hub._closed:
+            return self._refuse(current, MSG_WATCH_STOPPED)
+        key = req.key or b"\0"  # etcd: an empty key is the smallest key
+        range_end = req.range_end
+        if req.start_revision < 0:
+            return self._refuse(current, MSG_COMPACTED)
+        if range_end not in (b"", b"\0") and key >= range_end:
+            return self._refuse(current, MSG_EMPTY_WATCHER_RANGE)
+        watch_id = req.watch_id
+        if watch_id < 0:
+            return self._refuse(current, MSG_NEGATIVE_WATCH_ID)
+        if watch_id == 0:
+            while self._next_id in self._watchers:
+                self._next_id += 1
+            watch_id = self._next_id
+            self._next_id += 1
+        elif watch_id in self._watchers:
+            return self._refuse(current, MSG_DUPLICATE_WATCH_ID)
+        if (len(hub._watchers) >= hub.limits.max_watchers
+                or len(self._watchers) >= hub.limits.max_watchers_per_stream):
+            return self._refuse(current, MSG_TOO_MANY_WATCHERS)
+        w = Watcher(hub, self, watch_id, key, range_end, req)
+        self._watchers[watch_id] = w
+        hub._watchers[w] = None
+        if w.progress_notify:
+            hub._progress[w] = None
+        self._push(w, WatchResponse(_header(current), watch_id, created=True), _K_CREATED, 0)
+        start = req.start_revision
+        if start == 0 or start > current:
+            w._next_rev = max(start, current + 1)
+            hub._set_synced(w)
+        else:
+            w._next_rev = start
+            hub._set_unsynced(w, start)
+        hub.stats["created"] += 1
+        return w
+
+    def cancel(self, watch_id: int) -> bool:
+        """etcd's cancel request: False (and nothing queued) for an unknown id."""
+        w = self._watchers.get(watch_id)
+        if w is None:
+            return False
+        w._finish("", drop=True)
+        return True
+
+    def request_progress(self) -> bool:
+        """etcd's progress request: if every watcher of the stream is synced, queue a
+        progress response (watch id -1, the hub's revision) after everything they have
+        queued; otherwise nothing (False)."""
+        if self._closed or self._progress_pending >= _MAX_PENDING_STREAM_PROGRESS:
+            return False
+        if any(w._state is not _State.SYNCED for w in self._watchers.values()):
+            return False
+        self._progress_pending += 1
+        resp = WatchResponse(_header(self._hub._rev), INVALID_WATCH_ID)
+        self._push(None, resp, _K_PROGRESS_ALL, 0)
+        return True
+
+    def close(self) -> None:
+        """The consumer is gone: remove every watcher silently, drop what is queued, end the
+        iteration."""
+        for w in list(self._watchers.values()):
+            self._hub._remove(w)
+            w._state = _State.DONE
+            w._dropped = True
+        self._watchers.clear()
+        self._unsynced.clear()
+        self._fifo.clear()
+        self._closed = True
+        self._wake()
+
+    def close_input(self) -> None:
+        """No more requests will come (the client's request stream ended): the iteration
+        ends once no watcher is live and everything queued has been taken."""
+        self._input_closed = True
+        self._wake()
+
+    # --- consuming ----------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """Closed (or input closed and no live watcher) and everything queued taken."""
+        return (self._closed or (self._input_closed and not self._watchers)) and not self._fifo
+
+    def poll(self) -> WatchResponse | None:
+        """The next response, or None if none is ready now (reads history for unsynced
+        watchers as needed)."""
+        self._fill()
+        fifo = self._fifo
+        while fifo:
+            w, resp, kind, nbytes = fifo.popleft()
+            if w is None:
+                if kind == _K_PROGRESS_ALL:
+                    self._progress_pending -= 1
+                return resp
+            w._buf_items -= 1
+            if kind == _K_EVENTS:
+                w._buf_events -= len(resp.events)
+                w._buf_bytes -= nbytes
+            elif kind == _K_PROGRESS:
+                w._progress_pending = False
+            if w._dropped and kind != _K_FINAL:
+                continue
+            if kind == _K_EVENTS:
+                w._quiet = False
+            return resp
+        return None
+
+    def __aiter__(self) -> WatchStream:
+        return self
+
+    async def __anext__(self) -> WatchResponse:
+        while True:
+            wakeup = self._wakeup
+            if wakeup is None:
+                wakeup = self._wakeup = asyncio.Event()
+            wakeup.clear()
+            resp = self.poll()
+            if resp is not None:
+                return resp
+            if self.finished:
+                raise StopAsyncIteration
+            if self._fill_pending():
+                await asyncio.sleep(0)  # a long replay: let the loop breathe between chunks
+                continue
+            await wakeup.wait()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _refuse(self, current: int, reason: str) -> None:
+        resp = WatchResponse(_header(current), INVALID_WATCH_ID, created=True, canceled=True,
+                             cancel_reason=reason)
+        self._push(None, resp, _K_CONTROL, 0)
+        self._hub.stats["refused"] += 1
+        return None
+
+    def _push(self, w: Watcher | None, resp: WatchResponse, kind: int, nbytes: int) -> None:
+        self._fifo.append((w, resp, kind, nbytes))
+        if w is not None:
+            w._buf_items += 1
+            if kind == _K_EVENTS:
+                w._buf_events += len(resp.events)
+                w._buf_bytes += nbytes
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _fill_pending(self) -> bool:
+        return any(w._buf_events == 0 for w in self._unsynced)
+
+    def _fill(self) -> None:
+        if not self._unsynced:
+            return
+        budget = _FILLS_PER_POLL
+        for w in list(self._unsynced):
+            if budget == 0:
+                return
+            if w._buf_events == 0 and w._state is _State.UNSYNCED:
+                w._fill()
+                budget -= 1
+
+
+class WatchHub:
+    """All watchers of one member (see the module docstring)."""
+
+    def __init__(self, source: WatchSource, limits: WatchLimits | None = None) -> None:
+        self.limits = limits or WatchLimits()
+        self._source = source
+        self._rev = source.revision  # the last revision notified
+        self._single: dict[bytes, dict[Watcher, None]] = {}  # synced single-key watchers
+        self._ranges: dict[Watcher, None] = {}  # synced range watchers
+        self._n_synced = 0
+        self._watchers: dict[Watcher, None] = {}  # every live watcher
+        self._progress: dict[Watcher, None] = {}  # live watchers with progress_notify
+        self._closed = False
+        self.stats = {
+            "created": 0, "refused": 0, "canceled_slow": 0, "resynced_slow": 0,
+            "compacted": 0, "gaps": 0, "replayed_events": 0, "progress_sent": 0,
+        }
+
+    # --- introspection ------------------------------------------------------------------------
+
+    @property
+    def revision(self) -> int:
+        """The last revision notified."""
+        return self._rev
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    @property
+    def synced_count(self) -> int:
+        return self._n_synced
+
+    # --- the driver's side ----------------------------------------------------------------------
+
+    def notify(self, revision: int, events: Sequence[Event]) -> None:
+        """The store applied ``revision`` with ``events`` (see the module docstring)."""
+        prev = self._rev
+        if revision <= prev:
+            return  # already notified (or replayed): nothing new
+        self._rev = revision
+        if not self._n_synced:
+            return
+        if revision != prev + 1:
+            # A notify was missed: every synced watcher replays from where it was.
+            self.stats["gaps"] += 1
+            self._resync_all(prev + 1)
+            return
+        hits: dict[Watcher, list[Event]] = {}
+        single = self._single
+        if single:
+            for ev in events:
+                ws = single.get(ev.kv.key)
+                if ws:
+                    for w in ws:
+                        got = hits.get(w)
+                        if got is None:
+                            hits[w] = [ev]
+                        else:
+                            got.append(ev)
+        if self._ranges:
+            for w in self._ranges:
+                start = w.key
+                end = w.range_end
+                open_ended = w._open_ended
+                matched = [ev for ev in events
+                           if ev.kv.key >= start and (open_ended or ev.kv.key < end)]
+                if matched:
+                    hits[w] = matched
+        if not hits:
+            return
+        strip_cache: dict[int, Event] = {}
+        for w, evs in hits.items():
+            if revision >= w._next_rev and w._state is _State.SYNCED:
+                w._offer_live(revision, evs, strip_cache)
+
+    def reset(self, source: WatchSource) -> None:
+        """The store was replaced (snapshot restore): every watcher continues from its next
+        revision by reading the new store's history."""
+        old = self._rev
+        self._source = source
+        self._resync_all(old + 1)
+        self._rev = source.revision
+
+    def progress_tick(self) -> int:
+        """Queue a progress response for each synced ``progress_notify`` watcher that took no
+        events since the previous tick; return how many were queued."""
+        n = 0
+        for w in self._progress:
+            if w._state is _State.SYNCED and w._quiet and not w._progress_pending:
+                w._progress_pending = True
+                w._stream._push(w, WatchResponse(_header(self._rev), w.watch_id),
+                                _K_PROGRESS, 0)
+                n += 1
+            w._quiet = True
+        self.stats["progress_sent"] += n
+        return n
+
+    def close(self) -> None:
+        """Shutdown: cancel every watcher (reason ``MSG_WATCH_STOPPED``) and end every
+        stream after what is queued."""
+        self._closed = True
+        streams = {w._stream for w in self._watchers}
+        for w in list(self._watchers):
+            w._finish(MSG_WATCH_STOPPED)
+        for stream in streams:
+            stream._closed = True
+            stream._wake()
+
+    # --- consumers ------------------------------------------------------------------------------
+
+    def open_stream(self) -> WatchStream:
+        return WatchStream(self)
+
+    def create(
+        self,
+        key: bytes = b"",
+        range_end: bytes = b"",
+        start_revision: int = 0,
+        *,
+        prev_kv: bool = False,
+        filters: Sequence[WatchFilter] = (),
+        progress_notify: bool = False,
+        fragment: bool = False,
+    ) -> Watcher:
+        """A watcher with its own stream: ``async for resp in watcher`` (the first response
+        is ``created``). Raises ``WatchCreateError`` if refused."""
+        stream = WatchStream(self, private=True)
+        req = WatchCreateRequest(key, range_end, start_revision, progress_notify,
+                                 tuple(filters), prev_kv, 0, fragment)
+        w = stream.create(req)
+        if w is None:
+            refusal = stream.poll()
+            raise WatchCreateError(refusal.cancel_reason if refusal else "refused")
+        return w
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _set_synced(self, w: Watcher) -> None:
+        if w._state is _State.SYNCED:
+            return
+        w._stream._unsynced.pop(w, None)
+        w._state = _State.SYNCED
+        if w._single:
+            self._single.setdefault(w.key, {})[w] = None
+        else:
+            self._ranges[w] = None
+        self._n_synced += 1
+
+    def _set_unsynced(self, w: Watcher, next_rev: int) -> None:
+        if w._state is _State.SYNCED:
+            self._unlink_synced(w)
+        w._state = _State.UNSYNCED
+        w._next_rev = max(w._next_rev, next_rev)
+        w._stream._unsynced[w] = None
+        w._stream._wake()
+
+    def _unlink_synced(self, w: Watcher) -> None:
+        if w._single:
+            ws = self._single.get(w.key)
+            if ws is not None:
+                ws.pop(w, None)
+                if not ws:
+                    del self._single[w.key]
+        else:
+            self._ranges.pop(w, None)
+        self._n_synced -= 1
+
+    def _remove(self, w: Watcher) -> None:
+        if w._state is _State.SYNCED:
+            self._unlink_synced(w)
+        w._stream._unsynced.pop(w, None)
+        self._watchers.pop(w, None)
+        self._progress.pop(w, None)
+
+    def _resync_all(self, next_rev: int) -> None:
+        synced = [w for ws in self._single.values() for w in ws] + list(self._ranges)
+        for w in synced:
+            self._set_unsynced(w, next_rev)
+
+    def _overflow(self, w: Watcher, revision: int) -> None:
+        if self.limits.on_overflow is OverflowPolicy.RESYNC:
+            self.stats["resynced_slow"] += 1
+            self._set_unsynced(w, revision)  # this revision is read again from history
+        else:
+            self.stats["canceled_slow"] += 1
+            w._finish(MSG_WATCHER_TOO_SLOW)
