@@ -35,8 +35,7 @@ RAFTKV = [sys.executable, "-m", "kvserver.cli"]
 
 
 def snapshot_round_trip(root: str, keys: int) -> dict:
-    c = LocalCluster(os.path.join(root, "snap"), size=1,
-                     extra_args=["--snapshot-count", "1000000"])
+    c = LocalCluster(os.path.join(root, "snap"), size=1, extra_args=["--snapshot-count", "1000000"])
     c.start()
     path = os.path.join(root, "backup.snap")
     try:
@@ -44,22 +43,50 @@ def snapshot_round_trip(root: str, keys: int) -> dict:
         with Client(c.endpoints) as cl:
             value = b"v" * 200
             for start in range(0, keys, 100):
-                cl.txn(Txn().then(*[Op.put(f"bench/{i:08d}", value)
-                                    for i in range(start, min(keys, start + 100))]))
+                cl.txn(
+                    Txn().then(
+                        *[
+                            Op.put(f"bench/{i:08d}", value)
+                            for i in range(start, min(keys, start + 100))
+                        ]
+                    )
+                )
         t0 = time.perf_counter()
-        subprocess.run([*RAFTKV, "snapshot", "save", path, "--endpoints", c.endpoints[0]],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*RAFTKV, "snapshot", "save", path, "--endpoints", c.endpoints[0]],
+            check=True,
+            capture_output=True,
+        )
         save_s = time.perf_counter() - t0
     finally:
         c.stop()
     size = os.path.getsize(path)
     t0 = time.perf_counter()
-    subprocess.run([*RAFTKV, "snapshot", "restore", path, "--data-dir",
-                    os.path.join(root, "restored"), "--name", "a",
-                    "--initial-cluster", "a=http://127.0.0.1:1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *RAFTKV,
+            "snapshot",
+            "restore",
+            path,
+            "--data-dir",
+            os.path.join(root, "restored"),
+            "--name",
+            "a",
+            "--initial-cluster",
+            "a=http://127.0.0.1:1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     restore_s = time.perf_counter() - t0
-    return {"keys": keys, "bytes": size, "save_s": save_s, "restore_s": restore_s,
-            "save_mb_s": size / 1e6 / save_s, "restore_mb_s": size / 1e6 / restore_s}
+    return {
+        "keys": keys,
+        "bytes": size,
+        "save_s": save_s,
+        "restore_s": restore_s,
+        "save_mb_s": size / 1e6 / save_s,
+        "restore_mb_s": size / 1e6 / restore_s,
+    }
 
 
 def _lag(url: str) -> tuple[float, float] | None:
@@ -97,10 +124,28 @@ def put_load(root: str, archive: bool, duration_s: int) -> tuple[dict, list]:
         if archive:
             sampler.start()
         out = subprocess.run(
-            [*RAFTKV, "bench", "put", "--endpoints", ",".join(c.endpoints), "--target-leader",
-             "--clients", "64", "--duration", str(duration_s), "--val-size", "256",
-             "--key-space-size", "10000", "--json"],
-            check=True, capture_output=True, text=True, timeout=duration_s + 120)
+            [
+                *RAFTKV,
+                "bench",
+                "put",
+                "--endpoints",
+                ",".join(c.endpoints),
+                "--target-leader",
+                "--clients",
+                "64",
+                "--duration",
+                str(duration_s),
+                "--val-size",
+                "256",
+                "--key-space-size",
+                "10000",
+                "--json",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=duration_s + 120,
+        )
     finally:
         stop.set()
         if sampler.is_alive():
@@ -111,8 +156,7 @@ def put_load(root: str, archive: bool, duration_s: int) -> tuple[dict, list]:
 
 def _throughput(result: dict) -> float:
     summary = result.get("summary", result)
-    return float(summary.get("requests_per_s") or summary.get("throughput")
-                 or summary.get("rps"))
+    return float(summary.get("requests_per_s") or summary.get("throughput") or summary.get("rps"))
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -133,34 +177,44 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_snapshot:
             snap = snapshot_round_trip(root, args.keys)
             report["snapshot"] = snap
-            print(f"snapshot of {snap['keys']} keys ({snap['bytes'] / 1e6:.1f} MB): save "
-                  f"{snap['save_mb_s']:.1f} MB/s ({snap['save_s']:.2f} s), restore "
-                  f"{snap['restore_mb_s']:.1f} MB/s ({snap['restore_s']:.2f} s)", flush=True)
+            print(
+                f"snapshot of {snap['keys']} keys ({snap['bytes'] / 1e6:.1f} MB): save "
+                f"{snap['save_mb_s']:.1f} MB/s ({snap['save_s']:.2f} s), restore "
+                f"{snap['restore_mb_s']:.1f} MB/s ({snap['restore_s']:.2f} s)",
+                flush=True,
+            )
         runs: dict[str, list[float]] = {"off": [], "on": []}
         lag: list[tuple[float, float]] = []
         for r in range(args.rounds):
-            for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
-                result, samples = put_load(os.path.join(root, f"{r}-{mode}"), mode == "on",
-                                           args.duration)
+            for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                result, samples = put_load(
+                    os.path.join(root, f"{r}-{mode}"), mode == "on", args.duration
+                )
                 runs[mode].append(_throughput(result))
                 lag += samples
-                print(f"round {r + 1} archive {mode:3s}: {runs[mode][-1]:.0f} puts/s",
-                      flush=True)
+                print(f"round {r + 1} archive {mode:3s}: {runs[mode][-1]:.0f} puts/s", flush=True)
     off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
     entries, seconds = [e for e, _ in lag], [s for _, s in lag]
-    report["archive"] = {"puts_per_s_off": runs["off"], "puts_per_s_on": runs["on"],
-                         "median_off": off, "median_on": on, "cost_pct": 100 * (1 - on / off),
-                         "lag_entries_p50_p99_max": [pct(entries, 50), pct(entries, 99),
-                                                     max(entries, default=0)],
-                         "lag_seconds_p50_p99_max": [pct(seconds, 50), pct(seconds, 99),
-                                                     max(seconds, default=0)],
-                         "lag_samples": len(lag)}
+    report["archive"] = {
+        "puts_per_s_off": runs["off"],
+        "puts_per_s_on": runs["on"],
+        "median_off": off,
+        "median_on": on,
+        "cost_pct": 100 * (1 - on / off),
+        "lag_entries_p50_p99_max": [pct(entries, 50), pct(entries, 99), max(entries, default=0)],
+        "lag_seconds_p50_p99_max": [pct(seconds, 50), pct(seconds, 99), max(seconds, default=0)],
+        "lag_samples": len(lag),
+    }
     a = report["archive"]
-    print(f"puts/s at 64 clients, median of {args.rounds}: off {off:.0f}, on {on:.0f} "
-          f"({a['cost_pct']:+.1f} % cost)")
-    print(f"archive lag over {len(lag)} samples: entries p50/p99/max "
-          f"{'/'.join(f'{x:.0f}' for x in a['lag_entries_p50_p99_max'])}; seconds "
-          f"{'/'.join(f'{x:.2f}' for x in a['lag_seconds_p50_p99_max'])}")
+    print(
+        f"puts/s at 64 clients, median of {args.rounds}: off {off:.0f}, on {on:.0f} "
+        f"({a['cost_pct']:+.1f} % cost)"
+    )
+    print(
+        f"archive lag over {len(lag)} samples: entries p50/p99/max "
+        f"{'/'.join(f'{x:.0f}' for x in a['lag_entries_p50_p99_max'])}; seconds "
+        f"{'/'.join(f'{x:.2f}' for x in a['lag_seconds_p50_p99_max'])}"
+    )
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     if args.json:
         with open(args.json, "w") as f:

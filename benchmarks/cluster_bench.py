@@ -23,9 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="put,get")
     args, rest = ap.parse_known_args(argv)
     ops = set(args.ops.split(","))
-    return compare_main(["--systems", args.systems,
-                         "--put-clients", args.clients if "put" in ops else "",
-                         "--range-clients", args.clients if "get" in ops else "", *rest])
+    return compare_main(
+        [
+            "--systems",
+            args.systems,
+            "--put-clients",
+            args.clients if "put" in ops else "",
+            "--range-clients",
+            args.clients if "get" in ops else "",
+            *rest,
+        ]
+    )
 
 
 if __name__ == "__main__":

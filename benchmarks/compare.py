@@ -74,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- measuring ---------------------------------------------------------------------------
 
+
 def _own_cpu_s() -> float:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
@@ -91,33 +92,55 @@ def bench_with_cpu(system, leader: str, op: str, clients: int, args) -> dict:
     own1 = _own_cpu_s()
     if r["count"]:
         per_process = [(b - a) * 1e6 / r["count"] for a, b in zip(servers0, servers1, strict=True)]
-        r["cpu_us_per_op"] = {"servers": sum(per_process), "busiest_server": max(per_process),
-                              "load_generator": (own1 - own0) * 1e6 / r["count"]}
+        r["cpu_us_per_op"] = {
+            "servers": sum(per_process),
+            "busiest_server": max(per_process),
+            "load_generator": (own1 - own0) * 1e6 / r["count"],
+        }
     return r
 
 
 def bench(leader: str, op: str, clients: int, args, duration: float | None = None) -> dict:
-    opts = BenchOptions(op=op, endpoints=[leader], clients=clients, duration_s=duration or
-                        args.duration, val_size=args.val_size,
-                        key_space_size=args.key_space_size, key_size=8, consistency="l",
-                        procs=min(args.procs, clients)).validate()
+    opts = BenchOptions(
+        op=op,
+        endpoints=[leader],
+        clients=clients,
+        duration_s=duration or args.duration,
+        val_size=args.val_size,
+        key_space_size=args.key_space_size,
+        key_size=8,
+        consistency="l",
+        procs=min(args.procs, clients),
+    ).validate()
     s = run(opts).summary()
-    return {"ops_per_s": s.requests_per_s, "count": s.count, "errors": s.errors,
-            "p50_ms": s.percentiles.get(50.0, 0) * 1e3, "p99_ms": s.percentiles.get(99.0, 0) * 1e3,
-            "summary": s.to_json()}
+    return {
+        "ops_per_s": s.requests_per_s,
+        "count": s.count,
+        "errors": s.errors,
+        "p50_ms": s.percentiles.get(50.0, 0) * 1e3,
+        "p99_ms": s.percentiles.get(99.0, 0) * 1e3,
+        "summary": s.to_json(),
+    }
 
 
 _METRIC_RE = re.compile(r"^(raftkv_[a-z_]+)(?:\{[^}]*\})? ([0-9.e+-]+)$", re.M)
-BATCHING_METRICS = ("raftkv_wal_fsync_duration_seconds_count", "raftkv_raft_commit_index",
-                    "raftkv_raft_append_messages_sent_total",
-                    "raftkv_raft_append_entries_sent_total", "raftkv_raft_is_leader")
+BATCHING_METRICS = (
+    "raftkv_wal_fsync_duration_seconds_count",
+    "raftkv_raft_commit_index",
+    "raftkv_raft_append_messages_sent_total",
+    "raftkv_raft_append_entries_sent_total",
+    "raftkv_raft_is_leader",
+)
 
 
 def scrape(url: str) -> dict[str, float]:
     with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    return {m.group(1): float(m.group(2)) for m in _METRIC_RE.finditer(text)
-            if m.group(1) in BATCHING_METRICS}
+    return {
+        m.group(1): float(m.group(2))
+        for m in _METRIC_RE.finditer(text)
+        if m.group(1) in BATCHING_METRICS
+    }
 
 
 def batching(before: dict[str, dict], after: dict[str, dict]) -> dict:
@@ -133,12 +156,15 @@ def batching(before: dict[str, dict], after: dict[str, dict]) -> dict:
         msgs = d("raftkv_raft_append_messages_sent_total")
         out[url] = {
             "leader": bool(a.get("raftkv_raft_is_leader")),
-            "committed_entries": committed, "fsyncs": d("raftkv_wal_fsync_duration_seconds_count"),
-            "fsyncs_per_committed_entry":
-                d("raftkv_wal_fsync_duration_seconds_count") / committed if committed else None,
+            "committed_entries": committed,
+            "fsyncs": d("raftkv_wal_fsync_duration_seconds_count"),
+            "fsyncs_per_committed_entry": d("raftkv_wal_fsync_duration_seconds_count") / committed
+            if committed
+            else None,
             "append_messages": msgs,
-            "entries_per_append_message":
-                d("raftkv_raft_append_entries_sent_total") / msgs if msgs else None,
+            "entries_per_append_message": d("raftkv_raft_append_entries_sent_total") / msgs
+            if msgs
+            else None,
         }
     return out
 
@@ -167,11 +193,16 @@ def measure(name: str, args, root: str) -> dict:
 
 
 def _progress(name: str, op: str, n: int, r: dict) -> None:
-    print(f"  {name:9s} {op:5s} x{n:<3d} {r['ops_per_s']:8.0f} ops/s  p50 {r['p50_ms']:7.2f} ms"
-          f"  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
+    print(
+        f"  {name:9s} {op:5s} x{n:<3d} {r['ops_per_s']:8.0f} ops/s  p50 {r['p50_ms']:7.2f} ms"
+        f"  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # --- reporting ---------------------------------------------------------------------------
+
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
@@ -191,26 +222,36 @@ def table(results: dict, systems: list[str]) -> list[list[str]]:
             row = [f"{label}, {n} client{'s' if n > 1 else ''}"]
             for s in systems:
                 r = results[s][op].get(n)
-                row += ([f"{r['ops_per_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}"]
-                        if r else ["-"] * 3)
+                row += (
+                    [f"{r['ops_per_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}"]
+                    if r
+                    else ["-"] * 3
+                )
             for o in others:
                 a, b = results["raftkv"][op].get(n), results[o][op].get(n)
-                row += [_ratio(a and a["ops_per_s"], b and b["ops_per_s"]),
-                        _ratio(a and a["p50_ms"], b and b["p50_ms"])]
+                row += [
+                    _ratio(a and a["ops_per_s"], b and b["ops_per_s"]),
+                    _ratio(a and a["p50_ms"], b and b["p50_ms"]),
+                ]
             rows.append(row)
     return rows
 
 
 def format_text(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in rows)
+    return "\n".join(
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    )
 
 
 def format_markdown(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(rows[0]) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(rows[0]))) + "|"]
+    lines = [
+        "| " + " | ".join(rows[0]) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(rows[0]))) + "|",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
     return "\n".join(lines)
 
@@ -234,8 +275,7 @@ def targets(results: dict) -> list[tuple[str, bool | None, str]]:
     ratio_target("linearizable gets at 64 clients >= 1.5x etcd", "range", 64, "etcd", 1.5)
     a, b = get("raftkv", "put", 1, "p50_ms"), get("etcd", "put", 1, "p50_ms")
     if a is not None and b is not None:
-        out.append(("p50 put latency at 1 client <= etcd's", a <= b,
-                    f"{a:.2f} vs {b:.2f} ms"))
+        out.append(("p50 put latency at 1 client <= etcd's", a <= b, f"{a:.2f} vs {b:.2f} ms"))
     return out
 
 
@@ -248,8 +288,10 @@ def format_cpu(results: dict, systems: list[str]) -> list[str]:
             for s in systems:
                 c = results[s][op].get(n, {}).get("cpu_us_per_op")
                 if c:
-                    parts.append(f"{s} {c['servers']:.0f} (busiest {c['busiest_server']:.0f}, "
-                                 f"load generator {c['load_generator']:.0f})")
+                    parts.append(
+                        f"{s} {c['servers']:.0f} (busiest {c['busiest_server']:.0f}, "
+                        f"load generator {c['load_generator']:.0f})"
+                    )
             if parts:
                 lines.append(f"{op} x{n}: " + "; ".join(parts))
     return lines
@@ -263,16 +305,22 @@ def format_batching(results: dict) -> list[str]:
     for url, m in sorted(b["members"].items(), key=lambda kv: not kv[1]["leader"]):
         role = "leader  " if m["leader"] else "follower"
         fpe, epm = m["fsyncs_per_committed_entry"], m["entries_per_append_message"]
-        lines.append(f"{role} {url}: {m['committed_entries']:.0f} entries committed, "
-                     f"{m['fsyncs']:.0f} fsyncs"
-                     + (f" = {fpe:.3f} fsyncs/entry" if fpe is not None else "")
-                     + (f"; {m['append_messages']:.0f} MsgApps, {epm:.1f} entries/MsgApp"
-                        if epm is not None else ""))
+        lines.append(
+            f"{role} {url}: {m['committed_entries']:.0f} entries committed, "
+            f"{m['fsyncs']:.0f} fsyncs"
+            + (f" = {fpe:.3f} fsyncs/entry" if fpe is not None else "")
+            + (
+                f"; {m['append_messages']:.0f} MsgApps, {epm:.1f} entries/MsgApp"
+                if epm is not None
+                else ""
+            )
+        )
     return lines
 
 
 def plot(results: dict, systems: list[str], path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -283,12 +331,20 @@ def plot(results: dict, systems: list[str], path: str) -> None:
         color = colors.get(s)
         pts = sorted((n, r["ops_per_s"]) for n, r in results[s]["put"].items())
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                    label=f"{s} put")
+            ax.plot(
+                [p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=f"{s} put"
+            )
         rpts = sorted((n, r["ops_per_s"]) for n, r in results[s]["range"].items())
         if rpts:
-            ax.plot([p[0] for p in rpts], [p[1] for p in rpts], marker="s", linestyle="--",
-                    color=color, markerfacecolor="none", label=f"{s} linearizable range")
+            ax.plot(
+                [p[0] for p in rpts],
+                [p[1] for p in rpts],
+                marker="s",
+                linestyle="--",
+                color=color,
+                markerfacecolor="none",
+                label=f"{s} linearizable range",
+            )
         ticks.update(p[0] for p in pts + rpts)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
@@ -305,6 +361,7 @@ def plot(results: dict, systems: list[str], path: str) -> None:
 
 # --- the machine (for the doc) -----------------------------------------------------------
 
+
 def machine() -> dict:
     cpu = "?"
     with open("/proc/cpuinfo") as f:
@@ -313,8 +370,13 @@ def machine() -> dict:
                 cpu = line.split(":", 1)[1].strip()
                 break
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    info = {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(mem_gb, 1),
-            "kernel": platform.release(), "python": platform.python_version()}
+    info = {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_gb, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
     try:
         out = subprocess.run(["etcd", "--version"], capture_output=True, text=True, timeout=10)
         info["etcd"] = out.stdout.splitlines()[0] if out.stdout else "?"
@@ -322,6 +384,7 @@ def machine() -> dict:
         info["etcd"] = "not installed"
     try:
         import pysyncobj
+
         info["pysyncobj"] = getattr(pysyncobj, "__version__", None) or _dist_version("pysyncobj")
     except ImportError:
         info["pysyncobj"] = "not installed"
@@ -331,8 +394,12 @@ def machine() -> dict:
 
 def _git_describe() -> str:
     try:
-        out = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", ROOT, "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
@@ -340,6 +407,7 @@ def _git_describe() -> str:
 
 def _dist_version(name: str) -> str:
     from importlib.metadata import version
+
     return version(name)
 
 
@@ -352,13 +420,17 @@ def fsync_latency(seconds: float = 2.0) -> dict:
         raw = RawSync(d)
         n, elapsed = raw.run(seconds)
         raw.close()
-        return {"fsync_dir_fs": fs_of(d), "fdatasync_per_s": n / elapsed,
-                "fdatasync_ms": elapsed / n * 1e3}
+        return {
+            "fsync_dir_fs": fs_of(d),
+            "fdatasync_per_s": n / elapsed,
+            "fdatasync_ms": elapsed / n * 1e3,
+        }
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
 # --- main --------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -392,9 +464,15 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine() if args.doc else None
     if mach is not None:
         mach["raftkv_commit"] = _git_describe()
-    doc = {"started": started, "load_average_before": load_before, "argv": sys.argv[1:], "options": vars(args), "results": results,
-           "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
-           "machine": mach}
+    doc = {
+        "started": started,
+        "load_average_before": load_before,
+        "argv": sys.argv[1:],
+        "options": vars(args),
+        "results": results,
+        "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
+        "machine": mach,
+    }
     json_path = os.path.join(args.out_dir, "compare.json")
     png_path = os.path.join(args.out_dir, "compare.png")
     md_path = os.path.join(args.out_dir, "compare.md")
@@ -406,16 +484,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwrote {json_path}, {png_path}, {md_path}", file=sys.stderr)
     if args.doc:
         from benchmarks.perfdoc import kept_sections, render
+
         kept = kept_sections(args.doc)
         doc_dir = os.path.dirname(os.path.abspath(args.doc))
         stem = os.path.splitext(os.path.basename(args.doc))[0]
         shutil.copyfile(png_path, os.path.join(doc_dir, stem + ".png"))  # the doc's picture
         shutil.copyfile(json_path, os.path.join(doc_dir, stem + ".json"))  # and its raw data
         with open(args.doc, "w") as f:
-            f.write(render(doc, format_markdown(rows), checks, batch_lines, cpu_lines,
-                           stem + ".png",
-                           " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])]))
-                    + ("\n" + kept if kept else ""))
+            f.write(
+                render(
+                    doc,
+                    format_markdown(rows),
+                    checks,
+                    batch_lines,
+                    cpu_lines,
+                    stem + ".png",
+                    " ".join(["benchmarks/compare.py", *(argv or sys.argv[1:])]),
+                )
+                + ("\n" + kept if kept else "")
+            )
         print(f"wrote {args.doc}", file=sys.stderr)
     return 0
 

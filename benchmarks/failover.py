@@ -51,12 +51,15 @@ def _restart(system: System, index: int) -> None:
     old = system.procs.procs[index]
     with open(system.procs.logs[index], "ab") as log:
         system.procs.procs[index] = subprocess.Popen(
-            old.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            old.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _put(url: str, key: str) -> bool:
-    body = {"key": base64.b64encode(key.encode()).decode(),
-            "value": base64.b64encode(b"x").decode()}
+    body = {
+        "key": base64.b64encode(key.encode()).decode(),
+        "value": base64.b64encode(b"x").decode(),
+    }
     try:
         post_json(url, "/v3/kv/put", body, timeout_s=ATTEMPT_TIMEOUT_S)
         return True
@@ -87,8 +90,9 @@ def first_ack_after_kill(system: System, round_no: int) -> float:
     while not done.is_set() and time.monotonic() - t0 < ROUND_LIMIT_S:
         for url in survivors:
             n += 1
-            threading.Thread(target=attempt, args=(url, f"failover/{round_no}/{n}"),
-                             daemon=True).start()
+            threading.Thread(
+                target=attempt, args=(url, f"failover/{round_no}/{n}"), daemon=True
+            ).start()
         done.wait(STAGGER_S)
     done.set()
     _restart(system, index)
@@ -98,15 +102,19 @@ def first_ack_after_kill(system: System, round_no: int) -> float:
     deadline = time.monotonic() + ROUND_LIMIT_S
     while time.monotonic() < deadline:
         try:
-            if all(str(post_json(u, "/v3/maintenance/status", {}).get("leader", "0")) != "0"
-                   for u in system.urls):
+            if all(
+                str(post_json(u, "/v3/maintenance/status", {}).get("leader", "0")) != "0"
+                for u in system.urls
+            ):
                 break
         except (OSError, ValueError):
             pass
         time.sleep(0.1)
     if not acked:
-        raise BenchError(f"{system.name}: no write acknowledged within {ROUND_LIMIT_S:g} s "
-                         f"of killing its leader (round {round_no})")
+        raise BenchError(
+            f"{system.name}: no write acknowledged within {ROUND_LIMIT_S:g} s "
+            f"of killing its leader (round {round_no})"
+        )
     return min(acked)
 
 
@@ -116,9 +124,17 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    return {name: {"rounds": len(xs), "p50_s": statistics.median(xs),
-                   "p90_s": percentile(xs, 90), "p99_s": percentile(xs, 99), "max_s": max(xs)}
-            for name, xs in samples.items() if xs}
+    return {
+        name: {
+            "rounds": len(xs),
+            "p50_s": statistics.median(xs),
+            "p90_s": percentile(xs, 90),
+            "p99_s": percentile(xs, 99),
+            "max_s": max(xs),
+        }
+        for name, xs in samples.items()
+        if xs
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,14 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--systems", default="raftkv,etcd")
     ap.add_argument("--json", metavar="FILE", help="also write the samples and summary here")
-    ap.add_argument("--keep", metavar="DIR", help="keep data and logs in DIR (default: a "
-                    "temporary directory, removed afterwards)")
+    ap.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep data and logs in DIR (default: a temporary directory, removed afterwards)",
+    )
     args = ap.parse_args(argv)
     names = [n for n in args.systems.split(",") if n]
     classes = {"raftkv": RaftkvSystem, "etcd": EtcdSystem}
     samples: dict[str, list[float]] = {n: [] for n in names}
-    with (contextlib.nullcontext(args.keep) if args.keep else
-          tempfile.TemporaryDirectory(prefix="raftkv-failover-")) as root:
+    with (
+        contextlib.nullcontext(args.keep)
+        if args.keep
+        else tempfile.TemporaryDirectory(prefix="raftkv-failover-")
+    ) as root:
         systems = [classes[n](root) for n in names]
         try:
             for s in systems:
@@ -144,16 +166,17 @@ def main(argv: list[str] | None = None) -> int:
                 for s in systems:
                     dt = first_ack_after_kill(s, r)
                     samples[s.name].append(dt)
-                    print(f"round {r + 1:2d} {s.name:7s} first ack after {dt:.3f} s",
-                          flush=True)
+                    print(f"round {r + 1:2d} {s.name:7s} first ack after {dt:.3f} s", flush=True)
         finally:
             for s in systems:
                 s.stop()
     summary = summarize(samples)
     print(f"\n{'system':8s} {'rounds':>6s} {'p50 s':>7s} {'p90 s':>7s} {'p99 s':>7s} {'max s':>7s}")
     for name, row in summary.items():
-        print(f"{name:8s} {row['rounds']:6d} {row['p50_s']:7.3f} {row['p90_s']:7.3f} "
-              f"{row['p99_s']:7.3f} {row['max_s']:7.3f}")
+        print(
+            f"{name:8s} {row['rounds']:6d} {row['p50_s']:7.3f} {row['p90_s']:7.3f} "
+            f"{row['p99_s']:7.3f} {row['max_s']:7.3f}"
+        )
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     if args.json:
         with open(args.json, "w") as f:

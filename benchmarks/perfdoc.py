@@ -68,8 +68,15 @@ def kept_sections(path: str) -> str:
     return text[at:] if at >= 0 else ""
 
 
-def render(doc: dict, table_md: str, checks, batch_lines: list[str], cpu_lines: list[str],
-           png: str, command: str) -> str:
+def render(
+    doc: dict,
+    table_md: str,
+    checks,
+    batch_lines: list[str],
+    cpu_lines: list[str],
+    png: str,
+    command: str,
+) -> str:
     stem = png.rsplit(".", 1)[0]
     m = doc["machine"] or {}
     o = doc["options"]
@@ -117,19 +124,29 @@ def render(doc: dict, table_md: str, checks, batch_lines: list[str], cpu_lines: 
         lines.append(f"- {'met' if ok else '**missed**'}: {what} — {numbers}")
     if batch_lines:
         b = doc["results"]["raftkv"]["raftkv_batching"]
-        lines += ["", f"### raftkv batching during the put run at {b['clients']} clients", "",
-                  "From each member's `/metrics` before and after the run: fsyncs per "
-                  "committed entry (`raftkv_wal_fsync_duration_seconds_count` / "
-                  "`raftkv_raft_commit_index`) and entries per append message "
-                  "(`raftkv_raft_append_entries_sent_total` / "
-                  "`raftkv_raft_append_messages_sent_total`, counted where the node hands "
-                  "MsgApps to the transport).", ""]
+        lines += [
+            "",
+            f"### raftkv batching during the put run at {b['clients']} clients",
+            "",
+            "From each member's `/metrics` before and after the run: fsyncs per "
+            "committed entry (`raftkv_wal_fsync_duration_seconds_count` / "
+            "`raftkv_raft_commit_index`) and entries per append message "
+            "(`raftkv_raft_append_entries_sent_total` / "
+            "`raftkv_raft_append_messages_sent_total`, counted where the node hands "
+            "MsgApps to the transport).",
+            "",
+        ]
         lines += [f"- {line}" for line in batch_lines]
     if cpu_lines:
-        lines += ["", "### CPU per request", "",
-                  "User + system CPU of each server process (`/proc/<pid>/stat`) and of the "
-                  "load generator during each cell, divided by the requests completed, in "
-                  "microseconds. The busiest server is the leader.", ""]
+        lines += [
+            "",
+            "### CPU per request",
+            "",
+            "User + system CPU of each server process (`/proc/<pid>/stat`) and of the "
+            "load generator during each cell, divided by the requests completed, in "
+            "microseconds. The busiest server is the leader.",
+            "",
+        ]
         lines += [f"- {line}" for line in cpu_lines]
     lines += ANALYSIS
     lines += [

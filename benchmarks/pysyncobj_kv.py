@@ -66,10 +66,17 @@ class KVStore(SyncObj):
 
 def make_conf(journal: str, *, batch: bool = False) -> SyncObjConf:
     return SyncObjConf(
-        journalFile=journal, appendEntriesUseBatch=batch, autoTickPeriod=0.002,
-        raftMinTimeout=0.4, raftMaxTimeout=1.4, connectionRetryTime=0.5,
-        logCompactionMinEntries=1 << 40, logCompactionMinTime=1 << 40,
-        dynamicMembershipChange=False, commandsQueueSize=1 << 20)
+        journalFile=journal,
+        appendEntriesUseBatch=batch,
+        autoTickPeriod=0.002,
+        raftMinTimeout=0.4,
+        raftMaxTimeout=1.4,
+        connectionRetryTime=0.5,
+        logCompactionMinEntries=1 << 40,
+        logCompactionMinTime=1 << 40,
+        dynamicMembershipChange=False,
+        commandsQueueSize=1 << 20,
+    )
 
 
 def _port(addr) -> int:
@@ -81,8 +88,7 @@ def _b64(data: bytes) -> str:
 
 
 def _error(status: int, code: int, message: str) -> web.Response:
-    return web.json_response({"error": message, "message": message, "code": code},
-                             status=status)
+    return web.json_response({"error": message, "message": message, "code": code}, status=status)
 
 
 class Server:
@@ -93,8 +99,12 @@ class Server:
         self._barrier_in_flight = False
 
     def header(self, revision: int) -> dict:
-        return {"cluster_id": "1", "member_id": str(self.member_id),
-                "revision": str(revision), "raft_term": str(self.kv.raftCurrentTerm)}
+        return {
+            "cluster_id": "1",
+            "member_id": str(self.member_id),
+            "revision": str(revision),
+            "raft_term": str(self.kv.raftCurrentTerm),
+        }
 
     async def _replicated(self, call, *args) -> int:
         loop = asyncio.get_running_loop()
@@ -176,8 +186,12 @@ class Server:
         kvs = []
         for k in shown:
             value, create, mod, version = data[k]
-            item = {"key": _b64(k), "create_revision": str(create), "mod_revision": str(mod),
-                    "version": str(version)}
+            item = {
+                "key": _b64(k),
+                "create_revision": str(create),
+                "mod_revision": str(mod),
+                "version": str(version),
+            }
             if not body.get("keys_only") and value:
                 item["value"] = _b64(value)
             kvs.append(item)
@@ -187,16 +201,25 @@ class Server:
 
     async def status(self, request: web.Request) -> web.Response:
         leader = self.kv._getLeader()
-        return web.json_response({
-            "header": self.header(self.kv.rev), "version": "pysyncobj",
-            "leader": str(_port(leader)) if leader is not None else "0",
-            "raftTerm": str(self.kv.raftCurrentTerm),
-            "raftIndex": str(self.kv.raftCommitIndex)})
+        return web.json_response(
+            {
+                "header": self.header(self.kv.rev),
+                "version": "pysyncobj",
+                "leader": str(_port(leader)) if leader is not None else "0",
+                "raftTerm": str(self.kv.raftCurrentTerm),
+                "raftIndex": str(self.kv.raftCommitIndex),
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.add_routes([web.post("/v3/kv/put", self.put), web.post("/v3/kv/range", self.range),
-                        web.post("/v3/maintenance/status", self.status)])
+        app.add_routes(
+            [
+                web.post("/v3/kv/put", self.put),
+                web.post("/v3/kv/range", self.range),
+                web.post("/v3/maintenance/status", self.status),
+            ]
+        )
         return app
 
 
@@ -210,8 +233,11 @@ def _settle(fut: asyncio.Future, result, error) -> None:
 
 
 async def serve(args) -> None:
-    kv = KVStore(args.raft, [p for p in args.partners.split(",") if p],
-                 make_conf(args.journal, batch=args.batch))
+    kv = KVStore(
+        args.raft,
+        [p for p in args.partners.split(",") if p],
+        make_conf(args.journal, batch=args.batch),
+    )
     server = Server(kv, args.raft)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
@@ -233,13 +259,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--partners", default="", help="the other nodes' raft addresses")
     ap.add_argument("--http", required=True, help="client address HOST:PORT")
     ap.add_argument("--journal", required=True, help="journal file path")
-    ap.add_argument("--batch", action="store_true",
-                    help="appendEntriesUseBatch=True (appends every appendEntriesPeriod)")
+    ap.add_argument(
+        "--batch",
+        action="store_true",
+        help="appendEntriesUseBatch=True (appends every appendEntriesPeriod)",
+    )
     args = ap.parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(args.journal)), exist_ok=True)
     threading.current_thread().name = "aiohttp"
     try:
         import uvloop
+
         uvloop.run(serve(args))
     except ImportError:
         asyncio.run(serve(args))

@@ -57,8 +57,13 @@ AUTH_SETUP: list[tuple[str, dict[str, Any]]] = [
     ("/v3/auth/user/add", {"name": "root", "password": ROOT_PW}),
     ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
     ("/v3/auth/role/add", {"name": "bench"}),
-    ("/v3/auth/role/grant", {"name": "bench", "perm": {
-        "permType": "READWRITE", "key": _b64(PREFIX), "range_end": _b64(PREFIX_END)}}),
+    (
+        "/v3/auth/role/grant",
+        {
+            "name": "bench",
+            "perm": {"permType": "READWRITE", "key": _b64(PREFIX), "range_end": _b64(PREFIX_END)},
+        },
+    ),
     ("/v3/auth/user/add", {"name": "bench", "password": BENCH_PW}),
     ("/v3/auth/user/grant", {"user": "bench", "role": "bench"}),
 ]
@@ -67,8 +72,9 @@ AUTH_SETUP: list[tuple[str, dict[str, Any]]] = [
 class Target:
     """One cluster as the benchmark sees it: endpoints, the CA (TLS) or None, stop()."""
 
-    def __init__(self, system: str, tls: bool, endpoints: list[str], ca_file: str | None,
-                 stop) -> None:  # noqa: ANN001
+    def __init__(
+        self, system: str, tls: bool, endpoints: list[str], ca_file: str | None, stop
+    ) -> None:  # noqa: ANN001
         self.system, self.tls, self.endpoints, self.ca_file = system, tls, endpoints, ca_file
         self.stop = stop
         self.ctx = ssl.create_default_context(cafile=ca_file) if ca_file else None
@@ -79,9 +85,12 @@ class Target:
         if token is None:
             return post_json(leader, path, body, timeout_s=15, context=self.ctx)
         import urllib.request
-        req = urllib.request.Request(leader + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": token})
+
+        req = urllib.request.Request(
+            leader + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": token},
+        )
         with urllib.request.urlopen(req, timeout=15, context=self.ctx) as resp:
             return json.loads(resp.read())
 
@@ -93,8 +102,7 @@ class Target:
                 return
             except (BenchError, OSError, ValueError) as exc:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"{self.system} (tls={self.tls}) not ready: {exc}") \
-                        from None
+                    raise SystemExit(f"{self.system} (tls={self.tls}) not ready: {exc}") from None
                 time.sleep(0.2)
 
     def setup_auth(self) -> None:
@@ -107,15 +115,16 @@ class Target:
         if enabled:
             self.post("/v3/auth/enable", {})
         else:
-            token = self.post("/v3/auth/authenticate",
-                              {"name": "root", "password": ROOT_PW})["token"]
+            token = self.post("/v3/auth/authenticate", {"name": "root", "password": ROOT_PW})[
+                "token"
+            ]
             self.post("/v3/auth/disable", {}, token)
         self.auth_on = enabled
         # Proof that the setting holds: without a token a write is refused iff auth is on.
         try:
             self.post("/v3/kv/put", {"key": _b64(PREFIX + "check"), "value": ""})
             refused = False
-        except OSError as exc:   # urllib's HTTPError (400 "user name is empty")
+        except OSError as exc:  # urllib's HTTPError (400 "user name is empty")
             refused = getattr(exc, "code", None) in (400, 401, 403)
             if not refused:
                 raise
@@ -136,16 +145,27 @@ def start_targets(root: str, targets: dict[tuple[str, bool], Target]) -> None:
     # make every token-less request root's. raftkv's --trusted-ca-file (cluster up --tls)
     # only verifies the leader a follower forwards to. So both: clients verify the server,
     # present nothing; peers verify each other.
-    etcd_tls_args = ["--cert-file", pki.server_cert, "--key-file", pki.server_key,
-                     "--peer-cert-file", pki.server_cert, "--peer-key-file", pki.server_key,
-                     "--peer-trusted-ca-file", pki.ca_file, "--peer-client-cert-auth"]
+    etcd_tls_args = [
+        "--cert-file",
+        pki.server_cert,
+        "--key-file",
+        pki.server_key,
+        "--peer-cert-file",
+        pki.server_cert,
+        "--peer-key-file",
+        pki.server_key,
+        "--peer-trusted-ca-file",
+        pki.ca_file,
+        "--peer-client-cert-auth",
+    ]
     etcd_plain = EtcdSystem(os.path.join(root, "etcd-plain"))
-    etcd_tls = EtcdSystem(os.path.join(root, "etcd-tls"), scheme="https",
-                          extra_args=etcd_tls_args)
-    for system, is_tls, obj, ca in (("raftkv", False, plain, None),
-                                    ("raftkv", True, tls, pki.ca_file),
-                                    ("etcd", False, etcd_plain, None),
-                                    ("etcd", True, etcd_tls, pki.ca_file)):
+    etcd_tls = EtcdSystem(os.path.join(root, "etcd-tls"), scheme="https", extra_args=etcd_tls_args)
+    for system, is_tls, obj, ca in (
+        ("raftkv", False, plain, None),
+        ("raftkv", True, tls, pki.ca_file),
+        ("etcd", False, etcd_plain, None),
+        ("etcd", True, etcd_tls, pki.ca_file),
+    ):
         obj.start()
         endpoints = obj.endpoints if isinstance(obj, LocalCluster) else obj.urls
         targets[(system, is_tls)] = Target(system, is_tls, endpoints, ca, obj.stop)
@@ -156,22 +176,31 @@ def start_targets(root: str, targets: dict[tuple[str, bool], Target]) -> None:
 
 def bench(target: Target, clients: int, duration_s: float, user: str | None) -> dict:
     """One ``raftkv bench`` run (a subprocess, as an operator runs it)."""
-    out = bench_process(target.endpoints, PUT, clients, duration_s, ca_file=target.ca_file,
-                        user=user, what=f"bench against {target.system}")
+    out = bench_process(
+        target.endpoints,
+        PUT,
+        clients,
+        duration_s,
+        ca_file=target.ca_file,
+        user=user,
+        what=f"bench against {target.system}",
+    )
     if out.get("errors"):
-        raise SystemExit(f"bench against {target.system} (tls={target.tls}, user={user}) "
-                         f"had {out['errors']} errors: {json.dumps(out)[:1000]}")
+        raise SystemExit(
+            f"bench against {target.system} (tls={target.tls}, user={user}) "
+            f"had {out['errors']} errors: {json.dumps(out)[:1000]}"
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.security_cost",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.security_cost", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--data-dir", default=None, help="default: a temporary directory")
-    p.add_argument("--out", default=os.path.join("benchmarks", "results",
-                                                 "security_cost.json"))
+    p.add_argument("--out", default=os.path.join("benchmarks", "results", "security_cost.json"))
     args = p.parse_args(argv)
     root = args.data_dir or tempfile.mkdtemp(prefix="raftkv-security-cost-")
     results = {s: {k: {"tput64": [], "p50_1_ms": []} for k in SETTINGS} for s in SYSTEMS}
@@ -193,29 +222,42 @@ def main(argv: list[str] | None = None) -> int:
                     res = results[system][setting]
                     res["tput64"].append(many["requests_per_s"])
                     res["p50_1_ms"].append(one["percentiles_s"]["50"] * 1000)
-                    print(f"round {r + 1} {system:6} {setting:8}: "
-                          f"{many['requests_per_s']:.0f} puts/s at 64 clients, "
-                          f"p50 {one['percentiles_s']['50'] * 1000:.2f} ms at 1 client",
-                          file=sys.stderr)
+                    print(
+                        f"round {r + 1} {system:6} {setting:8}: "
+                        f"{many['requests_per_s']:.0f} puts/s at 64 clients, "
+                        f"p50 {one['percentiles_s']['50'] * 1000:.2f} ms at 1 client",
+                        file=sys.stderr,
+                    )
     finally:
         for t in targets.values():
             t.stop()
-    table = ["| system | setting | puts/s, 64 clients | p50 ms, 1 client | rounds (puts/s / ms) |",
-             "|---|---|---|---|---|"]
+    table = [
+        "| system | setting | puts/s, 64 clients | p50 ms, 1 client | rounds (puts/s / ms) |",
+        "|---|---|---|---|---|",
+    ]
     for system in SYSTEMS:
         for setting in SETTINGS:
             res = results[system][setting]
-            rounds = ", ".join(f"{t:.0f}/{q:.2f}"
-                               for t, q in zip(res["tput64"], res["p50_1_ms"], strict=True))
-            table.append(f"| {system} | {setting} | {statistics.median(res['tput64']):.0f} | "
-                         f"{statistics.median(res['p50_1_ms']):.2f} | {rounds} |")
+            rounds = ", ".join(
+                f"{t:.0f}/{q:.2f}" for t, q in zip(res["tput64"], res["p50_1_ms"], strict=True)
+            )
+            table.append(
+                f"| {system} | {setting} | {statistics.median(res['tput64']):.0f} | "
+                f"{statistics.median(res['p50_1_ms']):.2f} | {rounds} |"
+            )
     print("\n".join(table))
-    doc = {"command": "python -m benchmarks.security_cost " + " ".join(
-               argv if argv is not None else sys.argv[1:]),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "rounds": args.rounds, "duration_s": args.duration, "workload": " ".join(PUT),
-           "etcd": _etcd_version(), "cpus": os.cpu_count(),
-           "load_avg_at_end": os.getloadavg(), "results": results}
+    doc = {
+        "command": "python -m benchmarks.security_cost "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "workload": " ".join(PUT),
+        "etcd": _etcd_version(),
+        "cpus": os.cpu_count(),
+        "load_avg_at_end": os.getloadavg(),
+        "results": results,
+    }
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

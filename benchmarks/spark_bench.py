@@ -52,10 +52,15 @@ def spark_session():
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("raftkv-bench")
-             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("raftkv-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     from kvserver.spark import register
 
@@ -67,7 +72,7 @@ def raw_write(client: Client, prefix: str, rows: int, value: bytes) -> float:
     t0 = time.perf_counter()
     keys = [f"{prefix}{i:08d}" for i in range(rows)]
     for i in range(0, rows, 127):
-        client.txn(Txn().then(*(Op.put(k, value) for k in keys[i:i + 127])))
+        client.txn(Txn().then(*(Op.put(k, value) for k in keys[i : i + 127])))
     return rows / (time.perf_counter() - t0)
 
 
@@ -88,6 +93,7 @@ def raw_read(client: Client, prefix: str, rows: int) -> float:
     res = client.range(prefix, prefix=True, limit=1, keys_only=True)
     rev, start, end, n = res.revision, prefix.encode(), None, 0
     from kvserver.kvpb.kv import prefix_range_end
+
     end = prefix_range_end(prefix.encode())
     while True:
         page = client.range(start, end, revision=rev, limit=1000)
@@ -100,8 +106,13 @@ def raw_read(client: Client, prefix: str, rows: int) -> float:
 
 
 def spark_write(spark, opts, prefix: str, rows: int, value: bytes) -> float:
-    df = spark.createDataFrame([(f"{prefix}{i:08d}", value) for i in range(rows)],
-                               "key string, value binary").repartition(2).cache()
+    df = (
+        spark.createDataFrame(
+            [(f"{prefix}{i:08d}", value) for i in range(rows)], "key string, value binary"
+        )
+        .repartition(2)
+        .cache()
+    )
     df.count()
     t0 = time.perf_counter()
     df.write.format("raftkv").options(**opts).mode("append").save()
@@ -110,8 +121,14 @@ def spark_write(spark, opts, prefix: str, rows: int, value: bytes) -> float:
 
 def spark_read(spark, opts, prefix: str, rows: int) -> float:
     t0 = time.perf_counter()
-    got = (spark.read.format("raftkv").options(**opts).option("prefix", prefix)
-           .option("numPartitions", "2").load().collect())
+    got = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", prefix)
+        .option("numPartitions", "2")
+        .load()
+        .collect()
+    )
     assert len(got) == rows, (len(got), rows)
     return rows / (time.perf_counter() - t0)
 
@@ -130,11 +147,20 @@ def changefeed_lag(spark, opts, client: Client, events: int) -> tuple[float, flo
                 arrived.setdefault(r.key, now)
 
     first = client.put("lag-start", "x").revision + 1  # not "latest": resolved when asked
-    feed = (spark.readStream.format("raftkv").options(**opts).option("changefeed", "true")
-            .option("prefix", "lag/").option("startingRevision", str(first)).load())
-    query = (feed.writeStream.foreachBatch(record)
-             .option("checkpointLocation", tempfile.mkdtemp())
-             .trigger(processingTime="100 milliseconds").start())
+    feed = (
+        spark.readStream.format("raftkv")
+        .options(**opts)
+        .option("changefeed", "true")
+        .option("prefix", "lag/")
+        .option("startingRevision", str(first))
+        .load()
+    )
+    query = (
+        feed.writeStream.foreachBatch(record)
+        .option("checkpointLocation", tempfile.mkdtemp())
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     try:
         deadline = time.monotonic() + 120
         while query.lastProgress is None and time.monotonic() < deadline:
@@ -167,12 +193,12 @@ def txn_profile(client: Client, value: bytes, n: int = 30) -> dict[str, float]:
     keys = [f"prof/{i:08d}" for i in range(127 * n)]
     t0 = time.perf_counter()
     for j in range(n):
-        req = Txn().then(*(Op.put(k, value) for k in keys[j * 127:(j + 1) * 127])).to_request()
+        req = Txn().then(*(Op.put(k, value) for k in keys[j * 127 : (j + 1) * 127])).to_request()
         json.dumps(codec.encode_txn(req), separators=(",", ":")).encode()
     encode_ms = (time.perf_counter() - t0) / n * 1000
     t0 = time.perf_counter()
     for j in range(n):
-        client.txn(Txn().then(*(Op.put(k, value) for k in keys[j * 127:(j + 1) * 127])))
+        client.txn(Txn().then(*(Op.put(k, value) for k in keys[j * 127 : (j + 1) * 127])))
     call_ms = (time.perf_counter() - t0) / n * 1000
     return {"client build+encode ms/txn": encode_ms, "whole txn call ms/txn": call_ms}
 
@@ -186,9 +212,11 @@ def main() -> None:
     args = ap.parse_args()
     value = b"v" * args.value_size
     with tempfile.TemporaryDirectory() as d:
-        cluster = LocalCluster(d, size=args.nodes,
-                               extra_args=["--heartbeat-interval", "50",
-                                           "--election-timeout", "500"])
+        cluster = LocalCluster(
+            d,
+            size=args.nodes,
+            extra_args=["--heartbeat-interval", "50", "--election-timeout", "500"],
+        )
         cluster.start()
         try:
             with Client(cluster.endpoints, timeout_s=60) as client:
@@ -196,29 +224,54 @@ def main() -> None:
                 opts = {"endpoints": ",".join(cluster.endpoints), "timeout": "60"}
                 spark = spark_session()
                 results = []
-                results.append(("batch write", "raw client, 127-put txns",
-                                raw_write(client, "raw/", args.rows, value)))
-                results.append(("batch write", "data source txn path, no Spark",
-                                marked_write(client, opts, "mk/", args.rows, value)))
-                results.append(("batch write", "spark data source (2 tasks)",
-                                spark_write(spark, opts, "sp/", args.rows, value)))
-                results.append(("batch read", "raw client, pages of 1000",
-                                raw_read(client, "raw/", args.rows)))
-                results.append(("batch read", "spark data source (2 partitions)",
-                                spark_read(spark, opts, "sp/", args.rows)))
+                results.append(
+                    (
+                        "batch write",
+                        "raw client, 127-put txns",
+                        raw_write(client, "raw/", args.rows, value),
+                    )
+                )
+                results.append(
+                    (
+                        "batch write",
+                        "data source txn path, no Spark",
+                        marked_write(client, opts, "mk/", args.rows, value),
+                    )
+                )
+                results.append(
+                    (
+                        "batch write",
+                        "spark data source (2 tasks)",
+                        spark_write(spark, opts, "sp/", args.rows, value),
+                    )
+                )
+                results.append(
+                    ("batch read", "raw client, pages of 1000", raw_read(client, "raw/", args.rows))
+                )
+                results.append(
+                    (
+                        "batch read",
+                        "spark data source (2 partitions)",
+                        spark_read(spark, opts, "sp/", args.rows),
+                    )
+                )
                 p50, p99 = changefeed_lag(spark, opts, client, args.lag_events)
                 prof = txn_profile(client, value)
                 spark.stop()
         finally:
             cluster.stop()
-    print(f"\nraftkv data source, {args.nodes} node(s), {args.rows} rows of "
-          f"{args.value_size}-byte values, {os.cpu_count()} cores\n")
+    print(
+        f"\nraftkv data source, {args.nodes} node(s), {args.rows} rows of "
+        f"{args.value_size}-byte values, {os.cpu_count()} cores\n"
+    )
     print(f"| {'what':<12} | {'how':<34} | {'rows/s':>10} |")
     print(f"|{'-' * 14}|{'-' * 36}|{'-' * 12}|")
     for what, how, rate in results:
         print(f"| {what:<12} | {how:<34} | {rate:>10,.0f} |")
-    print(f"\nchangefeed lag (put -> row in a micro-batch, trigger 100 ms, "
-          f"{args.lag_events} puts): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    print(
+        f"\nchangefeed lag (put -> row in a micro-batch, trigger 100 ms, "
+        f"{args.lag_events} puts): p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+    )
     for k, v in prof.items():
         print(f"{k}: {v:.1f}")
 

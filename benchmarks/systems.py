@@ -44,8 +44,9 @@ class _Processes:
     def spawn(self, args: list[str], name: str) -> None:
         log_path = os.path.join(self.root, f"{name}.log")
         with open(log_path, "wb") as log:
-            self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
         self.logs.append(log_path)
 
     def check_alive(self) -> None:
@@ -96,8 +97,12 @@ class System:
             self.check_alive()
             try:
                 leader = find_leader(self.urls, timeout_s=1.0)
-                post_json(leader, "/v3/kv/put", {"key": base64.b64encode(b"ready").decode(),
-                                                 "value": ""}, timeout_s=5.0)
+                post_json(
+                    leader,
+                    "/v3/kv/put",
+                    {"key": base64.b64encode(b"ready").decode(), "value": ""},
+                    timeout_s=5.0,
+                )
                 return leader
             except (BenchError, OSError, ValueError) as exc:
                 last = str(exc)
@@ -117,8 +122,9 @@ class RaftkvSystem(System):
 
     def __init__(self, root: str, extra_args: list[str] | None = None) -> None:
         super().__init__(root)
-        self.cluster = LocalCluster(os.path.join(self.root, "data"), size=3,
-                                    extra_args=list(extra_args or []))
+        self.cluster = LocalCluster(
+            os.path.join(self.root, "data"), size=3, extra_args=list(extra_args or [])
+        )
         self.urls = self.cluster.endpoints
 
     def start(self) -> None:
@@ -127,8 +133,9 @@ class RaftkvSystem(System):
     def check_alive(self) -> None:
         for n in self.cluster.nodes:
             if not n.alive():
-                raise BenchError(f"raftkv {n.name} exited; log tail:\n"
-                                 f"{self.cluster.log_tail(n, 20)}")
+                raise BenchError(
+                    f"raftkv {n.name} exited; log tail:\n{self.cluster.log_tail(n, 20)}"
+                )
 
     def stop(self) -> None:
         self.cluster.stop()
@@ -140,8 +147,9 @@ class RaftkvSystem(System):
 class EtcdSystem(System):
     name = "etcd"
 
-    def __init__(self, root: str, scheme: str = "http",
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self, root: str, scheme: str = "http", extra_args: list[str] | None = None
+    ) -> None:
         """``scheme`` "https" with TLS flags in ``extra_args``: https client and peer URLs."""
         super().__init__(root)
         self.binary = shutil.which("etcd")
@@ -156,13 +164,33 @@ class EtcdSystem(System):
     def start(self) -> None:
         initial = ",".join(f"e{i}={p}" for i, p in enumerate(self.peers))
         for i in range(3):
-            self.procs.spawn([
-                self.binary, "--name", f"e{i}", "--data-dir", os.path.join(self.root, f"e{i}"),
-                "--listen-client-urls", self.urls[i], "--advertise-client-urls", self.urls[i],
-                "--listen-peer-urls", self.peers[i],
-                "--initial-advertise-peer-urls", self.peers[i], "--initial-cluster", initial,
-                "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
-                "--log-level", "warn", *self.extra_args], f"e{i}")
+            self.procs.spawn(
+                [
+                    self.binary,
+                    "--name",
+                    f"e{i}",
+                    "--data-dir",
+                    os.path.join(self.root, f"e{i}"),
+                    "--listen-client-urls",
+                    self.urls[i],
+                    "--advertise-client-urls",
+                    self.urls[i],
+                    "--listen-peer-urls",
+                    self.peers[i],
+                    "--initial-advertise-peer-urls",
+                    self.peers[i],
+                    "--initial-cluster",
+                    initial,
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    "bench",
+                    "--log-level",
+                    "warn",
+                    *self.extra_args,
+                ],
+                f"e{i}",
+            )
 
     def check_alive(self) -> None:
         self.procs.check_alive()
@@ -184,11 +212,18 @@ class PySyncObjSystem(System):
 
     def start(self) -> None:
         for i in range(3):
-            args = [sys.executable, os.path.join(HERE, "pysyncobj_kv.py"),
-                    "--raft", self.raft[i],
-                    "--partners", ",".join(a for j, a in enumerate(self.raft) if j != i),
-                    "--http", self.urls[i].removeprefix("http://"),
-                    "--journal", os.path.join(self.root, f"n{i}.journal")]
+            args = [
+                sys.executable,
+                os.path.join(HERE, "pysyncobj_kv.py"),
+                "--raft",
+                self.raft[i],
+                "--partners",
+                ",".join(a for j, a in enumerate(self.raft) if j != i),
+                "--http",
+                self.urls[i].removeprefix("http://"),
+                "--journal",
+                os.path.join(self.root, f"n{i}.journal"),
+            ]
             self.procs.spawn(args + (["--batch"] if self.batch else []), f"n{i}")
 
     def check_alive(self) -> None:

@@ -143,8 +143,9 @@ def one_writer_group(dir_path: str, seconds: float, data: bytes) -> tuple[float,
     return i / dt, syncs / i
 
 
-def many_writers_asyncio(dir_path: str, seconds: float, data: bytes, writers: int,
-                         use_uvloop: bool = False) -> tuple[float, float, float]:
+def many_writers_asyncio(
+    dir_path: str, seconds: float, data: bytes, writers: int, use_uvloop: bool = False
+) -> tuple[float, float, float]:
     w = new_wal(dir_path, "many-uvloop" if use_uvloop else "many-asyncio")
     writer = wal.GroupCommitWriter(w)
     writer.submit(HardState(term=1, vote=1)).result()
@@ -166,6 +167,7 @@ def many_writers_asyncio(dir_path: str, seconds: float, data: bytes, writers: in
 
     if use_uvloop:
         import uvloop
+
         n, dt = uvloop.run(main())
     else:
         n, dt = asyncio.run(main())
@@ -176,8 +178,9 @@ def many_writers_asyncio(dir_path: str, seconds: float, data: bytes, writers: in
     return n / dt, syncs / n, n / max(batches, 1)
 
 
-def many_writers_threads(dir_path: str, seconds: float, data: bytes, writers: int
-                         ) -> tuple[float, float]:
+def many_writers_threads(
+    dir_path: str, seconds: float, data: bytes, writers: int
+) -> tuple[float, float]:
     w = new_wal(dir_path, "many-threads")
     w.save(HardState(term=1, vote=1), [])
     base = w.sync_count
@@ -193,8 +196,9 @@ def many_writers_threads(dir_path: str, seconds: float, data: bytes, writers: in
         while time.perf_counter() < deadline:
             with order:  # indexes must reach the file in order; the fsync happens outside
                 counter[0] += 1
-                seq, need, _ = w.append([(None, None, [Entry(term=1, index=counter[0],
-                                                             data=data)], None)])
+                seq, need, _ = w.append(
+                    [(None, None, [Entry(term=1, index=counter[0], data=data)], None)]
+                )
             w.sync_upto(seq)
             done += 1
         totals.append(done)
@@ -230,7 +234,7 @@ def build_replay_wal(dir_path: str, megabytes: int, data: bytes) -> tuple[str, i
     names = sorted(n for n in os.listdir(path) if n.endswith(".wal"))
     size = sum(os.path.getsize(os.path.join(path, n)) for n in names[:-1])
     with open(os.path.join(path, names[-1]), "rb") as f:  # the tail is preallocated:
-        tail = f.read().rstrip(b"\0")                   # count its data, not its zeros
+        tail = f.read().rstrip(b"\0")  # count its data, not its zeros
     size += len(tail) + (-len(tail) % 8)
     return path, index, size
 
@@ -260,49 +264,72 @@ def append_benchmarks(root: str, args, data: bytes) -> None:
     raw, rate = interleaved(raw_bench, one, 2 * args.seconds)
     spe = one.close()
     raw_bench.close()
-    print(f"raw fdatasync (pwrite {FRAME_BYTES} B + fdatasync):  {raw:9,.0f} /s"
-          f"   ({1e6 / raw:.0f} us each; interleaved with the next line)")
-    print(f"1 writer, WAL.save, always:              {rate:9,.0f} entries/s "
-          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  = {rate / raw:4.0%} of raw"
-          f"  [target >= 80%: {verdict(rate >= 0.8 * raw)}]")
+    print(
+        f"raw fdatasync (pwrite {FRAME_BYTES} B + fdatasync):  {raw:9,.0f} /s"
+        f"   ({1e6 / raw:.0f} us each; interleaved with the next line)"
+    )
+    print(
+        f"1 writer, WAL.save, always:              {rate:9,.0f} entries/s "
+        f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  = {rate / raw:4.0%} of raw"
+        f"  [target >= 80%: {verdict(rate >= 0.8 * raw)}]"
+    )
     rate, spe = one_writer_group(root, args.seconds, data)
-    print(f"1 writer, GroupCommitWriter, always:     {rate:9,.0f} entries/s "
-          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  (not interleaved)")
+    print(
+        f"1 writer, GroupCommitWriter, always:     {rate:9,.0f} entries/s "
+        f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.2f}  (not interleaved)"
+    )
 
     rate, spe, per_batch = many_writers_asyncio(root, args.seconds, data, args.writers)
-    print(f"{args.writers} asyncio writers, GroupCommitWriter: {rate:9,.0f} entries/s "
-          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}  ({per_batch:.0f} per batch)"
-          f"  [target >= 50,000/s: {verdict(rate >= 50_000)}]")
+    print(
+        f"{args.writers} asyncio writers, GroupCommitWriter: {rate:9,.0f} entries/s "
+        f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}  ({per_batch:.0f} per batch)"
+        f"  [target >= 50,000/s: {verdict(rate >= 50_000)}]"
+    )
     try:
-        rate, spe, per_batch = many_writers_asyncio(root, args.seconds, data, args.writers,
-                                                    use_uvloop=True)
-        print(f"  same on uvloop:                    {rate:9,.0f} entries/s "
-              f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}  ({per_batch:.0f} per batch)")
+        rate, spe, per_batch = many_writers_asyncio(
+            root, args.seconds, data, args.writers, use_uvloop=True
+        )
+        print(
+            f"  same on uvloop:                    {rate:9,.0f} entries/s "
+            f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}  ({per_batch:.0f} per batch)"
+        )
     except ImportError:
         pass
     rate, spe = many_writers_threads(root, args.seconds, data, args.writers)
-    print(f"{args.writers} threads, append + sync_upto:     {rate:9,.0f} entries/s "
-          f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}")
+    print(
+        f"{args.writers} threads, append + sync_upto:     {rate:9,.0f} entries/s "
+        f"{rate * mb:6.2f} MB/s  fsyncs/entry {spe:.3f}"
+    )
 
 
 def replay_benchmark(root: str, args, data: bytes) -> None:
     t0 = time.perf_counter()
     path, n, size = build_replay_wal(root, args.replay_mb, data)
-    print(f"replay WAL: {size / 1e6:,.0f} MB of data, {n:,} entries, "
-          f"{len(os.listdir(path))} files (built in {time.perf_counter() - t0:.0f} s)")
+    print(
+        f"replay WAL: {size / 1e6:,.0f} MB of data, {n:,} entries, "
+        f"{len(os.listdir(path))} files (built in {time.perf_counter() - t0:.0f} s)"
+    )
     dt, dc, got = replay(path, args.cold)
     assert got == n, (got, n)
-    print(f"replay (open + read_all, {'cold' if args.cold else 'warm'} cache):  "
-          f"{size / 1e6 / dt:9,.0f} MB/s  {n / dt:,.0f} entries/s  {dt:.2f} s"
-          f"  [target >= 100 MB/s: {verdict(size / 1e6 / dt >= 100)}]")
-    print(f"  its CPU time: {dc:.2f} s = {size / 1e6 / dc:,.0f} MB/s of CPU (what the wall "
-          f"time would be on an otherwise idle core)")
+    print(
+        f"replay (open + read_all, {'cold' if args.cold else 'warm'} cache):  "
+        f"{size / 1e6 / dt:9,.0f} MB/s  {n / dt:,.0f} entries/s  {dt:.2f} s"
+        f"  [target >= 100 MB/s: {verdict(size / 1e6 / dt >= 100)}]"
+    )
+    print(
+        f"  its CPU time: {dc:.2f} s = {size / 1e6 / dc:,.0f} MB/s of CPU (what the wall "
+        f"time would be on an otherwise idle core)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=None, help="where to create the test files (the disk "
-                    "measured); default: a temp dir under $TMPDIR")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="where to create the test files (the disk "
+        "measured); default: a temp dir under $TMPDIR",
+    )
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each append run")
     ap.add_argument("--writers", type=int, default=64)
     ap.add_argument("--entry-bytes", type=int, default=256)
@@ -313,12 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from wal.crc import IMPLEMENTATION
+
     root = tempfile.mkdtemp(prefix="raftkv-wal-bench-", dir=args.dir)
     data = os.urandom(args.entry_bytes)
     try:
-        print(f"dir: {root} ({fs_of(os.path.realpath(root))}), {os.cpu_count()} cpus, "
-              f"python {sys.version.split()[0]}, entries of {args.entry_bytes} bytes, "
-              f"CRC-32C by {IMPLEMENTATION}")
+        print(
+            f"dir: {root} ({fs_of(os.path.realpath(root))}), {os.cpu_count()} cpus, "
+            f"python {sys.version.split()[0]}, entries of {args.entry_bytes} bytes, "
+            f"CRC-32C by {IMPLEMENTATION}"
+        )
         if not args.skip_appends:
             append_benchmarks(root, args, data)
         if not args.skip_replay:

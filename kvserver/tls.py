@@ -30,8 +30,15 @@ import os
 import ssl
 from dataclasses import dataclass
 
-__all__ = ["TLSConfigError", "TLSInfo", "client_context", "dial_context", "make_cluster_pki",
-           "self_cert", "server_context"]
+__all__ = [
+    "TLSConfigError",
+    "TLSInfo",
+    "client_context",
+    "dial_context",
+    "make_cluster_pki",
+    "self_cert",
+    "server_context",
+]
 
 
 class TLSConfigError(ValueError):
@@ -44,7 +51,7 @@ class TLSInfo:
     key_file: str = ""
     trusted_ca_file: str = ""
     client_cert_auth: bool = False
-    auto: bool = False          # self-signed (auto-TLS): dialling does not verify the peer
+    auto: bool = False  # self-signed (auto-TLS): dialling does not verify the peer
 
     @property
     def empty(self) -> bool:
@@ -55,8 +62,9 @@ def _load_chain(ctx: ssl.SSLContext, info: TLSInfo, what: str) -> None:
     try:
         ctx.load_cert_chain(info.cert_file, info.key_file)
     except (OSError, ssl.SSLError) as exc:
-        raise TLSConfigError(f"{what}: cannot load certificate {info.cert_file} with key "
-                             f"{info.key_file}: {exc}") from None
+        raise TLSConfigError(
+            f"{what}: cannot load certificate {info.cert_file} with key {info.key_file}: {exc}"
+        ) from None
 
 
 def _load_ca(ctx: ssl.SSLContext, ca_file: str, what: str) -> None:
@@ -77,8 +85,9 @@ def server_context(info: TLSInfo, what: str = "client TLS") -> ssl.SSLContext:
         _load_ca(ctx, info.trusted_ca_file, what)
     if info.client_cert_auth:
         if not info.trusted_ca_file:
-            raise TLSConfigError(f"{what}: client certificate authentication needs a "
-                                 f"trusted CA file")
+            raise TLSConfigError(
+                f"{what}: client certificate authentication needs a trusted CA file"
+            )
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
@@ -99,13 +108,16 @@ def dial_context(info: TLSInfo, what: str = "peer TLS") -> ssl.SSLContext:
     return ctx
 
 
-def client_context(ca_file: str | None = None, cert_file: str | None = None,
-                   key_file: str | None = None) -> ssl.SSLContext:
+def client_context(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
     """A client's context for ``https://`` endpoints: verify with ``ca_file`` (else the
     system CAs), present ``cert_file``/``key_file`` when given (both or neither)."""
     if bool(cert_file) != bool(key_file):
-        raise TLSConfigError("a client certificate needs its key and a key its certificate "
-                             "(give both --cert and --key)")
+        raise TLSConfigError(
+            "a client certificate needs its key and a key its certificate "
+            "(give both --cert and --key)"
+        )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if ca_file:
@@ -120,14 +132,16 @@ def client_context(ca_file: str | None = None, cert_file: str | None = None,
 @dataclass(frozen=True)
 class MemberTLS:
     """A member's contexts (None where that side has no TLS)."""
-    client_server: ssl.SSLContext | None = None   # the client listener (https URLs)
-    client_dial: ssl.SSLContext | None = None     # forwarding to the leader's client URL
-    peer_server: ssl.SSLContext | None = None     # the peer listener (https URLs)
-    peer_dial: ssl.SSLContext | None = None       # streams and snapshots to other members
+
+    client_server: ssl.SSLContext | None = None  # the client listener (https URLs)
+    client_dial: ssl.SSLContext | None = None  # forwarding to the leader's client URL
+    peer_server: ssl.SSLContext | None = None  # the peer listener (https URLs)
+    peer_dial: ssl.SSLContext | None = None  # streams and snapshots to other members
 
 
 def _hosts(urls) -> list[str]:
     from urllib.parse import urlsplit
+
     return [h for h in (urlsplit(u).hostname for u in urls) if h and h not in ("0.0.0.0", "::")]
 
 
@@ -136,17 +150,24 @@ def member_contexts(cfg) -> MemberTLS:
     this module stays below it); auto-TLS pairs are generated into the data dir first."""
     out = {}
     for side, prefix, urls in (
-            ("client", "", (*cfg.listen_client_urls, *cfg.advertise_client_urls)),
-            ("peer", "peer_", (*cfg.listen_peer_urls, *cfg.initial_advertise_peer_urls))):
-        info = TLSInfo(cert_file=getattr(cfg, prefix + "cert_file"),
-                       key_file=getattr(cfg, prefix + "key_file"),
-                       trusted_ca_file=getattr(cfg, prefix + "trusted_ca_file"),
-                       client_cert_auth=getattr(cfg, prefix + "client_cert_auth"))
+        ("client", "", (*cfg.listen_client_urls, *cfg.advertise_client_urls)),
+        ("peer", "peer_", (*cfg.listen_peer_urls, *cfg.initial_advertise_peer_urls)),
+    ):
+        info = TLSInfo(
+            cert_file=getattr(cfg, prefix + "cert_file"),
+            key_file=getattr(cfg, prefix + "key_file"),
+            trusted_ca_file=getattr(cfg, prefix + "trusted_ca_file"),
+            client_cert_auth=getattr(cfg, prefix + "client_cert_auth"),
+        )
         if info.empty and getattr(cfg, prefix + "auto_tls"):
             auto = self_cert(os.path.join(cfg.data_dir, "fixtures", side), _hosts(urls))
-            info = TLSInfo(cert_file=auto.cert_file, key_file=auto.key_file,
-                           trusted_ca_file=info.trusted_ca_file,
-                           client_cert_auth=info.client_cert_auth, auto=True)
+            info = TLSInfo(
+                cert_file=auto.cert_file,
+                key_file=auto.key_file,
+                trusted_ca_file=info.trusted_ca_file,
+                client_cert_auth=info.client_cert_auth,
+                auto=True,
+            )
         if info.empty:
             continue
         out[side + "_server"] = server_context(info, f"{side} TLS")
@@ -155,6 +176,7 @@ def member_contexts(cfg) -> MemberTLS:
 
 
 # --- generating certificates ------------------------------------------------------------------
+
 
 def _crypto():
     try:
@@ -166,7 +188,8 @@ def _crypto():
         raise TLSConfigError(
             "generating certificates (--auto-tls, --peer-auto-tls, cluster up --tls) needs "
             "the 'cryptography' package: pip install cryptography (or give certificate "
-            "files with --cert-file/--key-file)") from None
+            "files with --cert-file/--key-file)"
+        ) from None
     return x509, hashes, serialization, ec, ExtendedKeyUsageOID, NameOID
 
 
@@ -190,31 +213,55 @@ def _write(path: str, data: bytes, private: bool) -> None:
     os.replace(tmp, path)
 
 
-def _issue(*, common_name: str, hosts: list[str], days: float, issuer=None, issuer_key=None,
-           is_ca: bool = False, not_before=None):
+def _issue(
+    *,
+    common_name: str,
+    hosts: list[str],
+    days: float,
+    issuer=None,
+    issuer_key=None,
+    is_ca: bool = False,
+    not_before=None,
+):
     """A new EC P-256 key and its certificate (self-signed when ``issuer`` is None)."""
     x509, hashes, _, ec, eku, name_oid = _crypto()
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(name_oid.ORGANIZATION_NAME, "raftkv"),
-                         x509.NameAttribute(name_oid.COMMON_NAME, common_name)])
+    subject = x509.Name(
+        [
+            x509.NameAttribute(name_oid.ORGANIZATION_NAME, "raftkv"),
+            x509.NameAttribute(name_oid.COMMON_NAME, common_name),
+        ]
+    )
     start = not_before or (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1))
-    builder = (x509.CertificateBuilder()
-               .subject_name(subject)
-               .issuer_name(issuer.subject if issuer is not None else subject)
-               .public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(start)
-               .not_valid_after(start + datetime.timedelta(days=days))
-               .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer.subject if issuer is not None else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+    )
     if is_ca:
         builder = builder.add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                          content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=False, encipher_only=False,
-                          decipher_only=False), critical=True)
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     else:
         builder = builder.add_extension(
-            x509.ExtendedKeyUsage([eku.SERVER_AUTH, eku.CLIENT_AUTH]), critical=False)
+            x509.ExtendedKeyUsage([eku.SERVER_AUTH, eku.CLIENT_AUTH]), critical=False
+        )
         if hosts:
             builder = builder.add_extension(_san(x509, hosts), critical=False)
     cert = builder.sign(issuer_key if issuer_key is not None else key, hashes.SHA256())
@@ -223,10 +270,14 @@ def _issue(*, common_name: str, hosts: list[str], days: float, issuer=None, issu
 
 def _pem(cert, key) -> tuple[bytes, bytes]:
     _, _, serialization, _, _, _ = _crypto()
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM,
-                              serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
 
 
 def self_cert(directory: str, hosts: list[str], days: float = 365) -> TLSInfo:
@@ -236,8 +287,9 @@ def self_cert(directory: str, hosts: list[str], days: float = 365) -> TLSInfo:
     key_path = os.path.join(directory, "key.pem")
     if not (os.path.exists(cert_path) and os.path.exists(key_path)):
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        key, cert = _issue(common_name="raftkv-auto-tls",
-                           hosts=[*hosts, "localhost", "127.0.0.1"], days=days)
+        key, cert = _issue(
+            common_name="raftkv-auto-tls", hosts=[*hosts, "localhost", "127.0.0.1"], days=days
+        )
         cert_pem, key_pem = _pem(cert, key)
         _write(key_path, key_pem, private=True)
         _write(cert_path, cert_pem, private=False)
@@ -247,27 +299,32 @@ def self_cert(directory: str, hosts: list[str], days: float = 365) -> TLSInfo:
 @dataclass(frozen=True)
 class ClusterPKI:
     """A throwaway CA and what ``cluster up --tls`` gives its members and its user."""
+
     ca_file: str
-    server_cert: str      # every member's certificate (server and client use), for hosts
+    server_cert: str  # every member's certificate (server and client use), for hosts
     server_key: str
-    client_cert: str      # a client certificate for the CLI (CN "root", as etcd's examples)
+    client_cert: str  # a client certificate for the CLI (CN "root", as etcd's examples)
     client_key: str
 
 
 def make_cluster_pki(directory: str, hosts: list[str], days: float = 365) -> ClusterPKI:
     """A CA and certificates signed by it in ``directory`` (created mode 0700); an existing
     set is reused, so a restarted local cluster keeps its CA."""
-    paths = ClusterPKI(*(os.path.join(directory, n) for n in (
-        "ca.pem", "member.pem", "member-key.pem", "client.pem", "client-key.pem")))
+    paths = ClusterPKI(
+        *(
+            os.path.join(directory, n)
+            for n in ("ca.pem", "member.pem", "member-key.pem", "client.pem", "client-key.pem")
+        )
+    )
     if all(os.path.exists(p) for p in vars(paths).values()):
         return paths
     os.makedirs(directory, mode=0o700, exist_ok=True)
     ca_key, ca = _issue(common_name="raftkv local cluster CA", hosts=[], days=days, is_ca=True)
     _write(paths.ca_file, _pem(ca, ca_key)[0], private=False)
     for cert_path, key_path, cn, names in (
-            (paths.server_cert, paths.server_key, "raftkv-member",
-             [*hosts, "localhost", "127.0.0.1"]),
-            (paths.client_cert, paths.client_key, "root", [])):
+        (paths.server_cert, paths.server_key, "raftkv-member", [*hosts, "localhost", "127.0.0.1"]),
+        (paths.client_cert, paths.client_key, "root", []),
+    ):
         key, cert = _issue(common_name=cn, hosts=names, days=days, issuer=ca, issuer_key=ca_key)
         cert_pem, key_pem = _pem(cert, key)
         _write(key_path, key_pem, private=True)

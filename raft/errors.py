@@ -63,6 +63,7 @@ class CommitOutOfRangeError(RaftInvariantError):
     def __init__(self, commit: int, last_index: int):
         super().__init__(
             f"commit {commit} is out of range [last index {last_index}]: "
-            f"was the raft log corrupted, truncated, or lost?")
+            f"was the raft log corrupted, truncated, or lost?"
+        )
         self.commit = commit
         self.last_index = last_index

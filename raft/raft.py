@@ -367,8 +367,11 @@ class Raft:
     def _tick_election(self) -> None:
         """Followers and (pre-)candidates: campaign when the randomized timeout passes."""
         self.election_elapsed += 1
-        retry_pre_vote = (self.leader_lost_hint and self.state == StateType.PRE_CANDIDATE
-                          and self.election_elapsed >= PRE_VOTE_RETRY_TICKS)
+        retry_pre_vote = (
+            self.leader_lost_hint
+            and self.state == StateType.PRE_CANDIDATE
+            and self.election_elapsed >= PRE_VOTE_RETRY_TICKS
+        )
         if self._promotable() and (self._past_election_timeout() or retry_pre_vote):
             self.election_elapsed = 0
             self.step(Message(type=MT.MsgHup, to=self.id, frm=self.id))
@@ -447,8 +450,12 @@ class Raft:
         if can_vote and self._pre_vote_tie_lost_by(m):
             # Not answered (as a voter in its lease does): the rival stays a pre-candidate
             # until our MsgVote makes it a follower, or its own timeout passes.
-            self._info("ignored %s from %x: a rival pre-candidate with an equal log; the "
-                       "lower id goes first", m.type, m.frm)
+            self._info(
+                "ignored %s from %x: a rival pre-candidate with an equal log; the "
+                "lower id goes first",
+                m.type,
+                m.frm,
+            )
             return
         if can_vote and self.log.is_up_to_date(m.index, m.log_term):
             # The response carries the candidate's term: for a pre-vote our term is lower.
@@ -469,9 +476,14 @@ class Raft:
         gets the pre-vote, so one of them goes on. A rival with a longer log still gets it
         (it is the better leader), one with a shorter log is refused by §5.4.1 anyway.
         Pre-votes decide nothing durable, so this changes timing only, never safety."""
-        return (m.type == MT.MsgPreVote and self.state == StateType.PRE_CANDIDATE
-                and m.term == self.term + 1 and m.frm > self.id
-                and m.log_term == self.log.last_term() and m.index == self.log.last_index())
+        return (
+            m.type == MT.MsgPreVote
+            and self.state == StateType.PRE_CANDIDATE
+            and m.term == self.term + 1
+            and m.frm > self.id
+            and m.log_term == self.log.last_term()
+            and m.index == self.log.last_index()
+        )
 
     # --- leader -----------------------------------------------------------------------
 
@@ -889,9 +901,7 @@ class Raft:
     def _step_candidate(self, m: Message) -> None:
         # Only answers to our current kind of campaign count (a stale MsgVoteResp must not
         # count in a pre-election and vice versa).
-        my_resp = (
-            MT.MsgPreVoteResp if self.state == StateType.PRE_CANDIDATE else MT.MsgVoteResp
-        )
+        my_resp = MT.MsgPreVoteResp if self.state == StateType.PRE_CANDIDATE else MT.MsgVoteResp
         t = m.type
         if t == MT.MsgProp:
             raise ProposalDroppedError("no leader (campaigning)")

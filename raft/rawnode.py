@@ -232,7 +232,9 @@ class RawNode:
             committed_entries=tuple(r.log.next_committed_entries()),
             messages=tuple(r.msgs),
             read_states=tuple(r.read_states),
-            must_sync=bool(entries) or snap is not None or hs.term != prev.term
+            must_sync=bool(entries)
+            or snap is not None
+            or hs.term != prev.term
             or hs.vote != prev.vote,
         )
         r.msgs = []

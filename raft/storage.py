@@ -99,9 +99,7 @@ class MemoryStorage:
         self._snapshot = snap
         self._ents = [Entry(term=snap.metadata.term, index=snap.metadata.index)]
 
-    def create_snapshot(
-        self, index: int, conf_state: ConfState | None, data: bytes
-    ) -> Snapshot:
+    def create_snapshot(self, index: int, conf_state: ConfState | None, data: bytes) -> Snapshot:
         """Record a snapshot of the state machine at ``index`` (does not compact)."""
         if index <= self._snapshot.metadata.index:
             raise SnapOutOfDateError(

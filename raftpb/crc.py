@@ -9,7 +9,9 @@ import sys
 
 import crcmod.predefined
 
-if not getattr(sys.modules["crcmod.crcmod"], "_usingExtension", False):  # pragma: no cover - install problem
+if not getattr(
+    sys.modules["crcmod.crcmod"], "_usingExtension", False
+):  # pragma: no cover - install problem
     raise ImportError("crcmod was installed without its C extension; reinstall with a compiler")
 
 _crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")

@@ -26,7 +26,7 @@ _U32 = (1 << 32) - 1
 class Entry:
     term: int
     index: int
-    type: int = 0          # 0 normal, 1 conf change, 2 conf change v2
+    type: int = 0  # 0 normal, 1 conf change, 2 conf change v2
     data: bytes | None = None
 
 
@@ -59,6 +59,7 @@ class SnapshotMetadata:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """A raft snapshot: the state machine image ``data`` as of ``metadata.index``."""
+
     data: bytes | None = None
     metadata: SnapshotMetadata = field(default_factory=SnapshotMetadata)
 
@@ -66,6 +67,7 @@ class Snapshot:
 @dataclass(frozen=True, slots=True)
 class WalSnapshot:
     """The WAL's marker that a snapshot at index/term exists (walpb.Snapshot)."""
+
     index: int = 0
     term: int = 0
     conf_state: ConfState | None = None
@@ -81,11 +83,13 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class SnapFile:
     """The content of a .snap file (snappb.Snapshot): CRC-32C of ``data`` and ``data``."""
+
     crc: int
     data: bytes
 
 
 # --- Entry -------------------------------------------------------------------------------
+
 
 def encode_entry(entry) -> bytes:
     """Encode anything with ``type``, ``term``, ``index`` and ``data`` attributes.
@@ -93,8 +97,14 @@ def encode_entry(entry) -> bytes:
     Empty data (None or b"") is written as no field at all, as etcd does for nil data, so
     decoding an empty entry gives ``data=None``.
     """
-    out = b"\x08" + encode_varint(int(entry.type)) + b"\x10" + encode_varint(entry.term) \
-        + b"\x18" + encode_varint(entry.index)
+    out = (
+        b"\x08"
+        + encode_varint(int(entry.type))
+        + b"\x10"
+        + encode_varint(entry.term)
+        + b"\x18"
+        + encode_varint(entry.index)
+    )
     data = entry.data
     if data:  # etcd leaves an empty entry's data nil: no field 4
         out += b"\x22" + encode_varint(len(data)) + bytes(data)
@@ -122,9 +132,16 @@ def decode_entry(buf) -> Entry:
 
 # --- HardState ---------------------------------------------------------------------------
 
+
 def encode_hard_state(hs) -> bytes:
-    return b"\x08" + encode_varint(hs.term) + b"\x10" + encode_varint(hs.vote) \
-        + b"\x18" + encode_varint(hs.commit)
+    return (
+        b"\x08"
+        + encode_varint(hs.term)
+        + b"\x10"
+        + encode_varint(hs.vote)
+        + b"\x18"
+        + encode_varint(hs.commit)
+    )
 
 
 def decode_hard_state(buf) -> HardState:
@@ -143,10 +160,15 @@ def decode_hard_state(buf) -> HardState:
 
 # --- ConfState ---------------------------------------------------------------------------
 
+
 def encode_conf_state(cs) -> bytes:
     out = bytearray()
-    for num, ids in ((1, cs.voters), (2, cs.learners), (3, cs.voters_outgoing),
-                     (4, cs.learners_next)):
+    for num, ids in (
+        (1, cs.voters),
+        (2, cs.learners),
+        (3, cs.voters_outgoing),
+        (4, cs.learners_next),
+    ):
         for node_id in ids:
             out += uint_field(num, node_id)
     out += uint_field(5, 1 if cs.auto_leave else 0)
@@ -170,15 +192,18 @@ def decode_conf_state(buf) -> ConfState:
         elif num == 5:
             expect(num, wt, VARINT)
             auto_leave = bool(value)
-    return ConfState(tuple(lists[1]), tuple(lists[2]), tuple(lists[3]), tuple(lists[4]),
-                     auto_leave)
+    return ConfState(tuple(lists[1]), tuple(lists[2]), tuple(lists[3]), tuple(lists[4]), auto_leave)
 
 
 # --- Snapshot (raftpb) -------------------------------------------------------------------
 
+
 def _encode_metadata(md) -> bytes:
-    return bytes_field(1, encode_conf_state(md.conf_state)) + uint_field(2, md.index) \
+    return (
+        bytes_field(1, encode_conf_state(md.conf_state))
+        + uint_field(2, md.index)
         + uint_field(3, md.term)
+    )
 
 
 def _decode_metadata(buf) -> SnapshotMetadata:
@@ -219,6 +244,7 @@ def decode_snapshot(buf) -> Snapshot:
 
 # --- walpb.Snapshot ----------------------------------------------------------------------
 
+
 def encode_wal_snapshot(ws) -> bytes:
     out = uint_field(1, ws.index) + uint_field(2, ws.term)
     if ws.conf_state is not None:
@@ -243,6 +269,7 @@ def decode_wal_snapshot(buf) -> WalSnapshot:
 
 
 # --- walpb.Record ------------------------------------------------------------------------
+
 
 def encode_record(rtype: int, crc: int, data: bytes | None) -> bytes:
     out = b"\x08" + encode_varint(rtype) + b"\x10" + encode_varint(crc & _U32)
@@ -270,6 +297,7 @@ def decode_record(buf) -> Record:
 
 
 # --- snappb.Snapshot ---------------------------------------------------------------------
+
 
 def encode_snap_file(crc: int, data: bytes) -> bytes:
     return uint_field(1, crc & _U32) + bytes_field(2, data)

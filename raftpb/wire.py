@@ -90,17 +90,17 @@ def iter_fields(buf) -> Iterator[tuple[int, int, object]]:
             length, pos = decode_varint(buf, pos)
             if pos + length > end:
                 raise DecodeError(f"field {field}: length {length} runs past end of message")
-            value = bytes(buf[pos:pos + length])
+            value = bytes(buf[pos : pos + length])
             pos += length
         elif wire_type == FIXED64:
             if pos + 8 > end:
                 raise DecodeError(f"field {field}: truncated fixed64")
-            value = int.from_bytes(buf[pos:pos + 8], "little")
+            value = int.from_bytes(buf[pos : pos + 8], "little")
             pos += 8
         elif wire_type == FIXED32:
             if pos + 4 > end:
                 raise DecodeError(f"field {field}: truncated fixed32")
-            value = int.from_bytes(buf[pos:pos + 4], "little")
+            value = int.from_bytes(buf[pos : pos + 4], "little")
             pos += 4
         else:
             raise DecodeError(f"field {field}: unsupported wire type {wire_type}")

@@ -61,6 +61,7 @@ _U32 = (1 << 32) - 1
 @dataclass(frozen=True, slots=True)
 class EncodedSnap:
     """A ``.snap`` file as an ordered list of pieces; ``b"".join(pieces)`` is the file."""
+
     pieces: tuple[bytes | memoryview, ...]
     crc: int
     size_bytes: int
@@ -77,7 +78,7 @@ def crc32c_chunked(view: memoryview, prev: int = 0) -> int:
     """CRC-32C of ``view`` continuing ``prev``, computed ``CHUNK_BYTES`` at a time."""
     crc = prev
     for start in range(0, len(view), CHUNK_BYTES):
-        crc = crc32c(view[start:start + CHUNK_BYTES], crc)
+        crc = crc32c(view[start : start + CHUNK_BYTES], crc)
     return crc
 
 
@@ -98,8 +99,12 @@ def encode_pieces(snapshot: Snapshot) -> EncodedSnap:
     crc = 0
     for piece in inner:
         crc = crc32c_chunked(memoryview(piece), crc)
-    head = bytes((_KEY_CRC,)) + encode_varint(crc) + bytes((_KEY_OUTER_DATA,)) \
+    head = (
+        bytes((_KEY_CRC,))
+        + encode_varint(crc)
+        + bytes((_KEY_OUTER_DATA,))
         + encode_varint(inner_len)
+    )
     return EncodedSnap(pieces=(head, *inner), crc=crc, size_bytes=len(head) + inner_len)
 
 
@@ -139,8 +144,10 @@ def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -
     md = snapshot.metadata
     if named is not None and (named.term, named.index) != (md.term, md.index):
         raise NameMismatchError(
-            path, f"name says term={named.term} index={named.index}, "
-                  f"metadata says term={md.term} index={md.index}")
+            path,
+            f"name says term={named.term} index={named.index}, "
+            f"metadata says term={md.term} index={md.index}",
+        )
     return snapshot
 
 
@@ -209,6 +216,11 @@ def _decode_any_layout(buf: bytes, path: str) -> Snapshot:
 
 
 __all__ = [
-    "CHUNK_BYTES", "DEFAULT_MAX_SNAPSHOT_BYTES", "EncodedSnap", "crc32c_chunked", "encode_pieces",
-    "read_snap", "write_pieces",
+    "CHUNK_BYTES",
+    "DEFAULT_MAX_SNAPSHOT_BYTES",
+    "EncodedSnap",
+    "crc32c_chunked",
+    "encode_pieces",
+    "read_snap",
+    "write_pieces",
 ]

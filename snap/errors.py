@@ -37,7 +37,8 @@ class SnapshotTooLargeError(SnapError):
         self.size_bytes = size_bytes
         self.max_snapshot_bytes = max_snapshot_bytes
         super().__init__(
-            f"snap: {path}: {size_bytes} bytes exceeds max_snapshot_bytes={max_snapshot_bytes}")
+            f"snap: {path}: {size_bytes} bytes exceeds max_snapshot_bytes={max_snapshot_bytes}"
+        )
 
 
 class CorruptSnapshotError(SnapError):
@@ -68,7 +69,8 @@ class CRCMismatchError(CorruptSnapshotError):
         self.stored_crc = stored_crc
         self.computed_crc = computed_crc
         super().__init__(
-            path, f"crc mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}")
+            path, f"crc mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
+        )
 
 
 class NameMismatchError(CorruptSnapshotError):

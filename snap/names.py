@@ -24,6 +24,7 @@ _TMP_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{16}\.snap\.tmp$")
 @dataclass(frozen=True, slots=True, order=True)
 class SnapName:
     """A parsed snapshot file name; ordering is newest-last."""
+
     term: int  # invariant: 0 <= term <= 2**64 - 1
     index: int  # invariant: 0 <= index <= 2**64 - 1
 

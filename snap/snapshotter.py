@@ -70,8 +70,9 @@ def _make_dirs_durably(dir_path: str) -> None:
 class Snapshotter:
     """The snapshot files of one node, in ``dir_path`` (created if missing)."""
 
-    def __init__(self, dir_path: str | os.PathLike,
-                 max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
+    def __init__(
+        self, dir_path: str | os.PathLike, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+    ) -> None:
         if max_snapshot_bytes <= 0:
             raise ValueError(f"max_snapshot_bytes must be positive, got {max_snapshot_bytes}")
         self._dir = os.fspath(dir_path)
@@ -103,13 +104,13 @@ class Snapshotter:
         name = SnapName(term=md.term, index=md.index)  # validates the uint64 range
         encoded = encode_pieces(snapshot)
         if encoded.size_bytes > self._max_snapshot_bytes:
-            raise SnapshotTooLargeError(name.file_name, encoded.size_bytes,
-                                        self._max_snapshot_bytes)
+            raise SnapshotTooLargeError(
+                name.file_name, encoded.size_bytes, self._max_snapshot_bytes
+            )
         final_path = os.path.join(self._dir, name.file_name)
         tmp_path = os.path.join(self._dir, name.tmp_name)
         with self._lock:
-            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                         _FILE_MODE)
+            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
             try:
                 try:
                     write_pieces(fd, encoded)
@@ -148,8 +149,10 @@ class Snapshotter:
     def load_newest_available(self, wal_snapshots: Iterable[_IndexTerm]) -> Snapshot:
         """The newest valid snapshot whose (index, term) is one of ``wal_snapshots``."""
         known = {(ws.index, ws.term) for ws in wal_snapshots}
-        return self._load_matching(lambda name: (name.index, name.term) in known,
-                                   f" among the WAL's {len(known)} snapshot record(s)")
+        return self._load_matching(
+            lambda name: (name.index, name.term) in known,
+            f" among the WAL's {len(known)} snapshot record(s)",
+        )
 
     def _load_matching(self, match: Callable[[SnapName], bool], among: str) -> Snapshot:
         broken: list[str] = []
@@ -165,8 +168,9 @@ class Snapshotter:
                     return read_snap(path, self._max_snapshot_bytes)
                 except CorruptSnapshotError as exc:
                     broken_path = os.path.join(self._dir, name.broken_name)
-                    log.warning("%s; renaming it to %s and trying an older snapshot",
-                                exc, broken_path)
+                    log.warning(
+                        "%s; renaming it to %s and trying an older snapshot", exc, broken_path
+                    )
                     os.replace(path, broken_path)
                     _fsync_dir(self._dir)
                     broken.append(broken_path)

@@ -34,7 +34,9 @@ _ALWAYS_SLOW = ("spark", "chaos", "docker")
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if any(item.get_closest_marker(m) for m in _ALWAYS_SLOW) and not item.get_closest_marker("slow"):
+        if any(item.get_closest_marker(m) for m in _ALWAYS_SLOW) and not item.get_closest_marker(
+            "slow"
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -75,15 +77,22 @@ def _coroutine_frames(coro):
     object that is not a coroutine (a future; None when the chain ends in a coroutine)."""
     frames = []
     while coro is not None and len(frames) < 100:
-        frame = (getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-                 or getattr(coro, "ag_frame", None))
+        frame = (
+            getattr(coro, "cr_frame", None)
+            or getattr(coro, "gi_frame", None)
+            or getattr(coro, "ag_frame", None)
+        )
         if frame is None:
             return frames, None if not frames else coro
         frames.append(frame)
-        awaited = (getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-                   or getattr(coro, "ag_await", None))
-        if awaited is None or not any(hasattr(awaited, a) for a in ("cr_frame", "gi_frame",
-                                                                    "ag_frame")):
+        awaited = (
+            getattr(coro, "cr_await", None)
+            or getattr(coro, "gi_yieldfrom", None)
+            or getattr(coro, "ag_await", None)
+        )
+        if awaited is None or not any(
+            hasattr(awaited, a) for a in ("cr_frame", "gi_frame", "ag_frame")
+        ):
             return frames, awaited
         coro = awaited
     return frames, None
@@ -107,15 +116,18 @@ def format_asyncio_tasks() -> str:
         except RuntimeError:
             continue
         ident = getattr(loop, "_thread_id", None)  # the thread running it (CPython's loops)
-        out.append(f"--- event loop in thread {threads.get(ident, '?')} ({ident}): "
-                   f"{len(tasks)} pending task(s)\n")
+        out.append(
+            f"--- event loop in thread {threads.get(ident, '?')} ({ident}): "
+            f"{len(tasks)} pending task(s)\n"
+        )
         for task in tasks:
             out.append(f"Task {task.get_name()!r}:\n")
             frames, _ = _coroutine_frames(task.get_coro())
             for frame in frames:
                 code = frame.f_code
-                out.append(f'  File "{code.co_filename}", line {frame.f_lineno}, '
-                           f"in {code.co_name}\n")
+                out.append(
+                    f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n'
+                )
                 line = linecache.getline(code.co_filename, frame.f_lineno).strip()
                 if line:
                     out.append(f"    {line}\n")
@@ -153,8 +165,10 @@ class _Backstop:
 
         try:
             with os.fdopen(os.dup(self.stderr_fd), "w") as err:
-                err.write(f"\n+++ {self.item.nodeid}: still running {BACKSTOP_S} s after its "
-                          f"timeout (a hang in teardown?): exiting +++\n")
+                err.write(
+                    f"\n+++ {self.item.nodeid}: still running {BACKSTOP_S} s after its "
+                    f"timeout (a hang in teardown?): exiting +++\n"
+                )
                 try:
                     err.write(format_asyncio_tasks())
                 except Exception as exc:
@@ -205,6 +219,7 @@ def pytest_timeout_set_timer(item, settings):
         return not settings.disable_debugger_detection and pytest_timeout.is_debugging()
 
     if method == "signal":
+
         def on_alarm(signum, frame):
             __tracebackhide__ = True
             if not debugging():
@@ -218,6 +233,7 @@ def pytest_timeout_set_timer(item, settings):
         signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, settings.timeout)
     else:
+
         def on_timer():
             if not debugging():
                 _print_asyncio_tasks(item)

@@ -34,8 +34,11 @@ class EtcdProcess:
     ssl_context: ssl.SSLContext | None = None  # for an https url
 
     def post(self, path: str, body: dict, timeout_s: float = 10.0) -> dict:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout_s, context=self.ssl_context) as resp:
             return json.load(resp)
 
@@ -48,19 +51,37 @@ def b64(text: str) -> str:
 
 
 @contextlib.contextmanager
-def etcd_process(root: str, name: str = "compat", snapshot_count: int | None = None,
-                 extra_args: tuple[str, ...] = (), client_scheme: str = "http",
-                 ssl_context: ssl.SSLContext | None = None):
+def etcd_process(
+    root: str,
+    name: str = "compat",
+    snapshot_count: int | None = None,
+    extra_args: tuple[str, ...] = (),
+    client_scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+):
     """``extra_args`` go to etcd as they are (e.g. TLS flags: then ``client_scheme``
     "https" and ``ssl_context``, what the readiness poll and ``post`` connect with)."""
     binary = require_program("etcd", "Debian package etcd-server")
     client, peer = free_ports(2)
     url, peer_url = f"{client_scheme}://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     data_dir, log_path = os.path.join(root, "etcd"), os.path.join(root, "etcd.log")
-    args = [binary, "--name", name, "--data-dir", data_dir,
-            "--listen-client-urls", url, "--advertise-client-urls", url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"{name}={peer_url}"]
+    args = [
+        binary,
+        "--name",
+        name,
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        url,
+        "--advertise-client-urls",
+        url,
+        "--listen-peer-urls",
+        peer_url,
+        "--initial-advertise-peer-urls",
+        peer_url,
+        "--initial-cluster",
+        f"{name}={peer_url}",
+    ]
     if snapshot_count is not None:
         args += ["--snapshot-count", str(snapshot_count)]
     args += list(extra_args)

@@ -24,10 +24,13 @@ def _pick():
     except ImportError:
         return _crcmod, "crcmod"
     try:
-        probes = [(b"somedata", 0), (b"", 0x12345678), (bytes(range(256)) * 3, 0xDEADBEEF),
-                  (memoryview(b"abcdefgh")[2:5], 7)]
-        if all(fast(d, p) == _crcmod(d, p) for d, p in probes) and fast(b"somedata") == \
-                0x741F6A05:
+        probes = [
+            (b"somedata", 0),
+            (b"", 0x12345678),
+            (bytes(range(256)) * 3, 0xDEADBEEF),
+            (memoryview(b"abcdefgh")[2:5], 7),
+        ]
+        if all(fast(d, p) == _crcmod(d, p) for d, p in probes) and fast(b"somedata") == 0x741F6A05:
             return fast, "crc32c"
     except Exception:  # noqa: BLE001 - any surprise: stay on the reference implementation
         pass

@@ -39,21 +39,22 @@ from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
 # a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path
 _unpack_lw = struct.Struct("<IHBB").unpack_from
 
+
 class Fault(enum.Enum):
     """Why a frame is bad. PARTIAL, DECODE and CRC are failures to read bytes as written and
     may be a torn write. LENGTH and ZEROED concern a length word, which is 8-aligned and so
     written atomically: torn only when nothing but zeros surrounds it (see is_torn). The
     others happen after the CRC matched, on bytes exactly as written: never torn."""
 
-    PARTIAL = "partial"              # the frame runs past the end of the file
-    LENGTH = "length"                # the length word is not one our encoder writes
-    DECODE = "decode"                # the record's protobuf does not parse
-    CRC = "crc"                      # the record's CRC does not match the running CRC
-    CRC_RECORD = "crc-record"        # a crc record does not carry the running CRC
-    INVALID = "invalid"              # CRC fine, content not acceptable (entry, gap, type)
-    METADATA = "metadata"            # metadata differs from the first metadata record
+    PARTIAL = "partial"  # the frame runs past the end of the file
+    LENGTH = "length"  # the length word is not one our encoder writes
+    DECODE = "decode"  # the record's protobuf does not parse
+    CRC = "crc"  # the record's CRC does not match the running CRC
+    CRC_RECORD = "crc-record"  # a crc record does not carry the running CRC
+    INVALID = "invalid"  # CRC fine, content not acceptable (entry, gap, type)
+    METADATA = "metadata"  # metadata differs from the first metadata record
     SNAPSHOT_TERM = "snapshot-term"  # snapshot record at the wanted index, another term
-    ZEROED = "zeroed"                # a zero length word hides an intact record behind it
+    ZEROED = "zeroed"  # a zero length word hides an intact record behind it
 
 
 PARTIAL, LENGTH, DECODE, CRC = Fault.PARTIAL, Fault.LENGTH, Fault.DECODE, Fault.CRC
@@ -83,19 +84,37 @@ class BadRecord(Exception):
 class ScanState:
     """What replay has learned so far; ``scan`` updates it only after a clean finish."""
 
-    __slots__ = ("crc", "crc_fresh", "snap_index", "snap_term", "snap_matched", "entries",
-                 "kept", "enti", "state", "metadata", "snapshots", "records")
+    __slots__ = (
+        "crc",
+        "crc_fresh",
+        "snap_index",
+        "snap_term",
+        "snap_matched",
+        "entries",
+        "kept",
+        "enti",
+        "state",
+        "metadata",
+        "snapshots",
+        "records",
+    )
 
-    def __init__(self, snap_index: int = 0, snap_term: int = 0, *, keep_entries: bool = True,
-                 collect_snapshots: bool = False) -> None:
+    def __init__(
+        self,
+        snap_index: int = 0,
+        snap_term: int = 0,
+        *,
+        keep_entries: bool = True,
+        collect_snapshots: bool = False,
+    ) -> None:
         self.crc = 0
-        self.crc_fresh = True          # no crc record seen yet: the first one starts the chain
+        self.crc_fresh = True  # no crc record seen yet: the first one starts the chain
         self.snap_index = snap_index
         self.snap_term = snap_term
         self.snap_matched = False
         self.entries: list[Entry] | None = [] if keep_entries else None
-        self.kept = 0                  # invariant: entries is None or len(entries) == kept
-        self.enti = 0                  # index of the last entry record read (any index)
+        self.kept = 0  # invariant: entries is None or len(entries) == kept
+        self.enti = 0  # index of the last entry record read (any index)
         self.state: tuple[int, int, int] | None = None
         self.metadata: bytes | None = None
         self.snapshots: list | None = [] if collect_snapshots else None
@@ -138,8 +157,11 @@ def scan(buf, pos: int, st: ScanState) -> int:
                     # a zero length word ends the data (preallocated zeros follow), unless
                     # an intact record follows it: then the word itself was damaged
                     if not fresh and _hides_a_record(buf, pos + 8, crc):
-                        raise BadRecord(ZEROED, pos, "zero length word in front of an intact "
-                                                     "record (damaged length word)")
+                        raise BadRecord(
+                            ZEROED,
+                            pos,
+                            "zero length word in front of an intact record (damaged length word)",
+                        )
                     break
                 pad = 0
             else:
@@ -169,8 +191,13 @@ def scan(buf, pos: int, st: ScanState) -> int:
                     b3 = buf[p + 6]
                     b4 = buf[p + 7]
                     if b1 & b2 & b3 & 128 and b4 < 16:  # the usual 5-byte crc
-                        c = (c & 127) | ((b1 & 127) << 7) | ((b2 & 127) << 14) \
-                            | ((b3 & 127) << 21) | (b4 << 28)
+                        c = (
+                            (c & 127)
+                            | ((b1 & 127) << 7)
+                            | ((b2 & 127) << 14)
+                            | ((b3 & 127) << 21)
+                            | (b4 << 28)
+                        )
                         q = p + 8
                     elif b1 & b2 & 128 and b3 < 128:  # a crc below 2**28: 4 bytes
                         c = (c & 127) | ((b1 & 127) << 7) | ((b2 & 127) << 14) | (b3 << 21)
@@ -202,8 +229,12 @@ def scan(buf, pos: int, st: ScanState) -> int:
 
             if t != 4:
                 if c != (crcf(mv[d0:d1], crc) if d0 >= 0 else crc):
-                    raise BadRecord(CRC, pos, f"crc mismatch: record says {c:#010x}, running "
-                                              f"crc is {crcf(mv[d0:d1], crc) if d0 >= 0 else crc:#010x}")
+                    raise BadRecord(
+                        CRC,
+                        pos,
+                        f"crc mismatch: record says {c:#010x}, running "
+                        f"crc is {crcf(mv[d0:d1], crc) if d0 >= 0 else crc:#010x}",
+                    )
                 crc = c
             if t == 2:
                 if d0 < 0:
@@ -236,8 +267,12 @@ def scan(buf, pos: int, st: ScanState) -> int:
                             else:
                                 b3 = buf[r + 4]
                                 if b3 < 128:
-                                    idx = (idx & 127) | ((b1 & 127) << 7) | ((b2 & 127) << 14) \
+                                    idx = (
+                                        (idx & 127)
+                                        | ((b1 & 127) << 7)
+                                        | ((b2 & 127) << 14)
                                         | (b3 << 21)
+                                    )
                                     r += 5
                                 else:
                                     idx, r = _varint(buf, r + 1, d1)
@@ -262,19 +297,26 @@ def scan(buf, pos: int, st: ScanState) -> int:
                 except (_Slow, IndexError):
                     et, term, idx, data = _entry_fields(mv, d0, d1, pos)
                 if term < 1 or idx < 1 or et > 2 or (et and not data):
-                    raise BadRecord(INVALID, pos, f"invalid entry: type {et} term {term} "
-                                                  f"index {idx} data {len(data or b'')} bytes")
+                    raise BadRecord(
+                        INVALID,
+                        pos,
+                        f"invalid entry: type {et} term {term} "
+                        f"index {idx} data {len(data or b'')} bytes",
+                    )
                 if idx > snap_index:
-                    k = idx - snap_index - 1   # its position among the kept entries
+                    k = idx - snap_index - 1  # its position among the kept entries
                     if k == kept:
                         kept += 1
                     elif k < kept:
                         if ents is not None:
-                            del ents[k:]       # a rewrite: drop the conflicting tail
+                            del ents[k:]  # a rewrite: drop the conflicting tail
                         kept = k + 1
                     else:
-                        raise BadRecord(INVALID, pos, f"entry index {idx} leaves a gap after "
-                                                      f"index {snap_index + kept}")
+                        raise BadRecord(
+                            INVALID,
+                            pos,
+                            f"entry index {idx} leaves a gap after index {snap_index + kept}",
+                        )
                     if ents is not None:
                         e = new(Entry)
                         set_term(e, term)
@@ -294,8 +336,9 @@ def scan(buf, pos: int, st: ScanState) -> int:
                 if d0 >= 0:
                     raise BadRecord(INVALID, pos, "crc record with data")
                 if not fresh and c != crc:
-                    raise BadRecord(CRC_RECORD, pos, f"crc record says {c:#010x}, running "
-                                                     f"crc is {crc:#010x}")
+                    raise BadRecord(
+                        CRC_RECORD, pos, f"crc record says {c:#010x}, running crc is {crc:#010x}"
+                    )
                 crc = c
                 fresh = False
             elif t == 3:
@@ -305,7 +348,9 @@ def scan(buf, pos: int, st: ScanState) -> int:
                 if st.metadata is None:
                     st.metadata = md
                 elif md != st.metadata:
-                    raise BadRecord(METADATA, pos, "metadata differs from the first metadata record")
+                    raise BadRecord(
+                        METADATA, pos, "metadata differs from the first metadata record"
+                    )
             elif t == 5:
                 _snapshot_record(mv, d0, d1, pos, st)
             else:
@@ -347,6 +392,7 @@ class _Slow(Exception):
 
 
 # --- slow paths ---------------------------------------------------------------------------
+
 
 def _record_fields(buf, p: int, end: int, off: int) -> tuple[int, int, int, int]:
     """Generic walpb.Record parse of buf[p:end]: (type, crc, data_start or -1, data_end)."""
@@ -425,14 +471,19 @@ def _snapshot_record(mv, d0: int, d1: int, off: int, st: ScanState) -> None:
         raise BadRecord(INVALID, off, f"snapshot record does not decode: {exc}") from None
     if snap.index == st.snap_index:
         if snap.term != st.snap_term:
-            raise BadRecord(SNAPSHOT_TERM, off, f"snapshot record at index {snap.index} has "
-                                                f"term {snap.term}, expected {st.snap_term}")
+            raise BadRecord(
+                SNAPSHOT_TERM,
+                off,
+                f"snapshot record at index {snap.index} has "
+                f"term {snap.term}, expected {st.snap_term}",
+            )
         st.snap_matched = True
     if st.snapshots is not None:
         st.snapshots.append(snap)
 
 
 # --- torn writes --------------------------------------------------------------------------
+
 
 def _header_contradicts(buf, p: int, end: int) -> bool:
     """True when the record header, fully present, implies a length other than the frame's.
@@ -469,7 +520,7 @@ def _hides_a_record(buf, p: int, crc: int) -> bool:
     if q + ln > len(buf):
         return False
     with memoryview(buf) as mv:
-        return _crc(mv[q:q + ln], crc) == c
+        return _crc(mv[q : q + ln], crc) == c
 
 
 _ZERO_CHUNK = bytes(1 << 20)
@@ -479,10 +530,10 @@ def _zero(buf, lo: int, hi: int) -> bool:
     """Whether buf[lo:hi] is all zeros (buf: bytes or an mmap), by memcmp-speed chunks."""
     step = len(_ZERO_CHUNK)
     while hi - lo >= step:
-        if buf[lo:lo + step] != _ZERO_CHUNK:
+        if buf[lo : lo + step] != _ZERO_CHUNK:
             return False
         lo += step
-    return lo >= hi or buf[lo:hi] == _ZERO_CHUNK[:hi - lo]
+    return lo >= hi or buf[lo:hi] == _ZERO_CHUNK[: hi - lo]
 
 
 def is_zero(buf, lo: int, hi: int) -> bool:
@@ -529,6 +580,7 @@ def is_torn(buf, offset: int, kind: Fault) -> bool:
 
 
 # --- records one by one, for tools ----------------------------------------------------------
+
 
 class RawRecord:
     """One frame as found on disk (no CRC check): for ``raftkv wal dump``."""

@@ -23,7 +23,7 @@ from wal.segment import list_segments, read_whole
 class DumpRecord:
     segment: str
     offset: int
-    type: str               # metadata, entry, state, crc, snapshot or unknown(N)
+    type: str  # metadata, entry, state, crc, snapshot or unknown(N)
     crc: int
     crc_ok: bool
     record_bytes: int
@@ -50,8 +50,12 @@ def _fields(t: int, data: bytes | None) -> dict:
     try:
         if t == RecordType.ENTRY and data is not None:
             e = decode_entry(data)
-            return {"index": e.index, "term": e.term, "entry_type": e.type,
-                    "entry_data_bytes": len(e.data or b"")}
+            return {
+                "index": e.index,
+                "term": e.term,
+                "entry_type": e.type,
+                "entry_data_bytes": len(e.data or b""),
+            }
         if t == RecordType.STATE and data is not None:
             hs = decode_hard_state(data)
             return {"term": hs.term, "vote": hs.vote, "commit": hs.commit}
@@ -87,9 +91,17 @@ def dump(dir_path) -> Iterator[DumpRecord | DumpProblem]:
                 else:
                     running = crc32c(raw.data or b"", running or 0)
                     ok = raw.crc == running
-                yield DumpRecord(seg, raw.offset, _type_name(raw.type), raw.crc, ok,
-                                 raw.record_bytes, None if raw.data is None else len(raw.data),
-                                 raw.frame_bytes, _fields(raw.type, raw.data))
+                yield DumpRecord(
+                    seg,
+                    raw.offset,
+                    _type_name(raw.type),
+                    raw.crc,
+                    ok,
+                    raw.record_bytes,
+                    None if raw.data is None else len(raw.data),
+                    raw.frame_bytes,
+                    _fields(raw.type, raw.data),
+                )
         except BadRecord as bad:
             yield DumpProblem(seg, bad.offset, bad.reason)
             running = None

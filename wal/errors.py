@@ -117,8 +117,10 @@ def describe_os_error(exc: OSError, path: str, doing: str) -> str:
         where = os.path.dirname(os.path.abspath(path))
         free = free_bytes(where)
         shown = "unknown" if free is None else f"{free} bytes"
-        text += (f" (free space on the file system holding {where}: {shown}; free some "
-                 f"space there or move the directory to a larger disk)")
+        text += (
+            f" (free space on the file system holding {where}: {shown}; free some "
+            f"space there or move the directory to a larger disk)"
+        )
     return text
 
 

@@ -34,7 +34,7 @@ from wal.crc import crc32c_update as _crc
 
 FRAME_HEADER_BYTES = 8
 ALIGN_BYTES = 8
-SECTOR_BYTES = 512          # the unit a disk writes atomically (etcd's minSectorSize)
+SECTOR_BYTES = 512  # the unit a disk writes atomically (etcd's minSectorSize)
 LENGTH_MASK = (1 << 56) - 1
 MAX_U32 = (1 << 32) - 1
 
@@ -92,11 +92,19 @@ def varint(value: int) -> bytes:
     if value < 0x200000:
         return bytes((value & 127 | 128, (value >> 7) & 127 | 128, value >> 14))
     if value < 0x10000000:
-        return bytes((value & 127 | 128, (value >> 7) & 127 | 128, (value >> 14) & 127 | 128,
-                      value >> 21))
+        return bytes(
+            (value & 127 | 128, (value >> 7) & 127 | 128, (value >> 14) & 127 | 128, value >> 21)
+        )
     if value < 0x800000000:
-        return bytes((value & 127 | 128, (value >> 7) & 127 | 128, (value >> 14) & 127 | 128,
-                      (value >> 21) & 127 | 128, value >> 28))
+        return bytes(
+            (
+                value & 127 | 128,
+                (value >> 7) & 127 | 128,
+                (value >> 14) & 127 | 128,
+                (value >> 21) & 127 | 128,
+                value >> 28,
+            )
+        )
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -108,6 +116,7 @@ def varint(value: int) -> bytes:
 
 
 # --- encoders -----------------------------------------------------------------------------
+
 
 def append_frame(out: bytearray, rtype: int, data, crc: int) -> int:
     """Append one framed record to ``out``; return the new running CRC.
@@ -164,8 +173,12 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
         data = e.data
         if term < 1 or index < 1 or not 0 <= etype <= 2 or (etype and not data):
             check_entry(e)  # raises with the full message
-        eh = heads[etype] + (small[term] if term < 128 else vi(term)) + b"\x18" + \
-            (small[index] if index < 128 else vi(index))
+        eh = (
+            heads[etype]
+            + (small[term] if term < 128 else vi(term))
+            + b"\x18"
+            + (small[index] if index < 128 else vi(index))
+        )
         if data:
             dn = len(data)
             dv = lens.get(dn)

@@ -35,8 +35,9 @@ class SyncPolicy:
     def __post_init__(self) -> None:
         if self.mode is SyncMode.INTERVAL:
             if not 1 <= self.interval_ms <= MAX_INTERVAL_MS:
-                raise ValueError(f"sync interval must be 1..{MAX_INTERVAL_MS} ms, "
-                                 f"got {self.interval_ms}")
+                raise ValueError(
+                    f"sync interval must be 1..{MAX_INTERVAL_MS} ms, got {self.interval_ms}"
+                )
         elif self.interval_ms:
             raise ValueError(f"interval_ms only applies to the interval policy ({self.mode})")
 
@@ -52,11 +53,10 @@ class SyncPolicy:
         if text == "never":
             return cls(SyncMode.NEVER)
         if text.startswith("interval="):
-            raw = text[len("interval="):].removesuffix("ms")
+            raw = text[len("interval=") :].removesuffix("ms")
             if raw.isdigit():
                 return cls(SyncMode.INTERVAL, int(raw))
-        raise ValueError(f"unknown sync policy {value!r}: use 'always', 'interval=<ms>' or "
-                         f"'never'")
+        raise ValueError(f"unknown sync policy {value!r}: use 'always', 'interval=<ms>' or 'never'")
 
     def __str__(self) -> str:
         if self.mode is SyncMode.INTERVAL:

@@ -35,7 +35,7 @@ def purge(dir_path, keep: int = DEFAULT_KEEP_SEGMENTS) -> list[str]:
             break
         released.append(seg)
     removed = []
-    for seg in released[:max(0, len(released) - keep)]:
+    for seg in released[: max(0, len(released) - keep)]:
         fd = os.open(seg, os.O_RDONLY | os.O_CLOEXEC)
         try:
             try:

@@ -58,11 +58,17 @@ def _read_path(path: str):
             return read_whole(fd)
         finally:
             os.close(fd)
+
     return read
 
 
-def check_dir(dir_path, snap: WalSnapshot | None = None, *, allow_torn_tail: bool = True,
-              collect_snapshots: bool = False) -> ScanState:
+def check_dir(
+    dir_path,
+    snap: WalSnapshot | None = None,
+    *,
+    allow_torn_tail: bool = True,
+    collect_snapshots: bool = False,
+) -> ScanState:
     """Scan the WAL read-only (no locks); return the final ScanState (see ``verify``)."""
     path = os.path.abspath(os.fspath(dir_path))
     if snap is None:
@@ -70,18 +76,19 @@ def check_dir(dir_path, snap: WalSnapshot | None = None, *, allow_torn_tail: boo
         st = ScanState(_CHECK_ONLY, 0, keep_entries=False, collect_snapshots=collect_snapshots)
     else:
         names = select_segments(path, snap.index)
-        st = ScanState(snap.index, snap.term, keep_entries=False,
-                       collect_snapshots=collect_snapshots)
+        st = ScanState(
+            snap.index, snap.term, keep_entries=False, collect_snapshots=collect_snapshots
+        )
     paths = [os.path.join(path, n.name) for n in names]
     replay(paths, [_read_path(p) for p in paths], st, tolerate_torn=allow_torn_tail)
     if snap is not None and not st.snap_matched:
-        raise SnapshotNotFoundError(f"{path}: no snapshot record for index {snap.index} "
-                                    f"term {snap.term}")
+        raise SnapshotNotFoundError(
+            f"{path}: no snapshot record for index {snap.index} term {snap.term}"
+        )
     return st
 
 
-def verify(dir_path, snap: WalSnapshot | None = None, *, allow_torn_tail: bool = True
-           ) -> HardState:
+def verify(dir_path, snap: WalSnapshot | None = None, *, allow_torn_tail: bool = True) -> HardState:
     return check_dir(dir_path, snap, allow_torn_tail=allow_torn_tail).hard_state()
 
 

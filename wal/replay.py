@@ -35,16 +35,17 @@ _ERROR_FOR_KIND = {
 
 @dataclass(frozen=True, slots=True)
 class ReplayEnd:
-    end_offset: int                 # where the last segment's good data ends
-    last_size: int                  # that segment's file size
-    trailing_garbage: bool          # non-zero bytes after end_offset in the last segment
-    torn: TornWriteError | None     # the torn tail that was tolerated, if any
+    end_offset: int  # where the last segment's good data ends
+    last_size: int  # that segment's file size
+    trailing_garbage: bool  # non-zero bytes after end_offset in the last segment
+    torn: TornWriteError | None  # the torn tail that was tolerated, if any
 
 
 def typed_error(path: str, bad: BadRecord, buf: bytes, last: bool) -> CorruptError:
     if last and is_torn(buf, bad.offset, bad.kind):
-        return TornWriteError(path, bad.offset, f"torn write ({bad.reason}); "
-                                                f"`raftkv wal repair` truncates it here")
+        return TornWriteError(
+            path, bad.offset, f"torn write ({bad.reason}); `raftkv wal repair` truncates it here"
+        )
     return _ERROR_FOR_KIND.get(bad.kind, CorruptError)(path, bad.offset, bad.reason)
 
 
@@ -61,8 +62,13 @@ def gc_paused():
             gc.enable()
 
 
-def replay(paths: Sequence[str], readers: Sequence[Callable[[], object]], st: ScanState, *,
-           tolerate_torn: bool = False) -> ReplayEnd:
+def replay(
+    paths: Sequence[str],
+    readers: Sequence[Callable[[], object]],
+    st: ScanState,
+    *,
+    tolerate_torn: bool = False,
+) -> ReplayEnd:
     """Scan the segments in order; ``readers[i]()`` returns segment i's whole content as
     bytes or a read-only mmap (then the file must not shrink meanwhile: hold its lock)."""
     assert paths and len(paths) == len(readers)
@@ -84,8 +90,11 @@ def replay(paths: Sequence[str], readers: Sequence[Callable[[], object]], st: Sc
                 if st.records == before and torn is None:
                     # a segment is renamed into place only after its header (crc, metadata
                     # records) is durable, so an empty one lost its contents
-                    raise CorruptError(path, 0, "the segment holds no record (every "
-                                                "segment starts with a crc record)")
+                    raise CorruptError(
+                        path,
+                        0,
+                        "the segment holds no record (every segment starts with a crc record)",
+                    )
                 if i == last_i:
                     garbage = not is_zero(buf, end, len(buf))
                     return ReplayEnd(end, len(buf), garbage, torn)

@@ -92,8 +92,9 @@ def select_segments(dir_path: str, snap_index: int) -> list[SegmentName]:
             start = i
             break
     if start < 0:
-        raise SegmentNotFoundError(f"{dir_path}: no segment can hold index {snap_index} "
-                                   f"(first is {names[0].name})")
+        raise SegmentNotFoundError(
+            f"{dir_path}: no segment can hold index {snap_index} (first is {names[0].name})"
+        )
     chosen = names[start:]
     check_sequence(dir_path, chosen)
     return chosen
@@ -102,11 +103,14 @@ def select_segments(dir_path: str, snap_index: int) -> list[SegmentName]:
 def check_sequence(dir_path: str, names: list[SegmentName]) -> None:
     for prev, cur in zip(names, names[1:], strict=False):
         if cur.seq != prev.seq + 1:
-            raise SegmentSequenceError(f"{dir_path}: segment {prev.seq + 1:016x} is missing "
-                                       f"between {prev.name} and {cur.name}")
+            raise SegmentSequenceError(
+                f"{dir_path}: segment {prev.seq + 1:016x} is missing "
+                f"between {prev.name} and {cur.name}"
+            )
 
 
 # --- file helpers ---------------------------------------------------------------------------
+
 
 def lock_fd(fd: int, path: str) -> None:
     """Take the segment lock on ``fd`` without waiting; LockedError when someone holds it."""
@@ -274,8 +278,7 @@ class FilePipeline:
         self._closed = False
         self._thread = None
         if background:
-            self._thread = threading.Thread(target=self._run, name="wal-file-pipeline",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="wal-file-pipeline", daemon=True)
             self._thread.start()
 
     def _alloc(self) -> SegmentFile:

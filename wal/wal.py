@@ -63,7 +63,7 @@ from wal.segment import (
 )
 
 DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
-MIN_SEGMENT_SIZE_BYTES = 64          # tiny sizes are for tests: a cut after every save
+MIN_SEGMENT_SIZE_BYTES = 64  # tiny sizes are for tests: a cut after every save
 MAX_SEGMENT_SIZE_BYTES = 1 << 40
 
 _READING, _APPENDING, _READ_ONLY, _CLOSED = "reading", "appending", "read-only", "closed"
@@ -73,8 +73,10 @@ SyncFn = Callable[[int], None]
 
 def _check_size(segment_size_bytes: int) -> int:
     if not MIN_SEGMENT_SIZE_BYTES <= segment_size_bytes <= MAX_SEGMENT_SIZE_BYTES:
-        raise ValueError(f"segment_size_bytes must be {MIN_SEGMENT_SIZE_BYTES}.."
-                         f"{MAX_SEGMENT_SIZE_BYTES}, got {segment_size_bytes}")
+        raise ValueError(
+            f"segment_size_bytes must be {MIN_SEGMENT_SIZE_BYTES}.."
+            f"{MAX_SEGMENT_SIZE_BYTES}, got {segment_size_bytes}"
+        )
     return segment_size_bytes
 
 
@@ -87,11 +89,20 @@ def _as_hard_state(hs) -> HardState:
 class WAL:
     """A write-ahead log directory opened by this process. Build with create/open."""
 
-    def __init__(self, dir_path: str, segments: list[SegmentFile], *, mode: str,
-                 policy: SyncPolicy, sync_fn: SyncFn | None, segment_size_bytes: int,
-                 prepare_ahead: bool, start: WalSnapshot | None = None) -> None:
+    def __init__(
+        self,
+        dir_path: str,
+        segments: list[SegmentFile],
+        *,
+        mode: str,
+        policy: SyncPolicy,
+        sync_fn: SyncFn | None,
+        segment_size_bytes: int,
+        prepare_ahead: bool,
+        start: WalSnapshot | None = None,
+    ) -> None:
         self._dir = dir_path
-        self._segments = segments          # locked segments, oldest first; the last is the tail
+        self._segments = segments  # locked segments, oldest first; the last is the tail
         self._mode = mode
         self._policy = policy
         self._sync_fn: SyncFn = sync_fn or os.fdatasync
@@ -100,17 +111,17 @@ class WAL:
         self._start = start or WalSnapshot()
         self._metadata = b""
         self._state = HardState()
-        self._enti = 0                     # index of the last entry (or snapshot) written
-        self._crc = 0                      # running CRC-32C of the log
-        self._tail_off = 0                 # where the next frame goes in the tail segment
+        self._enti = 0  # index of the last entry (or snapshot) written
+        self._crc = 0  # running CRC-32C of the log
+        self._tail_off = 0  # where the next frame goes in the tail segment
         self._pipeline: FilePipeline | None = None
         self._failed: BaseException | None = None
-        self._mu = threading.Lock()        # guards everything above
-        self._sync_mu = threading.Lock()   # held by the sync leader; taken before _mu
+        self._mu = threading.Lock()  # guards everything above
+        self._sync_mu = threading.Lock()  # held by the sync leader; taken before _mu
         # invariant: _synced_seq <= _written_seq; writes numbered 1.. in file order
         self._written_seq = 0
         self._synced_seq = 0
-        self.sync_count = 0                # data syncs issued (group commit shows here)
+        self.sync_count = 0  # data syncs issued (group commit shows here)
         self._closing = threading.Event()
         self._interval_thread: threading.Thread | None = None
 
@@ -175,12 +186,14 @@ class WAL:
                 readers = [_bind(map_whole, s.path) for s in segs]
             else:
                 readers = [_bind(read_whole, s.fd) for s in segs]
-            end = replay([s.path for s in segs], readers, st,
-                         tolerate_torn=self._mode == _READ_ONLY)
+            end = replay(
+                [s.path for s in segs], readers, st, tolerate_torn=self._mode == _READ_ONLY
+            )
             if not st.snap_matched:
                 raise SnapshotNotFoundError(
                     f"{self._dir}: no snapshot record for index {self._start.index} "
-                    f"term {self._start.term}")
+                    f"term {self._start.term}"
+                )
             metadata = st.metadata if st.metadata is not None else b""
             hs = st.hard_state()
             if self._mode == _READING:
@@ -206,18 +219,21 @@ class WAL:
             return metadata, hs, st.entries
 
     def _start_appending(self) -> None:
-        self._pipeline = FilePipeline(self._dir, self._segment_size_bytes,
-                                      background=self._prepare_ahead)
+        self._pipeline = FilePipeline(
+            self._dir, self._segment_size_bytes, background=self._prepare_ahead
+        )
         self._mode = _APPENDING
         if self._policy.mode is SyncMode.INTERVAL:
-            self._interval_thread = threading.Thread(target=self._interval_loop,
-                                                     name="wal-interval-sync", daemon=True)
+            self._interval_thread = threading.Thread(
+                target=self._interval_loop, name="wal-interval-sync", daemon=True
+            )
             self._interval_thread.start()
 
     # --- appending -------------------------------------------------------------------------
 
-    def save(self, hard_state=None, entries: Sequence = (), *, must_sync: bool | None = None
-             ) -> None:
+    def save(
+        self, hard_state=None, entries: Sequence = (), *, must_sync: bool | None = None
+    ) -> None:
         """Append ``entries`` then ``hard_state`` (None or empty: unchanged); return when
         durable as the sync policy requires.
 
@@ -274,8 +290,12 @@ class WAL:
                     continue
                 errors.append(None)
                 if must_sync is None:
-                    must_sync = (bool(entries) or snap is not None or n_state.term != state.term
-                                 or n_state.vote != state.vote)
+                    must_sync = (
+                        bool(entries)
+                        or snap is not None
+                        or n_state.term != state.term
+                        or n_state.vote != state.vote
+                    )
                 need = need or bool(must_sync)
                 crc, state, enti = n_crc, n_state, n_enti
                 if self._tail_off + len(buf) >= size:
@@ -406,9 +426,12 @@ class WAL:
             if self._mode == _CLOSED:
                 return
             try:
-                if (self._mode == _APPENDING and self._failed is None
-                        and self._policy.mode is not SyncMode.NEVER
-                        and self._written_seq > self._synced_seq):
+                if (
+                    self._mode == _APPENDING
+                    and self._failed is None
+                    and self._policy.mode is not SyncMode.NEVER
+                    and self._written_seq > self._synced_seq
+                ):
                     self._sync_fn(self._segments[-1].fd)
                     self.sync_count += 1
                     self._synced_seq = self._written_seq
@@ -434,8 +457,9 @@ class WAL:
 
     def _check_not_failed(self) -> None:
         if self._failed is not None:
-            raise WalFailedError(f"{self._dir}: an earlier write or fsync failed "
-                                 f"({self._failed}); reopen the WAL") from self._failed
+            raise WalFailedError(
+                f"{self._dir}: an earlier write or fsync failed ({self._failed}); reopen the WAL"
+            ) from self._failed
 
     def _check_appendable(self) -> None:
         self._check_not_failed()
@@ -450,9 +474,16 @@ def _bind(read, arg):
 
 # --- constructors --------------------------------------------------------------------------
 
-def create(dir_path, metadata: bytes, *, segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
-           sync_policy: str | SyncPolicy = "always", sync_fn: SyncFn | None = None,
-           prepare_ahead: bool = True) -> WAL:
+
+def create(
+    dir_path,
+    metadata: bytes,
+    *,
+    segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
+    sync_policy: str | SyncPolicy = "always",
+    sync_fn: SyncFn | None = None,
+    prepare_ahead: bool = True,
+) -> WAL:
     """Create a new WAL in ``dir_path`` (which must not exist or be empty).
 
     The first segment ``0000000000000000-0000000000000000.wal`` holds a crc record (0), the
@@ -499,9 +530,15 @@ def create(dir_path, metadata: bytes, *, segment_size_bytes: int = DEFAULT_SEGME
         os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    wal = WAL(path, [SegmentFile(0, 0, os.path.join(path, name), fd)], mode=_READING,
-              policy=policy, sync_fn=sync_fn, segment_size_bytes=size,
-              prepare_ahead=prepare_ahead)
+    wal = WAL(
+        path,
+        [SegmentFile(0, 0, os.path.join(path, name), fd)],
+        mode=_READING,
+        policy=policy,
+        sync_fn=sync_fn,
+        segment_size_bytes=size,
+        prepare_ahead=prepare_ahead,
+    )
     wal._metadata = bytes(metadata)
     wal._crc = crc
     wal._tail_off = len(hdr)
@@ -509,10 +546,15 @@ def create(dir_path, metadata: bytes, *, segment_size_bytes: int = DEFAULT_SEGME
     return wal
 
 
-def open(dir_path, snap=None, *,  # noqa: A001 - etcd's name, used as wal.open
-         segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
-         sync_policy: str | SyncPolicy = "always", sync_fn: SyncFn | None = None,
-         prepare_ahead: bool = True) -> WAL:
+def open(
+    dir_path,
+    snap=None,
+    *,  # noqa: A001 - etcd's name, used as wal.open
+    segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
+    sync_policy: str | SyncPolicy = "always",
+    sync_fn: SyncFn | None = None,
+    prepare_ahead: bool = True,
+) -> WAL:
     """Open the WAL at ``snap`` (a WalSnapshot; None = the empty snapshot) for appending.
 
     Locks every segment from the one that may hold the snapshot record (LockedError if
@@ -532,8 +574,16 @@ def open(dir_path, snap=None, *,  # noqa: A001 - etcd's name, used as wal.open
         for s in segs:
             s.close()
         raise
-    return WAL(path, segs, mode=_READING, policy=policy, sync_fn=sync_fn,
-               segment_size_bytes=size, prepare_ahead=prepare_ahead, start=snap)
+    return WAL(
+        path,
+        segs,
+        mode=_READING,
+        policy=policy,
+        sync_fn=sync_fn,
+        segment_size_bytes=size,
+        prepare_ahead=prepare_ahead,
+        start=snap,
+    )
 
 
 def open_for_read(dir_path, snap=None) -> WAL:
@@ -551,5 +601,13 @@ def open_for_read(dir_path, snap=None) -> WAL:
         for s in segs:
             s.close()
         raise
-    return WAL(path, segs, mode=_READ_ONLY, policy=SyncPolicy(), sync_fn=None,
-               segment_size_bytes=DEFAULT_SEGMENT_SIZE_BYTES, prepare_ahead=False, start=snap)
+    return WAL(
+        path,
+        segs,
+        mode=_READ_ONLY,
+        policy=SyncPolicy(),
+        sync_fn=None,
+        segment_size_bytes=DEFAULT_SEGMENT_SIZE_BYTES,
+        prepare_ahead=False,
+        start=snap,
+    )

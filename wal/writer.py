@@ -50,9 +50,14 @@ DEFAULT_MAX_BATCH_ENTRIES = 65_536
 class GroupCommitWriter:
     """Batches appends to ``wal`` on a dedicated thread. Close it before the WAL."""
 
-    def __init__(self, wal: WAL, *, max_pending: int = DEFAULT_MAX_PENDING,
-                 max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
-                 max_batch_entries: int = DEFAULT_MAX_BATCH_ENTRIES) -> None:
+    def __init__(
+        self,
+        wal: WAL,
+        *,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
+        max_batch_entries: int = DEFAULT_MAX_BATCH_ENTRIES,
+    ) -> None:
         if min(max_pending, max_batch_items, max_batch_entries) < 1:
             raise ValueError("writer bounds must be >= 1")
         self._wal = wal
@@ -60,24 +65,28 @@ class GroupCommitWriter:
         self._max_batch_items = max_batch_items
         self._max_batch_entries = max_batch_entries
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)    # the writer waits for submissions
-        self._space = threading.Condition(self._lock)   # submitters wait for queue space
+        self._work = threading.Condition(self._lock)  # the writer waits for submissions
+        self._space = threading.Condition(self._lock)  # submitters wait for queue space
         self._queue: collections.deque[tuple] = collections.deque()
         self._closed = False
         self._writer_idle = False
         self._space_waiters = 0
-        self.batches = 0       # write rounds done (statistics for tests and benchmarks)
+        self.batches = 0  # write rounds done (statistics for tests and benchmarks)
         self.submissions = 0
-        self._thread = threading.Thread(target=self._run, name="wal-group-commit",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="wal-group-commit", daemon=True)
         self._thread.start()
 
     # --- submitting ------------------------------------------------------------------------
 
-    def submit(self, hard_state=None, entries: Sequence = (), snapshot=None, *,
-               must_sync: bool | None = None,
-               callback: Callable[[BaseException | None], None] | None = None
-               ) -> Future | None:
+    def submit(
+        self,
+        hard_state=None,
+        entries: Sequence = (),
+        snapshot=None,
+        *,
+        must_sync: bool | None = None,
+        callback: Callable[[BaseException | None], None] | None = None,
+    ) -> Future | None:
         """Queue one append: a snapshot record (if given), then ``entries``, then
         ``hard_state``. Returns a Future that resolves (to None) when the append is durable,
         or, with ``callback``, calls ``callback(error_or_None)`` on the writer thread instead
@@ -89,8 +98,14 @@ class GroupCommitWriter:
         self._enqueue(((snapshot, hard_state, entries, must_sync), fut, None))
         return fut
 
-    async def append(self, hard_state=None, entries: Sequence = (), snapshot=None, *,
-                     must_sync: bool | None = None) -> None:
+    async def append(
+        self,
+        hard_state=None,
+        entries: Sequence = (),
+        snapshot=None,
+        *,
+        must_sync: bool | None = None,
+    ) -> None:
         """``submit`` for asyncio: returns once the append is durable."""
         loop = asyncio.get_running_loop()
         afut = loop.create_future()

@@ -69,7 +69,7 @@ def frames_end(buf, start: int = 0) -> int:
     """Offset of the end of the last complete frame in ``buf`` from ``start``."""
     pos, n = start, len(buf)
     while pos + 8 <= n:
-        lw = int.from_bytes(buf[pos:pos + 8], "little")
+        lw = int.from_bytes(buf[pos : pos + 8], "little")
         if not lw:
             break
         rl = lw & ((1 << 56) - 1)
@@ -104,8 +104,9 @@ def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
     from kvserver.auth.store import split_auth_frame
     from kvserver.lease.lessor import split_snapshot
     from kvserver.membership.registry import split_members_frame
+
     _, rest = split_members_frame(snapshot.data or b"")
-    _, rest = split_auth_frame(rest)   # present once auth was used
+    _, rest = split_auth_frame(rest)  # present once auth was used
     _, mvcc = split_snapshot(rest)
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(bytes(mvcc[:4096]))
@@ -114,10 +115,18 @@ def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
 
 
 class Archiver:
-    def __init__(self, store: ObjectStore, data_dir: str, *, cluster_id: int, member_id: int,
-                 name: str = "", retention: int = 0,
-                 tail: Callable[[], tuple[str, int] | None] | None = None,
-                 last_index: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        store: ObjectStore,
+        data_dir: str,
+        *,
+        cluster_id: int,
+        member_id: int,
+        name: str = "",
+        retention: int = 0,
+        tail: Callable[[], tuple[str, int] | None] | None = None,
+        last_index: Callable[[], int] | None = None,
+    ):
         self.store = store
         self.snap_dir = os.path.join(data_dir, "member", "snap")
         self.wal_dir = os.path.join(data_dir, "member", "wal")
@@ -128,8 +137,13 @@ class Archiver:
         self.tail = tail
         self.last_index = last_index
         self.manifest: Manifest | None = None
-        self.stats = {"uploaded_bytes": 0, "uploaded_objects": 0, "reused_objects": 0,
-                      "errors": 0, "passes": 0}
+        self.stats = {
+            "uploaded_bytes": 0,
+            "uploaded_objects": 0,
+            "reused_objects": 0,
+            "errors": 0,
+            "passes": 0,
+        }
         self.last_error: str | None = None
         # The start of the newest pass that archived everything written before it began: the
         # archive holds every write older than this moment (lag seconds are measured from it).
@@ -137,7 +151,7 @@ class Archiver:
         self._covered_at: float | None = None
         self._opened_at = time.monotonic()
         self._local_last = 0
-        self._newest_mtime = 0.0   # when the newest archived data was written (timeline)
+        self._newest_mtime = 0.0  # when the newest archived data was written (timeline)
 
     @property
     def prefix(self) -> str:
@@ -157,13 +171,13 @@ class Archiver:
         else:
             m = Manifest(self.cluster_id, self.member_id, self.name)
         self.manifest = m
-        self._may_hold_unlisted = True   # a crash may have left uploads the manifest lacks
+        self._may_hold_unlisted = True  # a crash may have left uploads the manifest lacks
         self.store.remove_temporaries(self.prefix)
         dropped = self._recheck_open_segments()
         if dropped:
             self._write_manifest()
             for obj in dropped:
-                self.store.delete(self._name(obj))   # manifest names are relative
+                self.store.delete(self._name(obj))  # manifest names are relative
 
     def _recheck_open_segments(self) -> list[str]:
         dropped = []
@@ -183,10 +197,13 @@ class Archiver:
             except FileNotFoundError:
                 continue  # purged locally: what is archived stays as it is
             if len(keep) != len(seg.parts):
-                log.warning("archive: %s differs from the local file after %d bytes "
-                            "(repaired tail?); archiving it again from there", seg.name,
-                            sum(p.size for p in keep))
-                dropped += [p.object for p in seg.parts[len(keep):]]
+                log.warning(
+                    "archive: %s differs from the local file after %d bytes "
+                    "(repaired tail?); archiving it again from there",
+                    seg.name,
+                    sum(p.size for p in keep),
+                )
+                dropped += [p.object for p in seg.parts[len(keep) :]]
                 seg.parts = keep
                 seg.last_index, seg.commit = self._scan_parts(seg)
         return dropped
@@ -214,14 +231,14 @@ class Archiver:
                     m.timeline.append([round(self._newest_mtime, 3), commit])
                 self._write_manifest()
         except BaseException:
-            self._may_hold_unlisted = True   # uploaded objects may not be in the manifest
+            self._may_hold_unlisted = True  # uploaded objects may not be in the manifest
             raise
         self._may_hold_unlisted = False
         removed = self._apply_retention() if self.retention else []
         if removed:
             self._write_manifest()
             for obj in removed:
-                self.store.delete(self._name(obj))   # manifest names are relative
+                self.store.delete(self._name(obj))  # manifest names are relative
         self.stats["passes"] += 1
         self._update_lag(started, target)
         return changed
@@ -231,9 +248,12 @@ class Archiver:
         crc = crc_of(data)
         # Only after a crash or a failed pass can an object exist that the manifest does not
         # list yet; otherwise asking the store first (a HEAD per part on S3) is wasted I/O.
-        if self._may_hold_unlisted and self.store.size(name) == len(data) \
-                and crc_of(self.store.get(name)) == crc:
-            self.stats["reused_objects"] += 1   # uploaded before a crash: not again
+        if (
+            self._may_hold_unlisted
+            and self.store.size(name) == len(data)
+            and crc_of(self.store.get(name)) == crc
+        ):
+            self.stats["reused_objects"] += 1  # uploaded before a crash: not again
             return rel, crc
         self.store.put(name, data)
         self.stats["uploaded_bytes"] += len(data)
@@ -316,7 +336,7 @@ class Archiver:
                         f.seek(start)
                         data = f.read(min(end - start, MAX_PART_BYTES))
                     if not is_last or tail is None:
-                        data = data[:frames_end(data)]
+                        data = data[: frames_end(data)]
                     if data:
                         rel, crc = self._upload(f"wal/{name}.{start:016x}", data)
                         seg.parts.append(Part(rel, start, len(data), crc))
@@ -329,8 +349,7 @@ class Archiver:
                             last, commit = scan_part(data)
                         seg.last_index = max(seg.last_index, last)
                         seg.commit = max(seg.commit, commit)
-                        self._newest_mtime = max(self._newest_mtime, min(st.st_mtime,
-                                                                         time.time()))
+                        self._newest_mtime = max(self._newest_mtime, min(st.st_mtime, time.time()))
                         changed = True
                 if not is_last and seg.size >= st.st_size:
                     seg.closed = True
@@ -348,14 +367,14 @@ class Archiver:
         m = self.manifest
         if len(m.snapshots) <= self.retention:
             return []
-        keep_snaps = m.snapshots[-self.retention:]
+        keep_snaps = m.snapshots[-self.retention :]
         oldest = keep_snaps[0]
         # the last segment that may hold the oldest kept snapshot's record, and all after it
         start = 0
         for i, seg in enumerate(m.segments):
             if seg.first_index <= oldest.index:
                 start = i
-        removed = [s.object for s in m.snapshots[:-self.retention]]
+        removed = [s.object for s in m.snapshots[: -self.retention]]
         removed += [p.object for seg in m.segments[:start] for p in seg.parts]
         m.snapshots = keep_snaps
         m.segments = m.segments[start:]

@@ -26,7 +26,7 @@ from kvserver.archive import snapfile
 from kvserver.archive.datadir import RestoredMember, RestoreTarget, build_data_dir
 from kvserver.archive.store import ArchiveError
 
-Progress = Callable[[int, int], None]   # (bytes done, bytes expected or 0)
+Progress = Callable[[int, int], None]  # (bytes done, bytes expected or 0)
 _READ_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20
 
@@ -42,18 +42,27 @@ def open_fs(path_or_url: str, options: dict | None = None):
         raise ArchiveError(f"cannot open {path_or_url}: {exc}") from exc
 
 
-async def _stream_save(endpoint: str, out, progress: Progress | None,
-                       timeout_s: float, headers: dict | None = None,
-                       ssl_context=None) -> tuple[int, str]:
+async def _stream_save(
+    endpoint: str,
+    out,
+    progress: Progress | None,
+    timeout_s: float,
+    headers: dict | None = None,
+    ssl_context=None,
+) -> tuple[int, str]:
     import aiohttp
+
     url = endpoint.rstrip("/") + "/v3/maintenance/snapshot"
     digest = hashlib.sha256()
     total = 0
-    tail = b""   # the newest 32 bytes: the hash, once the stream ends
+    tail = b""  # the newest 32 bytes: the hash, once the stream ends
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session, \
-            session.post(url, data=b"{}", headers=headers,
-                         ssl=ssl_context if ssl_context is not None else True) as resp:
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(
+            url, data=b"{}", headers=headers, ssl=ssl_context if ssl_context is not None else True
+        ) as resp,
+    ):
         if resp.status != 200:
             text = (await resp.text())[:500]
             raise ArchiveError(f"{url}: HTTP {resp.status}: {text}")
@@ -68,7 +77,7 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
                 if nl < 0:
                     break
                 line = bytes(buf[:nl])
-                del buf[:nl + 1]
+                del buf[: nl + 1]
                 if not line.strip():
                     continue
                 obj = json.loads(line)
@@ -80,8 +89,8 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
                 blob = base64.b64decode(result.get("blob", ""))
                 remaining = int(result.get("remaining_bytes", 0) or 0)
                 both = tail + blob
-                keep = both[-snapfile.HASH_BYTES:]
-                done = both[:-snapfile.HASH_BYTES] if len(both) > snapfile.HASH_BYTES else b""
+                keep = both[-snapfile.HASH_BYTES :]
+                done = both[: -snapfile.HASH_BYTES] if len(both) > snapfile.HASH_BYTES else b""
                 digest.update(done)
                 tail = keep if len(both) > snapfile.HASH_BYTES else both
                 out.write(blob)
@@ -93,14 +102,23 @@ async def _stream_save(endpoint: str, out, progress: Progress | None,
         if not ended:
             raise ArchiveError(f"{url}: the snapshot stream ended early ({total} bytes)")
     if tail.hex() != digest.hexdigest():
-        raise ArchiveError(f"{url}: the received snapshot's SHA-256 does not match its "
-                           f"trailer ({total} bytes): not saved")
+        raise ArchiveError(
+            f"{url}: the received snapshot's SHA-256 does not match its "
+            f"trailer ({total} bytes): not saved"
+        )
     return total, digest.hexdigest()
 
 
-def save(endpoint: str, dest: str, *, options: dict | None = None,
-         progress: Progress | None = None, timeout_s: float = 30.0,
-         headers: dict | None = None, ssl_context=None) -> snapfile.SnapshotInfo:
+def save(
+    endpoint: str,
+    dest: str,
+    *,
+    options: dict | None = None,
+    progress: Progress | None = None,
+    timeout_s: float = 30.0,
+    headers: dict | None = None,
+    ssl_context=None,
+) -> snapfile.SnapshotInfo:
     """``headers``: e.g. ``Authorization`` (a root token when auth is enabled);
     ``ssl_context``: verifies an ``https://`` endpoint (and presents a client certificate)."""
     fs, path = open_fs(dest, options)
@@ -121,8 +139,9 @@ def save(endpoint: str, dest: str, *, options: dict | None = None,
     return status(dest, options=options)
 
 
-def status(src: str, *, options: dict | None = None, on_image=None,
-           progress: Progress | None = None) -> snapfile.SnapshotInfo:
+def status(
+    src: str, *, options: dict | None = None, on_image=None, progress: Progress | None = None
+) -> snapfile.SnapshotInfo:
     fs, path = open_fs(src, options)
     try:
         size = int(fs.info(path)["size"])
@@ -130,8 +149,12 @@ def status(src: str, *, options: dict | None = None, on_image=None,
     except FileNotFoundError:
         raise ArchiveError(f"{src}: no such snapshot file") from None
     with f:
-        return snapfile.read(f, src, on_image=on_image,
-                             on_progress=(lambda n: progress(n, size)) if progress else None)
+        return snapfile.read(
+            f,
+            src,
+            on_image=on_image,
+            on_progress=(lambda n: progress(n, size)) if progress else None,
+        )
 
 
 def check_image(image: bytes | bytearray | memoryview) -> None:
@@ -140,6 +163,7 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
     from kvserver.auth.store import AuthStore, split_auth_frame
     from kvserver.lease.lessor import split_snapshot
     from kvserver.mvcc.snapshot import SnapshotLoader
+
     try:
         auth_blob, rest = split_auth_frame(image)
         AuthStore.restore(auth_blob)
@@ -151,8 +175,13 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
         raise ArchiveError(f"the snapshot's state does not decode: {exc}") from exc
 
 
-def restore(src: str, target: RestoreTarget, *, options: dict | None = None,
-            progress: Progress | None = None) -> tuple[snapfile.SnapshotInfo, RestoredMember]:
+def restore(
+    src: str,
+    target: RestoreTarget,
+    *,
+    options: dict | None = None,
+    progress: Progress | None = None,
+) -> tuple[snapfile.SnapshotInfo, RestoredMember]:
     image = bytearray()
     info = status(src, options=options, on_image=image.extend, progress=progress)
     check_image(image)

@@ -65,15 +65,19 @@ def build_data_dir(image: bytes, target: RestoreTarget) -> RestoredMember:
     local = next((m for m in members if m.name == target.name), None)
     if local is None:
         raise ArchiveError(f"--name {target.name!r} is not in --initial-cluster")
-    if target.initial_advertise_peer_urls and \
-            set(target.initial_advertise_peer_urls) != set(local.peer_urls):
+    if target.initial_advertise_peer_urls and set(target.initial_advertise_peer_urls) != set(
+        local.peer_urls
+    ):
         raise ArchiveError(
             f"--initial-advertise-peer-urls {','.join(target.initial_advertise_peer_urls)} do "
-            f"not match {target.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})")
+            f"not match {target.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})"
+        )
     data_dir = os.path.abspath(target.data_dir)
     if os.path.exists(os.path.join(data_dir, "member")):
-        raise ArchiveError(f"{data_dir}/member already exists: restore into a new data "
-                           f"directory (refusing to overwrite a member's data)")
+        raise ArchiveError(
+            f"{data_dir}/member already exists: restore into a new data "
+            f"directory (refusing to overwrite a member's data)"
+        )
     ids = tuple(sorted(m.id for m in members))
     cid = cluster_id(ids)
     conf = ConfState(voters=ids)
@@ -88,7 +92,8 @@ def build_data_dir(image: bytes, target: RestoreTarget) -> RestoredMember:
     os.makedirs(member_dir)
     pb_conf = raftpb.ConfState(voters=ids)
     snap.Snapshotter(os.path.join(member_dir, "snap")).save_snap(
-        raftpb.Snapshot(data, raftpb.SnapshotMetadata(pb_conf, index, term)))
+        raftpb.Snapshot(data, raftpb.SnapshotMetadata(pb_conf, index, term))
+    )
     w = wal.create(os.path.join(member_dir, "wal"), encode_metadata(local.id, cid))
     try:
         w.save_snapshot(raftpb.WalSnapshot(index, term, pb_conf))

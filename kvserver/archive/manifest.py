@@ -49,8 +49,8 @@ class Segment:
     name: str
     seq: int
     first_index: int
-    last_index: int = 0         # last entry index in the archived bytes (0: none yet)
-    commit: int = 0             # the last hard state's commit in the archived bytes
+    last_index: int = 0  # last entry index in the archived bytes (0: none yet)
+    commit: int = 0  # the last hard state's commit in the archived bytes
     closed: bool = False
     parts: list[Part] = field(default_factory=list)
 
@@ -120,11 +120,16 @@ class Manifest:
             if obj.get("format") != FORMAT:
                 raise ValueError(f"unknown manifest format {obj.get('format')!r}")
             return cls(
-                cluster_id=int(obj["cluster_id"], 16), member_id=int(obj["member_id"], 16),
-                name=str(obj.get("name", "")), updated_unix=float(obj.get("updated_unix", 0)),
+                cluster_id=int(obj["cluster_id"], 16),
+                member_id=int(obj["member_id"], 16),
+                name=str(obj.get("name", "")),
+                updated_unix=float(obj.get("updated_unix", 0)),
                 snapshots=[SnapshotObject(**s) for s in obj.get("snapshots", [])],
-                segments=[Segment(**{**s, "parts": [Part(**p) for p in s.get("parts", [])]})
-                          for s in obj.get("segments", [])],
-                timeline=[list(t) for t in obj.get("timeline", [])])
+                segments=[
+                    Segment(**{**s, "parts": [Part(**p) for p in s.get("parts", [])]})
+                    for s in obj.get("segments", [])
+                ],
+                timeline=[list(t) for t in obj.get("timeline", [])],
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: unreadable manifest: {exc}") from None

@@ -38,7 +38,7 @@ from kvserver.server.node_storage import decode_metadata
 from kvserver.server.replicated_kv import RaftKV
 from raft import EntryType
 
-_HEADER_BYTES = 16   # origin | sequence in front of every proposal (kvserver.server.node)
+_HEADER_BYTES = 16  # origin | sequence in front of every proposal (kvserver.server.node)
 
 Progress = Callable[[str], None]
 
@@ -71,15 +71,24 @@ def load_manifests(store: ObjectStore, cluster: str | None = None) -> list[Manif
     names = [n for n in store.list("") if n.endswith("/" + MANIFEST) and n.count("/") == 2]
     out = [Manifest.from_json(store.get(n), store.where(n)) for n in names]
     if cluster:
-        out = [m for m in out if f"{m.cluster_id:x}" == cluster.lower().lstrip("0x") or
-               f"{m.cluster_id:016x}" == cluster.lower()]
+        out = [
+            m
+            for m in out
+            if f"{m.cluster_id:x}" == cluster.lower().lstrip("0x")
+            or f"{m.cluster_id:016x}" == cluster.lower()
+        ]
     if not out:
-        raise ArchiveError(f"no archive manifest under {store.url}"
-                           + (f" for cluster {cluster}" if cluster else ""))
+        raise ArchiveError(
+            f"no archive manifest under {store.url}"
+            + (f" for cluster {cluster}" if cluster else "")
+        )
     clusters = {m.cluster_id for m in out}
     if len(clusters) > 1:
-        raise ArchiveError("the archive holds several clusters (" + ", ".join(
-            f"{c:x}" for c in sorted(clusters)) + "): choose one with --cluster-id")
+        raise ArchiveError(
+            "the archive holds several clusters ("
+            + ", ".join(f"{c:x}" for c in sorted(clusters))
+            + "): choose one with --cluster-id"
+        )
     return out
 
 
@@ -88,8 +97,11 @@ def choose_member(manifests: list[Manifest], member: str | None) -> Manifest:
         for m in manifests:
             if member in (m.name, f"{m.member_id:x}", f"{m.member_id:016x}"):
                 return m
-        raise ArchiveError(f"no archive of member {member!r} (have: " + ", ".join(
-            f"{m.name or '?'}={m.member_id:x}" for m in manifests) + ")")
+        raise ArchiveError(
+            f"no archive of member {member!r} (have: "
+            + ", ".join(f"{m.name or '?'}={m.member_id:x}" for m in manifests)
+            + ")"
+        )
     return max(manifests, key=lambda m: (m.commit, m.member_id))
 
 
@@ -97,8 +109,9 @@ def _target_index(m: Manifest, point: Point) -> int:
     if point.time is not None:
         reached = [int(c) for t, c in m.timeline if t <= point.time]
         if not reached:
-            raise ArchiveError(f"nothing of member {m.member_id:x} was archived at or before "
-                               f"time {point.time}")
+            raise ArchiveError(
+                f"nothing of member {m.member_id:x} was archived at or before time {point.time}"
+            )
         return max(reached)
     return m.commit
 
@@ -112,12 +125,15 @@ def _base(m: Manifest, point: Point, index: int) -> SnapshotObject | None:
         return max(fits, key=lambda s: s.index)
     if m.segments and m.segments[0].seq == 0:
         return None  # the whole log is archived: replay from the empty state
-    raise ArchiveError(f"no archived snapshot at or before {point.describe()} and the log is "
-                       f"not archived from its beginning (retention removed it?)")
+    raise ArchiveError(
+        f"no archived snapshot at or before {point.describe()} and the log is "
+        f"not archived from its beginning (retention removed it?)"
+    )
 
 
-def _fetch_segments(store: ObjectStore, m: Manifest, base_index: int, wal_dir: str,
-                    progress: Progress) -> None:
+def _fetch_segments(
+    store: ObjectStore, m: Manifest, base_index: int, wal_dir: str, progress: Progress
+) -> None:
     segs = m.segments
     start = 0
     for i, seg in enumerate(segs):
@@ -128,39 +144,54 @@ def _fetch_segments(store: ObjectStore, m: Manifest, base_index: int, wal_dir: s
     for seg in segs[start:]:
         if prev_seq is not None and seg.seq != prev_seq + 1:
             missing = wal.segment_name(prev_seq + 1, 0)[:16]
-            raise ArchiveError(f"archive of member {m.member_id:x} lacks WAL segment seq "
-                               f"{missing} (between {segs[start].name} and {seg.name}): "
-                               f"{store.where(m.member_prefix + '/wal/')}")
+            raise ArchiveError(
+                f"archive of member {m.member_id:x} lacks WAL segment seq "
+                f"{missing} (between {segs[start].name} and {seg.name}): "
+                f"{store.where(m.member_prefix + '/wal/')}"
+            )
         prev_seq = seg.seq
         offset = 0
         with open(os.path.join(wal_dir, seg.name), "wb") as f:
             for part in seg.parts:
                 if part.offset != offset:
-                    raise ArchiveError(f"archive of {seg.name} has a hole at byte {offset} "
-                                       f"(next part {store.where(m.member_prefix + '/' + part.object)})")
-                f.write(store.get_verified(f"{m.member_prefix}/{part.object}", part.size,
-                                           part.crc32c))
+                    raise ArchiveError(
+                        f"archive of {seg.name} has a hole at byte {offset} "
+                        f"(next part {store.where(m.member_prefix + '/' + part.object)})"
+                    )
+                f.write(
+                    store.get_verified(f"{m.member_prefix}/{part.object}", part.size, part.crc32c)
+                )
                 offset += part.size
         progress(f"fetched {seg.name} ({offset} bytes, {len(seg.parts)} parts)")
 
 
-def restore(store: ObjectStore, point: Point, target: RestoreTarget, *,
-            cluster: str | None = None, member: str | None = None,
-            progress: Progress = lambda _: None) -> PitrResult:
+def restore(
+    store: ObjectStore,
+    point: Point,
+    target: RestoreTarget,
+    *,
+    cluster: str | None = None,
+    member: str | None = None,
+    progress: Progress = lambda _: None,
+) -> PitrResult:
     m = choose_member(load_manifests(store, cluster), member)
     index_limit = _target_index(m, point)
     base = _base(m, point, index_limit)
-    progress(f"member {m.member_id:x} ({m.name or '?'}) of cluster {m.cluster_id:x}: "
-             f"archive reaches commit {m.commit}; base "
-             + (f"snapshot at index {base.index} (revision {base.revision})" if base
-                else "the empty state"))
+    progress(
+        f"member {m.member_id:x} ({m.name or '?'}) of cluster {m.cluster_id:x}: "
+        f"archive reaches commit {m.commit}; base "
+        + (
+            f"snapshot at index {base.index} (revision {base.revision})"
+            if base
+            else "the empty state"
+        )
+    )
     kv = RaftKV(cluster_id=m.cluster_id, member_id=m.member_id, name=m.name, members=())
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
     try:
         ws = raftpb.WalSnapshot()
         if base is not None:
-            data = store.get_verified(f"{m.member_prefix}/{base.object}", base.size,
-                                      base.crc32c)
+            data = store.get_verified(f"{m.member_prefix}/{base.object}", base.size, base.crc32c)
             path = os.path.join(work, os.path.basename(base.object))
             with open(path, "wb") as f:
                 f.write(data)
@@ -175,9 +206,11 @@ def restore(store: ObjectStore, point: Point, target: RestoreTarget, *,
         try:
             meta, hs, entries = w.read_all()
         except wal.CorruptError as exc:
-            raise ArchiveError(f"archived WAL of member {m.member_id:x} does not read: "
-                               f"{os.path.basename(exc.file)} at offset {exc.offset}: "
-                               f"{exc.reason}") from exc
+            raise ArchiveError(
+                f"archived WAL of member {m.member_id:x} does not read: "
+                f"{os.path.basename(exc.file)} at offset {exc.offset}: "
+                f"{exc.reason}"
+            ) from exc
         finally:
             w.close()
         if decode_metadata(meta) != (m.member_id, m.cluster_id):
@@ -192,24 +225,30 @@ def restore(store: ObjectStore, point: Point, target: RestoreTarget, *,
             if e.index > commit:
                 break
             if e.index != applied + 1:
-                raise ArchiveError(f"archived log jumps from index {applied} to {e.index} "
-                                   f"(a snapshot from the leader?): no snapshot covers it")
+                raise ArchiveError(
+                    f"archived log jumps from index {applied} to {e.index} "
+                    f"(a snapshot from the leader?): no snapshot covers it"
+                )
             if e.type == EntryType.NORMAL and e.data and len(e.data) > _HEADER_BYTES:
                 kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
             applied = e.index
             replayed += 1
             if replayed % 10000 == 0:
-                progress(f"replayed {replayed} entries (index {applied}, revision "
-                         f"{kv.store.revision})")
+                progress(
+                    f"replayed {replayed} entries (index {applied}, revision {kv.store.revision})"
+                )
         if point.revision is not None and kv.store.revision != point.revision:
-            raise ArchiveError(f"the archive of member {m.member_id:x} reaches revision "
-                               f"{kv.store.revision} (commit index {commit}), not "
-                               f"{point.describe()}")
+            raise ArchiveError(
+                f"the archive of member {m.member_id:x} reaches revision "
+                f"{kv.store.revision} (commit index {commit}), not "
+                f"{point.describe()}"
+            )
         progress(f"replayed {replayed} entries: index {applied}, revision {kv.store.revision}")
         image = b"".join(kv.snapshot_chunks())
         restored = build_data_dir(image, target)
-        return PitrResult(kv.store.revision, applied, ws.index, replayed, m.member_id,
-                          m.cluster_id, restored)
+        return PitrResult(
+            kv.store.revision, applied, ws.index, replayed, m.member_id, m.cluster_id, restored
+        )
     finally:
         kv.watch_hub.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -43,8 +43,7 @@ class SnapshotFileError(ValueError):
 
 
 def encode_header(header: dict) -> bytes:
-    body = json.dumps({"format": FORMAT, **header}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    body = json.dumps({"format": FORMAT, **header}, sort_keys=True, separators=(",", ":")).encode()
     return MAGIC + struct.pack(">I", len(body)) + body
 
 
@@ -64,8 +63,8 @@ def encode(header: dict, image_chunks: Iterable[bytes]) -> Iterator[bytes]:
 @dataclass(frozen=True)
 class SnapshotInfo:
     header: dict
-    size_bytes: int       # the whole file, hash included
-    sha256: str           # hex; verified
+    size_bytes: int  # the whole file, hash included
+    sha256: str  # hex; verified
 
     @property
     def revision(self) -> int:
@@ -83,17 +82,23 @@ def _parse_header(buf: bytes, where: str) -> tuple[dict, int]:
     if n > MAX_HEADER_BYTES or len(buf) < 12 + n:
         raise SnapshotFileError(f"{where}: truncated or malformed snapshot header")
     try:
-        header = json.loads(buf[12:12 + n])
+        header = json.loads(buf[12 : 12 + n])
     except ValueError:
         raise SnapshotFileError(f"{where}: unreadable snapshot header") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise SnapshotFileError(f"{where}: unknown snapshot format "
-                                f"{header.get('format') if isinstance(header, dict) else '?'}")
+        raise SnapshotFileError(
+            f"{where}: unknown snapshot format "
+            f"{header.get('format') if isinstance(header, dict) else '?'}"
+        )
     return header, 12 + n
 
 
-def read(fileobj, where: str, on_image: Callable[[bytes], None] | None = None,
-         on_progress: Callable[[int], None] | None = None) -> SnapshotInfo:
+def read(
+    fileobj,
+    where: str,
+    on_image: Callable[[bytes], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> SnapshotInfo:
     """Stream ``fileobj`` (binary, read()), verify the hash; image bytes go to ``on_image``
     (only call its result trustworthy once ``read`` returned: a mismatch raises at the end)."""
     digest = hashlib.sha256()
@@ -101,13 +106,16 @@ def read(fileobj, where: str, on_image: Callable[[bytes], None] | None = None,
     while True:  # the header may straddle reads
         more = fileobj.read(READ_CHUNK_BYTES)
         head += more
-        if not more or len(head) >= 12 + MAX_HEADER_BYTES or (
-                len(head) >= 12 and len(head) >= 12 + struct.unpack(">I", head[8:12])[0]):
+        if (
+            not more
+            or len(head) >= 12 + MAX_HEADER_BYTES
+            or (len(head) >= 12 and len(head) >= 12 + struct.unpack(">I", head[8:12])[0])
+        ):
             break
     header, body_at = _parse_header(head, where)
     digest.update(head[:body_at])
     total = len(head)
-    pending = head[body_at:]            # image bytes not yet known not to be the hash
+    pending = head[body_at:]  # image bytes not yet known not to be the hash
     if on_progress:
         on_progress(total)
     while True:
@@ -135,5 +143,6 @@ def read(fileobj, where: str, on_image: Callable[[bytes], None] | None = None,
     if got != want:
         raise SnapshotFileError(
             f"{where}: snapshot hash mismatch: the file says sha256 {got}, its content hashes "
-            f"to {want}; the file is damaged or truncated, refusing to use it")
+            f"to {want}; the file is damaged or truncated, refusing to use it"
+        )
     return SnapshotInfo(header, total, want)

@@ -111,11 +111,15 @@ class ObjectStore:
     def get_verified(self, name: str, size: int, crc: int) -> bytes:
         data = self.get(name)
         if len(data) != size:
-            raise ObjectCorruptError(f"archive object corrupt: {self.where(name)}: "
-                                     f"{len(data)} bytes, the manifest says {size}")
+            raise ObjectCorruptError(
+                f"archive object corrupt: {self.where(name)}: "
+                f"{len(data)} bytes, the manifest says {size}"
+            )
         if crc_of(data) != crc:
-            raise ObjectCorruptError(f"archive object corrupt: {self.where(name)}: CRC-32C "
-                                     f"{crc_of(data):08x}, the manifest says {crc:08x}")
+            raise ObjectCorruptError(
+                f"archive object corrupt: {self.where(name)}: CRC-32C "
+                f"{crc_of(data):08x}, the manifest says {crc:08x}"
+            )
         return data
 
     def open_read(self, name: str):
@@ -137,7 +141,7 @@ class ObjectStore:
         for p in found:
             p = p.lstrip("/")
             if p.startswith(root):
-                out.append(p[len(root):])
+                out.append(p[len(root) :])
         return sorted(out)
 
     # --- writing ------------------------------------------------------------------------
@@ -161,8 +165,7 @@ class ObjectStore:
         self.fs.invalidate_cache()
         got = self.size(name)
         if got != len(data):
-            raise ArchiveError(f"upload of {self.where(name)} landed {got} bytes, "
-                               f"not {len(data)}")
+            raise ArchiveError(f"upload of {self.where(name)} landed {got} bytes, not {len(data)}")
 
     def delete(self, name: str) -> None:
         try:

@@ -60,9 +60,11 @@ class Member:
         self.member_id = local.id
         self.cluster_id = derive_cluster_id([m.id for m in cfg.members])
         self.members = tuple(
-            MemberInfo(m.id, m.name, m.peer_urls,
-                       cfg.advertise_client_urls if m.id == local.id else ())
-            for m in cfg.members)
+            MemberInfo(
+                m.id, m.name, m.peer_urls, cfg.advertise_client_urls if m.id == local.id else ()
+            )
+            for m in cfg.members
+        )
         self.runners: list[web.AppRunner] = []
         self.node: Node | None = None
         self.kv: RaftKV | None = None
@@ -80,19 +82,28 @@ class Member:
         self.tls = member_contexts(cfg)  # TLS files load (auto-TLS pairs made) before all else
         # A restart takes its IDs from the WAL, a joining member from the running cluster.
         self.member_id, self.cluster_id, known = await resolve_identity(
-            cfg, self.member_id, self.cluster_id, peer_ssl=self.tls.peer_dial)
+            cfg, self.member_id, self.cluster_id, peer_ssl=self.tls.peer_dial
+        )
         self.membership = MembershipService(
-            registry=MemberRegistry(known), local_id=self.member_id,
-            cluster_id=self.cluster_id, name=cfg.name, client_urls=cfg.advertise_client_urls,
-            on_change=self._members_changed)
+            registry=MemberRegistry(known),
+            local_id=self.member_id,
+            cluster_id=self.cluster_id,
+            name=cfg.name,
+            client_urls=cfg.advertise_client_urls,
+            on_change=self._members_changed,
+        )
         storage, fresh = await NodeStorage.open(
-            cfg, member_id=self.member_id, cluster_id=self.cluster_id)
+            cfg, member_id=self.member_id, cluster_id=self.cluster_id
+        )
         self.storage = storage
-        kv = RaftKV(cluster_id=self.cluster_id, member_id=self.member_id, name=cfg.name,
-                    members=self.members,
-                    election_timeout_s=cfg.election_timeout_ms / 1000,
-                    min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms,
-                                                    cfg.election_timeout_ms))
+        kv = RaftKV(
+            cluster_id=self.cluster_id,
+            member_id=self.member_id,
+            name=cfg.name,
+            members=self.members,
+            election_timeout_s=cfg.election_timeout_ms / 1000,
+            min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
+        )
         self.kv = kv
         snapshot = storage.raft_storage.snapshot()
         applied = 0
@@ -101,18 +112,25 @@ class Member:
             kv.restore(snapshot.data if blob is None else rest)
             self.membership.restore(blob, snapshot.metadata.conf_state)
             applied = snapshot.metadata.index
-        raft_cfg = Config(id=self.member_id, storage=storage.raft_storage,
-                          election_tick=cfg.election_ticks, heartbeat_tick=1,
-                          applied=applied, check_quorum=True, pre_vote=cfg.pre_vote,
-                          max_size_per_msg_bytes=1 << 20, max_inflight_msgs=512,
-                          max_uncommitted_entries_size_bytes=1 << 30,
-                          # Election jitter from the OS, not seeded by the member id: a cluster
-                          # must not repeat the same timings (or the same split vote) on every
-                          # run. Only the simulator seeds raft's randomness.
-                          rng=random.SystemRandom(),
-                          # Role changes, campaigns and refused votes, at INFO (as etcd logs
-                          # them): an operator reading a member's log sees each election.
-                          logger=logging.getLogger("raft"))
+        raft_cfg = Config(
+            id=self.member_id,
+            storage=storage.raft_storage,
+            election_tick=cfg.election_ticks,
+            heartbeat_tick=1,
+            applied=applied,
+            check_quorum=True,
+            pre_vote=cfg.pre_vote,
+            max_size_per_msg_bytes=1 << 20,
+            max_inflight_msgs=512,
+            max_uncommitted_entries_size_bytes=1 << 30,
+            # Election jitter from the OS, not seeded by the member id: a cluster
+            # must not repeat the same timings (or the same split vote) on every
+            # run. Only the simulator seeds raft's randomness.
+            rng=random.SystemRandom(),
+            # Role changes, campaigns and refused votes, at INFO (as etcd logs
+            # them): an operator reading a member's log sees each election.
+            logger=logging.getLogger("raft"),
+        )
         raw = RawNode(raft_cfg)
         if fresh and cfg.initial_cluster_state == "new":
             raw.bootstrap(sorted(m.id for m in self.members))
@@ -120,25 +138,37 @@ class Member:
         gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
 
         self.transport = PeerTransport(
-            local_id=self.member_id, cluster_id=self.cluster_id,
+            local_id=self.member_id,
+            cluster_id=self.cluster_id,
             on_messages=lambda msgs: self.node.receive(msgs),
             on_unreachable=lambda peer: self.node.report_unreachable(peer),
             on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed),
-            name=cfg.name, client_urls=cfg.advertise_client_urls,
+            name=cfg.name,
+            client_urls=cfg.advertise_client_urls,
             is_removed=lambda peer: peer in self.membership.registry.removed,
             on_removed=self.membership.peer_removed,
-            members_json=self.membership.members_json, ssl_context=self.tls.peer_dial)
+            members_json=self.membership.members_json,
+            ssl_context=self.tls.peer_dial,
+        )
         await self.transport.start()
         self.membership.transport = self.transport
 
         self.node = Node(
-            raw=raw, node_id=self.member_id, storage=storage, state_machine=kv,
+            raw=raw,
+            node_id=self.member_id,
+            storage=storage,
+            state_machine=kv,
             send=self.appends.wrap(self.transport.send),
-            options=NodeOptions(heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
-                                snapshot_count=cfg.snapshot_count,
-                                snapshot_catchup_entries=cfg.snapshot_catchup_entries),
-            applied=applied, conf_state=conf_state,
-            on_conf_change=self.membership.on_conf_change, members=self.membership)
+            options=NodeOptions(
+                heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
+                snapshot_count=cfg.snapshot_count,
+                snapshot_catchup_entries=cfg.snapshot_catchup_entries,
+            ),
+            applied=applied,
+            conf_state=conf_state,
+            on_conf_change=self.membership.on_conf_change,
+            members=self.membership,
+        )
         kv.node = self.node
         kv.membership = self.membership
         self.membership.node = self.node
@@ -159,27 +189,33 @@ class Member:
         client_app.middlewares.append(self.client_guard.middleware)
         client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
         for app, urls, make_runner, tls in (
-                (peer_app, cfg.listen_peer_urls, web.AppRunner, self.tls.peer_server),
-                (client_app, cfg.listen_client_urls, self.client_guard.runner,
-                 self.tls.client_server)):
+            (peer_app, cfg.listen_peer_urls, web.AppRunner, self.tls.peer_server),
+            (client_app, cfg.listen_client_urls, self.client_guard.runner, self.tls.client_server),
+        ):
             # Bounded graceful stop: in-flight requests get a moment, then connections close.
-            runner = make_runner(app, access_log=None, handle_signals=False,
-                                 shutdown_timeout=2.0)
+            runner = make_runner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
             await runner.setup()
             self.runners.append(runner)
             for url in urls:
                 host, port = host_port(url)
                 # https URLs only (check_url_schemes made sure the context exists for them)
                 ssl_context = tls if url.startswith("https://") else None
-                await web.TCPSite(runner, host, port, reuse_address=True,
-                                  ssl_context=ssl_context).start()
-        log.info("member %s (%x) of cluster %x serving clients on %s, peers on %s",
-                 cfg.name, self.member_id, self.cluster_id,
-                 ",".join(cfg.listen_client_urls), ",".join(cfg.listen_peer_urls))
+                await web.TCPSite(
+                    runner, host, port, reuse_address=True, ssl_context=ssl_context
+                ).start()
+        log.info(
+            "member %s (%x) of cluster %x serving clients on %s, peers on %s",
+            cfg.name,
+            self.member_id,
+            self.cluster_id,
+            ",".join(cfg.listen_client_urls),
+            ",".join(cfg.listen_peer_urls),
+        )
 
     def _members_changed(self, members) -> None:
-        self.members = tuple(MemberInfo(m.id, m.name, m.peer_urls, m.client_urls,
-                                        m.is_learner) for m in members)
+        self.members = tuple(
+            MemberInfo(m.id, m.name, m.peer_urls, m.client_urls, m.is_learner) for m in members
+        )
         if self.kv is not None:
             self.kv.members = self.members
 
@@ -188,16 +224,20 @@ class Member:
         node = self.node
         commit = node.raw.status().hard_state.commit
         return {
-            "raft_term": node.term, "raft_commit_index": commit,
-            "raft_applied_index": node.applied, "raft_apply_lag_entries": commit - node.applied,
-            "raft_has_leader": int(node.leader != 0), "raft_is_leader": int(node.is_leader),
+            "raft_term": node.term,
+            "raft_commit_index": commit,
+            "raft_applied_index": node.applied,
+            "raft_apply_lag_entries": commit - node.applied,
+            "raft_has_leader": int(node.leader != 0),
+            "raft_is_leader": int(node.is_leader),
             "raft_leader_changes": node.leader_changes,
             "proposals_committed": node.stats["proposals_applied"],
             "proposals_failed": node.stats["proposals_failed"],
             "proposals_pending": node.pending_proposals,
             "wal_fsync_duration_seconds": self.storage.fsync_seconds,
-            "peer_send_failures": {f"{peer:x}": count for peer, count
-                                   in self.transport.failures_by_peer.items()},
+            "peer_send_failures": {
+                f"{peer:x}": count for peer, count in self.transport.failures_by_peer.items()
+            },
             "store_revision": node.sm.store.revision,
             **self.appends.stats(),
             **archive_member.stats(self.archive),
@@ -232,7 +272,8 @@ def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | 
             f"disk). Free space on the file system holding {cfg.data_dir} (files there that "
             f"are not raftkv's; raftkv itself keeps {cfg.max_snapshots} snapshots and "
             f"{cfg.max_wals} released WAL files, fewer with --max-snapshots/--max-wals) or "
-            f"move the data dir to a larger disk, then start the member again.")
+            f"move the data dir to a larger disk, then start the member again."
+        )
     if not isinstance(failure, CommitOutOfRangeError):
         return f"raftkv: the raft loop failed ({failure}; see the log above); exiting"
     peer_urls = ",".join(cfg.initial_advertise_peer_urls)
@@ -247,7 +288,8 @@ def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | 
         f"cannot bring the entries back. Replace the member with a fresh data dir: on a "
         f"healthy member run `raftkv member remove {member_id:x}`, move {cfg.data_dir} "
         f"away, run `raftkv member add {cfg.name} --peer-urls {peer_urls}`, then start "
-        f"this member again with --initial-cluster-state existing.")
+        f"this member again with --initial-cluster-state existing."
+    )
 
 
 async def serve(cfg: ServerConfig) -> None:
@@ -288,6 +330,7 @@ def run(cfg: ServerConfig) -> None:
     log.info("open-file limit: %d", soft)
     try:
         import uvloop
+
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at runtime
         runner = asyncio.Runner()
@@ -299,6 +342,7 @@ def run(cfg: ServerConfig) -> None:
     # Performance work: a cProfile of the whole process, written at a clean stop to
     # ``$RAFTKV_PROFILE_DIR/<name>.prof`` (read it with ``python -m pstats``).
     import cProfile
+
     profiler = cProfile.Profile(time.thread_time)  # CPU of the loop thread, not waits
     try:
         with runner:

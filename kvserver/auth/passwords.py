@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import secrets
 
-DEFAULT_N = 1 << 14        # 16 MiB of memory and ~50 ms per hash on a laptop core
+DEFAULT_N = 1 << 14  # 16 MiB of memory and ~50 ms per hash on a laptop core
 DEFAULT_R = 8
 DEFAULT_P = 1
 SALT_BYTES = 16
@@ -25,16 +25,32 @@ _DUMMY_SALT = b"raftkv-no-such-user"
 
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p,
-                          maxmem=256 * n * r + (1 << 20), dklen=DIGEST_BYTES)
+    return hashlib.scrypt(
+        password.encode("utf-8"),
+        salt=salt,
+        n=n,
+        r=r,
+        p=p,
+        maxmem=256 * n * r + (1 << 20),
+        dklen=DIGEST_BYTES,
+    )
 
 
-def hash_password(password: str, *, n: int = DEFAULT_N, r: int = DEFAULT_R,
-                  p: int = DEFAULT_P) -> bytes:
+def hash_password(
+    password: str, *, n: int = DEFAULT_N, r: int = DEFAULT_R, p: int = DEFAULT_P
+) -> bytes:
     salt = secrets.token_bytes(SALT_BYTES)
     digest = _scrypt(password, salt, n, r, p)
-    return b"$".join([b"scrypt", str(n).encode(), str(r).encode(), str(p).encode(),
-                      base64.b64encode(salt), base64.b64encode(digest)])
+    return b"$".join(
+        [
+            b"scrypt",
+            str(n).encode(),
+            str(r).encode(),
+            str(p).encode(),
+            base64.b64encode(salt),
+            base64.b64encode(digest),
+        ]
+    )
 
 
 def is_valid_hash(stored: bytes) -> bool:
@@ -52,8 +68,13 @@ def _parse(stored: bytes) -> tuple[int, int, int, bytes, bytes]:
     n, r, p = (int(x) for x in parts[1:4])
     if not (2 <= n <= _MAX_N and n & (n - 1) == 0 and 1 <= r <= 32 and 1 <= p <= 16):
         raise ValueError("scrypt parameters out of range")
-    return n, r, p, base64.b64decode(parts[4], validate=True), \
-        base64.b64decode(parts[5], validate=True)
+    return (
+        n,
+        r,
+        p,
+        base64.b64decode(parts[4], validate=True),
+        base64.b64decode(parts[5], validate=True),
+    )
 
 
 def verify(password: str, stored: bytes | None, *, n: int = DEFAULT_N) -> bool:

@@ -58,7 +58,7 @@ def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     for lo, hi in sorted(intervals, key=lambda iv: iv[0]):
         if out:
             last = out[-1]
-            if last[1] is None or lo <= last[1]:      # overlapping or adjacent
+            if last[1] is None or lo <= last[1]:  # overlapping or adjacent
                 if last[1] is not None and (hi is None or hi > last[1]):
                     last[1] = hi
                 continue
@@ -69,7 +69,7 @@ def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
 def covers(merged: tuple[Interval, ...], key: bytes, range_end: bytes) -> bool:
     """Whether merged intervals (``merge``'s output) cover the request's keys whole."""
     lo, hi = interval(key, range_end)
-    for mlo, mhi in merged:   # merged and non-adjacent: one interval must hold it all
+    for mlo, mhi in merged:  # merged and non-adjacent: one interval must hold it all
         if mlo <= lo and (mhi is None or (hi is not None and hi <= mhi)):
             return True
     return False

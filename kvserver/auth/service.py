@@ -55,10 +55,15 @@ AUTHENTICATE_ATTEMPTS = 3
 
 
 class AuthService:
-    def __init__(self, *, propose: Callable[[bytes], Awaitable[Any]] | None = None,
-                 read_barrier: Callable[[], Awaitable[None]] | None = None,
-                 tokens: TokenTable | None = None, limiter: FailureLimiter | None = None,
-                 hash_n: int = passwords.DEFAULT_N) -> None:
+    def __init__(
+        self,
+        *,
+        propose: Callable[[bytes], Awaitable[Any]] | None = None,
+        read_barrier: Callable[[], Awaitable[None]] | None = None,
+        tokens: TokenTable | None = None,
+        limiter: FailureLimiter | None = None,
+        hash_n: int = passwords.DEFAULT_N,
+    ) -> None:
         self.store = AuthStore()
         self.tokens = tokens if tokens is not None else TokenTable()
         self.limiter = limiter if limiter is not None else FailureLimiter()
@@ -96,8 +101,7 @@ class AuthService:
     def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Register ``callback``; returns the function that unregisters it."""
         self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback) if callback in self._listeners \
-            else None
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 
     def _notify(self) -> None:
         for callback in list(self._listeners):
@@ -140,7 +144,7 @@ class AuthService:
             try:
                 await self._write(Authenticate(name, token_digest(token), revision))
             except E.AuthFailedError:
-                continue   # the state changed since the check: check again
+                continue  # the state changed since the check: check again
             return token
         raise E.AuthFailedError()
 
@@ -214,12 +218,13 @@ class AuthService:
             for c in req.compare:
                 self.check_read(user, c.key, c.range_end)
             for op in (*req.success, *req.failure):
-                inner = (op.request_range or op.request_put or op.request_delete_range
-                         or op.request_txn)
+                inner = (
+                    op.request_range or op.request_put or op.request_delete_range or op.request_txn
+                )
                 if inner is not None:
                     self.check_request(user, inner)
         elif kind is CompactionRequest:
-            pass   # etcd: any authenticated user may compact
+            pass  # etcd: any authenticated user may compact
         else:
             raise E.PermissionDeniedError()
 

@@ -42,15 +42,16 @@ from .perms import Permission, PermType, UserPerms
 
 ROOT = "root"
 ROOT_PERM = Permission(PermType.READWRITE, b"", b"\0")
-AUTH_ENTRY_FORMAT = 65   # "A"
+AUTH_ENTRY_FORMAT = 65  # "A"
 _ENTRY_PREFIX = b"\x94\x41"
 AUTH_FRAME_MAGIC = b"RKVAUTH1"
 _FRAME_HEADER_BYTES = len(AUTH_FRAME_MAGIC) + 4
 SNAPSHOT_VERSION = 1
-MAX_NAME_BYTES = 256     # bound names (etcd has none; we bound everything)
+MAX_NAME_BYTES = 256  # bound names (etcd has none; we bound everything)
 
 
 # --- requests (what a log entry holds) ---------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class AuthEnable:
@@ -122,9 +123,18 @@ class Authenticate:
 
 
 _OPS: dict[type, int] = {
-    AuthEnable: 1, AuthDisable: 2, UserAdd: 3, UserDelete: 4, UserChangePassword: 5,
-    UserGrantRole: 6, UserRevokeRole: 7, RoleAdd: 8, RoleDelete: 9, RoleGrantPermission: 10,
-    RoleRevokePermission: 11, Authenticate: 12,
+    AuthEnable: 1,
+    AuthDisable: 2,
+    UserAdd: 3,
+    UserDelete: 4,
+    UserChangePassword: 5,
+    UserGrantRole: 6,
+    UserRevokeRole: 7,
+    RoleAdd: 8,
+    RoleDelete: 9,
+    RoleGrantPermission: 10,
+    RoleRevokePermission: 11,
+    Authenticate: 12,
 }
 _BY_OP = {op: cls for cls, op in _OPS.items()}
 
@@ -145,10 +155,18 @@ def is_auth_entry(payload: bytes) -> bool:
 
 
 _ARG_TYPES: dict[type, tuple[type, ...]] = {
-    AuthEnable: (), AuthDisable: (), UserAdd: (str, bytes), UserDelete: (str,),
-    UserChangePassword: (str, bytes), UserGrantRole: (str, str), UserRevokeRole: (str, str),
-    RoleAdd: (str,), RoleDelete: (str,), RoleGrantPermission: (str, int, bytes, bytes),
-    RoleRevokePermission: (str, bytes, bytes), Authenticate: (str, bytes, int),
+    AuthEnable: (),
+    AuthDisable: (),
+    UserAdd: (str, bytes),
+    UserDelete: (str,),
+    UserChangePassword: (str, bytes),
+    UserGrantRole: (str, str),
+    UserRevokeRole: (str, str),
+    RoleAdd: (str,),
+    RoleDelete: (str,),
+    RoleGrantPermission: (str, int, bytes, bytes),
+    RoleRevokePermission: (str, bytes, bytes),
+    Authenticate: (str, bytes, int),
 }
 
 
@@ -158,8 +176,13 @@ def decode_auth_entry(data: bytes) -> Any:
         plain = msgpack.unpackb(data, raw=False)
     except Exception as err:  # msgpack raises several types for garbage
         raise CodecError(f"auth entry is not msgpack: {err}") from err
-    if type(plain) is not list or len(plain) != 4 or plain[0] != AUTH_ENTRY_FORMAT \
-            or type(plain[3]) is not list or not plain[3]:
+    if (
+        type(plain) is not list
+        or len(plain) != 4
+        or plain[0] != AUTH_ENTRY_FORMAT
+        or type(plain[3]) is not list
+        or not plain[3]
+    ):
         raise CodecError("not a raftkv auth entry")
     op, *args = plain[3]
     cls = _BY_OP.get(op) if type(op) is int else None
@@ -177,17 +200,18 @@ def decode_auth_entry(data: bytes) -> Any:
 
 # --- state --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class User:
     name: str
     password_hash: bytes
-    roles: tuple[str, ...] = ()      # sorted
+    roles: tuple[str, ...] = ()  # sorted
 
 
 @dataclass(frozen=True, slots=True)
 class Role:
     name: str
-    perms: tuple[Permission, ...] = ()   # sorted by key, as etcd keeps them
+    perms: tuple[Permission, ...] = ()  # sorted by key, as etcd keeps them
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +266,9 @@ class AuthStore:
         if ROOT in user.roles:
             perms = UserPerms.of([ROOT_PERM])
         else:
-            perms = UserPerms.of(p for r in user.roles if r in self.roles
-                                 for p in self.roles[r].perms)
+            perms = UserPerms.of(
+                p for r in user.roles if r in self.roles for p in self.roles[r].perms
+            )
         self._perm_cache[name] = perms
         return perms
 
@@ -331,10 +356,11 @@ class AuthStore:
             raise E.UserNotFoundError()
         if req.role != ROOT and req.role not in self.roles:
             raise E.RoleNotFoundError()
-        if req.role in user.roles:   # etcd ignores a duplicate grant (and still bumps nothing)
+        if req.role in user.roles:  # etcd ignores a duplicate grant (and still bumps nothing)
             raise _NoChange(Changed())
-        self.users[req.user] = User(user.name, user.password_hash,
-                                    tuple(sorted((*user.roles, req.role))))
+        self.users[req.user] = User(
+            user.name, user.password_hash, tuple(sorted((*user.roles, req.role)))
+        )
         return Changed()
 
     def _apply_UserRevokeRole(self, req: UserRevokeRole) -> Changed:
@@ -345,8 +371,9 @@ class AuthStore:
             raise E.UserNotFoundError()
         if req.role not in user.roles:
             raise E.RoleNotGrantedError()
-        self.users[req.name] = User(user.name, user.password_hash,
-                                    tuple(r for r in user.roles if r != req.role))
+        self.users[req.name] = User(
+            user.name, user.password_hash, tuple(r for r in user.roles if r != req.role)
+        )
         return Changed()
 
     def _apply_RoleAdd(self, req: RoleAdd) -> Changed:
@@ -364,8 +391,9 @@ class AuthStore:
         del self.roles[req.role]
         for name, user in list(self.users.items()):
             if req.role in user.roles:
-                self.users[name] = User(name, user.password_hash,
-                                        tuple(r for r in user.roles if r != req.role))
+                self.users[name] = User(
+                    name, user.password_hash, tuple(r for r in user.roles if r != req.role)
+                )
         return Changed()
 
     def _apply_RoleGrantPermission(self, req: RoleGrantPermission) -> Changed:
@@ -374,9 +402,10 @@ class AuthStore:
             raise E.RoleNotFoundError()
         p = req.perm
         kept = [q for q in role.perms if (q.key, q.range_end) != (p.key, p.range_end)]
-        kept.append(p)   # an existing (key, range_end) gets the new type, as etcd
-        self.roles[req.name] = Role(role.name, tuple(sorted(kept, key=lambda q: (q.key,
-                                                                                  q.range_end))))
+        kept.append(p)  # an existing (key, range_end) gets the new type, as etcd
+        self.roles[req.name] = Role(
+            role.name, tuple(sorted(kept, key=lambda q: (q.key, q.range_end)))
+        )
         return Changed()
 
     def _apply_RoleRevokePermission(self, req: RoleRevokePermission) -> Changed:
@@ -401,11 +430,17 @@ class AuthStore:
 
     def snapshot(self) -> bytes:
         obj = {
-            "version": SNAPSHOT_VERSION, "enabled": self.enabled, "revision": self.revision,
-            "users": [[u.name, u.password_hash, list(u.roles)]
-                      for u in sorted(self.users.values(), key=lambda u: u.name)],
-            "roles": [[r.name, [[int(p.perm_type), p.key, p.range_end] for p in r.perms]]
-                      for r in sorted(self.roles.values(), key=lambda r: r.name)],
+            "version": SNAPSHOT_VERSION,
+            "enabled": self.enabled,
+            "revision": self.revision,
+            "users": [
+                [u.name, u.password_hash, list(u.roles)]
+                for u in sorted(self.users.values(), key=lambda u: u.name)
+            ],
+            "roles": [
+                [r.name, [[int(p.perm_type), p.key, p.range_end] for p in r.perms]]
+                for r in sorted(self.roles.values(), key=lambda r: r.name)
+            ],
         }
         return msgpack.packb(obj, use_bin_type=True)
 
@@ -421,15 +456,19 @@ class AuthStore:
                 raise ValueError("unknown auth snapshot version")
             store = cls(enabled=bool(obj["enabled"]), revision=int(obj["revision"]))
             for name, pw, roles in obj["users"]:
-                if type(name) is not str or type(pw) is not bytes \
-                        or any(type(r) is not str for r in roles):
+                if (
+                    type(name) is not str
+                    or type(pw) is not bytes
+                    or any(type(r) is not str for r in roles)
+                ):
                     raise ValueError("bad user row")
                 store.users[name] = User(name, pw, tuple(roles))
             for name, perms in obj["roles"]:
                 if type(name) is not str:
                     raise ValueError("bad role row")
-                store.roles[name] = Role(name, tuple(
-                    Permission(PermType(t), bytes(k), bytes(e)) for t, k, e in perms))
+                store.roles[name] = Role(
+                    name, tuple(Permission(PermType(t), bytes(k), bytes(e)) for t, k, e in perms)
+                )
         except (ValueError, TypeError, KeyError) as err:
             raise SnapshotFormatError(f"bad auth snapshot: {err}") from None
         except Exception as err:  # msgpack's own errors
@@ -447,6 +486,7 @@ class _NoChange(E.AuthError):
 
 # --- snapshot frame ------------------------------------------------------------------------------
 
+
 def frame_auth(blob: bytes) -> bytes:
     return AUTH_FRAME_MAGIC + len(blob).to_bytes(4, "big") + blob
 
@@ -454,11 +494,11 @@ def frame_auth(blob: bytes) -> bytes:
 def split_auth_frame(data: bytes | memoryview) -> tuple[bytes | None, memoryview]:
     """``(auth blob, rest)``; ``(None, data)`` for a snapshot without the frame."""
     view = memoryview(data)
-    if view[:len(AUTH_FRAME_MAGIC)] != AUTH_FRAME_MAGIC:
+    if view[: len(AUTH_FRAME_MAGIC)] != AUTH_FRAME_MAGIC:
         return None, view
     if len(view) < _FRAME_HEADER_BYTES:
         raise SnapshotFormatError("truncated auth frame")
-    n = int.from_bytes(view[len(AUTH_FRAME_MAGIC):_FRAME_HEADER_BYTES], "big")
+    n = int.from_bytes(view[len(AUTH_FRAME_MAGIC) : _FRAME_HEADER_BYTES], "big")
     end = _FRAME_HEADER_BYTES + n
     if len(view) < end:
         raise SnapshotFormatError("truncated auth frame")

@@ -36,7 +36,7 @@ DEFAULT_MAX_TOKENS = 100_000
 DEFAULT_BURST = 10
 DEFAULT_RATE_PER_S = 0.5
 DEFAULT_MAX_ADDRESSES = 10_000
-MAX_TOKEN_CHARS = 512    # longer Authorization values are refused without hashing them
+MAX_TOKEN_CHARS = 512  # longer Authorization values are refused without hashing them
 
 
 def new_token() -> str:
@@ -48,9 +48,13 @@ def token_digest(token: str) -> bytes:
 
 
 class TokenTable:
-    def __init__(self, ttl_s: float = DEFAULT_TOKEN_TTL_S, *,
-                 max_tokens: int = DEFAULT_MAX_TOKENS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float = DEFAULT_TOKEN_TTL_S,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_tokens = max_tokens
         self.clock = clock
@@ -91,9 +95,14 @@ class TokenTable:
 
 
 class FailureLimiter:
-    def __init__(self, *, burst: int = DEFAULT_BURST, rate_per_s: float = DEFAULT_RATE_PER_S,
-                 max_addresses: int = DEFAULT_MAX_ADDRESSES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        burst: int = DEFAULT_BURST,
+        rate_per_s: float = DEFAULT_RATE_PER_S,
+        max_addresses: int = DEFAULT_MAX_ADDRESSES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.burst = burst
         self.rate_per_s = rate_per_s
         self.max_addresses = max_addresses

@@ -21,9 +21,17 @@ import tempfile
 from kvserver.bench.process import bench_process, wait_writable
 from kvserver.localcluster.launcher import LocalCluster
 
-KEY_SIZE, KEY_SPACE = 8, 10000      # keys "00000000".."00009999": all under prefix "0000"
-PUT = ["put", "--target-leader", "--val-size", "256", "--key-size", str(KEY_SIZE),
-       "--key-space-size", str(KEY_SPACE)]
+KEY_SIZE, KEY_SPACE = 8, 10000  # keys "00000000".."00009999": all under prefix "0000"
+PUT = [
+    "put",
+    "--target-leader",
+    "--val-size",
+    "256",
+    "--key-size",
+    str(KEY_SIZE),
+    "--key-space-size",
+    str(KEY_SPACE),
+]
 ROOT_PW, BENCH_PW = "root-bench-pw", "bench-pw"
 
 
@@ -33,35 +41,48 @@ def _bench(cluster: LocalCluster, clients: int, duration_s: float, user: str | N
 
 def _setup(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
     from kvserver.client import Client
+
     wait_writable(cluster.endpoints, timeout_s=timeout_s, what=f"cluster in {cluster.data_dir}")
     with Client(cluster.endpoints, timeout_s=5) as c:
-        for op, body in (("user/add", {"name": "root", "password": ROOT_PW}),
-                         ("user/grant", {"user": "root", "role": "root"}),
-                         ("role/add", {"name": "bench"}),
-                         ("role/grant", {"name": "bench", "perm": {
-                             "permType": "READWRITE", "key": "MDAwMA==",      # "0000"
-                             "range_end": "MDAwMQ=="}}),                      # "0001"
-                         ("user/add", {"name": "bench", "password": BENCH_PW}),
-                         ("user/grant", {"user": "bench", "role": "bench"})):
+        for op, body in (
+            ("user/add", {"name": "root", "password": ROOT_PW}),
+            ("user/grant", {"user": "root", "role": "root"}),
+            ("role/add", {"name": "bench"}),
+            (
+                "role/grant",
+                {
+                    "name": "bench",
+                    "perm": {
+                        "permType": "READWRITE",
+                        "key": "MDAwMA==",  # "0000"
+                        "range_end": "MDAwMQ==",
+                    },
+                },
+            ),  # "0001"
+            ("user/add", {"name": "bench", "password": BENCH_PW}),
+            ("user/grant", {"user": "bench", "role": "bench"}),
+        ):
             c.auth_request(op, body)
 
 
 def _set_auth(cluster: LocalCluster, enabled: bool) -> None:
     from kvserver.client import Client
+
     if enabled:
         with Client(cluster.endpoints, timeout_s=10) as c:
             c.auth_request("enable")
     else:
         with Client(cluster.endpoints, timeout_s=10, user="root", password=ROOT_PW) as c:
             c.auth_request("disable")
-    with Client(cluster.endpoints, timeout_s=10) as c:   # status needs no credentials
+    with Client(cluster.endpoints, timeout_s=10) as c:  # status needs no credentials
         if bool(c.auth_request("status").get("enabled")) != enabled:
             raise SystemExit(f"auth is not {'enabled' if enabled else 'disabled'}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvserver.bench.auth_compare",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m kvserver.bench.auth_compare", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--data-dir", default=None, help="default: a temporary directory")
@@ -80,18 +101,24 @@ def main(argv: list[str] | None = None) -> int:
                 one = _bench(cluster, 1, args.duration, user)
                 results[name]["tput64"].append(many["requests_per_s"])
                 results[name]["p50_1"].append(one["percentiles_s"]["50"] * 1000)
-                print(f"round {r + 1} {name}: {many['requests_per_s']:.0f} puts/s at 64 "
-                      f"clients, p50 {one['percentiles_s']['50'] * 1000:.2f} ms at 1 client "
-                      f"(errors {many['errors']}, {one['errors']})", file=sys.stderr)
+                print(
+                    f"round {r + 1} {name}: {many['requests_per_s']:.0f} puts/s at 64 "
+                    f"clients, p50 {one['percentiles_s']['50'] * 1000:.2f} ms at 1 client "
+                    f"(errors {many['errors']}, {one['errors']})",
+                    file=sys.stderr,
+                )
     finally:
         cluster.stop()
     print("| | puts/s, 64 clients (median) | p50 ms, 1 client (median) | rounds |")
     print("|---|---|---|---|")
     for name, res in results.items():
-        rounds = ", ".join(f"{t:.0f}/{q:.2f}"
-                           for t, q in zip(res["tput64"], res["p50_1"], strict=True))
-        print(f"| {name} | {statistics.median(res['tput64']):.0f} | "
-              f"{statistics.median(res['p50_1']):.2f} | {rounds} |")
+        rounds = ", ".join(
+            f"{t:.0f}/{q:.2f}" for t, q in zip(res["tput64"], res["p50_1"], strict=True)
+        )
+        print(
+            f"| {name} | {statistics.median(res['tput64']):.0f} | "
+            f"{statistics.median(res['p50_1']):.2f} | {rounds} |"
+        )
     return 0
 
 

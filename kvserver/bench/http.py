@@ -21,11 +21,16 @@ import time
 from collections import deque
 
 
-def encode_request(method: str, path: str, host: str, body: bytes = b"",
-                   content_type: str = "application/json",
-                   headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+def encode_request(
+    method: str,
+    path: str,
+    host: str,
+    body: bytes = b"",
+    content_type: str = "application/json",
+    headers: tuple[tuple[str, str], ...] = (),
+) -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
-    for name, value in headers:   # e.g. Authorization (etcd v3 auth token)
+    for name, value in headers:  # e.g. Authorization (etcd v3 auth token)
         head += f"{name}: {value}\r\n"
     if body or method in ("POST", "PUT"):
         head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
@@ -36,12 +41,12 @@ class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.waiters: deque[asyncio.Future] = deque()
-        self.sent_at: deque[float] = deque()   # time.monotonic() of each request in flight
+        self.sent_at: deque[float] = deque()  # time.monotonic() of each request in flight
         self.buf = bytearray()
         self.closed: Exception | None = None
         # parse state of the answer at the head of the buffer
         self._status = 0
-        self._need = -1        # body bytes still expected (Content-Length framing)
+        self._need = -1  # body bytes still expected (Content-Length framing)
         self._chunked = False
         self._chunks: list[bytes] = []
 
@@ -74,7 +79,7 @@ class _Protocol(asyncio.Protocol):
             if end < 0:
                 return False
             lines = bytes(buf[:end]).split(b"\r\n")
-            del buf[:end + 4]
+            del buf[: end + 4]
             parts = lines[0].split(b" ", 2)
             if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
                 raise ValueError(f"not an HTTP/1.x answer: {lines[0][:60]!r}")
@@ -94,8 +99,8 @@ class _Protocol(asyncio.Protocol):
             return self._parse_chunks()
         if len(buf) < self._need:
             return False
-        body = bytes(buf[:self._need])
-        del buf[:self._need]
+        body = bytes(buf[: self._need])
+        del buf[: self._need]
         self._finish(body)
         return True
 
@@ -110,14 +115,14 @@ class _Protocol(asyncio.Protocol):
                 end = buf.find(b"\r\n\r\n", eol)  # (no trailers expected) final CRLF
                 if end < 0:
                     return False
-                del buf[:end + 4]
+                del buf[: end + 4]
                 self._finish(b"".join(self._chunks))
                 self._chunks = []
                 return True
             if len(buf) < eol + 2 + size + 2:
                 return False
-            self._chunks.append(bytes(buf[eol + 2:eol + 2 + size]))
-            del buf[:eol + 2 + size + 2]
+            self._chunks.append(bytes(buf[eol + 2 : eol + 2 + size]))
+            del buf[: eol + 2 + size + 2]
 
     def _finish(self, body: bytes) -> None:
         status, self._status = self._status, 0

@@ -40,10 +40,12 @@ BAR_WIDTH = 40
 def format_summary(s: Summary) -> str:
     lines = ["Summary:", f"  Total:\t{s.total_s:.4f} secs."]
     if s.count:
-        lines += [f"  Slowest:\t{s.slowest_s:.4f} secs.",
-                  f"  Fastest:\t{s.fastest_s:.4f} secs.",
-                  f"  Average:\t{s.average_s:.4f} secs.",
-                  f"  Stddev:\t{s.stddev_s:.4f} secs."]
+        lines += [
+            f"  Slowest:\t{s.slowest_s:.4f} secs.",
+            f"  Fastest:\t{s.fastest_s:.4f} secs.",
+            f"  Average:\t{s.average_s:.4f} secs.",
+            f"  Stddev:\t{s.stddev_s:.4f} secs.",
+        ]
     lines.append(f"  Requests/sec:\t{s.requests_per_s:.4f}")
     if s.count:
         lines += ["", "Response time histogram:"]
@@ -77,8 +79,7 @@ class ProgressBar:
     or ``duration_s`` seconds.
     """
 
-    def __init__(self, progress, total: int | None, duration_s: float | None,
-                 stream=None) -> None:
+    def __init__(self, progress, total: int | None, duration_s: float | None, stream=None) -> None:
         self.progress = progress
         self.total, self.duration_s = total, duration_s
         self.stream = stream or sys.stderr
@@ -121,6 +122,7 @@ class ProgressBar:
         frac = 1.0 if final else min(frac, 1.0)
         filled = int(frac * BAR_WIDTH)
         bar = "=" * filled + (">" if filled < BAR_WIDTH else "") + " " * (BAR_WIDTH - filled - 1)
-        self.stream.write(f"\r[{bar[:BAR_WIDTH]}] {frac * 100:3.0f}%  {done} req  "
-                          f"{done / elapsed:.0f} req/s ")
+        self.stream.write(
+            f"\r[{bar[:BAR_WIDTH]}] {frac * 100:3.0f}%  {done} req  {done / elapsed:.0f} req/s "
+        )
         self.stream.flush()

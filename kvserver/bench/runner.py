@@ -54,8 +54,12 @@ class BenchResult:
         return self.stats.summary()
 
     def to_json(self) -> dict:
-        out = {"workload": self.opts.op, "options": asdict(self.opts),
-               "endpoints_used": self.endpoints_used, **self.summary().to_json()}
+        out = {
+            "workload": self.opts.op,
+            "options": asdict(self.opts),
+            "endpoints_used": self.endpoints_used,
+            **self.summary().to_json(),
+        }
         if len(self.by_kind) > 1:
             out["by_kind"] = {k: s.summary().to_json() for k, s in sorted(self.by_kind.items())}
         return out
@@ -81,21 +85,27 @@ def shares(opts: BenchOptions) -> list[Share]:
     procs = opts.procs
     clients, conns = split(opts.clients, procs), split(opts.conns, procs)
     totals = split(opts.total, procs) if opts.total is not None else [None] * procs
-    return [Share(i, procs, clients[i], conns[i], totals[i], opts.rate / procs)
-            for i in range(procs)]
+    return [
+        Share(i, procs, clients[i], conns[i], totals[i], opts.rate / procs) for i in range(procs)
+    ]
 
 
 # --- the leader --------------------------------------------------------------------------
 
+
 def post_json(url: str, path: str, body: dict, timeout_s: float = 2.0, context=None) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
         return json.loads(resp.read())
 
 
-def find_leader(endpoints: list[str], timeout_s: float = 10.0,
-                ssl_for: Callable[[str], object] = lambda url: None) -> str:
+def find_leader(
+    endpoints: list[str],
+    timeout_s: float = 10.0,
+    ssl_for: Callable[[str], object] = lambda url: None,
+) -> str:
     """The endpoint whose member is the leader (polls until one says so, or BenchError)."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
@@ -103,20 +113,25 @@ def find_leader(endpoints: list[str], timeout_s: float = 10.0,
         for url in endpoints:
             try:
                 st = post_json(url, "/v3/maintenance/status", {}, context=ssl_for(url))
-                leader, me = str(st.get("leader", "0")), str(st.get("header", {}).get(
-                    "member_id", ""))
+                leader, me = (
+                    str(st.get("leader", "0")),
+                    str(st.get("header", {}).get("member_id", "")),
+                )
                 if leader not in ("", "0") and leader == me:
                     return url
                 seen[url] = f"leader is {leader}"
             except (OSError, ValueError) as exc:
                 seen[url] = str(getattr(exc, "reason", exc))
         if time.monotonic() >= deadline:
-            raise BenchError("no leader among the endpoints: " +
-                             "; ".join(f"{u}: {why}" for u, why in seen.items()))
+            raise BenchError(
+                "no leader among the endpoints: "
+                + "; ".join(f"{u}: {why}" for u, why in seen.items())
+            )
         time.sleep(0.1)
 
 
 # --- one process -------------------------------------------------------------------------
+
 
 class _Slot:
     """A connection that is reopened (once, by whoever notices first) after it fails."""
@@ -131,8 +146,9 @@ class _Slot:
         if conn is not None and not conn.closed:
             return conn
         if self._opening is None:
-            self._opening = asyncio.ensure_future(Connection.open(self.host, self.port,
-                                                                   ssl=self.ssl))
+            self._opening = asyncio.ensure_future(
+                Connection.open(self.host, self.port, ssl=self.ssl)
+            )
         opening = self._opening
         try:
             self.conn = await asyncio.shield(opening)
@@ -142,8 +158,13 @@ class _Slot:
         return self.conn
 
 
-async def run_share(opts: BenchOptions, share: Share, endpoints: list[str],
-                    progress=None, ready: Callable[[], None] | None = None) -> dict[str, Stats]:
+async def run_share(
+    opts: BenchOptions,
+    share: Share,
+    endpoints: list[str],
+    progress=None,
+    ready: Callable[[], None] | None = None,
+) -> dict[str, Stats]:
     slots = []
     workloads = []
     for j in range(share.conns):
@@ -235,14 +256,17 @@ async def run_share(opts: BenchOptions, share: Share, endpoints: list[str],
 def _run_loop(coro):
     try:
         import uvloop  # the load generator must not be the bottleneck
+
         return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
 
 
-def _proc_main(opts: BenchOptions, share: Share, endpoints: list[str], progress, barrier,
-               out) -> None:
+def _proc_main(
+    opts: BenchOptions, share: Share, endpoints: list[str], progress, barrier, out
+) -> None:
     try:
+
         def ready() -> None:
             barrier.wait(timeout=60)
 
@@ -255,6 +279,7 @@ def _proc_main(opts: BenchOptions, share: Share, endpoints: list[str], progress,
 
 # --- the whole run -----------------------------------------------------------------------
 
+
 def resolve_endpoints(opts: BenchOptions) -> list[str]:
     if opts.target_leader:
         return [find_leader(opts.endpoints, ssl_for=opts.ssl_for)]
@@ -265,6 +290,7 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
     """Run ``opts`` (already validated) and return what was measured."""
     if opts.op == "watch-latency":
         from kvserver.bench.watch import run_watch_latency
+
         return run_watch_latency(opts, progress)
     endpoints = resolve_endpoints(opts)
     parts = shares(opts)
@@ -274,8 +300,12 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(opts.procs)
     out = ctx.Queue()
-    procs = [ctx.Process(target=_proc_main, args=(opts, s, endpoints, progress, barrier, out),
-                         daemon=True) for s in parts]
+    procs = [
+        ctx.Process(
+            target=_proc_main, args=(opts, s, endpoints, progress, barrier, out), daemon=True
+        )
+        for s in parts
+    ]
     for p in procs:
         p.start()
     results, errors = [], []
@@ -288,8 +318,9 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise BenchError(f"load-generator process {dead[0].pid} died "
-                                     f"(exit code {dead[0].exitcode})") from None
+                    raise BenchError(
+                        f"load-generator process {dead[0].pid} died (exit code {dead[0].exitcode})"
+                    ) from None
                 continue
             (results if kind == "ok" else errors).append(payload)
     finally:

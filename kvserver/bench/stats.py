@@ -41,7 +41,7 @@ def percentile(sorted_samples: Sequence[float], p: float) -> float:
 class Stats:
     latencies: array = field(default_factory=lambda: array("d"))
     errors: Counter = field(default_factory=Counter)
-    started: float | None = None   # time.monotonic() of the first request sent
+    started: float | None = None  # time.monotonic() of the first request sent
     finished: float | None = None  # time.monotonic() of the last answer
 
     # --- recording (the runner's hot path) -----------------------------------------------
@@ -72,17 +72,20 @@ class Stats:
             out.latencies.extend(part.latencies)
             out.errors.update(part.errors)
             if part.started is not None:
-                out.started = part.started if out.started is None else min(out.started,
-                                                                            part.started)
+                out.started = (
+                    part.started if out.started is None else min(out.started, part.started)
+                )
             if part.finished is not None:
-                out.finished = part.finished if out.finished is None else max(out.finished,
-                                                                              part.finished)
+                out.finished = (
+                    part.finished if out.finished is None else max(out.finished, part.finished)
+                )
         return out
 
     def to_bytes(self) -> bytes:
         """A compact picklable form (raw samples, errors, stamps) for another process."""
-        head = struct.pack("<dd", *(math.nan if x is None else x
-                                    for x in (self.started, self.finished)))
+        head = struct.pack(
+            "<dd", *(math.nan if x is None else x for x in (self.started, self.finished))
+        )
         errs = repr(sorted(self.errors.items())).encode()
         return head + struct.pack("<I", len(errs)) + errs + self.latencies.tobytes()
 
@@ -92,11 +95,15 @@ class Stats:
 
         started, finished = struct.unpack_from("<dd", data)
         (n,) = struct.unpack_from("<I", data, 16)
-        errors = Counter(dict(ast.literal_eval(data[20:20 + n].decode())))
+        errors = Counter(dict(ast.literal_eval(data[20 : 20 + n].decode())))
         lat = array("d")
-        lat.frombytes(data[20 + n:])
-        return cls(lat, errors, None if math.isnan(started) else started,
-                   None if math.isnan(finished) else finished)
+        lat.frombytes(data[20 + n :])
+        return cls(
+            lat,
+            errors,
+            None if math.isnan(started) else started,
+            None if math.isnan(finished) else finished,
+        )
 
     # --- reading -------------------------------------------------------------------------
 
@@ -119,22 +126,39 @@ class Stats:
         n = len(lat)
         elapsed = self.elapsed_s
         if n == 0:
-            return Summary(total_s=elapsed, count=0, errors=self.error_count, slowest_s=None,
-                           fastest_s=None, average_s=None, stddev_s=None,
-                           requests_per_s=0.0, percentiles={}, histogram=[],
-                           error_counts=dict(self.errors))
+            return Summary(
+                total_s=elapsed,
+                count=0,
+                errors=self.error_count,
+                slowest_s=None,
+                fastest_s=None,
+                average_s=None,
+                stddev_s=None,
+                requests_per_s=0.0,
+                percentiles={},
+                histogram=[],
+                error_counts=dict(self.errors),
+            )
         mean = math.fsum(lat) / n
         var = math.fsum((x - mean) ** 2 for x in lat) / n
         return Summary(
-            total_s=elapsed, count=n, errors=self.error_count, slowest_s=lat[-1],
-            fastest_s=lat[0], average_s=mean, stddev_s=math.sqrt(var),
+            total_s=elapsed,
+            count=n,
+            errors=self.error_count,
+            slowest_s=lat[-1],
+            fastest_s=lat[0],
+            average_s=mean,
+            stddev_s=math.sqrt(var),
             requests_per_s=n / elapsed if elapsed > 0 else 0.0,
             percentiles={p: percentile(lat, p) for p in PERCENTILES},
-            histogram=histogram(lat), error_counts=dict(self.errors))
+            histogram=histogram(lat),
+            error_counts=dict(self.errors),
+        )
 
 
-def histogram(sorted_samples: Sequence[float],
-              buckets: int = HISTOGRAM_BUCKETS) -> list[tuple[float, int]]:
+def histogram(
+    sorted_samples: Sequence[float], buckets: int = HISTOGRAM_BUCKETS
+) -> list[tuple[float, int]]:
     """etcd's response-time histogram: ``buckets`` equal-width bins from the fastest to the
     slowest sample, as ``(upper bound, count)``; the fastest sample gets a bin of its own at
     the start, as in etcd's report. Counts add up to the number of samples."""
@@ -169,9 +193,13 @@ class Summary:
 
     def to_json(self) -> dict:
         return {
-            "total_s": self.total_s, "count": self.count, "errors": self.errors,
-            "slowest_s": self.slowest_s, "fastest_s": self.fastest_s,
-            "average_s": self.average_s, "stddev_s": self.stddev_s,
+            "total_s": self.total_s,
+            "count": self.count,
+            "errors": self.errors,
+            "slowest_s": self.slowest_s,
+            "fastest_s": self.fastest_s,
+            "average_s": self.average_s,
+            "stddev_s": self.stddev_s,
             "requests_per_s": self.requests_per_s,
             "percentiles_s": {_pct_label(p): v for p, v in self.percentiles.items()},
             "histogram": [{"le_s": b, "count": c} for b, c in self.histogram],

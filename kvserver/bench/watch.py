@@ -32,6 +32,7 @@ def run_watch_latency(opts: BenchOptions, progress=None) -> BenchResult:
     endpoints = resolve_endpoints(opts)
     try:
         import uvloop
+
         stats = uvloop.run(_run(opts, endpoints, progress))
     except ImportError:
         stats = asyncio.run(_run(opts, endpoints, progress))
@@ -51,21 +52,26 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:
 
     tls = next((c for c in map(opts.ssl_for, endpoints) if c is not None), None)
     async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None),
-            connector=aiohttp.TCPConnector(ssl=True if tls is None else tls)) as session:
+        timeout=aiohttp.ClientTimeout(total=None),
+        connector=aiohttp.TCPConnector(ssl=True if tls is None else tls),
+    ) as session:
         streams = []
         for w in range(opts.watchers):
             url = endpoints[w % len(endpoints)]
-            resp = await session.post(url + "/v3/watch", json={
-                "create_request": {"key": base64.b64encode(key).decode()}},
-                headers={"Authorization": opts.token} if opts.token else None)
+            resp = await session.post(
+                url + "/v3/watch",
+                json={"create_request": {"key": base64.b64encode(key).decode()}},
+                headers={"Authorization": opts.token} if opts.token else None,
+            )
             if resp.status != 200:
                 body = await resp.read()
                 resp.release()
                 for r in streams:
                     r.close()
-                raise BenchError(f"{url} does not serve watch: POST /v3/watch answered "
-                                 f"{error_text(resp.status, body)}")
+                raise BenchError(
+                    f"{url} does not serve watch: POST /v3/watch answered "
+                    f"{error_text(resp.status, body)}"
+                )
             first = json.loads(await resp.content.readline() or b"{}")
             if not first.get("result", {}).get("created"):
                 resp.close()

@@ -38,22 +38,22 @@ class BenchOptions:
     op: str = "put"
     endpoints: list[str] = field(default_factory=lambda: ["http://127.0.0.1:2379"])
     clients: int = 1
-    conns: int | None = None          # None: one connection per client
-    total: int | None = None          # requests in all; None with duration None: 10000
-    duration_s: float | None = None   # seconds; exclusive with total
-    rate: float = 0.0                 # requests/s over all clients; 0: as fast as possible
+    conns: int | None = None  # None: one connection per client
+    total: int | None = None  # requests in all; None with duration None: 10000
+    duration_s: float | None = None  # seconds; exclusive with total
+    rate: float = 0.0  # requests/s over all clients; 0: as fast as possible
     key_size: int = 8
     val_size: int = 8
     key_space_size: int = 1
     sequential_keys: bool = False
-    consistency: str = "l"            # l: linearizable reads; s: serializable
+    consistency: str = "l"  # l: linearizable reads; s: serializable
     target_leader: bool = False
     dialect: str = "v3"
     procs: int = 1
-    txn_ops: int = 1                  # txn-put: puts per transaction
-    read_ratio: float = 0.5           # mixed: fraction of reads
-    watchers: int = 10                # watch-latency: watch streams on the key
-    timeout_s: float = 10.0           # one request's deadline
+    txn_ops: int = 1  # txn-put: puts per transaction
+    read_ratio: float = 0.5  # mixed: fraction of reads
+    watchers: int = 10  # watch-latency: watch streams on the key
+    timeout_s: float = 10.0  # one request's deadline
     seed: int | None = None
     # https endpoints (etcdctl's --cacert/--cert/--key): paths, so the options pickle to the
     # load-generator processes; each builds its context with ssl_for()
@@ -70,6 +70,7 @@ class BenchOptions:
         if urlsplit(url).scheme != "https":
             return None
         from kvserver.tls import TLSConfigError, client_context
+
         try:
             return client_context(self.cacert, self.cert, self.key)
         except TLSConfigError as exc:
@@ -89,10 +90,14 @@ class BenchOptions:
         need(self.clients >= 1, "--clients must be at least 1")
         if self.conns is None:
             self.conns = self.clients
-        need(1 <= self.conns <= self.clients,
-             "--conns must be between 1 and --clients (clients share connections)")
-        need(not (self.total is not None and self.duration_s is not None),
-             "give --total or --duration, not both")
+        need(
+            1 <= self.conns <= self.clients,
+            "--conns must be between 1 and --clients (clients share connections)",
+        )
+        need(
+            not (self.total is not None and self.duration_s is not None),
+            "give --total or --duration, not both",
+        )
         if self.total is None and self.duration_s is None:
             self.total = 10000
         need(self.total is None or self.total >= 1, "--total must be at least 1")
@@ -101,21 +106,30 @@ class BenchOptions:
         need(self.key_size >= 1, "--key-size must be at least 1")
         need(self.val_size >= 0, "--val-size must be >= 0")
         need(self.key_space_size >= 1, "--key-space-size must be at least 1")
-        need(len(str(self.key_space_size - 1)) <= self.key_size,
-             f"--key-size {self.key_size} is too small for --key-space-size "
-             f"{self.key_space_size} (keys are zero-padded decimal numbers)")
+        need(
+            len(str(self.key_space_size - 1)) <= self.key_size,
+            f"--key-size {self.key_size} is too small for --key-space-size "
+            f"{self.key_space_size} (keys are zero-padded decimal numbers)",
+        )
         need(self.consistency in ("l", "s"), "--consistency must be l or s")
         need(self.procs >= 1, "--procs must be at least 1")
-        need(self.procs <= self.conns,
-             "--procs must not exceed the number of connections (each process needs one)")
+        need(
+            self.procs <= self.conns,
+            "--procs must not exceed the number of connections (each process needs one)",
+        )
         need(self.txn_ops >= 1, "--txn-ops must be at least 1")
-        need(self.txn_ops <= self.key_space_size,
-             "--txn-ops must not exceed --key-space-size (a txn may not put a key twice)")
+        need(
+            self.txn_ops <= self.key_space_size,
+            "--txn-ops must not exceed --key-space-size (a txn may not put a key twice)",
+        )
         need(0.0 <= self.read_ratio <= 1.0, "--read-ratio must be between 0 and 1")
         need(self.timeout_s > 0, "--timeout must be positive")
         if self.op in ("txn-put", "watch-latency"):
-            need(self.dialect == "v3", f"{self.op} needs --dialect v3 (rest has no "
-                 f"{'transactions' if self.op == 'txn-put' else 'watch'})")
+            need(
+                self.dialect == "v3",
+                f"{self.op} needs --dialect v3 (rest has no "
+                f"{'transactions' if self.op == 'txn-put' else 'watch'})",
+            )
         if self.op == "watch-latency":
             need(self.watchers >= 1, "--watchers must be at least 1")
             need(self.procs == 1, "watch-latency runs in one process (--procs 1)")
@@ -129,8 +143,7 @@ STAMP_BYTES = 20  # watch-latency values start with the put's send time, "%020.9
 def parse_endpoint(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchUsageError(f"endpoint {url!r}: expected http://HOST:PORT or "
-                              "https://HOST:PORT")
+        raise BenchUsageError(f"endpoint {url!r}: expected http://HOST:PORT or https://HOST:PORT")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
@@ -144,9 +157,9 @@ def b64(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    kind: str                 # "put", "range" or "txn": which stats it lands in
-    raw: bytes                # the encoded HTTP request
-    ok: frozenset[int]        # statuses that count as success
+    kind: str  # "put", "range" or "txn": which stats it lands in
+    raw: bytes  # the encoded HTTP request
+    ok: frozenset[int]  # statuses that count as success
 
 
 _OK = frozenset({200})
@@ -166,14 +179,18 @@ class Workload:
             auth = (("Authorization", opts.token),)
             self._enc = lambda *args: encode_request(*args, headers=auth)
         self._rng = random.Random(None if opts.seed is None else opts.seed * 1000 + stream)
-        self._stream, self._streams = stream, streams   # sequential keys: interleaved
+        self._stream, self._streams = stream, streams  # sequential keys: interleaved
         self.value = b"v" * opts.val_size
         self._value_b64 = b64(self.value)
         self._serializable = opts.consistency == "s"
         op = opts.op
         self.next: Callable[[int], Request] = {
-            "put": self._put, "range": self._range, "txn-put": self._txn,
-            "mixed": self._mixed, "watch-latency": self._put}[op]
+            "put": self._put,
+            "range": self._range,
+            "txn-put": self._txn,
+            "mixed": self._mixed,
+            "watch-latency": self._put,
+        }[op]
 
     # --- keys ------------------------------------------------------------------------
 
@@ -192,9 +209,13 @@ class Workload:
         if key is None:
             key = self.key(self.key_number(seq))
         if self.o.dialect == "rest":
-            raw = self._enc("PUT", "/v1/kv/" + key.decode(), self.host,
-                            self.value if value is None else value,
-                            "application/octet-stream")
+            raw = self._enc(
+                "PUT",
+                "/v1/kv/" + key.decode(),
+                self.host,
+                self.value if value is None else value,
+                "application/octet-stream",
+            )
         else:
             vb = self._value_b64 if value is None else b64(value)
             body = f'{{"key":"{b64(key)}","value":"{vb}"}}'
@@ -205,22 +226,29 @@ class Workload:
         key = self.key(self.key_number(seq))
         if self.o.dialect == "rest":
             q = "?serializable=true" if self._serializable else ""
-            return Request("range", self._enc("GET", "/v1/kv/" + key.decode() + q, self.host),
-                           _OK_OR_MISSING)
+            return Request(
+                "range", self._enc("GET", "/v1/kv/" + key.decode() + q, self.host), _OK_OR_MISSING
+            )
         body = {"key": b64(key)}
         if self._serializable:
             body["serializable"] = True
-        return Request("range", self._enc("POST", "/v3/kv/range", self.host,
-                                          json.dumps(body).encode()), _OK)
+        return Request(
+            "range", self._enc("POST", "/v3/kv/range", self.host, json.dumps(body).encode()), _OK
+        )
 
     def _txn(self, seq: int) -> Request:
         n = self.o.txn_ops
         first = self.key_number(seq)
         ks = self.o.key_space_size
-        puts = [{"request_put": {"key": b64(self.key((first + j) % ks)),
-                                 "value": self._value_b64}} for j in range(n)]
-        return Request("txn", self._enc("POST", "/v3/kv/txn", self.host,
-                                        json.dumps({"success": puts}).encode()), _OK)
+        puts = [
+            {"request_put": {"key": b64(self.key((first + j) % ks)), "value": self._value_b64}}
+            for j in range(n)
+        ]
+        return Request(
+            "txn",
+            self._enc("POST", "/v3/kv/txn", self.host, json.dumps({"success": puts}).encode()),
+            _OK,
+        )
 
     def _mixed(self, seq: int) -> Request:
         if self._rng.random() < self.o.read_ratio:
@@ -230,7 +258,7 @@ class Workload:
     def stamped_put(self, stamp: float) -> Request:
         """watch-latency: a put of key number 0 whose value starts with its send time."""
         head = b"%020.9f" % stamp
-        return self._put(0, head + self.value[len(head):], self.key(0))
+        return self._put(0, head + self.value[len(head) :], self.key(0))
 
 
 def error_text(status: int, body: bytes) -> str:

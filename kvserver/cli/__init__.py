@@ -21,13 +21,14 @@ from kvserver.cli import (
     watch,
 )
 
-_COMMAND_MODULES = (server, client, watch, lease, member, auth, wal, bench, snapshot,
-                    archive)
+_COMMAND_MODULES = (server, client, watch, lease, member, auth, wal, bench, snapshot, archive)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="raftkv", description="raftkv: a Raft-replicated key-value store with an etcd-compatible API.")
+        prog="raftkv",
+        description="raftkv: a Raft-replicated key-value store with an etcd-compatible API.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in _COMMAND_MODULES:

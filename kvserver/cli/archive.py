@@ -54,30 +54,54 @@ def register(sub) -> None:
     a = sub.add_parser("archive", help="archive a member's snapshots and WAL to a URL")
     a.add_argument("--data-dir", required=True, help="the member's data directory")
     a.add_argument("--archive-url", required=True, help="fsspec URL (file://, s3://, ...)")
-    a.add_argument("--archive-retention", type=int, default=0, metavar="N",
-                   help="keep the N newest archived snapshots and what they need (0 = all)")
-    a.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
-                   help="seconds between passes (default 5)")
+    a.add_argument(
+        "--archive-retention",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep the N newest archived snapshots and what they need (0 = all)",
+    )
+    a.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between passes (default 5)",
+    )
     a.add_argument("--once", action="store_true", help="one pass, then exit")
     a.add_argument("--name", default="", help="member name recorded in the manifest")
     a.add_argument("--json", action="store_true", help="print each pass's result as JSON")
     add_storage_options(a)
     a.set_defaults(func=cmd_archive)
 
-    r = sub.add_parser("restore", help="point-in-time restore from an archive into a new "
-                                       "cluster's data dir")
-    r.add_argument("--from", dest="source", required=True, metavar="URL",
-                   help="the archive URL (as given to --archive-url)")
+    r = sub.add_parser(
+        "restore", help="point-in-time restore from an archive into a new cluster's data dir"
+    )
+    r.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="URL",
+        help="the archive URL (as given to --archive-url)",
+    )
     which = r.add_mutually_exclusive_group(required=True)
     which.add_argument("--to-revision", type=int, metavar="N", help="restore revision N")
-    which.add_argument("--to-time", type=_time, metavar="T",
-                       help="restore the state archived at time T (unix seconds or ISO 8601)")
+    which.add_argument(
+        "--to-time",
+        type=_time,
+        metavar="T",
+        help="restore the state archived at time T (unix seconds or ISO 8601)",
+    )
     which.add_argument("--latest", action="store_true", help="the newest archived commit")
-    r.add_argument("--member", default=None,
-                   help="restore from this member's archive (name or hex id; default: the "
-                        "one that reaches furthest)")
-    r.add_argument("--cluster-id", default=None, help="the cluster (hex) when the archive "
-                                                      "holds several")
+    r.add_argument(
+        "--member",
+        default=None,
+        help="restore from this member's archive (name or hex id; default: the "
+        "one that reaches furthest)",
+    )
+    r.add_argument(
+        "--cluster-id", default=None, help="the cluster (hex) when the archive holds several"
+    )
     add_restore_target(r)
     add_storage_options(r)
     r.set_defaults(func=cmd_restore)
@@ -90,9 +114,14 @@ def cmd_archive(args) -> int:
         return _fail(f"{args.data_dir} holds no member data (no {wal_dir})")
     try:
         store = ObjectStore.open(args.archive_url, parse_options(args.archive_option))
-        arch = Archiver(store, args.data_dir, cluster_id=ident[1], member_id=ident[0],
-                        name=args.name or os.path.basename(os.path.abspath(args.data_dir)),
-                        retention=args.archive_retention)
+        arch = Archiver(
+            store,
+            args.data_dir,
+            cluster_id=ident[1],
+            member_id=ident[0],
+            name=args.name or os.path.basename(os.path.abspath(args.data_dir)),
+            retention=args.archive_retention,
+        )
         arch.open()
     except (ArchiveError, OSError, ValueError) as exc:
         return _fail(str(exc))
@@ -100,14 +129,23 @@ def cmd_archive(args) -> int:
         try:
             arch.run_once()
             m = arch.manifest
-            report = {"member_id": f"{m.member_id:x}", "cluster_id": f"{m.cluster_id:x}",
-                      "snapshots": len(m.snapshots), "segments": len(m.segments),
-                      "last_index": m.last_index, "commit": m.commit, **arch.stats}
-            print(json.dumps(report) if args.json else
-                  f"archived member {report['member_id']}: {report['snapshots']} snapshots, "
-                  f"{report['segments']} segments, last index {report['last_index']}, "
-                  f"commit {report['commit']} ({arch.stats['uploaded_bytes']} bytes uploaded)",
-                  flush=True)
+            report = {
+                "member_id": f"{m.member_id:x}",
+                "cluster_id": f"{m.cluster_id:x}",
+                "snapshots": len(m.snapshots),
+                "segments": len(m.segments),
+                "last_index": m.last_index,
+                "commit": m.commit,
+                **arch.stats,
+            }
+            print(
+                json.dumps(report)
+                if args.json
+                else f"archived member {report['member_id']}: {report['snapshots']} snapshots, "
+                f"{report['segments']} segments, last index {report['last_index']}, "
+                f"commit {report['commit']} ({arch.stats['uploaded_bytes']} bytes uploaded)",
+                flush=True,
+            )
         except (ArchiveError, OSError, ValueError) as exc:
             if args.once:
                 return _fail(str(exc))
@@ -121,13 +159,20 @@ def cmd_restore(args) -> int:
     point = Point(revision=args.to_revision, time=args.to_time)
     try:
         store = ObjectStore.open(args.source, parse_options(args.archive_option))
-        result = restore(store, point, restore_target(args), cluster=args.cluster_id,
-                         member=args.member,
-                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        result = restore(
+            store,
+            point,
+            restore_target(args),
+            cluster=args.cluster_id,
+            member=args.member,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
     except (ArchiveError, OSError, ValueError) as exc:
         return _fail(str(exc))
-    print(f"restored revision {result.revision} (index {result.index} of member "
-          f"{result.member_id:x}, {result.entries_replayed} entries replayed after index "
-          f"{result.base_index}) into {result.restored.data_dir}: member "
-          f"{result.restored.member_id:x} of new cluster {result.restored.cluster_id:x}")
+    print(
+        f"restored revision {result.revision} (index {result.index} of member "
+        f"{result.member_id:x}, {result.entries_replayed} entries replayed after index "
+        f"{result.base_index}) into {result.restored.data_dir}: member "
+        f"{result.restored.member_id:x} of new cluster {result.restored.cluster_id:x}"
+    )
     return 0

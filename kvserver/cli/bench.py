@@ -51,76 +51,145 @@ def register(sub) -> None:
         b = bsub.add_parser(op, help=help_text, description=help_text)
         _add_common(b)
         if op == "txn-put":
-            b.add_argument("--txn-ops", type=_positive_int, default=1,
-                           help="puts per transaction (default 1)")
+            b.add_argument(
+                "--txn-ops", type=_positive_int, default=1, help="puts per transaction (default 1)"
+            )
         if op == "mixed":
-            b.add_argument("--read-ratio", type=_number, default=0.5,
-                           help="fraction of requests that are reads (default 0.5)")
+            b.add_argument(
+                "--read-ratio",
+                type=_number,
+                default=0.5,
+                help="fraction of requests that are reads (default 0.5)",
+            )
         if op == "watch-latency":
-            b.add_argument("--watchers", type=_positive_int, default=10,
-                           help="watch streams on the key (default 10)")
+            b.add_argument(
+                "--watchers",
+                type=_positive_int,
+                default=10,
+                help="watch streams on the key (default 10)",
+            )
         b.set_defaults(func=_run, bench_op=op)
 
 
 def _add_common(b: argparse.ArgumentParser) -> None:
     default_endpoints = os.environ.get("RAFTKV_ENDPOINTS", "http://127.0.0.1:2379")
-    b.add_argument("--endpoints", default=default_endpoints,
-                   help="comma-separated client URLs (default $RAFTKV_ENDPOINTS or "
-                        "http://127.0.0.1:2379)")
-    b.add_argument("--clients", type=_positive_int, default=1,
-                   help="concurrent requests in flight (default 1)")
-    b.add_argument("--conns", type=_positive_int, default=None,
-                   help="TCP connections, shared by the clients with HTTP/1.1 pipelining "
-                        "(default: one per client)")
+    b.add_argument(
+        "--endpoints",
+        default=default_endpoints,
+        help="comma-separated client URLs (default $RAFTKV_ENDPOINTS or http://127.0.0.1:2379)",
+    )
+    b.add_argument(
+        "--clients", type=_positive_int, default=1, help="concurrent requests in flight (default 1)"
+    )
+    b.add_argument(
+        "--conns",
+        type=_positive_int,
+        default=None,
+        help="TCP connections, shared by the clients with HTTP/1.1 pipelining "
+        "(default: one per client)",
+    )
     g = b.add_mutually_exclusive_group()
-    g.add_argument("--total", type=_positive_int, default=None,
-                   help="requests in all (default 10000)")
-    g.add_argument("--duration", type=_number, default=None, metavar="SECONDS",
-                   help="run for this long instead of --total")
-    b.add_argument("--rate", type=_number, default=0.0,
-                   help="requests/s over all clients (default 0: unlimited; "
-                        "watch-latency: puts/s, default 100)")
+    g.add_argument(
+        "--total", type=_positive_int, default=None, help="requests in all (default 10000)"
+    )
+    g.add_argument(
+        "--duration",
+        type=_number,
+        default=None,
+        metavar="SECONDS",
+        help="run for this long instead of --total",
+    )
+    b.add_argument(
+        "--rate",
+        type=_number,
+        default=0.0,
+        help="requests/s over all clients (default 0: unlimited; "
+        "watch-latency: puts/s, default 100)",
+    )
     b.add_argument("--key-size", type=_positive_int, default=8, help="key bytes (default 8)")
     b.add_argument("--val-size", type=_positive_int, default=8, help="value bytes (default 8)")
-    b.add_argument("--key-space-size", type=_positive_int, default=1,
-                   help="distinct keys (default 1)")
-    b.add_argument("--sequential-keys", action="store_true",
-                   help="keys in order instead of uniformly random")
-    b.add_argument("--consistency", choices=("l", "s"), default="l",
-                   help="reads: l linearizable (default), s serializable")
-    b.add_argument("--target-leader", action="store_true",
-                   help="send every request to the leader (found via /v3/maintenance/status)")
-    b.add_argument("--dialect", choices=("v3", "rest"), default="v3",
-                   help="v3: etcd's JSON gateway (default); rest: raftkv's /v1/kv")
-    b.add_argument("--procs", type=_positive_int, default=1,
-                   help="load-generator processes (default 1); results are merged exactly")
-    b.add_argument("--timeout", type=_number, default=10.0, metavar="SECONDS",
-                   help="one request's deadline (default 10)")
-    b.add_argument("--seed", type=_positive_int, default=None,
-                   help="random key choice seed (default: random)")
+    b.add_argument(
+        "--key-space-size", type=_positive_int, default=1, help="distinct keys (default 1)"
+    )
+    b.add_argument(
+        "--sequential-keys", action="store_true", help="keys in order instead of uniformly random"
+    )
+    b.add_argument(
+        "--consistency",
+        choices=("l", "s"),
+        default="l",
+        help="reads: l linearizable (default), s serializable",
+    )
+    b.add_argument(
+        "--target-leader",
+        action="store_true",
+        help="send every request to the leader (found via /v3/maintenance/status)",
+    )
+    b.add_argument(
+        "--dialect",
+        choices=("v3", "rest"),
+        default="v3",
+        help="v3: etcd's JSON gateway (default); rest: raftkv's /v1/kv",
+    )
+    b.add_argument(
+        "--procs",
+        type=_positive_int,
+        default=1,
+        help="load-generator processes (default 1); results are merged exactly",
+    )
+    b.add_argument(
+        "--timeout",
+        type=_number,
+        default=10.0,
+        metavar="SECONDS",
+        help="one request's deadline (default 10)",
+    )
+    b.add_argument(
+        "--seed", type=_positive_int, default=None, help="random key choice seed (default: random)"
+    )
     b.add_argument("--json", action="store_true", help="print the results as JSON")
     for flag, env, what in (
-            ("--cacert", "RAFTKV_CACERT", "CA bundle that verifies https endpoints"),
-            ("--cert", "RAFTKV_CERT", "client certificate for https endpoints"),
-            ("--key", "RAFTKV_KEY", "the client certificate's private key")):
-        b.add_argument(flag, dest=f"tls_{flag[2:]}", default=os.environ.get(env),
-                       metavar="FILE", help=f"{what} (default ${env})")
+        ("--cacert", "RAFTKV_CACERT", "CA bundle that verifies https endpoints"),
+        ("--cert", "RAFTKV_CERT", "client certificate for https endpoints"),
+        ("--key", "RAFTKV_KEY", "the client certificate's private key"),
+    ):
+        b.add_argument(
+            flag,
+            dest=f"tls_{flag[2:]}",
+            default=os.environ.get(env),
+            metavar="FILE",
+            help=f"{what} (default ${env})",
+        )
     from kvserver.cli.auth import add_user_options
-    add_user_options(b)   # --user NAME[:PASSWORD], --password: one token for the whole run
+
+    add_user_options(b)  # --user NAME[:PASSWORD], --password: one token for the whole run
 
 
 def options_from_args(args) -> BenchOptions:
     return BenchOptions(
         op=args.bench_op,
         endpoints=[e.strip() for e in args.endpoints.split(",") if e.strip()],
-        clients=args.clients, conns=args.conns, total=args.total, duration_s=args.duration,
-        rate=args.rate, key_size=args.key_size, val_size=args.val_size,
-        key_space_size=args.key_space_size, sequential_keys=args.sequential_keys,
-        consistency=args.consistency, target_leader=args.target_leader,
-        dialect=args.dialect, procs=args.procs, txn_ops=getattr(args, "txn_ops", 1),
-        read_ratio=getattr(args, "read_ratio", 0.5), watchers=getattr(args, "watchers", 10),
-        timeout_s=args.timeout, seed=args.seed,
-        cacert=args.tls_cacert, cert=args.tls_cert, key=args.tls_key,
+        clients=args.clients,
+        conns=args.conns,
+        total=args.total,
+        duration_s=args.duration,
+        rate=args.rate,
+        key_size=args.key_size,
+        val_size=args.val_size,
+        key_space_size=args.key_space_size,
+        sequential_keys=args.sequential_keys,
+        consistency=args.consistency,
+        target_leader=args.target_leader,
+        dialect=args.dialect,
+        procs=args.procs,
+        txn_ops=getattr(args, "txn_ops", 1),
+        read_ratio=getattr(args, "read_ratio", 0.5),
+        watchers=getattr(args, "watchers", 10),
+        timeout_s=args.timeout,
+        seed=args.seed,
+        cacert=args.tls_cacert,
+        cert=args.tls_cert,
+        key=args.tls_key,
     ).validate()
 
 
@@ -129,9 +198,13 @@ def _with_token(args, opts: BenchOptions) -> BenchOptions:
     from dataclasses import replace
 
     from kvserver.cli.auth import auth_header
-    headers = auth_header(opts.endpoints[0], args, timeout_s=args.timeout,
-                          tls=dict(ca_file=opts.cacert, cert_file=opts.cert,
-                                   key_file=opts.key))
+
+    headers = auth_header(
+        opts.endpoints[0],
+        args,
+        timeout_s=args.timeout,
+        tls=dict(ca_file=opts.cacert, cert_file=opts.cert, key_file=opts.key),
+    )
     return replace(opts, token=headers.get("Authorization"))
 
 
@@ -146,7 +219,7 @@ def _run(args) -> int:
         return 2
     try:
         opts = _with_token(args, opts)
-    except Exception as exc:   # a wrong password, an unreachable endpoint: before the run
+    except Exception as exc:  # a wrong password, an unreachable endpoint: before the run
         print(f"Error: --user: {exc}", file=sys.stderr)
         return 1
     progress = new_progress(opts.procs)

@@ -98,20 +98,34 @@ def _seconds(text: str) -> float:
 
 def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--endpoints", metavar="URLS",
-                        help=f"comma-separated client URLs (default ${ENDPOINTS_ENV}, "
-                             f"else {DEFAULT_ENDPOINT})")
-    common.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"deadline of the call, retries included (default "
-                             f"{DEFAULT_TIMEOUT_S:g})")
+    common.add_argument(
+        "--endpoints",
+        metavar="URLS",
+        help=f"comma-separated client URLs (default ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINT})",
+    )
+    common.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"deadline of the call, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_tls_options(common)
     # etcd v3 auth, as etcdctl: --user name[:password], --password
-    common.add_argument("--user", dest="auth_user", metavar="NAME[:PASSWORD]",
-                        help=f"authenticate as this user (default ${USER_ENV}); without a "
-                             "password it is asked on the terminal")
-    common.add_argument("--password", dest="auth_password", metavar="PASSWORD",
-                        help=f"the user's password (default ${PASSWORD_ENV})")
+    common.add_argument(
+        "--user",
+        dest="auth_user",
+        metavar="NAME[:PASSWORD]",
+        help=f"authenticate as this user (default ${USER_ENV}); without a "
+        "password it is asked on the terminal",
+    )
+    common.add_argument(
+        "--password",
+        dest="auth_password",
+        metavar="PASSWORD",
+        help=f"the user's password (default ${PASSWORD_ENV})",
+    )
     return common
 
 
@@ -120,22 +134,37 @@ def register(sub) -> None:
 
     p = sub.add_parser("put", parents=[common], help="set a key to a value")
     p.add_argument("key", metavar="KEY")
-    p.add_argument("value", metavar="VALUE", nargs="?",
-                   help="the value (read from stdin when omitted)")
-    p.add_argument("--lease", type=_lease_id_or_zero, default=0, metavar="ID",
-                   help="attach the key to this lease (as `lease grant` prints it, or decimal)")
+    p.add_argument(
+        "value", metavar="VALUE", nargs="?", help="the value (read from stdin when omitted)"
+    )
+    p.add_argument(
+        "--lease",
+        type=_lease_id_or_zero,
+        default=0,
+        metavar="ID",
+        help="attach the key to this lease (as `lease grant` prints it, or decimal)",
+    )
     p.add_argument("--prev-kv", action="store_true", help="print the previous key-value")
     p.set_defaults(func=cmd_put)
 
     g = sub.add_parser("get", parents=[common], help="read a key, or keys with a prefix")
     g.add_argument("key", metavar="KEY")
     g.add_argument("--prefix", action="store_true", help="every key starting with KEY")
-    g.add_argument("--limit", type=_non_negative, default=0, metavar="N",
-                   help="at most N keys (0 = no limit)")
-    g.add_argument("--rev", type=_non_negative, default=0, metavar="N",
-                   help="read at revision N (0 = the current one)")
-    g.add_argument("--serializable", action="store_true",
-                   help="let any node answer from its local state (may be stale)")
+    g.add_argument(
+        "--limit", type=_non_negative, default=0, metavar="N", help="at most N keys (0 = no limit)"
+    )
+    g.add_argument(
+        "--rev",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="read at revision N (0 = the current one)",
+    )
+    g.add_argument(
+        "--serializable",
+        action="store_true",
+        help="let any node answer from its local state (may be stale)",
+    )
     g.add_argument("--keys-only", action="store_true", help="keys without values")
     g.set_defaults(func=cmd_get)
 
@@ -177,26 +206,33 @@ _TLS_DEST = {"--cacert": "tls_cacert", "--cert": "tls_cert", "--key": "tls_key"}
 
 def add_tls_options(parser: argparse.ArgumentParser) -> None:
     """TLS, as etcdctl: https endpoints verified with --cacert, --cert/--key as client cert."""
-    for flag, what in (("--cacert", "CA bundle that verifies https endpoints (default: the "
-                                    "system CAs)"),
-                       ("--cert", "client certificate for https endpoints (PEM)"),
-                       ("--key", "the client certificate's private key (PEM)")):
-        parser.add_argument(flag, dest=_TLS_DEST[flag], metavar="FILE",
-                            help=f"{what} (default ${TLS_ENV[flag]})")
+    for flag, what in (
+        ("--cacert", "CA bundle that verifies https endpoints (default: the system CAs)"),
+        ("--cert", "client certificate for https endpoints (PEM)"),
+        ("--key", "the client certificate's private key (PEM)"),
+    ):
+        parser.add_argument(
+            flag, dest=_TLS_DEST[flag], metavar="FILE", help=f"{what} (default ${TLS_ENV[flag]})"
+        )
 
 
 def tls_options_from(args: argparse.Namespace, environ=os.environ) -> dict[str, str | None]:
     """The client's ``ca_file``/``cert_file``/``key_file`` from the flags, else the env."""
-    return {name: getattr(args, _TLS_DEST[flag], None) or environ.get(TLS_ENV[flag]) or None
-            for name, flag in (("ca_file", "--cacert"), ("cert_file", "--cert"),
-                               ("key_file", "--key"))}
+    return {
+        name: getattr(args, _TLS_DEST[flag], None) or environ.get(TLS_ENV[flag]) or None
+        for name, flag in (("ca_file", "--cacert"), ("cert_file", "--cert"), ("key_file", "--key"))
+    }
 
 
 USER_ENV, PASSWORD_ENV = "RAFTKV_USER", "RAFTKV_PASSWORD"
 
 
-def auth_options_from(args: argparse.Namespace, environ=os.environ, stdin: TextIO | None = None,
-                      prompt: Callable[[str], str] = getpass.getpass) -> dict[str, str]:
+def auth_options_from(
+    args: argparse.Namespace,
+    environ=os.environ,
+    stdin: TextIO | None = None,
+    prompt: Callable[[str], str] = getpass.getpass,
+) -> dict[str, str]:
     """The client's ``user``/``password`` from ``--user name[:password]``/``--password``
     (else the env); the password asked on the terminal when missing. Raises ValueError when
     it is missing and stdin is not a terminal (a script must give it)."""
@@ -211,15 +247,16 @@ def auth_options_from(args: argparse.Namespace, environ=os.environ, stdin: TextI
         raise ValueError("--user: empty user name")
     if sep:
         if password is not None and getattr(args, "auth_password", None):
-            raise ValueError("give the password in --user NAME:PASSWORD or --password, "
-                             "not both")
+            raise ValueError("give the password in --user NAME:PASSWORD or --password, not both")
         password = inline
     if password is None:
         stdin = stdin or sys.stdin
         if not stdin.isatty():
-            raise ValueError(f"--user {name}: no password (give --user {name}:PASSWORD, "
-                             f"--password or ${PASSWORD_ENV}; stdin is not a terminal to "
-                             "ask it)")
+            raise ValueError(
+                f"--user {name}: no password (give --user {name}:PASSWORD, "
+                f"--password or ${PASSWORD_ENV}; stdin is not a terminal to "
+                "ask it)"
+            )
         password = prompt(f"Password for {name}: ")
     return {"user": name, "password": password}
 
@@ -229,15 +266,23 @@ def client_options_from(args: argparse.Namespace) -> dict[str, Any]:
     return {**tls_options_from(args), **auth_options_from(args)}
 
 
-def _run(args: argparse.Namespace, body: Callable[[AsyncClient], Any],
-         out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _run(
+    args: argparse.Namespace,
+    body: Callable[[AsyncClient], Any],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
     """Run ``body(client)`` on a fresh client; print an expected failure, return the status."""
     out = out or sys.stdout
     err = err or sys.stderr
 
     async def go(options: dict[str, Any]) -> int:
-        client = AsyncClient(endpoints_from(args), timeout_s=args.timeout,
-                             attempt_timeout_s=min(2.0, args.timeout), **options)
+        client = AsyncClient(
+            endpoints_from(args),
+            timeout_s=args.timeout,
+            attempt_timeout_s=min(2.0, args.timeout),
+            **options,
+        )
         async with client:
             return await body(client)
 
@@ -251,35 +296,41 @@ def _run(args: argparse.Namespace, body: Callable[[AsyncClient], Any],
         return 1
 
 
-def cmd_put(args: argparse.Namespace, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+def cmd_put(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.value is None:
         value = sys.stdin.buffer.read(MAX_STDIN_VALUE_BYTES + 1)
         if len(value) > MAX_STDIN_VALUE_BYTES:
-            (err or sys.stderr).write(f"Error: value on stdin is over "
-                                      f"{MAX_STDIN_VALUE_BYTES} bytes\n")
+            (err or sys.stderr).write(
+                f"Error: value on stdin is over {MAX_STDIN_VALUE_BYTES} bytes\n"
+            )
             return 1
     else:
         value = os.fsencode(args.value)  # the bytes given, even if not UTF-8
 
     async def body(client: AsyncClient) -> int:
-        result = await client.put(os.fsencode(args.key), value, lease=args.lease, prev_kv=args.prev_kv)
+        result = await client.put(
+            os.fsencode(args.key), value, lease=args.lease, prev_kv=args.prev_kv
+        )
         out.write(render_put(result, as_json=args.json))
         return 0
 
     return _run(args, body, out, err)
 
 
-def cmd_get(args: argparse.Namespace, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+def cmd_get(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err_out = err or sys.stderr
 
     async def body(client: AsyncClient) -> int:
-        result = await client.range(os.fsencode(args.key), prefix=args.prefix, limit=args.limit,
-                                    revision=args.rev, serializable=args.serializable,
-                                    keys_only=args.keys_only)
+        result = await client.range(
+            os.fsencode(args.key),
+            prefix=args.prefix,
+            limit=args.limit,
+            revision=args.rev,
+            serializable=args.serializable,
+            keys_only=args.keys_only,
+        )
         missing = not result.kvs and not args.prefix
         if args.json or not missing:
             out.write(render_range(result, as_json=args.json, keys_only=args.keys_only))
@@ -291,8 +342,7 @@ def cmd_get(args: argparse.Namespace, out: TextIO | None = None,
     return _run(args, body, out, err)
 
 
-def cmd_del(args: argparse.Namespace, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+def cmd_del(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -303,8 +353,9 @@ def cmd_del(args: argparse.Namespace, out: TextIO | None = None,
     return _run(args, body, out, err)
 
 
-def cmd_status(args: argparse.Namespace, out: TextIO | None = None,
-               err: TextIO | None = None) -> int:
+def cmd_status(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
     err_out = err or sys.stderr
 
@@ -327,16 +378,27 @@ def kv_to_json(kv: KeyValue) -> dict[str, Any]:
     try:
         doc: dict[str, Any] = {"key": kv.key.decode("utf-8"), "value": kv.value.decode("utf-8")}
     except UnicodeDecodeError:
-        doc = {"key": base64.b64encode(kv.key).decode(),
-               "value": base64.b64encode(kv.value).decode(), "encoding": "base64"}
-    doc.update(create_revision=kv.create_revision, mod_revision=kv.mod_revision,
-               version=kv.version, lease=kv.lease)
+        doc = {
+            "key": base64.b64encode(kv.key).decode(),
+            "value": base64.b64encode(kv.value).decode(),
+            "encoding": "base64",
+        }
+    doc.update(
+        create_revision=kv.create_revision,
+        mod_revision=kv.mod_revision,
+        version=kv.version,
+        lease=kv.lease,
+    )
     return doc
 
 
 def header_to_json(header: ResponseHeader) -> dict[str, int]:
-    return {"cluster_id": header.cluster_id, "member_id": header.member_id,
-            "revision": header.revision, "raft_term": header.raft_term}
+    return {
+        "cluster_id": header.cluster_id,
+        "member_id": header.member_id,
+        "revision": header.revision,
+        "raft_term": header.raft_term,
+    }
 
 
 def _dumps(doc: Any) -> str:
@@ -347,7 +409,7 @@ def _text(data: bytes) -> str:
     text = data.decode("utf-8", "backslashreplace")
     # Control characters would break the table: show them escaped, as repr() does.
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 3] + "..."
+    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 3] + "..."
 
 
 def display_width(text: str) -> int:
@@ -372,24 +434,39 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+\n"
 
     def line(values: Sequence[str]) -> str:
-        return "|" + "|".join(f" {v}{' ' * (w - display_width(v))} "
-                              for v, w in zip(values, widths, strict=True)) + "|\n"
+        return (
+            "|"
+            + "|".join(
+                f" {v}{' ' * (w - display_width(v))} " for v, w in zip(values, widths, strict=True)
+            )
+            + "|\n"
+        )
 
     return rule + line(headers) + rule + "".join(line(r) for r in cells) + rule
 
 
 def _kv_table(kvs: Sequence[KeyValue], keys_only: bool = False) -> str:
-    headers = ["KEY"] + ([] if keys_only else ["VALUE"]) + [
-        "CREATE REV", "MOD REV", "VERSION", "LEASE"]
-    rows = [[_text(kv.key)] + ([] if keys_only else [_text(kv.value)])
-            + [kv.create_revision, kv.mod_revision, kv.version, kv.lease] for kv in kvs]
+    headers = (
+        ["KEY"] + ([] if keys_only else ["VALUE"]) + ["CREATE REV", "MOD REV", "VERSION", "LEASE"]
+    )
+    rows = [
+        [_text(kv.key)]
+        + ([] if keys_only else [_text(kv.value)])
+        + [kv.create_revision, kv.mod_revision, kv.version, kv.lease]
+        for kv in kvs
+    ]
     return table(headers, rows)
 
 
 def render_put(result: PutResult, *, as_json: bool) -> str:
     if as_json:
-        return _dumps({"revision": result.revision, "header": header_to_json(result.header),
-                       "prev_kv": kv_to_json(result.prev_kv) if result.prev_kv else None})
+        return _dumps(
+            {
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+                "prev_kv": kv_to_json(result.prev_kv) if result.prev_kv else None,
+            }
+        )
     text = f"OK (revision {result.revision})\n"
     if result.prev_kv is not None:
         text += "previous:\n" + _kv_table([result.prev_kv])
@@ -398,22 +475,32 @@ def render_put(result: PutResult, *, as_json: bool) -> str:
 
 def render_range(result: RangeResult, *, as_json: bool, keys_only: bool = False) -> str:
     if as_json:
-        return _dumps({"revision": result.revision, "header": header_to_json(result.header),
-                       "count": result.count, "more": result.more,
-                       "kvs": [kv_to_json(kv) for kv in result.kvs]})
+        return _dumps(
+            {
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+                "count": result.count,
+                "more": result.more,
+                "kvs": [kv_to_json(kv) for kv in result.kvs],
+            }
+        )
     if not result.kvs:
         return f"(no keys; revision {result.revision})\n"
     noun = "key" if result.count == 1 else "keys"
     shown = f"{len(result.kvs)} of {result.count}" if result.more else f"{result.count}"
-    return (_kv_table(result.kvs, keys_only)
-            + f"{shown} {noun}, revision {result.revision}\n")
+    return _kv_table(result.kvs, keys_only) + f"{shown} {noun}, revision {result.revision}\n"
 
 
 def render_delete(result: DeleteResult, *, as_json: bool) -> str:
     if as_json:
-        return _dumps({"deleted": result.deleted, "revision": result.revision,
-                       "header": header_to_json(result.header),
-                       "prev_kvs": [kv_to_json(kv) for kv in result.prev_kvs]})
+        return _dumps(
+            {
+                "deleted": result.deleted,
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+                "prev_kvs": [kv_to_json(kv) for kv in result.prev_kvs],
+            }
+        )
     noun = "key" if result.deleted == 1 else "keys"
     return f"deleted {result.deleted} {noun} (revision {result.revision})\n"
 
@@ -440,27 +527,60 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
             if s is None:
                 docs.append({"endpoint": es.endpoint, "error": _error_text(es.error)})
                 continue
-            docs.append({"endpoint": es.endpoint, "member_id": s.member_id,
-                         "member_id_hex": f"{s.member_id:x}", "cluster_id": s.header.cluster_id,
-                         "is_leader": s.is_leader, "leader": s.leader, "raft_term": s.raft_term,
-                         "raft_index": s.raft_index, "raft_applied_index": s.raft_applied_index,
-                         "revision": s.revision, "version": s.version,
-                         "db_size_bytes": s.db_size_bytes, "is_learner": s.is_learner,
-                         "errors": list(s.errors),
-                         **_archive_json(s)})
+            docs.append(
+                {
+                    "endpoint": es.endpoint,
+                    "member_id": s.member_id,
+                    "member_id_hex": f"{s.member_id:x}",
+                    "cluster_id": s.header.cluster_id,
+                    "is_leader": s.is_leader,
+                    "leader": s.leader,
+                    "raft_term": s.raft_term,
+                    "raft_index": s.raft_index,
+                    "raft_applied_index": s.raft_applied_index,
+                    "revision": s.revision,
+                    "version": s.version,
+                    "db_size_bytes": s.db_size_bytes,
+                    "is_learner": s.is_learner,
+                    "errors": list(s.errors),
+                    **_archive_json(s),
+                }
+            )
         return _dumps(docs)
-    headers = ["ENDPOINT", "ID", "IS LEADER", "RAFT TERM", "RAFT INDEX", "APPLIED",
-               "REVISION", "VERSION", "DB SIZE", "ERRORS"]
+    headers = [
+        "ENDPOINT",
+        "ID",
+        "IS LEADER",
+        "RAFT TERM",
+        "RAFT INDEX",
+        "APPLIED",
+        "REVISION",
+        "VERSION",
+        "DB SIZE",
+        "ERRORS",
+    ]
     rows = []
     for es in statuses:
         s = es.status
         if s is None:
-            rows.append([es.endpoint, "-", "-", "-", "-", "-", "-", "-", "-",
-                         _error_text(es.error)])
+            rows.append(
+                [es.endpoint, "-", "-", "-", "-", "-", "-", "-", "-", _error_text(es.error)]
+            )
             continue
-        rows.append([es.endpoint, f"{s.member_id:x}", "true" if s.is_leader else "false",
-                     s.raft_term, s.raft_index, s.raft_applied_index, s.revision, s.version,
-                     _size(s.db_size_bytes), ", ".join(s.errors)])
+        rows.append(
+            [
+                es.endpoint,
+                f"{s.member_id:x}",
+                "true" if s.is_leader else "false",
+                s.raft_term,
+                s.raft_index,
+                s.raft_applied_index,
+                s.revision,
+                s.version,
+                _size(s.db_size_bytes),
+                ", ".join(s.errors),
+            ]
+        )
     return table(*_with_archive_columns(headers, rows, statuses))
 
 
@@ -468,8 +588,10 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
 def _archive_json(s) -> dict:
     if s.archive_lag_entries is None:
         return {}
-    return {"archive_lag_entries": s.archive_lag_entries,
-            "archive_lag_seconds": s.archive_lag_seconds}
+    return {
+        "archive_lag_entries": s.archive_lag_entries,
+        "archive_lag_seconds": s.archive_lag_seconds,
+    }
 
 
 def _with_archive_columns(headers: list, rows: list, statuses) -> tuple[list, list]:
@@ -482,8 +604,10 @@ def _with_archive_columns(headers: list, rows: list, statuses) -> tuple[list, li
             lag.append(["-", "-"])
         else:
             lag.append([s.archive_lag_entries, f"{s.archive_lag_seconds or 0.0:.1f}s"])
-    return ([*headers[:-1], "ARCHIVE LAG", "ARCHIVE LAG TIME", headers[-1]],
-            [[*r[:-1], *extra, r[-1]] for r, extra in zip(rows, lag, strict=True)])
+    return (
+        [*headers[:-1], "ARCHIVE LAG", "ARCHIVE LAG TIME", headers[-1]],
+        [[*r[:-1], *extra, r[-1]] for r, extra in zip(rows, lag, strict=True)],
+    )
 
 
 if __name__ == "__main__":

@@ -57,23 +57,32 @@ def register(sub) -> None:
 
     p = lsub.add_parser("grant", parents=[common], help="grant a lease of TTL seconds")
     p.add_argument("ttl", type=_non_negative, metavar="TTL", help="time to live, in seconds")
-    p.add_argument("--id", type=_lease_id, default=0, metavar="ID",
-                   help="the lease ID to use (hex or decimal; default: the server chooses)")
+    p.add_argument(
+        "--id",
+        type=_lease_id,
+        default=0,
+        metavar="ID",
+        help="the lease ID to use (hex or decimal; default: the server chooses)",
+    )
     p.set_defaults(func=cmd_grant)
 
-    p = lsub.add_parser("revoke", parents=[common],
-                        help="revoke a lease (its keys are deleted)")
+    p = lsub.add_parser("revoke", parents=[common], help="revoke a lease (its keys are deleted)")
     p.add_argument("lease_id", type=_lease_id, metavar="ID", help="lease ID (hex or decimal)")
     p.set_defaults(func=cmd_revoke)
 
-    p = lsub.add_parser("keep-alive", aliases=["keepalive"], parents=[common],
-                        help="keep a lease alive until interrupted")
+    p = lsub.add_parser(
+        "keep-alive",
+        aliases=["keepalive"],
+        parents=[common],
+        help="keep a lease alive until interrupted",
+    )
     p.add_argument("lease_id", type=_lease_id, metavar="ID", help="lease ID (hex or decimal)")
     p.add_argument("--once", action="store_true", help="refresh once, then exit")
     p.set_defaults(func=cmd_keep_alive)
 
-    p = lsub.add_parser("timetolive", parents=[common],
-                        help="a lease's remaining and granted TTL (and its keys)")
+    p = lsub.add_parser(
+        "timetolive", parents=[common], help="a lease's remaining and granted TTL (and its keys)"
+    )
     p.add_argument("lease_id", type=_lease_id, metavar="ID", help="lease ID (hex or decimal)")
     p.add_argument("--keys", action="store_true", help="also list the keys attached to it")
     p.set_defaults(func=cmd_time_to_live)
@@ -86,8 +95,9 @@ def register(sub) -> None:
 # Commands
 
 
-def cmd_grant(args: argparse.Namespace, out: TextIO | None = None,
-              err: TextIO | None = None) -> int:
+def cmd_grant(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -97,8 +107,9 @@ def cmd_grant(args: argparse.Namespace, out: TextIO | None = None,
     return _run(args, body, out, err)
 
 
-def cmd_revoke(args: argparse.Namespace, out: TextIO | None = None,
-               err: TextIO | None = None) -> int:
+def cmd_revoke(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -109,8 +120,9 @@ def cmd_revoke(args: argparse.Namespace, out: TextIO | None = None,
     return _run(args, body, out, err)
 
 
-def cmd_keep_alive(args: argparse.Namespace, out: TextIO | None = None,
-                   err: TextIO | None = None) -> int:
+def cmd_keep_alive(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     def show(ttl_s: int) -> None:
@@ -131,21 +143,20 @@ def cmd_keep_alive(args: argparse.Namespace, out: TextIO | None = None,
         return 130
 
 
-def cmd_time_to_live(args: argparse.Namespace, out: TextIO | None = None,
-                     err: TextIO | None = None) -> int:
+def cmd_time_to_live(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
         result = await client.lease_time_to_live(args.lease_id, keys=args.keys)
-        out.write(render_time_to_live(args.lease_id, result, as_json=args.json,
-                                      keys=args.keys))
+        out.write(render_time_to_live(args.lease_id, result, as_json=args.json, keys=args.keys))
         return 1 if result.expired else 0
 
     return _run(args, body, out, err)
 
 
-def cmd_list(args: argparse.Namespace, out: TextIO | None = None,
-             err: TextIO | None = None) -> int:
+def cmd_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -172,15 +183,27 @@ def _key_to_json(key: bytes) -> Any:
 
 def render_grant(lease: Lease, *, as_json: bool) -> str:
     if as_json:
-        return _dumps({**_ids(lease.id), "ttl_s": lease.ttl_s, "revision": lease.revision,
-                       "header": header_to_json(lease.header)})
+        return _dumps(
+            {
+                **_ids(lease.id),
+                "ttl_s": lease.ttl_s,
+                "revision": lease.revision,
+                "header": header_to_json(lease.header),
+            }
+        )
     return f"lease {format_lease_id(lease.id)} granted with TTL({lease.ttl_s}s)\n"
 
 
 def render_revoke(lease_id: int, result: LeaseRevokeResult, *, as_json: bool) -> str:
     if as_json:
-        return _dumps({**_ids(lease_id), "revoked": True, "revision": result.revision,
-                       "header": header_to_json(result.header)})
+        return _dumps(
+            {
+                **_ids(lease_id),
+                "revoked": True,
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+            }
+        )
     return f"lease {format_lease_id(lease_id)} revoked\n"
 
 
@@ -190,13 +213,21 @@ def render_keepalive(lease_id: int, ttl_s: int, *, as_json: bool) -> str:
     return f"lease {format_lease_id(lease_id)} keepalived with TTL({ttl_s})\n"
 
 
-def render_time_to_live(lease_id: int, result: LeaseTimeToLive, *, as_json: bool,
-                        keys: bool = False) -> str:
+def render_time_to_live(
+    lease_id: int, result: LeaseTimeToLive, *, as_json: bool, keys: bool = False
+) -> str:
     if as_json:
-        return _dumps({**_ids(lease_id), "ttl_s": result.ttl_s,
-                       "granted_ttl_s": result.granted_ttl_s, "expired": result.expired,
-                       "keys": [_key_to_json(k) for k in result.keys],
-                       "revision": result.revision, "header": header_to_json(result.header)})
+        return _dumps(
+            {
+                **_ids(lease_id),
+                "ttl_s": result.ttl_s,
+                "granted_ttl_s": result.granted_ttl_s,
+                "expired": result.expired,
+                "keys": [_key_to_json(k) for k in result.keys],
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+            }
+        )
     name = format_lease_id(lease_id)
     if result.expired:
         return f"lease {name} already expired\n"
@@ -208,10 +239,15 @@ def render_time_to_live(lease_id: int, result: LeaseTimeToLive, *, as_json: bool
 
 def render_list(result: LeaseList, *, as_json: bool) -> str:
     if as_json:
-        return _dumps({"ids": list(result.ids),
-                       "ids_hex": [format_lease_id(i) for i in result.ids],
-                       "revision": result.revision, "header": header_to_json(result.header)})
+        return _dumps(
+            {
+                "ids": list(result.ids),
+                "ids_hex": [format_lease_id(i) for i in result.ids],
+                "revision": result.revision,
+                "header": header_to_json(result.header),
+            }
+        )
     noun = "lease" if len(result.ids) == 1 else "leases"
     return f"found {len(result.ids)} {noun}\n" + "".join(
-        format_lease_id(i) + "\n" for i in result.ids)
-
+        format_lease_id(i) + "\n" for i in result.ids
+    )

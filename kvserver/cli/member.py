@@ -54,10 +54,16 @@ def register(sub) -> None:
 
     p = msub.add_parser("add", parents=[common], help="add a member (start it afterwards)")
     p.add_argument("name", metavar="NAME", help="the new member's --name (for the hint)")
-    p.add_argument("--peer-urls", type=_urls, required=True, metavar="URLS",
-                   help="the new member's peer URLs, comma-separated")
-    p.add_argument("--learner", action="store_true",
-                   help="add it as a learner (non-voting until promoted)")
+    p.add_argument(
+        "--peer-urls",
+        type=_urls,
+        required=True,
+        metavar="URLS",
+        help="the new member's peer URLs, comma-separated",
+    )
+    p.add_argument(
+        "--learner", action="store_true", help="add it as a learner (non-voting until promoted)"
+    )
     p.set_defaults(func=cmd_add)
 
     p = msub.add_parser("remove", parents=[common], help="remove a member for good")
@@ -70,8 +76,13 @@ def register(sub) -> None:
 
 
 def member_to_json(m: Member) -> dict[str, Any]:
-    return {"id": m.id, "name": m.name, "peer_urls": list(m.peer_urls),
-            "client_urls": list(m.client_urls), "is_learner": m.is_learner}
+    return {
+        "id": m.id,
+        "name": m.name,
+        "peer_urls": list(m.peer_urls),
+        "client_urls": list(m.client_urls),
+        "is_learner": m.is_learner,
+    }
 
 
 def render_members(members, *, as_json: bool, header=None, member=None) -> str:
@@ -83,9 +94,17 @@ def render_members(members, *, as_json: bool, header=None, member=None) -> str:
             doc["member"] = member_to_json(member)
         doc["members"] = [member_to_json(m) for m in members]
         return _dumps(doc)
-    rows = [[f"{m.id:x}", "started" if m.name else "unstarted", m.name,
-             ",".join(m.peer_urls), ",".join(m.client_urls), str(m.is_learner).lower()]
-            for m in members]
+    rows = [
+        [
+            f"{m.id:x}",
+            "started" if m.name else "unstarted",
+            m.name,
+            ",".join(m.peer_urls),
+            ",".join(m.client_urls),
+            str(m.is_learner).lower(),
+        ]
+        for m in members
+    ]
     return table(["ID", "STATUS", "NAME", "PEER ADDRS", "CLIENT ADDRS", "IS LEARNER"], rows)
 
 
@@ -97,13 +116,14 @@ def join_hint(name: str, member: Member, members) -> str:
         if not label:
             continue  # another member that has not started: its name is not known yet
         parts += [f"{label}={u}" for u in m.peer_urls]
-    return (f"  --name {name} --initial-advertise-peer-urls {','.join(member.peer_urls)} \\\n"
-            f"  --initial-cluster {','.join(parts)} \\\n"
-            f"  --initial-cluster-state existing\n")
+    return (
+        f"  --name {name} --initial-advertise-peer-urls {','.join(member.peer_urls)} \\\n"
+        f"  --initial-cluster {','.join(parts)} \\\n"
+        f"  --initial-cluster-state existing\n"
+    )
 
 
-def cmd_list(args: argparse.Namespace, out: TextIO | None = None,
-             err: TextIO | None = None) -> int:
+def cmd_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -113,27 +133,30 @@ def cmd_list(args: argparse.Namespace, out: TextIO | None = None,
     return _run(args, body, out, err)
 
 
-def cmd_add(args: argparse.Namespace, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+def cmd_add(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
         res = await client.member_add(args.peer_urls, is_learner=args.learner)
         if args.json:
-            out.write(render_members(res.members, as_json=True, header=res.header,
-                                     member=res.member))
+            out.write(
+                render_members(res.members, as_json=True, header=res.header, member=res.member)
+            )
             return 0
         kind = "learner" if res.member.is_learner else "member"
-        out.write(f"Member {res.member.id:x} added to cluster {res.header.cluster_id:x} as a "
-                  f"{kind}\n\nStart it with:\n  raftkv serve \\\n"
-                  + join_hint(args.name, res.member, res.members))
+        out.write(
+            f"Member {res.member.id:x} added to cluster {res.header.cluster_id:x} as a "
+            f"{kind}\n\nStart it with:\n  raftkv serve \\\n"
+            + join_hint(args.name, res.member, res.members)
+        )
         return 0
 
     return _run(args, body, out, err)
 
 
-def cmd_remove(args: argparse.Namespace, out: TextIO | None = None,
-               err: TextIO | None = None) -> int:
+def cmd_remove(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -141,15 +164,15 @@ def cmd_remove(args: argparse.Namespace, out: TextIO | None = None,
         if args.json:
             out.write(render_members(res.members, as_json=True, header=res.header))
         else:
-            out.write(f"Member {args.member_id:x} removed from cluster "
-                      f"{res.header.cluster_id:x}\n")
+            out.write(f"Member {args.member_id:x} removed from cluster {res.header.cluster_id:x}\n")
         return 0
 
     return _run(args, body, out, err)
 
 
-def cmd_promote(args: argparse.Namespace, out: TextIO | None = None,
-                err: TextIO | None = None) -> int:
+def cmd_promote(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
@@ -157,8 +180,7 @@ def cmd_promote(args: argparse.Namespace, out: TextIO | None = None,
         if args.json:
             out.write(render_members(res.members, as_json=True, header=res.header))
         else:
-            out.write(f"Member {args.member_id:x} promoted in cluster "
-                      f"{res.header.cluster_id:x}\n")
+            out.write(f"Member {args.member_id:x} promoted in cluster {res.header.cluster_id:x}\n")
         return 0
 
     return _run(args, body, out, err)

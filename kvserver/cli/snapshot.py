@@ -32,27 +32,41 @@ from kvserver.tls import TLSConfigError, client_context
 
 
 def add_storage_options(p) -> None:
-    p.add_argument("--archive-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="fsspec/s3fs storage option (repeatable; e.g. "
-                        "endpoint_url=http://127.0.0.1:9000, key=..., secret=...)")
+    p.add_argument(
+        "--archive-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec/s3fs storage option (repeatable; e.g. "
+        "endpoint_url=http://127.0.0.1:9000, key=..., secret=...)",
+    )
 
 
 def add_restore_target(p) -> None:
     p.add_argument("--data-dir", required=True, help="the new member's data directory")
     p.add_argument("--name", default="default", help="this member's name (default 'default')")
-    p.add_argument("--initial-cluster", default=None,
-                   help="the NEW cluster: name=peer-url,... (default NAME=<advertise peer url>)")
-    p.add_argument("--initial-cluster-token", default="raftkv-cluster",
-                   help="the new cluster's token (default 'raftkv-cluster')")
-    p.add_argument("--initial-advertise-peer-urls", default=None,
-                   help="this member's peer URLs (checked against --initial-cluster)")
+    p.add_argument(
+        "--initial-cluster",
+        default=None,
+        help="the NEW cluster: name=peer-url,... (default NAME=<advertise peer url>)",
+    )
+    p.add_argument(
+        "--initial-cluster-token",
+        default="raftkv-cluster",
+        help="the new cluster's token (default 'raftkv-cluster')",
+    )
+    p.add_argument(
+        "--initial-advertise-peer-urls",
+        default=None,
+        help="this member's peer URLs (checked against --initial-cluster)",
+    )
 
 
 def restore_target(args) -> RestoreTarget:
-    peer = tuple(u.strip() for u in (args.initial_advertise_peer_urls or "").split(",")
-                 if u.strip())
-    initial = args.initial_cluster or \
-        f"{args.name}={','.join(peer) or 'http://127.0.0.1:2380'}"
+    peer = tuple(
+        u.strip() for u in (args.initial_advertise_peer_urls or "").split(",") if u.strip()
+    )
+    initial = args.initial_cluster or f"{args.name}={','.join(peer) or 'http://127.0.0.1:2380'}"
     return RestoreTarget(args.data_dir, args.name, initial, args.initial_cluster_token, peer)
 
 
@@ -63,10 +77,18 @@ def register(sub) -> None:
 
     s = ssub.add_parser("save", help="stream one member's snapshot to a file or URL")
     s.add_argument("dest", metavar="FILE|URL")
-    s.add_argument("--endpoints", metavar="URL",
-                   help=f"the member to copy (default ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINT})")
-    s.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="connect/read timeout (default 30)")
+    s.add_argument(
+        "--endpoints",
+        metavar="URL",
+        help=f"the member to copy (default ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINT})",
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="connect/read timeout (default 30)",
+    )
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     add_user_options(s)
     add_tls_options(s)
@@ -93,10 +115,17 @@ def _fail(msg: str) -> int:
 
 def _info_row(info) -> dict:
     h = info.header
-    return {"revision": info.revision, "keys": info.keys, "size_bytes": info.size_bytes,
-            "sha256": info.sha256, "raft_index": h.get("raft_index"),
-            "compact_revision": h.get("compact_revision"), "cluster_id": h.get("cluster_id"),
-            "member_id": h.get("member_id"), "created_unix": h.get("created_unix")}
+    return {
+        "revision": info.revision,
+        "keys": info.keys,
+        "size_bytes": info.size_bytes,
+        "sha256": info.sha256,
+        "raft_index": h.get("raft_index"),
+        "compact_revision": h.get("compact_revision"),
+        "cluster_id": h.get("cluster_id"),
+        "member_id": h.get("member_id"),
+        "created_unix": h.get("created_unix"),
+    }
 
 
 def _table(row: dict) -> str:
@@ -112,21 +141,30 @@ def _table(row: dict) -> str:
 
 
 def cmd_save(args) -> int:
-    endpoints = [e.strip() for e in (args.endpoints or os.environ.get(ENDPOINTS_ENV)
-                                     or DEFAULT_ENDPOINT).split(",") if e.strip()]
+    endpoints = [
+        e.strip()
+        for e in (args.endpoints or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINT).split(",")
+        if e.strip()
+    ]
     if len(endpoints) != 1:
         return _fail("snapshot must be requested from one member: give exactly one endpoint")
     tls = tls_options_from(args)
-    try:   # with auth enabled the snapshot needs a root user's token
+    try:  # with auth enabled the snapshot needs a root user's token
         headers = auth_header(endpoints[0], args, timeout_s=args.timeout, tls=tls)
         ssl_context = client_context(**tls) if endpoints[0].startswith("https://") else None
     except (ClientError, ValueError, TLSConfigError) as exc:
         return _fail(str(exc))
     bar = backup.ProgressBar(sys.stderr, "saving")
     try:
-        info = backup.save(endpoints[0], args.dest, options=parse_options(args.archive_option),
-                           progress=bar, timeout_s=args.timeout, headers=headers,
-                           ssl_context=ssl_context)
+        info = backup.save(
+            endpoints[0],
+            args.dest,
+            options=parse_options(args.archive_option),
+            progress=bar,
+            timeout_s=args.timeout,
+            headers=headers,
+            ssl_context=ssl_context,
+        )
     except (ArchiveError, SnapshotFileError, OSError, ValueError) as exc:
         bar.finish()
         return _fail(str(exc))
@@ -138,8 +176,10 @@ def cmd_save(args) -> int:
     if args.json:
         print(json.dumps(row))
     else:
-        print(f"Snapshot saved at {args.dest}: revision {info.revision}, {info.keys} keys, "
-              f"{info.size_bytes} bytes, sha256 {info.sha256}")
+        print(
+            f"Snapshot saved at {args.dest}: revision {info.revision}, {info.keys} keys, "
+            f"{info.size_bytes} bytes, sha256 {info.sha256}"
+        )
     return 0
 
 
@@ -156,12 +196,15 @@ def cmd_status(args) -> int:
 def cmd_restore(args) -> int:
     bar = backup.ProgressBar(sys.stderr, "restoring")
     try:
-        info, member = backup.restore(args.src, restore_target(args),
-                                      options=parse_options(args.archive_option), progress=bar)
+        info, member = backup.restore(
+            args.src, restore_target(args), options=parse_options(args.archive_option), progress=bar
+        )
     except (ArchiveError, SnapshotFileError, OSError) as exc:
         bar.finish()
         return _fail(str(exc))
     bar.finish()
-    print(f"restored revision {info.revision} ({info.keys} keys) into {member.data_dir}: "
-          f"member {member.member_id:x} of new cluster {member.cluster_id:x}")
+    print(
+        f"restored revision {info.revision} ({info.keys} keys) into {member.data_dir}: "
+        f"member {member.member_id:x} of new cluster {member.cluster_id:x}"
+    )
     return 0

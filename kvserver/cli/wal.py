@@ -65,19 +65,22 @@ def register(sub) -> None:
     wsub.required = True
 
     d = wsub.add_parser("dump", help="print every record of a WAL directory")
-    d.add_argument("dir", metavar="DIR",
-                   help="the WAL directory, or a data dir (its member/wal is used)")
+    d.add_argument(
+        "dir", metavar="DIR", help="the WAL directory, or a data dir (its member/wal is used)"
+    )
     d.add_argument("--json", action="store_true", help="one JSON object per record and line")
     d.set_defaults(func=_dump)
 
     v = wsub.add_parser("verify", help="check every CRC; exit 1 with the first problem")
-    v.add_argument("dir", metavar="DIR",
-                   help="the WAL directory, or a data dir (its member/wal is used)")
+    v.add_argument(
+        "dir", metavar="DIR", help="the WAL directory, or a data dir (its member/wal is used)"
+    )
     v.set_defaults(func=_verify)
 
     r = wsub.add_parser("repair", help="truncate a torn tail of the last segment")
-    r.add_argument("dir", metavar="DIR",
-                   help="the WAL directory, or a data dir (its member/wal is used)")
+    r.add_argument(
+        "dir", metavar="DIR", help="the WAL directory, or a data dir (its member/wal is used)"
+    )
     r.set_defaults(func=_repair)
 
 
@@ -92,35 +95,49 @@ def _dump(args) -> int:
     out = sys.stdout
     problems = 0
     if not args.json:
-        out.write(f"{'SEGMENT':<38} {'OFFSET':>10} {'TYPE':<9} {'INDEX':>10} {'TERM':>6} "
-                  f"{'CRC':>10} {'OK':<3} {'REC':>7} {'DATA':>7}  DETAILS\n")
+        out.write(
+            f"{'SEGMENT':<38} {'OFFSET':>10} {'TYPE':<9} {'INDEX':>10} {'TERM':>6} "
+            f"{'CRC':>10} {'OK':<3} {'REC':>7} {'DATA':>7}  DETAILS\n"
+        )
     try:
         for item in dump(path):
             if isinstance(item, DumpProblem):
                 problems += 1
                 if args.json:
-                    out.write(json.dumps({"segment": item.segment, "offset": item.offset,
-                                          "error": item.reason}) + "\n")
+                    out.write(
+                        json.dumps(
+                            {"segment": item.segment, "offset": item.offset, "error": item.reason}
+                        )
+                        + "\n"
+                    )
                 else:
                     out.write(f"{item.segment:<38} {item.offset:>10} ERROR: {item.reason}\n")
                 continue
             f = item.fields
             problems += not item.crc_ok
             if args.json:
-                rec = {"segment": item.segment, "offset": item.offset, "type": item.type,
-                       "crc": item.crc, "crc_ok": item.crc_ok,
-                       "record_bytes": item.record_bytes, "data_bytes": item.data_bytes,
-                       "frame_bytes": item.frame_bytes}
+                rec = {
+                    "segment": item.segment,
+                    "offset": item.offset,
+                    "type": item.type,
+                    "crc": item.crc,
+                    "crc_ok": item.crc_ok,
+                    "record_bytes": item.record_bytes,
+                    "data_bytes": item.data_bytes,
+                    "frame_bytes": item.frame_bytes,
+                }
                 rec.update(f)
                 out.write(json.dumps(rec) + "\n")
                 continue
             index = f.get("index", "")
             term = f.get("term", "")
             details = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("index", "term"))
-            out.write(f"{item.segment:<38} {item.offset:>10} {item.type:<9} {index:>10} "
-                      f"{term:>6} {item.crc:#010x} {'yes' if item.crc_ok else 'NO':<3} "
-                      f"{item.record_bytes:>7} "
-                      f"{'-' if item.data_bytes is None else item.data_bytes:>7}  {details}\n")
+            out.write(
+                f"{item.segment:<38} {item.offset:>10} {item.type:<9} {index:>10} "
+                f"{term:>6} {item.crc:#010x} {'yes' if item.crc_ok else 'NO':<3} "
+                f"{item.record_bytes:>7} "
+                f"{'-' if item.data_bytes is None else item.data_bytes:>7}  {details}\n"
+            )
     except BrokenPipeError:
         raise  # `raftkv wal dump DIR | head`: cli.main handles it
     except (wal.WalError, OSError) as e:
@@ -146,8 +163,10 @@ def _verify(args, path: str | None = None) -> int:
         _err(f"error: {e}")
         return 1
     hs = st.hard_state()
-    print(f"ok: {st.records} records, last entry index {st.enti}, hard state term={hs.term} "
-          f"vote={hs.vote} commit={hs.commit}")
+    print(
+        f"ok: {st.records} records, last entry index {st.enti}, hard state term={hs.term} "
+        f"vote={hs.vote} commit={hs.commit}"
+    )
     return 0
 
 
@@ -161,7 +180,8 @@ def _repair(args) -> int:
         _err(f"error: {e}")
         return 1
     if not ok:
-        _err("not repairable: the damage is not a torn tail of the last segment; "
-             "nothing was changed")
+        _err(
+            "not repairable: the damage is not a torn tail of the last segment; nothing was changed"
+        )
     status = _verify(args, path)  # the whole log, after the tail was fixed (or not)
     return status if ok else 1

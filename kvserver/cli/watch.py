@@ -36,21 +36,29 @@ from kvserver.client import AsyncClient, WatchEvent
 
 def register(sub) -> None:
     common = cli_client._common_options()
-    w = sub.add_parser("watch", parents=[common],
-                       help="print changes to a key (or a prefix) as they happen")
+    w = sub.add_parser(
+        "watch", parents=[common], help="print changes to a key (or a prefix) as they happen"
+    )
     w.add_argument("key", metavar="KEY")
     w.add_argument("--prefix", action="store_true", help="every key starting with KEY")
-    w.add_argument("--rev", type=cli_client._non_negative, default=0, metavar="N",
-                   help="start at revision N, replaying history (0 = from now on)")
-    w.add_argument("--prev-kv", action="store_true",
-                   help="also show each key's previous value")
+    w.add_argument(
+        "--rev",
+        type=cli_client._non_negative,
+        default=0,
+        metavar="N",
+        help="start at revision N, replaying history (0 = from now on)",
+    )
+    w.add_argument("--prev-kv", action="store_true", help="also show each key's previous value")
     w.set_defaults(func=cmd_watch)
 
 
 def event_to_json(ev: WatchEvent) -> dict[str, Any]:
-    return {"type": ev.type.name, "revision": ev.revision,
-            "kv": cli_client.kv_to_json(ev.kv),
-            "prev_kv": cli_client.kv_to_json(ev.prev_kv) if ev.prev_kv is not None else None}
+    return {
+        "type": ev.type.name,
+        "revision": ev.revision,
+        "kv": cli_client.kv_to_json(ev.kv),
+        "prev_kv": cli_client.kv_to_json(ev.prev_kv) if ev.prev_kv is not None else None,
+    }
 
 
 def render_event(ev: WatchEvent, *, as_json: bool) -> str:
@@ -64,13 +72,15 @@ def render_event(ev: WatchEvent, *, as_json: bool) -> str:
     return f"{what} ({tail})\n"
 
 
-def cmd_watch(args: argparse.Namespace, out: TextIO | None = None,
-              err: TextIO | None = None) -> int:
+def cmd_watch(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out = out or sys.stdout
 
     async def body(client: AsyncClient) -> int:
-        watch = client.watch(os.fsencode(args.key), prefix=args.prefix, start_revision=args.rev,
-                             prev_kv=args.prev_kv)
+        watch = client.watch(
+            os.fsencode(args.key), prefix=args.prefix, start_revision=args.rev, prev_kv=args.prev_kv
+        )
         async with watch:
             async for ev in watch:
                 out.write(render_event(ev, as_json=args.json))

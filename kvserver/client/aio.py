@@ -195,16 +195,21 @@ class AsyncClient:
         if ssl_context is None and (ca_file or cert_file or key_file):
             ssl_context = client_context(ca_file, cert_file, key_file)
         self._ssl: ssl.SSLContext | bool = True if ssl_context is None else ssl_context
-        for name, value in (("timeout_s", timeout_s), ("attempt_timeout_s", attempt_timeout_s),
-                            ("connect_timeout_s", connect_timeout_s),
-                            ("backoff_initial_s", backoff_initial_s),
-                            ("backoff_max_s", backoff_max_s)):
+        for name, value in (
+            ("timeout_s", timeout_s),
+            ("attempt_timeout_s", attempt_timeout_s),
+            ("connect_timeout_s", connect_timeout_s),
+            ("backoff_initial_s", backoff_initial_s),
+            ("backoff_max_s", backoff_max_s),
+        ):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if not 0 <= retries <= MAX_RETRIES:
             raise ValueError(f"retries must be in [0, {MAX_RETRIES}], got {retries!r}")
         if not 0 < max_response_bytes <= 1 << 32:
-            raise ValueError(f"max_response_bytes must be in (0, 4 GiB], got {max_response_bytes!r}")
+            raise ValueError(
+                f"max_response_bytes must be in (0, 4 GiB], got {max_response_bytes!r}"
+            )
         if not 1 <= max_connections <= 10_000:
             raise ValueError(f"max_connections must be in [1, 10000], got {max_connections!r}")
         self._timeout_s = float(timeout_s)
@@ -272,39 +277,53 @@ class AsyncClient:
         await self.close()
 
     def __repr__(self) -> str:
-        return (f"AsyncClient(endpoints={list(self._endpoints)!r}, "
-                f"timeout_s={self._timeout_s}, leader={self._leader!r})")
+        return (
+            f"AsyncClient(endpoints={list(self._endpoints)!r}, "
+            f"timeout_s={self._timeout_s}, leader={self._leader!r})"
+        )
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._http is None:
             if self._closed:
                 raise ClientError("the client is closed")
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60,
-                                             ssl=self._ssl)
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, ttl_dns_cache=60, ssl=self._ssl
+            )
             self._http = aiohttp.ClientSession(connector=connector)
             self._loop = loop
         elif loop is not self._loop:
             # aiohttp sessions (and our discovery lock) belong to one loop.
-            raise ClientError("this AsyncClient was first used on another event loop; "
-                              "create one client per loop (or use the blocking Client)")
+            raise ClientError(
+                "this AsyncClient was first used on another event loop; "
+                "create one client per loop (or use the blocking Client)"
+            )
         return self._http
 
     # -----------------------------------------------------------------------------------------
     # Key-value API
 
-    async def put(self, key: KeyLike, value: KeyLike, *, lease: int = 0,
-                  prev_kv: bool = False) -> PutResult:
+    async def put(
+        self, key: KeyLike, value: KeyLike, *, lease: int = 0, prev_kv: bool = False
+    ) -> PutResult:
         """Set ``key`` to ``value`` (optionally attached to ``lease``); with ``prev_kv`` the
         result carries the key's previous version."""
-        req = PutRequest(key=as_bytes(key), value=as_bytes(value, "value"), lease=lease,
-                         prev_kv=prev_kv)
-        return await self._call(f"put {_show_key(key)}", "POST", "/v3/kv/put",
-                                codec.encode_put(req), _plain(codec.decode_put), Route.LEADER,
-                                write=True)
+        req = PutRequest(
+            key=as_bytes(key), value=as_bytes(value, "value"), lease=lease, prev_kv=prev_kv
+        )
+        return await self._call(
+            f"put {_show_key(key)}",
+            "POST",
+            "/v3/kv/put",
+            codec.encode_put(req),
+            _plain(codec.decode_put),
+            Route.LEADER,
+            write=True,
+        )
 
-    async def get(self, key: KeyLike, *, revision: int = 0,
-                  serializable: bool = False) -> KeyValue | None:
+    async def get(
+        self, key: KeyLike, *, revision: int = 0, serializable: bool = False
+    ) -> KeyValue | None:
         """The current (or ``revision``'s) version of ``key``, or ``None``. Use ``range`` for
         the response revision, prefixes and options."""
         result = await self.range(key, revision=revision, serializable=serializable)
@@ -327,29 +346,62 @@ class AsyncClient:
         """Keys in ``[key, range_end)`` (``range_end=b"\\0"``: every key >= ``key``), or with
         ``prefix`` every key starting with ``key``, or just ``key``. Linearizable unless
         ``serializable`` (then any node answers from its local, possibly stale, state)."""
-        req = range_request(key, range_end=range_end, prefix=prefix, limit=limit,
-                            revision=revision, serializable=serializable, keys_only=keys_only,
-                            count_only=count_only, sort_order=sort_order,
-                            sort_target=sort_target)
+        req = range_request(
+            key,
+            range_end=range_end,
+            prefix=prefix,
+            limit=limit,
+            revision=revision,
+            serializable=serializable,
+            keys_only=keys_only,
+            count_only=count_only,
+            sort_order=sort_order,
+            sort_target=sort_target,
+        )
         what = f"get {_show_key(key)}" + (" --prefix" if prefix else "")
-        return await self._call(what, "POST", "/v3/kv/range", codec.encode_range(req),
-                                _plain(codec.decode_range),
-                                Route.ANY if serializable else Route.LEADER)
+        return await self._call(
+            what,
+            "POST",
+            "/v3/kv/range",
+            codec.encode_range(req),
+            _plain(codec.decode_range),
+            Route.ANY if serializable else Route.LEADER,
+        )
 
-    async def delete(self, key: KeyLike, range_end: KeyLike | None = None, *,
-                     prefix: bool = False, prev_kv: bool = False) -> DeleteResult:
+    async def delete(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        prev_kv: bool = False,
+    ) -> DeleteResult:
         """Delete ``key`` (or the range / prefix); ``deleted`` counts the keys removed."""
         k, end = key_range(key, range_end, prefix)
         req = DeleteRangeRequest(key=k, range_end=end, prev_kv=prev_kv)
         what = f"delete {_show_key(key)}" + (" --prefix" if prefix else "")
-        return await self._call(what, "POST", "/v3/kv/deleterange", codec.encode_delete(req),
-                                _plain(codec.decode_delete), Route.LEADER, write=True)
+        return await self._call(
+            what,
+            "POST",
+            "/v3/kv/deleterange",
+            codec.encode_delete(req),
+            _plain(codec.decode_delete),
+            Route.LEADER,
+            write=True,
+        )
 
     async def txn(self, txn: Txn | TxnRequest) -> TxnResult:
         """Run a transaction (see ``kvserver.client.txn``) atomically."""
         req = txn.to_request() if isinstance(txn, Txn) else txn
-        return await self._call("txn", "POST", "/v3/kv/txn", codec.encode_txn(req),
-                                _plain(codec.decode_txn), Route.LEADER, write=True)
+        return await self._call(
+            "txn",
+            "POST",
+            "/v3/kv/txn",
+            codec.encode_txn(req),
+            _plain(codec.decode_txn),
+            Route.LEADER,
+            write=True,
+        )
 
     async def compact(self, revision: int, *, physical: bool = False) -> CompactResult:
         """Drop the history below ``revision``.
@@ -361,27 +413,49 @@ class AsyncClient:
             raise ValueError(f"revision must be > 0, got {revision}")
         req = CompactionRequest(revision=revision, physical=physical)
         try:
-            return await self._call(f"compact {revision}", "POST", "/v3/kv/compaction",
-                                    codec.encode_compaction(req), _plain(codec.decode_compaction),
-                                    Route.LEADER, write=True)
+            return await self._call(
+                f"compact {revision}",
+                "POST",
+                "/v3/kv/compaction",
+                codec.encode_compaction(req),
+                _plain(codec.decode_compaction),
+                Route.LEADER,
+                write=True,
+            )
         except CompactedError as err:
             if len(err.attempts) > 1:
                 return CompactResult(header=ResponseHeader())
             raise
 
-    def watch(self, key: KeyLike, range_end: KeyLike | None = None, *, prefix: bool = False,
-              start_revision: int = 0, prev_kv: bool = False, filters: Sequence[str] = (),
-              progress_notify: bool = False,
-              reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> AsyncWatch:
+    def watch(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        filters: Sequence[str] = (),
+        progress_notify: bool = False,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
+    ) -> AsyncWatch:
         """Every change to ``key`` (or the range / prefix) from ``start_revision`` (0: from
         now on), as an async iterator of ``WatchEvent``s in revision order, each once, across
         reconnects to other endpoints (see ``kvserver.client.watch``). ``filters``: ``"NOPUT"``
         and/or ``"NODELETE"``. Raises ``WatchCompactedError`` when the history it needs is
         compacted. ``async with`` (or ``await w.start()``) waits until the server created the
         watcher (the blocking ``Client.watch`` returns only then); closing ends the watch."""
-        return AsyncWatch(self, key, range_end, prefix=prefix, start_revision=start_revision,
-                          prev_kv=prev_kv, filters=filters, progress_notify=progress_notify,
-                          reconnect_timeout_s=reconnect_timeout_s)
+        return AsyncWatch(
+            self,
+            key,
+            range_end,
+            prefix=prefix,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            filters=filters,
+            progress_notify=progress_notify,
+            reconnect_timeout_s=reconnect_timeout_s,
+        )
 
     # -----------------------------------------------------------------------------------------
     # Lease API (the JSON and the keep-alive task are in ``kvserver.client.leases``)
@@ -389,39 +463,65 @@ class AsyncClient:
     async def lease_grant(self, ttl_s: int, lease_id: int = 0) -> Lease:
         """Grant a lease of ``ttl_s`` seconds (ID ``lease_id``, or one the server chooses when
         0). Raises ``LeaseExistsError`` when that ID is taken."""
-        return await self._call(f"lease grant {ttl_s}", "POST", leases.GRANT_PATH,
-                                leases.encode_grant(ttl_s, lease_id),
-                                _plain(leases.decode_grant), Route.LEADER, write=True)
+        return await self._call(
+            f"lease grant {ttl_s}",
+            "POST",
+            leases.GRANT_PATH,
+            leases.encode_grant(ttl_s, lease_id),
+            _plain(leases.decode_grant),
+            Route.LEADER,
+            write=True,
+        )
 
     async def lease_revoke(self, lease_id: int) -> LeaseRevokeResult:
         """Revoke a lease, deleting its keys. Raises ``LeaseNotFoundError`` (also when a retry
         after an ambiguous failure finds the first attempt already revoked it)."""
-        return await self._call(f"lease revoke {leases.format_lease_id(lease_id)}", "POST",
-                                leases.REVOKE_PATH, leases.encode_id(lease_id),
-                                _plain(leases.decode_revoke), Route.LEADER, write=True)
+        return await self._call(
+            f"lease revoke {leases.format_lease_id(lease_id)}",
+            "POST",
+            leases.REVOKE_PATH,
+            leases.encode_id(lease_id),
+            _plain(leases.decode_revoke),
+            Route.LEADER,
+            write=True,
+        )
 
     async def lease_keepalive_once(self, lease_id: int) -> int:
         """Refresh a lease once; the TTL (s) it has again. Raises ``LeaseNotFoundError``."""
-        return await self._call(f"lease keep-alive {leases.format_lease_id(lease_id)}", "POST",
-                                leases.KEEPALIVE_PATH, leases.encode_id(lease_id),
-                                lambda doc, _: leases.decode_keepalive(doc, lease_id),
-                                Route.LEADER)
+        return await self._call(
+            f"lease keep-alive {leases.format_lease_id(lease_id)}",
+            "POST",
+            leases.KEEPALIVE_PATH,
+            leases.encode_id(lease_id),
+            lambda doc, _: leases.decode_keepalive(doc, lease_id),
+            Route.LEADER,
+        )
 
     async def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLive:
         """A lease's remaining and granted TTL (and its keys with ``keys``); ``ttl_s == -1``
         (``.expired``) when there is no such lease."""
-        return await self._call(f"lease timetolive {leases.format_lease_id(lease_id)}", "POST",
-                                leases.TIME_TO_LIVE_PATH,
-                                leases.encode_time_to_live(lease_id, keys),
-                                _plain(leases.decode_time_to_live), Route.LEADER)
+        return await self._call(
+            f"lease timetolive {leases.format_lease_id(lease_id)}",
+            "POST",
+            leases.TIME_TO_LIVE_PATH,
+            leases.encode_time_to_live(lease_id, keys),
+            _plain(leases.decode_time_to_live),
+            Route.LEADER,
+        )
 
     async def lease_leases(self) -> LeaseList:
         """The IDs of every lease."""
-        return await self._call("lease list", "POST", leases.LEASES_PATH, {},
-                                _plain(leases.decode_leases), Route.LEADER)
+        return await self._call(
+            "lease list", "POST", leases.LEASES_PATH, {}, _plain(leases.decode_leases), Route.LEADER
+        )
 
-    def keep_alive(self, lease_id: int, *, interval_s: float | None = None,
-                   on_refresh: Callable[[int], Any] | None = None) -> leases.KeepAlive:
+    def keep_alive(
+        self,
+        lease_id: int,
+        *,
+        interval_s: float | None = None,
+        on_refresh: Callable[[int], Any] | None = None,
+    ) -> leases.KeepAlive:
         """Keep a lease alive from a background task until closed: ``async with
         client.keep_alive(lease.id) as ka: ...`` (or ``await ka.start()`` / ``await
         ka.close()``). Refreshes at once, then every ``interval_s`` (default TTL/3), failing
@@ -435,11 +535,19 @@ class AsyncClient:
         """``/v3/maintenance/status`` of ``endpoint`` (only that one, with retries), or of any
         endpoint that answers."""
         if endpoint is None:
-            return await self._call("status", "POST", "/v3/maintenance/status", {},
-                                    codec.decode_status, Route.ANY)
+            return await self._call(
+                "status", "POST", "/v3/maintenance/status", {}, codec.decode_status, Route.ANY
+            )
         pinned = normalize_endpoints([endpoint])[0]
-        return await self._call(f"status of {pinned}", "POST", "/v3/maintenance/status", {},
-                                codec.decode_status, Route.ANY, pinned=pinned)
+        return await self._call(
+            f"status of {pinned}",
+            "POST",
+            "/v3/maintenance/status",
+            {},
+            codec.decode_status,
+            Route.ANY,
+            pinned=pinned,
+        )
 
     async def statuses(self) -> tuple[EndpointStatus, ...]:
         """The status of every configured endpoint, asked at once, one attempt each (bounded by
@@ -447,9 +555,16 @@ class AsyncClient:
 
         async def one(endpoint: str) -> EndpointStatus:
             try:
-                status = await self._call(f"status of {endpoint}", "POST",
-                                          "/v3/maintenance/status", {}, codec.decode_status,
-                                          Route.ANY, pinned=endpoint, max_attempts=1)
+                status = await self._call(
+                    f"status of {endpoint}",
+                    "POST",
+                    "/v3/maintenance/status",
+                    {},
+                    codec.decode_status,
+                    Route.ANY,
+                    pinned=endpoint,
+                    max_attempts=1,
+                )
             except ClientError as err:
                 return EndpointStatus(endpoint=endpoint, status=None, error=err)
             return EndpointStatus(endpoint=endpoint, status=status, error=None)
@@ -460,39 +575,63 @@ class AsyncClient:
         """The cluster's members (``/v3/cluster/member/list``; raftkv's ``/v1/status`` where
         the former is not served: 404/501)."""
         try:
-            return await self._call("member list", "POST", "/v3/cluster/member/list", {},
-                                    _decode_members, Route.ANY)
+            return await self._call(
+                "member list", "POST", "/v3/cluster/member/list", {}, _decode_members, Route.ANY
+            )
         except (NotFoundError, UnimplementedError):
-            return await self._call("member list", "GET", "/v1/status", None,
-                                    _decode_members, Route.ANY)
+            return await self._call(
+                "member list", "GET", "/v1/status", None, _decode_members, Route.ANY
+            )
 
-    async def member_add(self, peer_urls: Sequence[str], *,
-                         is_learner: bool = False) -> members.MemberAddResult:
+    async def member_add(
+        self, peer_urls: Sequence[str], *, is_learner: bool = False
+    ) -> members.MemberAddResult:
         """Add a member (a learner with ``is_learner``) with these peer URLs; the result has
         the new member's ID. Then start it with ``--initial-cluster-state existing``."""
-        return await self._call("member add", "POST", members.ADD_PATH,
-                                members.encode_add(peer_urls, is_learner),
-                                _plain(members.decode_add), Route.LEADER)
+        return await self._call(
+            "member add",
+            "POST",
+            members.ADD_PATH,
+            members.encode_add(peer_urls, is_learner),
+            _plain(members.decode_add),
+            Route.LEADER,
+        )
 
     async def member_remove(self, member_id: int) -> members.MemberChangeResult:
         """Remove a member for good (it stops serving)."""
-        return await self._call(f"member remove {member_id:x}", "POST", members.REMOVE_PATH,
-                                members.encode_id(member_id), _plain(members.decode_change),
-                                Route.LEADER)
+        return await self._call(
+            f"member remove {member_id:x}",
+            "POST",
+            members.REMOVE_PATH,
+            members.encode_id(member_id),
+            _plain(members.decode_change),
+            Route.LEADER,
+        )
 
     async def member_promote(self, member_id: int) -> members.MemberChangeResult:
         """Make a learner a voter (refused until it has caught up with the leader)."""
-        return await self._call(f"member promote {member_id:x}", "POST", members.PROMOTE_PATH,
-                                members.encode_id(member_id), _plain(members.decode_change),
-                                Route.LEADER)
+        return await self._call(
+            f"member promote {member_id:x}",
+            "POST",
+            members.PROMOTE_PATH,
+            members.encode_id(member_id),
+            _plain(members.decode_change),
+            Route.LEADER,
+        )
 
     async def auth_request(self, op: str, payload: dict[str, Any] | None = None) -> Any:
         """``POST /v3/auth/<op>`` (``enable``, ``user/add``, ...; see ``kvserver.api.http.auth``)
         with this client's credentials; the answer's JSON document. Errors as every call."""
         if not op or not all(part.isalpha() for part in op.split("/")):
             raise ValueError(f"bad auth operation {op!r}")
-        return await self._call(f"auth {op}", "POST", "/v3/auth/" + op, payload or {},
-                                _plain(lambda doc: doc), Route.LEADER)
+        return await self._call(
+            f"auth {op}",
+            "POST",
+            "/v3/auth/" + op,
+            payload or {},
+            _plain(lambda doc: doc),
+            Route.LEADER,
+        )
 
     async def auth_headers(self, deadline_s: float | None = None) -> dict[str, str]:
         """The ``Authorization`` header for a request (authenticating first if needed); empty
@@ -501,16 +640,18 @@ class AsyncClient:
             return {}
         if self._token is None:
             loop = asyncio.get_running_loop()
-            await self._authenticate(None, loop.time() + self._timeout_s
-                                     if deadline_s is None else deadline_s)
+            await self._authenticate(
+                None, loop.time() + self._timeout_s if deadline_s is None else deadline_s
+            )
         return {"Authorization": self._token} if self._token else {}
 
     async def refresh_token(self, used: str | None, deadline_s: float) -> None:
         """Authenticate again unless another call already replaced the token ``used``."""
         await self._authenticate(used, deadline_s, force=True)
 
-    async def _authenticate(self, used: str | None, deadline_s: float, *,
-                            force: bool = False) -> None:
+    async def _authenticate(
+        self, used: str | None, deadline_s: float, *, force: bool = False
+    ) -> None:
         if self._auth_lock is None:
             self._auth_lock = asyncio.Lock()
         async with self._auth_lock:
@@ -521,10 +662,16 @@ class AsyncClient:
             if remaining_s <= 0:
                 raise RequestTimeoutError("no time left to authenticate", operation="authenticate")
             try:
-                doc = await self._call("authenticate", "POST", "/v3/auth/authenticate",
-                                       {"name": self._user, "password": self._password},
-                                       _plain(lambda doc: doc), Route.ANY,
-                                       authenticated=False, timeout_s=remaining_s)
+                doc = await self._call(
+                    "authenticate",
+                    "POST",
+                    "/v3/auth/authenticate",
+                    {"name": self._user, "password": self._password},
+                    _plain(lambda doc: doc),
+                    Route.ANY,
+                    authenticated=False,
+                    timeout_s=remaining_s,
+                )
             except ClientError as err:
                 if err.message == _AUTH_NOT_ENABLED:
                     self._token = ""  # etcd's client too: no token while auth is off
@@ -584,8 +731,9 @@ class AsyncClient:
             if remaining_s <= 0:
                 break
             try:
-                doc = await self._send(endpoint, method, path, body, headers,
-                                       min(remaining_s, self._attempt_timeout_s))
+                doc = await self._send(
+                    endpoint, method, path, body, headers, min(remaining_s, self._attempt_timeout_s)
+                )
                 result = decode(doc, endpoint)
             except ClientError as err:
                 attempts.append(Attempt(endpoint, err.message, type(err).__name__))
@@ -600,16 +748,16 @@ class AsyncClient:
                     raise err.with_context(what, tuple(attempts)) from None
                 last_error = err
                 self._note_failure(endpoint, err)
-                log.debug("%s: attempt %d at %s failed: %s", what, len(attempts), endpoint,
-                          err.message)
+                log.debug(
+                    "%s: attempt %d at %s failed: %s", what, len(attempts), endpoint, err.message
+                )
                 if len(attempts) >= limit:
                     break
                 failed_in_round.add(endpoint)
                 if pinned is None and self._untried(failed_in_round):
                     continue  # fail over to another endpoint at once
                 failed_in_round.clear()
-                delay_s = min(backoff_s * (0.5 + self._rng.random() / 2),
-                              deadline_s - loop.time())
+                delay_s = min(backoff_s * (0.5 + self._rng.random() / 2), deadline_s - loop.time())
                 if delay_s <= 0:
                     break
                 await asyncio.sleep(delay_s)
@@ -622,11 +770,13 @@ class AsyncClient:
     def _untried(self, failed: set[str]) -> bool:
         return any(ep not in failed for ep in self._endpoints)
 
-    def _give_up(self, what: str, attempts: list[Attempt], elapsed_s: float,
-                 last_error: ClientError | None) -> ClientError:
+    def _give_up(
+        self, what: str, attempts: list[Attempt], elapsed_s: float, last_error: ClientError | None
+    ) -> ClientError:
         if not attempts:
-            return RequestTimeoutError(f"no attempt fit in the {self._timeout_s:g} s timeout",
-                                       operation=what)
+            return RequestTimeoutError(
+                f"no attempt fit in the {self._timeout_s:g} s timeout", operation=what
+            )
         if len(attempts) == 1 and last_error is not None:
             return last_error.with_context(what, tuple(attempts))
         tried = tuple(dict.fromkeys(a.endpoint for a in attempts))
@@ -635,12 +785,19 @@ class AsyncClient:
             detail = f": {attempts[0].reason}" if len(attempts) == 1 else ""
             return ConnectionFailedError(
                 f"could not reach any endpoint ({', '.join(tried)}){detail}; {summary}",
-                endpoints=tried, endpoint=attempts[-1].endpoint, operation=what,
-                attempts=tuple(attempts))
+                endpoints=tried,
+                endpoint=attempts[-1].endpoint,
+                operation=what,
+                attempts=tuple(attempts),
+            )
         last = attempts[-1]
         cls: type[ClientError] = _RETRYABLE_BY_NAME.get(last.error, UnavailableError)
-        return cls(f"{last.reason} ({summary})", endpoint=last.endpoint, operation=what,
-                   attempts=tuple(attempts))
+        return cls(
+            f"{last.reason} ({summary})",
+            endpoint=last.endpoint,
+            operation=what,
+            attempts=tuple(attempts),
+        )
 
     def _note_failure(self, endpoint: str, err: ClientError) -> None:
         if endpoint == self._leader or err.code is not None:
@@ -662,36 +819,55 @@ class AsyncClient:
         self._round_robin += 1
         return candidates[self._round_robin % len(candidates)]
 
-    async def _send(self, endpoint: str, method: str, path: str, body: bytes | None,
-                    headers: dict[str, str], timeout_s: float) -> Any:
+    async def _send(
+        self,
+        endpoint: str,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float,
+    ) -> Any:
         """One HTTP attempt; the parsed JSON of a 200 answer, or a typed ``ClientError``."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s,
-                                        sock_connect=min(self._connect_timeout_s, timeout_s))
+        timeout = aiohttp.ClientTimeout(
+            total=timeout_s, sock_connect=min(self._connect_timeout_s, timeout_s)
+        )
         try:
-            async with self._session().request(method, endpoint + path, data=body,
-                                               headers=headers, timeout=timeout) as resp:
+            async with self._session().request(
+                method, endpoint + path, data=body, headers=headers, timeout=timeout
+            ) as resp:
                 status = resp.status
                 raw = await self._read_body(resp, endpoint)
         except aiohttp.ConnectionTimeoutError:
             raise ConnectionFailedError(
                 f"cannot connect: no answer within {min(self._connect_timeout_s, timeout_s):g} s",
-                endpoints=(endpoint,), endpoint=endpoint) from None
+                endpoints=(endpoint,),
+                endpoint=endpoint,
+            ) from None
         except aiohttp.ClientSSLError as exc:  # (a ClientConnectorError) a refused handshake
-            raise ConnectionFailedError(f"TLS handshake failed: {exc.os_error or exc}",
-                                        endpoints=(endpoint,), endpoint=endpoint) from None
+            raise ConnectionFailedError(
+                f"TLS handshake failed: {exc.os_error or exc}",
+                endpoints=(endpoint,),
+                endpoint=endpoint,
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, ConnectionRefusedError):
                 reason = "connection refused"
             else:
                 reason = exc.os_error.strerror or str(exc)
-            raise ConnectionFailedError(f"cannot connect: {reason}", endpoints=(endpoint,),
-                                        endpoint=endpoint) from None
+            raise ConnectionFailedError(
+                f"cannot connect: {reason}", endpoints=(endpoint,), endpoint=endpoint
+            ) from None
         except TimeoutError:
-            raise RequestTimeoutError(f"no answer within {timeout_s:.3g} s",
-                                      endpoint=endpoint) from None
+            raise RequestTimeoutError(
+                f"no answer within {timeout_s:.3g} s", endpoint=endpoint
+            ) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise ConnectionFailedError(f"connection lost: {exc or type(exc).__name__}",
-                                        endpoints=(endpoint,), endpoint=endpoint) from None
+            raise ConnectionFailedError(
+                f"connection lost: {exc or type(exc).__name__}",
+                endpoints=(endpoint,),
+                endpoint=endpoint,
+            ) from None
         except aiohttp.ClientError as exc:
             raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
         if status != 200:
@@ -700,23 +876,27 @@ class AsyncClient:
             return json.loads(raw)
         except ValueError:
             snippet = raw[:80].decode("utf-8", "replace")
-            raise ResponseFormatError(f"answer is not JSON: {snippet!r}", http_status=status,
-                                      endpoint=endpoint) from None
+            raise ResponseFormatError(
+                f"answer is not JSON: {snippet!r}", http_status=status, endpoint=endpoint
+            ) from None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, endpoint: str) -> bytes:
         limit = self._max_response_bytes
         if resp.content_length is not None:
             if resp.content_length > limit:
-                raise ResponseFormatError(f"answer of {resp.content_length} bytes is over the "
-                                          f"{limit}-byte limit", endpoint=endpoint)
+                raise ResponseFormatError(
+                    f"answer of {resp.content_length} bytes is over the {limit}-byte limit",
+                    endpoint=endpoint,
+                )
             return await resp.read()  # the common case: one call, length already bounded
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(1 << 16):
             size += len(chunk)
             if size > limit:
-                raise ResponseFormatError(f"answer is over the {limit}-byte limit",
-                                          endpoint=endpoint)
+                raise ResponseFormatError(
+                    f"answer is over the {limit}-byte limit", endpoint=endpoint
+                )
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -730,8 +910,10 @@ class AsyncClient:
         async with self._discovery_lock:
             if self._leader is not None:
                 return self._leader  # found by a call that held the lock before us
-            if (not self._last_discovery_found
-                    and loop.time() - self._last_discovery_s < self._backoff_initial_s):
+            if (
+                not self._last_discovery_found
+                and loop.time() - self._last_discovery_s < self._backoff_initial_s
+            ):
                 return None  # just looked and found none; don't storm the cluster
             timeout_s = min(deadline_s - loop.time(), self._attempt_timeout_s)
             if timeout_s <= 0:
@@ -750,8 +932,14 @@ class AsyncClient:
         deadline_s = loop.time() + timeout_s
 
         async def ask(endpoint: str) -> Status:
-            doc = await self._send(endpoint, "POST", "/v3/maintenance/status", b"{}",
-                                   {"Content-Type": "application/json"}, timeout_s)
+            doc = await self._send(
+                endpoint,
+                "POST",
+                "/v3/maintenance/status",
+                b"{}",
+                {"Content-Type": "application/json"},
+                timeout_s,
+            )
             return codec.decode_status(doc, endpoint)
 
         tasks = [asyncio.ensure_future(ask(ep)) for ep in self._endpoints]
@@ -802,8 +990,14 @@ class AsyncClient:
         try:
             doc = await self._send(endpoint, "GET", "/v1/status", None, {}, timeout_s)
         except (NotFoundError, UnimplementedError):
-            doc = await self._send(endpoint, "POST", "/v3/cluster/member/list", b"{}",
-                                   {"Content-Type": "application/json"}, timeout_s)
+            doc = await self._send(
+                endpoint,
+                "POST",
+                "/v3/cluster/member/list",
+                b"{}",
+                {"Content-Type": "application/json"},
+                timeout_s,
+            )
         return codec.decode_members(doc)
 
 

@@ -100,8 +100,12 @@ def encode_range(req: RangeRequest) -> dict[str, Any]:
     for flag in ("serializable", "keys_only", "count_only"):
         if getattr(req, flag):
             body[flag] = True
-    for bound in ("min_mod_revision", "max_mod_revision", "min_create_revision",
-                  "max_create_revision"):
+    for bound in (
+        "min_mod_revision",
+        "max_mod_revision",
+        "min_create_revision",
+        "max_create_revision",
+    ):
         if getattr(req, bound):
             body[bound] = str(getattr(req, bound))
     return body
@@ -118,8 +122,7 @@ def encode_delete(req: DeleteRangeRequest) -> dict[str, Any]:
 
 def encode_compare(cmp: Compare) -> dict[str, Any]:
     target = CompareTarget(cmp.target)
-    body: dict[str, Any] = {"result": cmp.result.name, "target": target.name,
-                            "key": b64(cmp.key)}
+    body: dict[str, Any] = {"result": cmp.result.name, "target": target.name, "key": b64(cmp.key)}
     if cmp.range_end:
         body["range_end"] = b64(cmp.range_end)
     field = _COMPARE_FIELD[target]
@@ -245,8 +248,10 @@ def decode_kv(raw: Any) -> KeyValue:
 def decode_put(raw: Any) -> PutResult:
     doc = _mapping(raw, "put response")
     prev = doc.get("prev_kv")
-    return PutResult(header=decode_header(doc.get("header")),
-                     prev_kv=decode_kv(prev) if prev is not None else None)
+    return PutResult(
+        header=decode_header(doc.get("header")),
+        prev_kv=decode_kv(prev) if prev is not None else None,
+    )
 
 
 def decode_range(raw: Any) -> RangeResult:
@@ -283,9 +288,11 @@ def decode_txn(raw: Any) -> TxnResult:
             responses.append(decode_txn(op["response_txn"]))
         else:
             raise ResponseFormatError(f"txn response op with no known field: {sorted(op)}")
-    return TxnResult(header=decode_header(doc.get("header")),
-                     succeeded=_to_bool(doc.get("succeeded"), "succeeded"),
-                     responses=tuple(responses))
+    return TxnResult(
+        header=decode_header(doc.get("header")),
+        succeeded=_to_bool(doc.get("succeeded"), "succeeded"),
+        responses=tuple(responses),
+    )
 
 
 def decode_compaction(raw: Any) -> CompactResult:
@@ -301,7 +308,7 @@ def decode_status(raw: Any, endpoint: str) -> Status:
     errors = _list(_field(doc, "errors", default=None), "errors")
     archive = doc.get("raftkvArchive")
     lag_entries = lag_seconds = None
-    if isinstance(archive, dict):   # raftkv's extra field (a member with --archive-url)
+    if isinstance(archive, dict):  # raftkv's extra field (a member with --archive-url)
         lag_entries = to_int(archive.get("lagEntries", 0), "raftkvArchive.lagEntries")
         try:
             lag_seconds = float(archive.get("lagSeconds", 0))
@@ -319,7 +326,8 @@ def decode_status(raw: Any, endpoint: str) -> Status:
         raft_applied_index=num("raft_applied_index", "raftAppliedIndex"),
         is_learner=_to_bool(_field(doc, "is_learner", "isLearner"), "is_learner"),
         errors=tuple(str(e) for e in errors),
-        archive_lag_entries=lag_entries, archive_lag_seconds=lag_seconds,
+        archive_lag_entries=lag_entries,
+        archive_lag_seconds=lag_seconds,
     )
 
 

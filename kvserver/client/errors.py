@@ -95,8 +95,10 @@ class ClientError(Exception):
                 last.pop(a.endpoint, None)  # re-insert so the order is by latest attempt
                 last[a.endpoint] = a.reason
                 count[a.endpoint] = count.get(a.endpoint, 0) + 1
-            parts = [f"{ep} (x{count[ep]}): {reason}" if count[ep] > 1 else f"{ep}: {reason}"
-                     for ep, reason in list(last.items())[-MAX_ENDPOINTS_SHOWN:]]
+            parts = [
+                f"{ep} (x{count[ep]}): {reason}" if count[ep] > 1 else f"{ep}: {reason}"
+                for ep, reason in list(last.items())[-MAX_ENDPOINTS_SHOWN:]
+            ]
             text += f" [{len(self.attempts)} attempts: {'; '.join(parts)}]"
         return text
 
@@ -105,19 +107,40 @@ class ClientError(Exception):
         return self._copy(operation=operation, attempts=attempts)
 
     def _copy(self, **changes) -> ClientError:
-        fields = dict(code=self.code, http_status=self.http_status, endpoint=self.endpoint,
-                      operation=self.operation, attempts=self.attempts)
+        fields = dict(
+            code=self.code,
+            http_status=self.http_status,
+            endpoint=self.endpoint,
+            operation=self.operation,
+            attempts=self.attempts,
+        )
         fields.update(changes)
         return type(self)(self.message, **fields)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self.code, self.http_status, self.endpoint,
-                           self.operation, self.attempts))
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.message,
+                self.code,
+                self.http_status,
+                self.endpoint,
+                self.operation,
+                self.attempts,
+            ),
+        )
 
 
 def _rebuild(cls, message, code, http_status, endpoint, operation, attempts):
-    return cls(message, code=code, http_status=http_status, endpoint=endpoint,
-               operation=operation, attempts=attempts)
+    return cls(
+        message,
+        code=code,
+        http_status=http_status,
+        endpoint=endpoint,
+        operation=operation,
+        attempts=attempts,
+    )
 
 
 class InvalidArgumentError(ClientError):
@@ -184,19 +207,28 @@ class ConnectionFailedError(UnavailableError):
         super().__init__(message, **kwargs)
 
     def _copy(self, **changes) -> ClientError:
-        fields = dict(code=self.code, http_status=self.http_status, endpoint=self.endpoint,
-                      operation=self.operation, attempts=self.attempts, endpoints=self.endpoints)
+        fields = dict(
+            code=self.code,
+            http_status=self.http_status,
+            endpoint=self.endpoint,
+            operation=self.operation,
+            attempts=self.attempts,
+            endpoints=self.endpoints,
+        )
         fields.update(changes)
         return type(self)(self.message, **fields)
 
     def __reduce__(self):
-        return (_rebuild_conn, (self.message, self.endpoints, self.endpoint, self.operation,
-                                self.attempts))
+        return (
+            _rebuild_conn,
+            (self.message, self.endpoints, self.endpoint, self.operation, self.attempts),
+        )
 
 
 def _rebuild_conn(message, endpoints, endpoint, operation, attempts):
-    return ConnectionFailedError(message, endpoints=endpoints, endpoint=endpoint,
-                                 operation=operation, attempts=attempts)
+    return ConnectionFailedError(
+        message, endpoints=endpoints, endpoint=endpoint, operation=operation, attempts=attempts
+    )
 
 
 class ResponseFormatError(ClientError):

@@ -136,8 +136,9 @@ def _int(doc: dict[str, Any], *names: str) -> int:
 
 def decode_grant(raw: Any) -> Lease:
     doc = _doc(raw, "lease grant response")
-    lease = Lease(_int(doc, "ID", "id"), _int(doc, "TTL", "ttl"),
-                  codec.decode_header(doc.get("header")))
+    lease = Lease(
+        _int(doc, "ID", "id"), _int(doc, "TTL", "ttl"), codec.decode_header(doc.get("header"))
+    )
     if lease.id == 0:
         raise ResponseFormatError("lease grant response has no lease ID")
     return lease
@@ -184,13 +185,11 @@ def decode_keepalive(raw: Any, lease_id: int) -> int:
         except (TypeError, ValueError):
             code = None
         http_status = err.get("http_code") if isinstance(err.get("http_code"), int) else None
-        raise error_class(code, http_status, message)(message, code=code,
-                                                      http_status=http_status)
+        raise error_class(code, http_status, message)(message, code=code, http_status=http_status)
     result = _doc(doc.get("result", doc), "lease keep-alive result")
     ttl_s = _int(result, "TTL", "ttl")
     if ttl_s <= 0:
-        raise LeaseNotFoundError("etcdserver: requested lease not found",
-                                 code=GrpcCode.NOT_FOUND)
+        raise LeaseNotFoundError("etcdserver: requested lease not found", code=GrpcCode.NOT_FOUND)
     answered = _int(result, "ID", "id")
     if answered and answered != lease_id:
         raise ResponseFormatError(f"keep-alive answered lease {answered:x}, not {lease_id:x}")
@@ -233,8 +232,14 @@ def parse_lease_id(text: str, *, allow_zero: bool = False) -> int:
 class KeepAlive:
     """Keeps one lease alive from a background task (see the module docstring)."""
 
-    def __init__(self, client: AsyncClient, lease_id: int, *, interval_s: float | None = None,
-                 on_refresh: OnRefresh | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        lease_id: int,
+        *,
+        interval_s: float | None = None,
+        on_refresh: OnRefresh | None = None,
+    ) -> None:
         check_id(lease_id)
         if interval_s is not None and not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
@@ -258,8 +263,10 @@ class KeepAlive:
 
     def __repr__(self) -> str:
         state = "alive" if self.alive else ("failed" if self.error else "stopped")
-        return (f"KeepAlive(lease={format_lease_id(self.lease_id)}, {state}, ttl_s={self.ttl_s}, "
-                f"refreshes={self.refreshes})")
+        return (
+            f"KeepAlive(lease={format_lease_id(self.lease_id)}, {state}, ttl_s={self.ttl_s}, "
+            f"refreshes={self.refreshes})"
+        )
 
     async def start(self) -> KeepAlive:
         """Refresh once now (raising ``LeaseNotFoundError`` etc. if that fails), then keep
@@ -358,8 +365,11 @@ class KeepAlive:
                 last = exc
                 self.failures += 1
                 log.debug("keep-alive of lease %x failed, retrying: %s", self.lease_id, exc)
-                await asyncio.sleep(max(0.0, min(RETRY_INTERVAL_S, self._interval(),
-                                                 self._expires_at - loop.time())))
+                await asyncio.sleep(
+                    max(
+                        0.0, min(RETRY_INTERVAL_S, self._interval(), self._expires_at - loop.time())
+                    )
+                )
                 continue
             except TimeoutError:  # our deadline: the lease's TTL ran out
                 raise _expired(self.lease_id, self.ttl_s, last) from None
@@ -371,13 +381,20 @@ def _expired(lease_id: int, ttl_s: int | None, last: ClientError | None) -> Clie
     """The error a keep-alive stops with when no refresh got through in time: the last
     failure's type (retryable: the cluster may just have been unreachable), saying so."""
     what = f"keep-alive {format_lease_id(lease_id)}"
-    message = (f"no refresh of lease {format_lease_id(lease_id)} succeeded within its "
-               f"{ttl_s} s TTL; it may have expired")
+    message = (
+        f"no refresh of lease {format_lease_id(lease_id)} succeeded within its "
+        f"{ttl_s} s TTL; it may have expired"
+    )
     if last is None:
         return ClientError(message, operation=what)
-    return type(last)(f"{message}: {last.message}", code=last.code,
-                      http_status=last.http_status, endpoint=last.endpoint, operation=what,
-                      attempts=last.attempts)
+    return type(last)(
+        f"{message}: {last.message}",
+        code=last.code,
+        http_status=last.http_status,
+        endpoint=last.endpoint,
+        operation=what,
+        attempts=last.attempts,
+    )
 
 
 class SyncKeepAlive:
@@ -418,8 +435,7 @@ class SyncKeepAlive:
         except concurrent.futures.TimeoutError:
             # The loop is blocked (a slow on_refresh?); the keep-alive is marked closed, so
             # it sends no further refresh, and close() runs when the loop moves again.
-            log.warning("keep-alive of lease %x: close() did not finish within 10 s",
-                        self.lease_id)
+            log.warning("keep-alive of lease %x: close() did not finish within 10 s", self.lease_id)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until the keep-alive stops (``True``; raises its failure) or ``timeout_s``

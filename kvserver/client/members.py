@@ -62,8 +62,11 @@ def _doc(raw: Any) -> dict[str, Any]:
 
 def decode_add(raw: Any) -> MemberAddResult:
     doc = _doc(raw)
-    return MemberAddResult(codec.decode_header(doc.get("header")),
-                           codec.decode_member(doc.get("member")), codec.decode_members(doc))
+    return MemberAddResult(
+        codec.decode_header(doc.get("header")),
+        codec.decode_member(doc.get("member")),
+        codec.decode_members(doc),
+    )
 
 
 def decode_change(raw: Any) -> MemberChangeResult:

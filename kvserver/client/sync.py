@@ -71,8 +71,9 @@ def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
         loop.close()
 
 
-def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
-              aclient: AsyncClient) -> None:
+def _shutdown(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, aclient: AsyncClient
+) -> None:
     """Close the async client on its loop, then stop the loop and join its thread."""
     if loop.is_closed():
         return
@@ -143,8 +144,9 @@ class Client:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
-                thread = threading.Thread(target=_run_loop, args=(loop, ready),
-                                          name="raftkv-client-loop", daemon=True)
+                thread = threading.Thread(
+                    target=_run_loop, args=(loop, ready), name="raftkv-client-loop", daemon=True
+                )
                 thread.start()
                 ready.wait()
                 self._loop, self._thread = loop, thread
@@ -163,8 +165,10 @@ class Client:
             raise
         if threading.current_thread() is self._thread:
             coro.close()
-            raise RuntimeError("a blocking Client method was called from the client's own "
-                               "event loop thread; use AsyncClient there")
+            raise RuntimeError(
+                "a blocking Client method was called from the client's own "
+                "event loop thread; use AsyncClient there"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             return future.result(self._aclient.timeout_s + WAIT_MARGIN_S if bounded else None)
@@ -173,8 +177,9 @@ class Client:
                 raise  # the call's own outcome (note: RequestTimeoutError is a TimeoutError)
             future.cancel()  # the wait was interrupted or the loop is stuck: abandon the call
             if isinstance(exc, concurrent.futures.TimeoutError):
-                raise RequestTimeoutError("the client's event loop did not finish the call "
-                                          "in time") from None
+                raise RequestTimeoutError(
+                    "the client's event loop did not finish the call in time"
+                ) from None
             raise
 
     # -----------------------------------------------------------------------------------------
@@ -183,12 +188,14 @@ class Client:
     def auth_request(self, op: str, payload: dict[str, Any] | None = None) -> Any:
         return self._run(self._aclient.auth_request(op, payload))
 
-    def put(self, key: KeyLike, value: KeyLike, *, lease: int = 0,
-            prev_kv: bool = False) -> PutResult:
+    def put(
+        self, key: KeyLike, value: KeyLike, *, lease: int = 0, prev_kv: bool = False
+    ) -> PutResult:
         return self._run(self._aclient.put(key, value, lease=lease, prev_kv=prev_kv))
 
-    def get(self, key: KeyLike, *, revision: int = 0,
-            serializable: bool = False) -> KeyValue | None:
+    def get(
+        self, key: KeyLike, *, revision: int = 0, serializable: bool = False
+    ) -> KeyValue | None:
         return self._run(self._aclient.get(key, revision=revision, serializable=serializable))
 
     def range(
@@ -205,13 +212,29 @@ class Client:
         sort_order: SortOrder | str = SortOrder.NONE,
         sort_target: SortTarget | str = SortTarget.KEY,
     ) -> RangeResult:
-        return self._run(self._aclient.range(
-            key, range_end, prefix=prefix, limit=limit, revision=revision,
-            serializable=serializable, keys_only=keys_only, count_only=count_only,
-            sort_order=sort_order, sort_target=sort_target))
+        return self._run(
+            self._aclient.range(
+                key,
+                range_end,
+                prefix=prefix,
+                limit=limit,
+                revision=revision,
+                serializable=serializable,
+                keys_only=keys_only,
+                count_only=count_only,
+                sort_order=sort_order,
+                sort_target=sort_target,
+            )
+        )
 
-    def delete(self, key: KeyLike, range_end: KeyLike | None = None, *,
-               prefix: bool = False, prev_kv: bool = False) -> DeleteResult:
+    def delete(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        prev_kv: bool = False,
+    ) -> DeleteResult:
         return self._run(self._aclient.delete(key, range_end, prefix=prefix, prev_kv=prev_kv))
 
     def txn(self, txn: Txn | TxnRequest) -> TxnResult:
@@ -220,14 +243,29 @@ class Client:
     def compact(self, revision: int, *, physical: bool = False) -> CompactResult:
         return self._run(self._aclient.compact(revision, physical=physical))
 
-    def watch(self, key: KeyLike, range_end: KeyLike | None = None, *, prefix: bool = False,
-              start_revision: int = 0, prev_kv: bool = False, filters: Sequence[str] = (),
-              progress_notify: bool = False,
-              reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> SyncWatch:
-        awatch = AsyncWatch(self._aclient, key, range_end, prefix=prefix,
-                            start_revision=start_revision, prev_kv=prev_kv, filters=filters,
-                            progress_notify=progress_notify,
-                            reconnect_timeout_s=reconnect_timeout_s)
+    def watch(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        filters: Sequence[str] = (),
+        progress_notify: bool = False,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
+    ) -> SyncWatch:
+        awatch = AsyncWatch(
+            self._aclient,
+            key,
+            range_end,
+            prefix=prefix,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            filters=filters,
+            progress_notify=progress_notify,
+            reconnect_timeout_s=reconnect_timeout_s,
+        )
         # Returns once the watcher exists (a watch from "now" then misses nothing after it).
         try:
             self._run(awatch.start(), bounded=False)
@@ -251,14 +289,18 @@ class Client:
     def lease_leases(self) -> LeaseList:
         return self._run(self._aclient.lease_leases())
 
-    def keep_alive(self, lease_id: int, *, interval_s: float | None = None,
-                   on_refresh: Callable[[int], Any] | None = None) -> SyncKeepAlive:
+    def keep_alive(
+        self,
+        lease_id: int,
+        *,
+        interval_s: float | None = None,
+        on_refresh: Callable[[int], Any] | None = None,
+    ) -> SyncKeepAlive:
         """Keep a lease alive from the client's own event loop thread (no extra thread) until
         closed: ``with client.keep_alive(lease.id) as ka: ...``. Returns after the first
         refresh (raising ``LeaseNotFoundError`` etc. if it failed); ``on_refresh`` runs on the
         loop thread. See ``kvserver.client.leases``."""
-        keepalive = KeepAlive(self._aclient, lease_id, interval_s=interval_s,
-                              on_refresh=on_refresh)
+        keepalive = KeepAlive(self._aclient, lease_id, interval_s=interval_s, on_refresh=on_refresh)
         self._run(keepalive.start())
         return SyncKeepAlive(self._ensure_loop(), keepalive)
 
@@ -271,8 +313,7 @@ class Client:
     def member_list(self) -> tuple[Member, ...]:
         return self._run(self._aclient.member_list())
 
-    def member_add(self, peer_urls: Sequence[str], *,
-                   is_learner: bool = False) -> MemberAddResult:
+    def member_add(self, peer_urls: Sequence[str], *, is_learner: bool = False) -> MemberAddResult:
         return self._run(self._aclient.member_add(peer_urls, is_learner=is_learner))
 
     def member_remove(self, member_id: int) -> MemberChangeResult:
@@ -285,9 +326,26 @@ class Client:
         return self._run(self._aclient.find_leader())
 
 
-for _name in ("put", "get", "range", "delete", "txn", "compact", "watch", "status", "statuses",
-              "member_list", "member_add", "member_remove", "member_promote", "find_leader",
-              "lease_grant", "lease_revoke", "lease_keepalive_once", "lease_time_to_live",
-              "lease_leases"):
+for _name in (
+    "put",
+    "get",
+    "range",
+    "delete",
+    "txn",
+    "compact",
+    "watch",
+    "status",
+    "statuses",
+    "member_list",
+    "member_add",
+    "member_remove",
+    "member_promote",
+    "find_leader",
+    "lease_grant",
+    "lease_revoke",
+    "lease_keepalive_once",
+    "lease_time_to_live",
+    "lease_leases",
+):
     getattr(Client, _name).__doc__ = getattr(AsyncClient, _name).__doc__
 del _name

@@ -71,8 +71,14 @@ class CompareOperand:
     __slots__ = ("_target", "_key", "_range_end")
     __hash__ = None  # type: ignore[assignment]  # == builds a Compare, not a bool
 
-    def __init__(self, target: CompareTarget, key: KeyLike, *, range_end: KeyLike | None = None,
-                 prefix: bool = False) -> None:
+    def __init__(
+        self,
+        target: CompareTarget,
+        key: KeyLike,
+        *,
+        range_end: KeyLike | None = None,
+        prefix: bool = False,
+    ) -> None:
         self._target = target
         self._key, self._range_end = key_range(key, range_end, prefix)
 
@@ -82,13 +88,19 @@ class CompareOperand:
             field = {"value": as_bytes(other, "compared value")}  # type: ignore[arg-type]
         else:
             if isinstance(other, bool) or not isinstance(other, int):
-                raise TypeError(f"compare {self._target.name} with an int, "
-                                f"not {type(other).__name__}")
-            name = {CompareTarget.VERSION: "version", CompareTarget.CREATE: "create_revision",
-                    CompareTarget.MOD: "mod_revision", CompareTarget.LEASE: "lease"}[self._target]
+                raise TypeError(
+                    f"compare {self._target.name} with an int, not {type(other).__name__}"
+                )
+            name = {
+                CompareTarget.VERSION: "version",
+                CompareTarget.CREATE: "create_revision",
+                CompareTarget.MOD: "mod_revision",
+                CompareTarget.LEASE: "lease",
+            }[self._target]
             field = {name: other}
-        return Compare(result=result, target=self._target, key=self._key,
-                       range_end=self._range_end, **field)  # type: ignore[arg-type]
+        return Compare(
+            result=result, target=self._target, key=self._key, range_end=self._range_end, **field
+        )  # type: ignore[arg-type]
 
     def eq(self, other: object) -> Compare:
         return self._build(CompareResult.EQUAL, other)
@@ -137,25 +149,51 @@ class Op:
 
     @staticmethod
     def put(key: KeyLike, value: KeyLike, *, lease: int = 0, prev_kv: bool = False) -> RequestOp:
-        return RequestOp(request_put=PutRequest(key=as_bytes(key), value=as_bytes(value, "value"),
-                                                lease=lease, prev_kv=prev_kv))
+        return RequestOp(
+            request_put=PutRequest(
+                key=as_bytes(key), value=as_bytes(value, "value"), lease=lease, prev_kv=prev_kv
+            )
+        )
 
     @staticmethod
-    def get(key: KeyLike, *, range_end: KeyLike | None = None, prefix: bool = False,
-            limit: int = 0, revision: int = 0, keys_only: bool = False,
-            count_only: bool = False, sort_order: SortOrder | str = SortOrder.NONE,
-            sort_target: SortTarget | str = SortTarget.KEY) -> RequestOp:
-        return RequestOp(request_range=range_request(
-            key, range_end=range_end, prefix=prefix, limit=limit, revision=revision,
-            keys_only=keys_only, count_only=count_only, sort_order=sort_order,
-            sort_target=sort_target))
+    def get(
+        key: KeyLike,
+        *,
+        range_end: KeyLike | None = None,
+        prefix: bool = False,
+        limit: int = 0,
+        revision: int = 0,
+        keys_only: bool = False,
+        count_only: bool = False,
+        sort_order: SortOrder | str = SortOrder.NONE,
+        sort_target: SortTarget | str = SortTarget.KEY,
+    ) -> RequestOp:
+        return RequestOp(
+            request_range=range_request(
+                key,
+                range_end=range_end,
+                prefix=prefix,
+                limit=limit,
+                revision=revision,
+                keys_only=keys_only,
+                count_only=count_only,
+                sort_order=sort_order,
+                sort_target=sort_target,
+            )
+        )
 
     @staticmethod
-    def delete(key: KeyLike, *, range_end: KeyLike | None = None, prefix: bool = False,
-               prev_kv: bool = False) -> RequestOp:
+    def delete(
+        key: KeyLike,
+        *,
+        range_end: KeyLike | None = None,
+        prefix: bool = False,
+        prev_kv: bool = False,
+    ) -> RequestOp:
         k, end = key_range(key, range_end, prefix)
-        return RequestOp(request_delete_range=DeleteRangeRequest(key=k, range_end=end,
-                                                                 prev_kv=prev_kv))
+        return RequestOp(
+            request_delete_range=DeleteRangeRequest(key=k, range_end=end, prev_kv=prev_kv)
+        )
 
     @staticmethod
     def txn(txn: Txn | TxnRequest) -> RequestOp:
@@ -172,20 +210,35 @@ def _enum(kind, raw):
     return kind(raw)
 
 
-def range_request(key: KeyLike, *, range_end: KeyLike | None = None, prefix: bool = False,
-                  limit: int = 0, revision: int = 0, serializable: bool = False,
-                  keys_only: bool = False, count_only: bool = False,
-                  sort_order: SortOrder | str = SortOrder.NONE,
-                  sort_target: SortTarget | str = SortTarget.KEY) -> RangeRequest:
+def range_request(
+    key: KeyLike,
+    *,
+    range_end: KeyLike | None = None,
+    prefix: bool = False,
+    limit: int = 0,
+    revision: int = 0,
+    serializable: bool = False,
+    keys_only: bool = False,
+    count_only: bool = False,
+    sort_order: SortOrder | str = SortOrder.NONE,
+    sort_target: SortTarget | str = SortTarget.KEY,
+) -> RangeRequest:
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if revision < 0:
         raise ValueError(f"revision must be >= 0, got {revision}")
     k, end = key_range(key, range_end, prefix)
-    return RangeRequest(key=k, range_end=end, limit=limit, revision=revision,
-                        serializable=serializable, keys_only=keys_only, count_only=count_only,
-                        sort_order=_enum(SortOrder, sort_order),
-                        sort_target=_enum(SortTarget, sort_target))
+    return RangeRequest(
+        key=k,
+        range_end=end,
+        limit=limit,
+        revision=revision,
+        serializable=serializable,
+        keys_only=keys_only,
+        count_only=count_only,
+        sort_order=_enum(SortOrder, sort_order),
+        sort_target=_enum(SortTarget, sort_target),
+    )
 
 
 class Txn:
@@ -221,12 +274,15 @@ class Txn:
     def to_request(self) -> TxnRequest:
         if max(len(self._success), len(self._failure)) > MAX_TXN_OPS:
             raise ValueError(f"a txn branch has more than {MAX_TXN_OPS} operations")
-        return TxnRequest(compare=tuple(self._compare), success=tuple(self._success),
-                          failure=tuple(self._failure))
+        return TxnRequest(
+            compare=tuple(self._compare), success=tuple(self._success), failure=tuple(self._failure)
+        )
 
     def __repr__(self) -> str:
-        return (f"Txn(compare={len(self._compare)}, then={len(self._success)}, "
-                f"otherwise={len(self._failure)})")
+        return (
+            f"Txn(compare={len(self._compare)}, then={len(self._success)}, "
+            f"otherwise={len(self._failure)})"
+        )
 
 
 def _check_ops(ops: tuple[RequestOp, ...]) -> tuple[RequestOp, ...]:

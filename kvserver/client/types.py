@@ -105,7 +105,7 @@ class Status:
     raft_applied_index: int = 0
     is_learner: bool = False
     errors: tuple[str, ...] = ()
-    archive_lag_entries: int | None = None    # raftkv's own field: None = not archiving
+    archive_lag_entries: int | None = None  # raftkv's own field: None = not archiving
     archive_lag_seconds: float | None = None
 
     @property

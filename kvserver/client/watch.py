@@ -145,8 +145,13 @@ class WatchResponse:
 
     @property
     def is_progress_notify(self) -> bool:
-        return (not self.events and not self.created and not self.canceled
-                and self.compact_revision == 0 and self.header.revision != 0)
+        return (
+            not self.events
+            and not self.created
+            and not self.canceled
+            and self.compact_revision == 0
+            and self.header.revision != 0
+        )
 
 
 class WatchCanceledError(ClientError):
@@ -163,20 +168,28 @@ class WatchCompactedError(CompactedError):
         super().__init__(message, **kwargs)
 
     def _copy(self, **changes: Any) -> ClientError:
-        fields = dict(code=self.code, http_status=self.http_status, endpoint=self.endpoint,
-                      operation=self.operation, attempts=self.attempts,
-                      compact_revision=self.compact_revision)
+        fields = dict(
+            code=self.code,
+            http_status=self.http_status,
+            endpoint=self.endpoint,
+            operation=self.operation,
+            attempts=self.attempts,
+            compact_revision=self.compact_revision,
+        )
         fields.update(changes)
         return type(self)(self.message, **fields)
 
     def __reduce__(self):
-        return (_rebuild_compacted, (self.message, self.compact_revision, self.endpoint,
-                                     self.operation))
+        return (
+            _rebuild_compacted,
+            (self.message, self.compact_revision, self.endpoint, self.operation),
+        )
 
 
 def _rebuild_compacted(message, compact_revision, endpoint, operation):
-    return WatchCompactedError(message, compact_revision=compact_revision, endpoint=endpoint,
-                               operation=operation)
+    return WatchCompactedError(
+        message, compact_revision=compact_revision, endpoint=endpoint, operation=operation
+    )
 
 
 def _decode_event(raw: Any) -> WatchEvent:
@@ -190,8 +203,9 @@ def _decode_event(raw: Any) -> WatchEvent:
     else:
         raise ResponseFormatError(f"watch event: unknown type {kind!r:.40}")
     prev = raw.get("prev_kv", raw.get("prevKv"))
-    return WatchEvent(etype, codec.decode_kv(raw.get("kv")),
-                      None if prev is None else codec.decode_kv(prev))
+    return WatchEvent(
+        etype, codec.decode_kv(raw.get("kv")), None if prev is None else codec.decode_kv(prev)
+    )
 
 
 def _flag(doc: dict, name: str) -> bool:
@@ -221,8 +235,9 @@ def decode_watch_response(raw: Any) -> WatchResponse:
         watch_id=codec.to_int(get("watch_id", "watchId"), "watch_id"),
         created=_flag(raw, "created"),
         canceled=_flag(raw, "canceled"),
-        compact_revision=codec.to_int(get("compact_revision", "compactRevision"),
-                                      "compact_revision"),
+        compact_revision=codec.to_int(
+            get("compact_revision", "compactRevision"), "compact_revision"
+        ),
         cancel_reason=reason,
         fragment=_flag(raw, "fragment"),
         events=tuple(_decode_event(e) for e in events),
@@ -372,8 +387,10 @@ class AsyncWatch:
             raise
 
     def __repr__(self) -> str:
-        return (f"AsyncWatch({self._key!r}, range_end={self._range_end!r}, "
-                f"next_revision={self._next_rev}, endpoint={self._endpoint!r})")
+        return (
+            f"AsyncWatch({self._key!r}, range_end={self._range_end!r}, "
+            f"next_revision={self._next_rev}, endpoint={self._endpoint!r})"
+        )
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -408,16 +425,19 @@ class AsyncWatch:
         try:
             line = await self._read_line()
             if line is None:
-                raise _Reconnect(ConnectionFailedError(
-                    "the watch stream ended", endpoints=(endpoint,), endpoint=endpoint))
+                raise _Reconnect(
+                    ConnectionFailedError(
+                        "the watch stream ended", endpoints=(endpoint,), endpoint=endpoint
+                    )
+                )
             try:
                 doc = json.loads(line)
             except ValueError:
-                raise ResponseFormatError(f"watch line is not JSON: {bytes(line[:80])!r}",
-                                          endpoint=endpoint) from None
+                raise ResponseFormatError(
+                    f"watch line is not JSON: {bytes(line[:80])!r}", endpoint=endpoint
+                ) from None
             if not isinstance(doc, dict):
-                raise ResponseFormatError("watch line: expected a JSON object",
-                                          endpoint=endpoint)
+                raise ResponseFormatError("watch line: expected a JSON object", endpoint=endpoint)
             if "result" not in doc and "error" in doc:
                 err = _stream_error(doc["error"], endpoint)
                 if err.retryable:
@@ -425,8 +445,13 @@ class AsyncWatch:
                 raise err.with_context(self._what, ())
             self._handle(decode_watch_response(doc.get("result")))
         except _Reconnect as why:
-            log.debug("%s: stream from %s broke (%s); resuming from revision %d", self._what,
-                      endpoint, why.error.message, self._next_rev)
+            log.debug(
+                "%s: stream from %s broke (%s); resuming from revision %d",
+                self._what,
+                endpoint,
+                why.error.message,
+                self._next_rev,
+            )
             self._client._note_failure(endpoint, why.error)
             self._drop()
 
@@ -434,8 +459,9 @@ class AsyncWatch:
         self.responses += 1
         endpoint = self._endpoint or ""
         if resp.created and resp.canceled:  # refused at creation
-            raise WatchCanceledError(resp.cancel_reason or "watch refused", endpoint=endpoint,
-                                     operation=self._what)
+            raise WatchCanceledError(
+                resp.cancel_reason or "watch refused", endpoint=endpoint, operation=self._what
+            )
         if resp.created:
             self._created = True
             if self._next_rev == 0:
@@ -465,12 +491,18 @@ class AsyncWatch:
                 raise WatchCompactedError(
                     f"required revision {self._next_rev} has been compacted "
                     f"(compact revision {resp.compact_revision})",
-                    compact_revision=resp.compact_revision, code=GrpcCode.OUT_OF_RANGE,
-                    endpoint=endpoint, operation=self._what)
+                    compact_revision=resp.compact_revision,
+                    code=GrpcCode.OUT_OF_RANGE,
+                    endpoint=endpoint,
+                    operation=self._what,
+                )
             # Too slow, server stopping, or canceled by someone else: resume elsewhere.
-            raise _Reconnect(UnavailableError(
-                f"watch canceled by the server: {resp.cancel_reason or 'no reason given'}",
-                endpoint=endpoint))
+            raise _Reconnect(
+                UnavailableError(
+                    f"watch canceled by the server: {resp.cancel_reason or 'no reason given'}",
+                    endpoint=endpoint,
+                )
+            )
         if resp.is_progress_notify and resp.header.revision + 1 > self._next_rev:
             self._next_rev = resp.header.revision + 1
 
@@ -479,8 +511,11 @@ class AsyncWatch:
         loop = asyncio.get_running_loop()
         # Creating the watch is a call like any other (the client's timeout); once it ran,
         # losing the stream gets the longer reconnect budget.
-        budget_s = (self._reconnect_timeout_s if self._created
-                    else min(self._reconnect_timeout_s, client._timeout_s))
+        budget_s = (
+            self._reconnect_timeout_s
+            if self._created
+            else min(self._reconnect_timeout_s, client._timeout_s)
+        )
         deadline_s = loop.time() + budget_s
         attempts: list[Attempt] = []
         failed: set[str] = set()
@@ -504,7 +539,7 @@ class AsyncWatch:
             except ClientError as err:
                 attempts.append(Attempt(endpoint, err.message, type(err).__name__))
                 if not reauthenticated and err.message == INVALID_AUTH_TOKEN:
-                    reauthenticated = True   # an expired token, a restarted member: once
+                    reauthenticated = True  # an expired token, a restarted member: once
                     await client.refresh_token(self._token_used, deadline_s)
                     continue
                 if not err.retryable:
@@ -515,8 +550,9 @@ class AsyncWatch:
                 if client._untried(failed):
                     continue
                 failed.clear()
-                delay_s = min(backoff_s * (0.5 + client._rng.random() / 2),
-                              deadline_s - loop.time())
+                delay_s = min(
+                    backoff_s * (0.5 + client._rng.random() / 2), deadline_s - loop.time()
+                )
                 if delay_s <= 0:
                     break
                 await asyncio.sleep(delay_s)
@@ -528,8 +564,9 @@ class AsyncWatch:
     async def _open(self, endpoint: str, timeout_s: float) -> None:
         """POST the create request; raise a typed error unless a 200 stream starts."""
         client = self._client
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=None,
-                                        sock_connect=min(client._connect_timeout_s, timeout_s))
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_read=None, sock_connect=min(client._connect_timeout_s, timeout_s)
+        )
         session = client._session()
         headers = {"Content-Type": "application/json", **await client.auth_headers()}
         self._token_used = headers.get("Authorization")
@@ -538,20 +575,31 @@ class AsyncWatch:
             # of the caller that arrives as the call completes (CPython gh-86296), so a
             # cancelled ``__anext__`` would go on reading, and lose the event it returns.
             async with asyncio.timeout(timeout_s):
-                resp = await session.post(endpoint + WATCH_PATH, data=self._request_body(),
-                                          headers=headers, timeout=timeout)
+                resp = await session.post(
+                    endpoint + WATCH_PATH,
+                    data=self._request_body(),
+                    headers=headers,
+                    timeout=timeout,
+                )
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
-            reason = ("connection refused"
-                      if isinstance(getattr(exc, "os_error", None), ConnectionRefusedError)
-                      else str(exc) or type(exc).__name__)
-            raise ConnectionFailedError(f"cannot connect: {reason}", endpoints=(endpoint,),
-                                        endpoint=endpoint) from None
+            reason = (
+                "connection refused"
+                if isinstance(getattr(exc, "os_error", None), ConnectionRefusedError)
+                else str(exc) or type(exc).__name__
+            )
+            raise ConnectionFailedError(
+                f"cannot connect: {reason}", endpoints=(endpoint,), endpoint=endpoint
+            ) from None
         except TimeoutError:
-            raise RequestTimeoutError(f"no answer within {timeout_s:.3g} s",
-                                      endpoint=endpoint) from None
+            raise RequestTimeoutError(
+                f"no answer within {timeout_s:.3g} s", endpoint=endpoint
+            ) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
-            raise ConnectionFailedError(f"connection lost: {exc or type(exc).__name__}",
-                                        endpoints=(endpoint,), endpoint=endpoint) from None
+            raise ConnectionFailedError(
+                f"connection lost: {exc or type(exc).__name__}",
+                endpoints=(endpoint,),
+                endpoint=endpoint,
+            ) from None
         except aiohttp.ClientError as exc:
             raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
         if resp.status != 200:
@@ -578,21 +626,26 @@ class AsyncWatch:
             nl = buf.find(b"\n", scanned)
             if nl >= 0:
                 line = buf[:nl]
-                del buf[:nl + 1]
+                del buf[: nl + 1]
                 if line.strip():
                     return line
                 scanned = 0
                 continue
             scanned = len(buf)
             if len(buf) > self._max_line_bytes:
-                raise ResponseFormatError(f"a watch line is over {self._max_line_bytes} bytes",
-                                          endpoint=endpoint)
+                raise ResponseFormatError(
+                    f"a watch line is over {self._max_line_bytes} bytes", endpoint=endpoint
+                )
             try:
                 chunk = await resp.content.readany()
             except (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError) as exc:
-                raise _Reconnect(ConnectionFailedError(
-                    f"connection lost: {exc or type(exc).__name__}", endpoints=(endpoint,),
-                    endpoint=endpoint)) from None
+                raise _Reconnect(
+                    ConnectionFailedError(
+                        f"connection lost: {exc or type(exc).__name__}",
+                        endpoints=(endpoint,),
+                        endpoint=endpoint,
+                    )
+                ) from None
             if not chunk:
                 if buf.strip():
                     line = bytearray(buf)
@@ -654,8 +707,9 @@ class SyncWatch:
         waited_s = 0.0
         try:
             while True:
-                step = self._POLL_S if timeout_s is None else min(self._POLL_S,
-                                                                  timeout_s - waited_s)
+                step = (
+                    self._POLL_S if timeout_s is None else min(self._POLL_S, timeout_s - waited_s)
+                )
                 try:
                     return future.result(max(step, 0.0))
                 except concurrent.futures.TimeoutError:

@@ -679,8 +679,7 @@ class Lessor:
             for cid, items in self._dedup.export()
         ]
         return msgpack.packb(
-            {"magic": SNAPSHOT_MAGIC, "version": SNAPSHOT_VERSION, "leases": rows,
-             "dedup": dedup},
+            {"magic": SNAPSHOT_MAGIC, "version": SNAPSHOT_VERSION, "leases": rows, "dedup": dedup},
             use_bin_type=True,
         )
 

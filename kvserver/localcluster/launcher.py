@@ -40,7 +40,7 @@ class NodeProcess:
     log_path: str
     args: list[str]
     proc: subprocess.Popen | None = None
-    scheme: str = "http"                   # "https": client and peer URLs use TLS
+    scheme: str = "http"  # "https": client and peer URLs use TLS
 
     @property
     def client_url(self) -> str:
@@ -62,7 +62,7 @@ class NodeProcess:
 class LocalCluster:
     data_dir: str
     size: int = 3
-    base_port: int | None = None           # None: free ports chosen by the kernel
+    base_port: int | None = None  # None: free ports chosen by the kernel
     extra_args: list[str] = field(default_factory=list)
     token: str = "raftkv-local"
     nodes: list[NodeProcess] = field(default_factory=list)
@@ -78,15 +78,26 @@ class LocalCluster:
     def __post_init__(self):
         if self.tls:
             from kvserver.tls import make_cluster_pki
+
             self.scheme = "https"
             self.pki = make_cluster_pki(os.path.join(self.data_dir, "tls"), ["127.0.0.1"])
             p = self.pki
             self.extra_args = [
-                "--cert-file", p.server_cert, "--key-file", p.server_key,
-                "--trusted-ca-file", p.ca_file,
-                "--peer-cert-file", p.server_cert, "--peer-key-file", p.server_key,
-                "--peer-trusted-ca-file", p.ca_file, "--peer-client-cert-auth",
-                *self.extra_args]
+                "--cert-file",
+                p.server_cert,
+                "--key-file",
+                p.server_key,
+                "--trusted-ca-file",
+                p.ca_file,
+                "--peer-cert-file",
+                p.server_cert,
+                "--peer-key-file",
+                p.server_key,
+                "--peer-trusted-ca-file",
+                p.ca_file,
+                "--peer-client-cert-auth",
+                *self.extra_args,
+            ]
         if self.base_port is None:
             ports = free_ports(2 * self.size)
             pairs = [(ports[2 * i], ports[2 * i + 1]) for i in range(self.size)]
@@ -94,13 +105,20 @@ class LocalCluster:
             offsets = [10000 * (i + 1) if i else 0 for i in range(self.size)]
             pairs = [(self.base_port + o, self.base_port + o + 1) for o in offsets]
         names = [f"node{i + 1}" for i in range(self.size)]
-        initial = ",".join(f"{n}={self.scheme}://127.0.0.1:{p}"
-                           for n, (_, p) in zip(names, pairs, strict=True))
+        initial = ",".join(
+            f"{n}={self.scheme}://127.0.0.1:{p}" for n, (_, p) in zip(names, pairs, strict=True)
+        )
         os.makedirs(self.data_dir, exist_ok=True)
         for name, (cport, pport) in zip(names, pairs, strict=True):
-            node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
-                               os.path.join(self.data_dir, f"{name}.log"), [],
-                               scheme=self.scheme)
+            node = NodeProcess(
+                name,
+                cport,
+                pport,
+                os.path.join(self.data_dir, name),
+                os.path.join(self.data_dir, f"{name}.log"),
+                [],
+                scheme=self.scheme,
+            )
             node.args = self._serve_args(node, initial, "new")
             self.nodes.append(node)
 
@@ -108,8 +126,15 @@ class LocalCluster:
         """A new node on free ports whose ``--initial-cluster`` is every current node plus
         itself; appended to ``nodes`` (``start_node`` starts it)."""
         cport, pport = free_ports(2)
-        node = NodeProcess(name, cport, pport, os.path.join(self.data_dir, name),
-                           os.path.join(self.data_dir, f"{name}.log"), [], scheme=self.scheme)
+        node = NodeProcess(
+            name,
+            cport,
+            pport,
+            os.path.join(self.data_dir, name),
+            os.path.join(self.data_dir, f"{name}.log"),
+            [],
+            scheme=self.scheme,
+        )
         initial = ",".join(f"{n.name}={n.peer_url}" for n in [*self.nodes, node])
         node.args = self._serve_args(node, initial, "existing")
         self.nodes.append(node)
@@ -117,15 +142,26 @@ class LocalCluster:
 
     def _serve_args(self, node: NodeProcess, initial_cluster: str, state: str) -> list[str]:
         return [
-            *self.program, "serve",
-            "--name", node.name, "--data-dir", node.data_dir,
-            "--listen-client-urls", node.client_url,
-            "--advertise-client-urls", node.client_url,
-            "--listen-peer-urls", node.peer_url,
-            "--initial-advertise-peer-urls", node.peer_url,
-            "--initial-cluster", initial_cluster,
-            "--initial-cluster-state", state,
-            "--initial-cluster-token", self.token,
+            *self.program,
+            "serve",
+            "--name",
+            node.name,
+            "--data-dir",
+            node.data_dir,
+            "--listen-client-urls",
+            node.client_url,
+            "--advertise-client-urls",
+            node.client_url,
+            "--listen-peer-urls",
+            node.peer_url,
+            "--initial-advertise-peer-urls",
+            node.peer_url,
+            "--initial-cluster",
+            initial_cluster,
+            "--initial-cluster-state",
+            state,
+            "--initial-cluster-token",
+            self.token,
             *self.extra_args,
         ]
 
@@ -142,12 +178,15 @@ class LocalCluster:
             return
         log = open(node.log_path, "ab")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
-        log.write(f"===== {stamp}: starting {node.name}; the same member by hand:\n"
-                  f"{node.command_line()}\n".encode())
+        log.write(
+            f"===== {stamp}: starting {node.name}; the same member by hand:\n"
+            f"{node.command_line()}\n".encode()
+        )
         log.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        node.proc = subprocess.Popen(node.args, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        node.proc = subprocess.Popen(
+            node.args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         log.close()
 
     def kill(self, node: NodeProcess, sig: int = signal.SIGKILL) -> None:

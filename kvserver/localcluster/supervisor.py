@@ -40,6 +40,7 @@ class RestartBudget:
     ``next_delay(now)`` is None when the member already had ``max_restarts`` restarts within
     the last ``window_s`` seconds; otherwise the backoff before the next one, doubling with
     each restart still inside the window."""
+
     max_restarts: int = 5
     window_s: float = 60.0
     initial_backoff_s: float = 1.0
@@ -72,10 +73,18 @@ def describe_exit(returncode: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, cluster: LocalCluster, restart: str = "on-failure",
-                 out: TextIO | None = None, max_restarts: int = 5, window_s: float = 60.0,
-                 initial_backoff_s: float = 1.0, max_backoff_s: float = 30.0,
-                 poll_s: float = 0.2, log_lines: int = 15):
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        restart: str = "on-failure",
+        out: TextIO | None = None,
+        max_restarts: int = 5,
+        window_s: float = 60.0,
+        initial_backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        poll_s: float = 0.2,
+        log_lines: int = 15,
+    ):
         if restart not in RESTART_POLICIES:
             raise ValueError(f"restart policy must be one of {RESTART_POLICIES}")
         self.cluster = cluster
@@ -83,10 +92,12 @@ class Supervisor:
         self.out = out or sys.stdout
         self.poll_s = poll_s
         self.log_lines = log_lines
-        self.budgets = {n.name: RestartBudget(max_restarts, window_s, initial_backoff_s,
-                                              max_backoff_s) for n in cluster.nodes}
-        self.pending: dict[str, float] = {}      # name -> monotonic time of its restart
-        self.watched: set[str] = set()           # members started and not yet seen exiting
+        self.budgets = {
+            n.name: RestartBudget(max_restarts, window_s, initial_backoff_s, max_backoff_s)
+            for n in cluster.nodes
+        }
+        self.pending: dict[str, float] = {}  # name -> monotonic time of its restart
+        self.watched: set[str] = set()  # members started and not yet seen exiting
 
     def say(self, text: str) -> None:
         print(f"raftkv: {text}", file=self.out, flush=True)
@@ -119,33 +130,39 @@ class Supervisor:
                 del self.pending[node.name]
                 self.cluster.start_node(node)
                 self.watched.add(node.name)
-                self.say(f"{node.name} restarted (pid {node.proc.pid}); it catches up from "
-                         "the others")
+                self.say(
+                    f"{node.name} restarted (pid {node.proc.pid}); it catches up from the others"
+                )
             return
         if node.name not in self.watched or node.proc is None or node.proc.poll() is None:
             return
         self.watched.discard(node.name)
         code = node.proc.returncode
         tail = self.cluster.log_tail(node, self.log_lines)
-        self.say(f"{node.name} (pid {node.proc.pid}) {describe_exit(code)}; the other "
-                 f"members keep serving. Last lines of {node.log_path}:\n{tail}")
+        self.say(
+            f"{node.name} (pid {node.proc.pid}) {describe_exit(code)}; the other "
+            f"members keep serving. Last lines of {node.log_path}:\n{tail}"
+        )
         by_hand = f"start it again by hand with:\n  {node.command_line()}"
         if self.restart == "no":
             self.say(f"{node.name} is not restarted (--restart no); {by_hand}")
             return
         if code == 0:
-            self.say(f"{node.name} stopped cleanly (status 0), so it is not restarted; "
-                     f"{by_hand}")
+            self.say(f"{node.name} stopped cleanly (status 0), so it is not restarted; {by_hand}")
             return
         budget = self.budgets[node.name]
         delay = budget.next_delay(now)
         if delay is None:
-            self.say(f"{node.name} failed {budget.max_restarts} times within "
-                     f"{budget.window_s:.0f} s; giving up restarting it (see its log). Fix the "
-                     f"cause, then {by_hand}")
+            self.say(
+                f"{node.name} failed {budget.max_restarts} times within "
+                f"{budget.window_s:.0f} s; giving up restarting it (see its log). Fix the "
+                f"cause, then {by_hand}"
+            )
             return
         budget.record(now)
         self.pending[node.name] = now + delay
-        self.say(f"restarting {node.name} in {delay:g} s (--restart on-failure: at most "
-                 f"{budget.max_restarts} restarts in {budget.window_s:.0f} s, the delay "
-                 f"doubling up to {budget.max_backoff_s:g} s)")
+        self.say(
+            f"restarting {node.name} in {delay:g} s (--restart on-failure: at most "
+            f"{budget.max_restarts} restarts in {budget.window_s:.0f} s, the delay "
+            f"doubling up to {budget.max_backoff_s:g} s)"
+        )

@@ -67,9 +67,9 @@ log = logging.getLogger(__name__)
 MEMBERS_FRAME_MAGIC = b"RKVMEMB1"
 _FRAME_HEADER_BYTES = len(MEMBERS_FRAME_MAGIC) + 4
 REGISTRY_FORMAT = 1
-MAX_LEARNERS = 1                 # etcd 3.4's limit
-LEARNER_READY_PERCENT = 0.9      # etcd: a learner within 90 % of the leader's match
-PUBLISH_INTERVAL_S = 0.2         # the leader's look at members' attributes
+MAX_LEARNERS = 1  # etcd 3.4's limit
+LEARNER_READY_PERCENT = 0.9  # etcd: a learner within 90 % of the leader's match
+PUBLISH_INTERVAL_S = 0.2  # the leader's look at members' attributes
 REMOVED_MESSAGE = "the member has been permanently removed from the cluster"
 
 # etcd's texts (api/v3rpc/rpctypes/error.go) and the codes its gateway answers them with.
@@ -110,14 +110,23 @@ class Member:
 
     def to_json(self) -> dict:
         """etcd's membership.Member JSON (the conf-change context)."""
-        return {"id": self.id, "name": self.name, "peerURLs": list(self.peer_urls),
-                "clientURLs": list(self.client_urls), "isLearner": self.is_learner}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "peerURLs": list(self.peer_urls),
+            "clientURLs": list(self.client_urls),
+            "isLearner": self.is_learner,
+        }
 
     @staticmethod
     def from_json(obj: dict) -> Member:
-        return Member(int(obj["id"]), str(obj.get("name") or ""),
-                      tuple(obj.get("peerURLs") or ()), tuple(obj.get("clientURLs") or ()),
-                      bool(obj.get("isLearner", False)))
+        return Member(
+            int(obj["id"]),
+            str(obj.get("name") or ""),
+            tuple(obj.get("peerURLs") or ()),
+            tuple(obj.get("clientURLs") or ()),
+            bool(obj.get("isLearner", False)),
+        )
 
 
 def _hash64(*parts: bytes) -> int:
@@ -152,14 +161,17 @@ def parse_initial_cluster(text: str, cluster_token: str) -> list[Member]:
         urls_by_name.setdefault(name, []).append(check_url(url))
     if not urls_by_name:
         raise ClusterConfigError("--initial-cluster is empty")
-    members = [Member(member_id(urls, cluster_token), name, tuple(urls))
-               for name, urls in urls_by_name.items()]
+    members = [
+        Member(member_id(urls, cluster_token), name, tuple(urls))
+        for name, urls in urls_by_name.items()
+    ]
     if len({m.id for m in members}) != len(members):
         raise ClusterConfigError("two members of --initial-cluster share the same peer URLs")
     return sorted(members, key=lambda m: m.id)
 
 
 # --- snapshot frame -------------------------------------------------------------------------
+
 
 class MembersFrameError(ValueError):
     """A snapshot's member frame is truncated or unreadable."""
@@ -172,11 +184,11 @@ def frame_members(blob: bytes) -> bytes:
 def split_members_frame(data: bytes | memoryview) -> tuple[bytes | None, memoryview]:
     """``(registry blob, rest)``; ``(None, data)`` for a snapshot without the frame."""
     view = memoryview(data)
-    if view[:len(MEMBERS_FRAME_MAGIC)] != MEMBERS_FRAME_MAGIC:
+    if view[: len(MEMBERS_FRAME_MAGIC)] != MEMBERS_FRAME_MAGIC:
         return None, view
     if len(view) < _FRAME_HEADER_BYTES:
         raise MembersFrameError("truncated member frame")
-    n = int.from_bytes(view[len(MEMBERS_FRAME_MAGIC):_FRAME_HEADER_BYTES], "big")
+    n = int.from_bytes(view[len(MEMBERS_FRAME_MAGIC) : _FRAME_HEADER_BYTES], "big")
     end = _FRAME_HEADER_BYTES + n
     if len(view) < end:
         raise MembersFrameError("truncated member frame")
@@ -184,6 +196,7 @@ def split_members_frame(data: bytes | memoryview) -> tuple[bytes | None, memoryv
 
 
 # --- the replicated registry ------------------------------------------------------------------
+
 
 class MemberRegistry:
     """Replicated member table; see the module docstring. Not thread-safe (raft task only)."""
@@ -243,10 +256,14 @@ class MemberRegistry:
                 self.members[mid] = replace(m, is_learner=learner)
 
     def snapshot(self) -> bytes:
-        return json.dumps({"format": REGISTRY_FORMAT,
-                           "members": [m.to_json() for m in self.list()],
-                           "removed": sorted(self.removed)},
-                          separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "format": REGISTRY_FORMAT,
+                "members": [m.to_json() for m in self.list()],
+                "removed": sorted(self.removed),
+            },
+            separators=(",", ":"),
+        ).encode()
 
     def restore(self, blob: bytes | None, conf_state: ConfState) -> None:
         """Replace the table with a snapshot's (``None``: a snapshot made before the
@@ -278,16 +295,22 @@ class MemberRegistry:
 
 def _merge(m: Member, ctx: dict) -> Member:
     """``m`` with the attributes present in a conf-change context."""
+
     def urls(key, old):
         value = ctx.get(key)
         return tuple(str(u) for u in value) if isinstance(value, list) else old
+
     name = ctx.get("name")
-    return replace(m, name=str(name) if isinstance(name, str) and name else m.name,
-                   peer_urls=urls("peerURLs", m.peer_urls),
-                   client_urls=urls("clientURLs", m.client_urls))
+    return replace(
+        m,
+        name=str(name) if isinstance(name, str) and name else m.name,
+        peer_urls=urls("peerURLs", m.peer_urls),
+        client_urls=urls("clientURLs", m.client_urls),
+    )
 
 
 # --- etcd's checks (pure, so they are testable without a cluster) --------------------------
+
 
 def check_peer_urls(peer_urls: Iterable[str]) -> tuple[str, ...]:
     out = []
@@ -301,8 +324,9 @@ def check_peer_urls(peer_urls: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _quorum_ok(registry: MemberRegistry, *, plus_new: bool = False, new_started: bool = False,
-               skip: int = 0) -> bool:
+def _quorum_ok(
+    registry: MemberRegistry, *, plus_new: bool = False, new_started: bool = False, skip: int = 0
+) -> bool:
     """etcd's IsReadyTo{Add,Remove,Promote}VotingMember: enough *started* voters for a
     quorum of the configuration after the change."""
     voters = [m for m in registry.voters() if m.id != skip]
@@ -313,8 +337,13 @@ def _quorum_ok(registry: MemberRegistry, *, plus_new: bool = False, new_started:
     return nstarted >= nmembers // 2 + 1
 
 
-def check_add(registry: MemberRegistry, peer_urls: tuple[str, ...], is_learner: bool,
-              new_id: int, connected: Callable[[int], bool]) -> None:
+def check_add(
+    registry: MemberRegistry,
+    peer_urls: tuple[str, ...],
+    is_learner: bool,
+    new_id: int,
+    connected: Callable[[int], bool],
+) -> None:
     """etcd's ValidateConfigurationChange + mayAddMember for a new member."""
     if new_id in registry.members or new_id in registry.removed:
         raise _precondition(MSG_MEMBER_EXIST)
@@ -329,9 +358,13 @@ def check_add(registry: MemberRegistry, peer_urls: tuple[str, ...], is_learner: 
         raise ServiceError(GrpcCode.UNAVAILABLE, MSG_UNHEALTHY)
 
 
-def check_remove(registry: MemberRegistry, mid: int, local_id: int,
-                 connected: Callable[[int], bool], ever_connected: Callable[[int], bool]
-                 ) -> None:
+def check_remove(
+    registry: MemberRegistry,
+    mid: int,
+    local_id: int,
+    connected: Callable[[int], bool],
+    ever_connected: Callable[[int], bool],
+) -> None:
     """etcd's ValidateConfigurationChange + mayRemoveMember."""
     m = registry.get(mid)
     if m is None:
@@ -348,8 +381,9 @@ def check_remove(registry: MemberRegistry, mid: int, local_id: int,
         raise ServiceError(GrpcCode.UNAVAILABLE, MSG_UNHEALTHY)
 
 
-def check_promote(registry: MemberRegistry, mid: int, learner_match: int | None,
-                  leader_match: int) -> None:
+def check_promote(
+    registry: MemberRegistry, mid: int, learner_match: int | None, leader_match: int
+) -> None:
     """etcd's mayPromoteMember: a learner, in sync with the leader, with a started quorum."""
     m = registry.get(mid)
     if m is None:
@@ -363,6 +397,7 @@ def check_promote(registry: MemberRegistry, mid: int, learner_match: int | None,
 
 
 # --- responses ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class MemberListResponse:
@@ -380,6 +415,7 @@ class MemberAddResponse:
 @dataclass(frozen=True, slots=True)
 class MemberChangeResponse:
     """member/remove, member/promote, member/update: the members after the change."""
+
     header: ResponseHeader
     members: tuple[Member, ...] = field(default=())
 
@@ -394,10 +430,12 @@ def new_member_id(registry: MemberRegistry) -> int:
 
 # --- identity of a joining or restarted node -------------------------------------------------
 
+
 def read_wal_identity(wal_dir: str) -> tuple[int, int] | None:
     """``(member_id, cluster_id)`` from the WAL's metadata record, or None without a WAL."""
     from kvserver.server.node_storage import decode_metadata
     from wal.decoder import iter_raw_records
+
     try:
         names = sorted(n for n in os.listdir(wal_dir) if n.endswith(".wal"))
     except FileNotFoundError:
@@ -419,25 +457,31 @@ def read_wal_identity(wal_dir: str) -> tuple[int, int] | None:
 NOT_LISTED_GRACE_S = 5.0
 
 
-async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable[str],
-                           timeout_s: float = 30.0, *, peer_ssl=None
-                           ) -> tuple[int, int, list[Member]]:
+async def discover_cluster(
+    local_peer_urls: tuple[str, ...],
+    peer_urls: Iterable[str],
+    timeout_s: float = 30.0,
+    *,
+    peer_ssl=None,
+) -> tuple[int, int, list[Member]]:
     """Ask running members (``GET /raft/members`` on their peer URLs) for the cluster:
     returns ``(local member id, cluster id, members)``; the local ID is the member whose
     peer URLs are ours (it was added with ``member add``)."""
     import aiohttp
+
     urls = [u for u in peer_urls if u not in local_peer_urls]
     if not urls:
-        raise ClusterConfigError("--initial-cluster-state existing: --initial-cluster names "
-                                 "no other member to join")
+        raise ClusterConfigError(
+            "--initial-cluster-state existing: --initial-cluster names no other member to join"
+        )
     deadline = asyncio.get_running_loop().time() + timeout_s
-    not_listed_since: float | None = None   # when a member first answered without us
+    not_listed_since: float | None = None  # when a member first answered without us
     last_error = "no answer"
     # peer_ssl: the member's peer TLS dial context (kvserver.tls) for https peer URLs
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0),
-                                     connector=aiohttp.TCPConnector(
-                                         ssl=True if peer_ssl is None else peer_ssl)
-                                     ) as session:
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=2.0),
+        connector=aiohttp.TCPConnector(ssl=True if peer_ssl is None else peer_ssl),
+    ) as session:
         while True:
             for url in urls:
                 try:
@@ -448,8 +492,14 @@ async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable
                         body = await resp.json()
                     members = [Member.from_json(m) for m in body["members"]]
                     cid = int(body["cluster_id"])
-                except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError,
-                        TypeError) as exc:
+                except (
+                    aiohttp.ClientError,
+                    OSError,
+                    TimeoutError,
+                    ValueError,
+                    KeyError,
+                    TypeError,
+                ) as exc:
                     last_error = f"{url}: {exc}"
                     continue
                 mine = set(local_peer_urls)
@@ -465,13 +515,15 @@ async def discover_cluster(local_peer_urls: tuple[str, ...], peer_urls: Iterable
                 raise ClusterConfigError(
                     f"this member's peer URLs {','.join(local_peer_urls)} are not in the "
                     f"cluster's member list (add it first: raftkv member add NAME "
-                    f"--peer-urls {','.join(local_peer_urls)})")
+                    f"--peer-urls {','.join(local_peer_urls)})"
+                )
             if now >= deadline:
                 raise ClusterConfigError(f"cannot reach the existing cluster: {last_error}")
             await asyncio.sleep(0.2)
 
 
 # --- the runtime service ----------------------------------------------------------------------
+
 
 class MembershipService:
     """Glue between the registry, the raft node and the peer transport (one per member).
@@ -481,9 +533,16 @@ class MembershipService:
     ``set_peers``, ``is_connected``, ``ever_connected`` and ``peer_attributes``.
     """
 
-    def __init__(self, *, registry: MemberRegistry, local_id: int, cluster_id: int,
-                 name: str, client_urls: tuple[str, ...],
-                 on_change: Callable[[tuple[Member, ...]], None] | None = None):
+    def __init__(
+        self,
+        *,
+        registry: MemberRegistry,
+        local_id: int,
+        cluster_id: int,
+        name: str,
+        client_urls: tuple[str, ...],
+        on_change: Callable[[tuple[Member, ...]], None] | None = None,
+    ):
         self.registry = registry
         self.local_id = local_id
         self.cluster_id = cluster_id
@@ -502,8 +561,11 @@ class MembershipService:
     def on_conf_change(self, cc: ConfChange, conf_state: ConfState) -> None:
         self._conf_state = conf_state
         self.registry.apply(cc, conf_state)
-        if cc.type == ConfChangeType.REMOVE_NODE and cc.node_id == self.local_id \
-                and self.local_id in self.registry.removed:
+        if (
+            cc.type == ConfChangeType.REMOVE_NODE
+            and cc.node_id == self.local_id
+            and self.local_id in self.registry.removed
+        ):
             log.warning("member %x: %s", self.local_id, REMOVED_MESSAGE)
             self.removed.set()
         self._changed()
@@ -522,10 +584,12 @@ class MembershipService:
             if self.local_id not in self.registry.members:
                 # Not in the configuration yet (a joining node catching up, or a fresh one
                 # before bootstrap): keep talking to the members we were told about.
-                members += [m for m in self.registry.known.values()
-                            if m.id not in self.registry.members]
-            self.transport.set_peers({m.id: m.peer_urls[0] for m in members
-                                      if m.peer_urls and m.id != self.local_id})
+                members += [
+                    m for m in self.registry.known.values() if m.id not in self.registry.members
+                ]
+            self.transport.set_peers(
+                {m.id: m.peer_urls[0] for m in members if m.peer_urls and m.id != self.local_id}
+            )
         if self._on_change is not None:
             self._on_change(self.registry.list())
 
@@ -537,8 +601,10 @@ class MembershipService:
 
     def members_json(self) -> dict:
         """``GET /raft/members`` (peer port): what a joining node needs."""
-        return {"cluster_id": str(self.cluster_id),
-                "members": [m.to_json() for m in self.registry.list()]}
+        return {
+            "cluster_id": str(self.cluster_id),
+            "members": [m.to_json() for m in self.registry.list()],
+        }
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -546,7 +612,8 @@ class MembershipService:
         self._lock = asyncio.Lock()
         self._changed()
         self._task = asyncio.get_running_loop().create_task(
-            self._publish_loop(), name=f"members-{self.local_id:x}")
+            self._publish_loop(), name=f"members-{self.local_id:x}"
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -580,8 +647,9 @@ class MembershipService:
                 ctx = {"id": m.id, "name": attrs[0], "clientURLs": list(attrs[1])}
                 try:
                     async with self._lock:
-                        await self._propose(ConfChange(ConfChangeType.UPDATE_NODE, m.id,
-                                                       json.dumps(ctx).encode()))
+                        await self._propose(
+                            ConfChange(ConfChangeType.UPDATE_NODE, m.id, json.dumps(ctx).encode())
+                        )
                 except Exception as exc:  # tried again next round
                     log.debug("publishing attributes of %x failed: %s", m.id, exc)
                 break  # one at a time; the registry is looked at again next round
@@ -597,16 +665,16 @@ class MembershipService:
 
     def _require_leader(self) -> None:
         if self.node is None or not self.node.is_leader:
-            raise errors.no_leader() if self.node is None or self.node.leader == 0 \
-                else not_leader()
+            raise errors.no_leader() if self.node is None or self.node.leader == 0 else not_leader()
 
     async def _propose(self, cc: ConfChange) -> None:
         node = self.node
         if not node.conf_change_ready:
             # A new leader must apply its predecessors' entries before it may change the
             # configuration (raft would turn the proposal into a no-op).
-            raise errors.ServiceError(GrpcCode.UNAVAILABLE, "etcdserver: leader changed",
-                                      retryable=True)
+            raise errors.ServiceError(
+                GrpcCode.UNAVAILABLE, "etcdserver: leader changed", retryable=True
+            )
         await node.propose_conf_change(cc)
 
     def _connected(self, mid: int) -> bool:
@@ -617,8 +685,9 @@ class MembershipService:
     def _ever_connected(self, mid: int) -> bool:
         return self.transport is not None and self.transport.ever_connected(mid)
 
-    async def member_add(self, peer_urls: Iterable[str], is_learner: bool = False
-                         ) -> MemberAddResponse:
+    async def member_add(
+        self, peer_urls: Iterable[str], is_learner: bool = False
+    ) -> MemberAddResponse:
         urls = check_peer_urls(peer_urls)
         self._require_leader()
         async with self._lock:
@@ -628,15 +697,15 @@ class MembershipService:
             member = Member(mid, "", urls, (), is_learner)
             kind = ConfChangeType.ADD_LEARNER_NODE if is_learner else ConfChangeType.ADD_NODE
             await self._propose(ConfChange(kind, mid, json.dumps(member.to_json()).encode()))
-        return MemberAddResponse(self._header(), self.registry.get(mid) or member,
-                                 self.registry.list())
+        return MemberAddResponse(
+            self._header(), self.registry.get(mid) or member, self.registry.list()
+        )
 
     async def member_remove(self, mid: int) -> MemberChangeResponse:
         self._require_leader()
         async with self._lock:
             self._require_leader()
-            check_remove(self.registry, mid, self.local_id, self._connected,
-                         self._ever_connected)
+            check_remove(self.registry, mid, self.local_id, self._connected, self._ever_connected)
             await self._propose(ConfChange(ConfChangeType.REMOVE_NODE, mid))
         return MemberChangeResponse(self._header(), self.registry.list())
 
@@ -647,11 +716,16 @@ class MembershipService:
             status = self.node.raw.status()
             progress = status.progress.get(mid)
             leader = status.progress.get(self.local_id)
-            check_promote(self.registry, mid, progress.match if progress else None,
-                          leader.match if leader else 0)
+            check_promote(
+                self.registry,
+                mid,
+                progress.match if progress else None,
+                leader.match if leader else 0,
+            )
             m = replace(self.registry.get(mid), is_learner=False)
-            await self._propose(ConfChange(ConfChangeType.ADD_NODE, mid,
-                                           json.dumps(m.to_json()).encode()))
+            await self._propose(
+                ConfChange(ConfChangeType.ADD_NODE, mid, json.dumps(m.to_json()).encode())
+            )
         return MemberChangeResponse(self._header(), self.registry.list())
 
     async def member_update(self, mid: int, peer_urls: Iterable[str]) -> MemberChangeResponse:
@@ -665,13 +739,15 @@ class MembershipService:
             if taken & set(urls):
                 raise _precondition(MSG_PEER_URL_EXIST)
             ctx = {"id": mid, "peerURLs": list(urls)}
-            await self._propose(ConfChange(ConfChangeType.UPDATE_NODE, mid,
-                                           json.dumps(ctx).encode()))
+            await self._propose(
+                ConfChange(ConfChangeType.UPDATE_NODE, mid, json.dumps(ctx).encode())
+            )
         return MemberChangeResponse(self._header(), self.registry.list())
 
 
-async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int, *,
-                           peer_ssl=None) -> tuple[int, int, list[Member]]:
+async def resolve_identity(
+    cfg, derived_member_id: int, derived_cluster_id: int, *, peer_ssl=None
+) -> tuple[int, int, list[Member]]:
     """``(member id, cluster id, known members)`` of the member ``cfg`` describes: from its
     WAL when it has one (a restart: the flags are not consulted, as etcd), else from the
     running cluster for ``--initial-cluster-state existing``, else derived from the flags."""
@@ -685,8 +761,7 @@ async def resolve_identity(cfg, derived_member_id: int, derived_cluster_id: int,
         return mid, cid, [*known, replace(local, id=mid)]
     if cfg.initial_cluster_state == "existing":
         peer_urls = [u for m in cfg.members if m.name != cfg.name for u in m.peer_urls]
-        mid, cid, remote = await discover_cluster(local.peer_urls, peer_urls,
-                                                  peer_ssl=peer_ssl)
+        mid, cid, remote = await discover_cluster(local.peer_urls, peer_urls, peer_ssl=peer_ssl)
         log.info("joining cluster %x as member %x (%d members)", cid, mid, len(remote))
         return mid, cid, remote
     return derived_member_id, derived_cluster_id, [*known, local]
@@ -750,6 +825,11 @@ class LocalMembership:
             raise member_not_found()
         if {u for m in self.registry.list() if m.id != mid for u in m.peer_urls} & set(urls):
             raise _precondition(MSG_PEER_URL_EXIST)
-        self._apply(ConfChange(ConfChangeType.UPDATE_NODE, mid,
-                               json.dumps({"id": mid, "peerURLs": list(urls)}).encode()))
+        self._apply(
+            ConfChange(
+                ConfChangeType.UPDATE_NODE,
+                mid,
+                json.dumps({"id": mid, "peerURLs": list(urls)}).encode(),
+            )
+        )
         return MemberChangeResponse(self._header(), self.registry.list())

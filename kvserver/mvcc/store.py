@@ -115,6 +115,7 @@ def record_size_bytes(kv: KeyValue) -> int:
     """The bytes one stored record counts for in ``MVCCStore.db_size_bytes``."""
     return len(kv.key) + len(kv.value) + RECORD_OVERHEAD_BYTES
 
+
 _SORT_KEYS: dict[int, Callable[[KeyValue], Any]] = {
     SortTarget.KEY: attrgetter("key"),
     SortTarget.VERSION: attrgetter("version"),

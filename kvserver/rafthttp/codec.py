@@ -33,9 +33,15 @@ _U64 = (1 << 64) - 1
 # a legitimate message has at most 65,536) or the messages of one batch (at most the sender's
 # queue, 4,096 by default).
 MAX_ARRAY_ITEMS = 1 << 17
-_UNPACK_LIMITS = dict(raw=False, use_list=True, strict_map_key=True,
-                      max_array_len=MAX_ARRAY_ITEMS, max_map_len=0, max_str_len=0,
-                      max_ext_len=0)
+_UNPACK_LIMITS = dict(
+    raw=False,
+    use_list=True,
+    strict_map_key=True,
+    max_array_len=MAX_ARRAY_ITEMS,
+    max_map_len=0,
+    max_str_len=0,
+    max_ext_len=0,
+)
 
 
 class PeerMessageError(ValueError):
@@ -51,14 +57,33 @@ def _snapshot_fields(s: Snapshot | None):
         return None
     md = s.metadata
     cs = md.conf_state
-    return [s.data, md.index, md.term, list(cs.voters), list(cs.learners),
-            list(cs.voters_outgoing), list(cs.learners_next), cs.auto_leave]
+    return [
+        s.data,
+        md.index,
+        md.term,
+        list(cs.voters),
+        list(cs.learners),
+        list(cs.voters_outgoing),
+        list(cs.learners_next),
+        cs.auto_leave,
+    ]
 
 
 def message_fields(m: Message) -> list:
-    return [int(m.type), m.to, m.frm, m.term, m.log_term, m.index,
-            [_entry_fields(e) for e in m.entries], m.commit, _snapshot_fields(m.snapshot),
-            m.reject, m.reject_hint, m.context]
+    return [
+        int(m.type),
+        m.to,
+        m.frm,
+        m.term,
+        m.log_term,
+        m.index,
+        [_entry_fields(e) for e in m.entries],
+        m.commit,
+        _snapshot_fields(m.snapshot),
+        m.reject,
+        m.reject_hint,
+        m.context,
+    ]
 
 
 def encode_batch(messages) -> bytes:
@@ -95,8 +120,9 @@ def _entry(fields) -> Entry:
         etype = EntryType(etype)
     except ValueError:
         raise PeerMessageError(f"entry: unknown type {etype!r}") from None
-    return Entry(_u64(term, "entry term"), _u64(index, "entry index"), etype,
-                 _bytes(data, "entry data"))
+    return Entry(
+        _u64(term, "entry term"), _u64(index, "entry index"), etype, _bytes(data, "entry data")
+    )
 
 
 def _snapshot(fields) -> Snapshot | None:
@@ -107,19 +133,36 @@ def _snapshot(fields) -> Snapshot | None:
     data, index, term, voters, learners, outgoing, learners_next, auto_leave = fields
     if type(auto_leave) is not bool:
         raise PeerMessageError("snapshot: auto_leave must be a boolean")
-    cs = ConfState(_ids(voters, "voters"), _ids(learners, "learners"),
-                   _ids(outgoing, "voters_outgoing"), _ids(learners_next, "learners_next"),
-                   auto_leave)
-    return Snapshot(_bytes(data, "snapshot data"),
-                    SnapshotMetadata(cs, _u64(index, "snapshot index"),
-                                     _u64(term, "snapshot term")))
+    cs = ConfState(
+        _ids(voters, "voters"),
+        _ids(learners, "learners"),
+        _ids(outgoing, "voters_outgoing"),
+        _ids(learners_next, "learners_next"),
+        auto_leave,
+    )
+    return Snapshot(
+        _bytes(data, "snapshot data"),
+        SnapshotMetadata(cs, _u64(index, "snapshot index"), _u64(term, "snapshot term")),
+    )
 
 
 def _message(fields) -> Message:
     if not isinstance(fields, list) or len(fields) != 12:
         raise PeerMessageError("message: want 12 fields")
-    (mtype, to, frm, term, log_term, index, entries, commit, snapshot, reject, reject_hint,
-     context) = fields
+    (
+        mtype,
+        to,
+        frm,
+        term,
+        log_term,
+        index,
+        entries,
+        commit,
+        snapshot,
+        reject,
+        reject_hint,
+        context,
+    ) = fields
     try:
         mtype = MessageType(mtype)
     except ValueError:
@@ -129,11 +172,19 @@ def _message(fields) -> Message:
     if type(reject) is not bool:
         raise PeerMessageError("message: reject must be a boolean")
     return Message(
-        type=mtype, to=_u64(to, "to"), frm=_u64(frm, "from"), term=_u64(term, "term"),
-        log_term=_u64(log_term, "log_term"), index=_u64(index, "index"),
-        entries=tuple(_entry(e) for e in entries), commit=_u64(commit, "commit"),
-        snapshot=_snapshot(snapshot), reject=reject,
-        reject_hint=_u64(reject_hint, "reject_hint"), context=_bytes(context, "context"))
+        type=mtype,
+        to=_u64(to, "to"),
+        frm=_u64(frm, "from"),
+        term=_u64(term, "term"),
+        log_term=_u64(log_term, "log_term"),
+        index=_u64(index, "index"),
+        entries=tuple(_entry(e) for e in entries),
+        commit=_u64(commit, "commit"),
+        snapshot=_snapshot(snapshot),
+        reject=reject,
+        reject_hint=_u64(reject_hint, "reject_hint"),
+        context=_bytes(context, "context"),
+    )
 
 
 def decode_message(buf: bytes) -> Message:

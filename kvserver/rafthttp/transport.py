@@ -82,33 +82,40 @@ SNAPSHOT_PATH = "/raft/snapshot"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TransportLimits:
-    queue_messages: int = 4096          # per peer, before messages are dropped
-    batch_bytes: int = 4 << 20          # stop adding messages to a batch past this size
-    frame_bytes: int = 64 << 20         # largest WebSocket frame accepted
-    snapshot_bytes: int = 1 << 30       # largest snapshot accepted
+    queue_messages: int = 4096  # per peer, before messages are dropped
+    batch_bytes: int = 4 << 20  # stop adding messages to a batch past this size
+    frame_bytes: int = 64 << 20  # largest WebSocket frame accepted
+    snapshot_bytes: int = 1 << 30  # largest snapshot accepted
     snapshot_chunk_bytes: int = 256 << 10
     backoff_min_s: float = 0.05
     backoff_max_s: float = 1.0
-    heartbeat_s: float = 2.0            # WebSocket ping: detects a dead peer connection
-    close_timeout_s: float = 1.0        # at stop: how long an incoming stream's close may wait
-    warn_interval_s: float = 10.0       # one WARNING per sender and kind of refusal per interval
-    vouch_interval_s: float = 2.0       # an unknown sender is looked up at most this often
-    vouch_timeout_s: float = 2.0        # per member asked
+    heartbeat_s: float = 2.0  # WebSocket ping: detects a dead peer connection
+    close_timeout_s: float = 1.0  # at stop: how long an incoming stream's close may wait
+    warn_interval_s: float = 10.0  # one WARNING per sender and kind of refusal per interval
+    vouch_interval_s: float = 2.0  # an unknown sender is looked up at most this often
+    vouch_timeout_s: float = 2.0  # per member asked
 
 
 OnMessages = Callable[[list[Message]], None]
 
 
 class PeerTransport:
-    def __init__(self, *, local_id: int, cluster_id: int, on_messages: OnMessages,
-                 on_unreachable: Callable[[int], None],
-                 on_snapshot_status: Callable[[int, bool], None],
-                 limits: TransportLimits | None = None, name: str = "",
-                 client_urls: tuple[str, ...] = (),
-                 is_removed: Callable[[int], bool] | None = None,
-                 on_removed: Callable[[], None] | None = None,
-                 members_json: Callable[[], dict] | None = None,
-                 ssl_context=None):
+    def __init__(
+        self,
+        *,
+        local_id: int,
+        cluster_id: int,
+        on_messages: OnMessages,
+        on_unreachable: Callable[[int], None],
+        on_snapshot_status: Callable[[int, bool], None],
+        limits: TransportLimits | None = None,
+        name: str = "",
+        client_urls: tuple[str, ...] = (),
+        is_removed: Callable[[int], bool] | None = None,
+        on_removed: Callable[[], None] | None = None,
+        members_json: Callable[[], dict] | None = None,
+        ssl_context=None,
+    ):
         self.local_id = local_id
         # Peer TLS (kvserver.tls.dial_context): the peer CA and this member's certificate as
         # a client certificate, for https peer URLs; None: default verification.
@@ -133,10 +140,10 @@ class PeerTransport:
         self._closing = False
         self.dropped_messages = 0
         self.failures_by_peer: dict[int, int] = {}
-        self.refused_by_peer: dict[int, int] = {}   # refused connections and bad frames
+        self.refused_by_peer: dict[int, int] = {}  # refused connections and bad frames
         self._warned: dict[tuple[int, str], tuple[float, int]] = {}
-        self._vouched: dict[int, str] = {}          # id -> peer URL, see the docstring
-        self._vouch_asked: dict[int, float] = {}    # id -> when it was last looked up
+        self._vouched: dict[int, str] = {}  # id -> peer URL, see the docstring
+        self._vouch_asked: dict[int, float] = {}  # id -> when it was last looked up
         self._vouch_task: asyncio.Task | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -144,7 +151,8 @@ class PeerTransport:
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, connect=2.0),
-            connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl))
+            connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl),
+        )
 
     async def stop(self) -> None:
         self._closing = True  # refuse new streams: peers reconnect at once otherwise
@@ -158,8 +166,7 @@ class PeerTransport:
         # Else the HTTP server waits for them to end. Closed together, each bounded by
         # close_timeout_s: a peer that does not answer the close frame must not hold up
         # this member's stop (aiohttp's default close wait is 10 s per stream).
-        await asyncio.gather(*(ws.close() for ws in list(self._incoming)),
-                             return_exceptions=True)
+        await asyncio.gather(*(ws.close() for ws in list(self._incoming)), return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -223,24 +230,27 @@ class PeerTransport:
 
     async def _send_snapshot(self, peer: "_PeerSender", m: Message) -> None:
         data = m.snapshot.data
-        header = encode_message(dataclasses.replace(
-            m, snapshot=dataclasses.replace(m.snapshot, data=b"")))
+        header = encode_message(
+            dataclasses.replace(m, snapshot=dataclasses.replace(m.snapshot, data=b""))
+        )
         chunk = self.limits.snapshot_chunk_bytes
 
         async def body():
             yield len(header).to_bytes(4, "big") + header
             view = memoryview(data)
             for start in range(0, len(view), chunk):
-                yield bytes(view[start:start + chunk])
+                yield bytes(view[start : start + chunk])
 
         failed = True
         try:
-            async with self._session.post(peer.url + SNAPSHOT_PATH, data=body(),
-                                          headers=self._headers(m.to)) as resp:
+            async with self._session.post(
+                peer.url + SNAPSHOT_PATH, data=body(), headers=self._headers(m.to)
+            ) as resp:
                 failed = resp.status != 204
                 if failed:
-                    log.warning("snapshot to %x refused: %s %s", m.to, resp.status,
-                                await resp.text())
+                    log.warning(
+                        "snapshot to %x refused: %s %s", m.to, resp.status, await resp.text()
+                    )
         except asyncio.CancelledError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -250,9 +260,13 @@ class PeerTransport:
         self._on_snapshot_status(m.to, failed)
 
     def _headers(self, to: int) -> dict[str, str]:
-        return {CLUSTER_HEADER: str(self.cluster_id), FROM_HEADER: str(self.local_id),
-                TO_HEADER: str(to), NAME_HEADER: self.name,
-                CLIENT_URLS_HEADER: ",".join(self.client_urls)}
+        return {
+            CLUSTER_HEADER: str(self.cluster_id),
+            FROM_HEADER: str(self.local_id),
+            TO_HEADER: str(to),
+            NAME_HEADER: self.name,
+            CLIENT_URLS_HEADER: ",".join(self.client_urls),
+        }
 
     def _warn(self, sender: int, kind: str, text: str, *args) -> None:
         """WARNING about ``sender``, at most one per ``kind`` per ``warn_interval_s``: a
@@ -281,9 +295,11 @@ class PeerTransport:
     # --- receiving -----------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get(STREAM_PATH, self._handle_stream),
-                web.post(SNAPSHOT_PATH, self._handle_snapshot),
-                web.get(MEMBERS_PATH, self._handle_members)]
+        return [
+            web.get(STREAM_PATH, self._handle_stream),
+            web.post(SNAPSHOT_PATH, self._handle_snapshot),
+            web.get(MEMBERS_PATH, self._handle_members),
+        ]
 
     async def _handle_members(self, request: web.Request) -> web.Response:
         if self._members_json is None:
@@ -301,7 +317,8 @@ class PeerTransport:
             raise web.HTTPBadRequest(text="missing or bad peer headers") from None
         if cluster != self.cluster_id:
             raise web.HTTPPreconditionFailed(
-                text=f"cluster id mismatch: local {self.cluster_id:x}, remote {cluster:x}")
+                text=f"cluster id mismatch: local {self.cluster_id:x}, remote {cluster:x}"
+            )
         if self._is_removed(sender):
             raise web.HTTPGone(text="the member has been permanently removed from the cluster")
         if not self.is_member(sender):
@@ -309,23 +326,39 @@ class PeerTransport:
             # added while this one was down: looked up with the members we know (docstring);
             # the sender retries with backoff.
             self._vouch_later(sender)
-            self._refuse(sender, "404", "refused %s from %x: sender not found (not a member of "
-                       "cluster %x)", request.path, sender, self.cluster_id)
+            self._refuse(
+                sender,
+                "404",
+                "refused %s from %x: sender not found (not a member of cluster %x)",
+                request.path,
+                sender,
+                self.cluster_id,
+            )
             raise web.HTTPNotFound(text="sender not found")
         if to != self.local_id:
-            self._refuse(sender, "to", "refused %s from %x: meant for member %x, this is %x",
-                       request.path, sender, to, self.local_id)
+            self._refuse(
+                sender,
+                "to",
+                "refused %s from %x: meant for member %x, this is %x",
+                request.path,
+                sender,
+                to,
+                self.local_id,
+            )
             raise web.HTTPPreconditionFailed(
-                text=f"to field mismatch: local {self.local_id:x}, remote {to:x}")
+                text=f"to field mismatch: local {self.local_id:x}, remote {to:x}"
+            )
         return sender
 
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
         sender = self._check_headers(request)
         if self._closing:
             raise web.HTTPServiceUnavailable(text="member is stopping")
-        ws = web.WebSocketResponse(max_msg_size=self.limits.frame_bytes,
-                                   heartbeat=self.limits.heartbeat_s,
-                                   timeout=self.limits.close_timeout_s)
+        ws = web.WebSocketResponse(
+            max_msg_size=self.limits.frame_bytes,
+            heartbeat=self.limits.heartbeat_s,
+            timeout=self.limits.close_timeout_s,
+        )
         await ws.prepare(request)
         self._incoming.add(ws)
         by_peer = self._incoming_by_peer.setdefault(sender, set())
@@ -355,9 +388,12 @@ class PeerTransport:
 
     def _vouch_later(self, sender: int) -> None:
         now = time.monotonic()
-        if sender == self.local_id or self._closing or (
-                self._vouch_task is not None and not self._vouch_task.done()) or \
-                now - self._vouch_asked.get(sender, -float("inf")) < self.limits.vouch_interval_s:
+        if (
+            sender == self.local_id
+            or self._closing
+            or (self._vouch_task is not None and not self._vouch_task.done())
+            or now - self._vouch_asked.get(sender, -float("inf")) < self.limits.vouch_interval_s
+        ):
             return
         if len(self._vouch_asked) > 1024:  # bounded: senders can be any 64-bit number
             self._vouch_asked.clear()
@@ -378,18 +414,33 @@ class PeerTransport:
                         body = await resp.json()
                 if int(body["cluster_id"]) != self.cluster_id:
                     continue
-                urls = next((m["peerURLs"] for m in body["members"]
-                             if int(m["id"]) == sender), None)
+                urls = next(
+                    (m["peerURLs"] for m in body["members"] if int(m["id"]) == sender), None
+                )
             except asyncio.CancelledError:
                 raise
-            except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError,
-                    TypeError) as exc:
+            except (
+                TimeoutError,
+                aiohttp.ClientError,
+                OSError,
+                ValueError,
+                KeyError,
+                TypeError,
+            ) as exc:
                 log.debug("asking %x about peer %x: %s", peer_id, sender, exc)
                 continue
-            if urls and isinstance(urls[0], str) and not self._closing \
-                    and not self._is_removed(sender) and not self.is_member(sender):
-                log.info("accepting peer %x: member %x lists it (this member's registry is "
-                         "behind)", sender, peer_id)
+            if (
+                urls
+                and isinstance(urls[0], str)
+                and not self._closing
+                and not self._is_removed(sender)
+                and not self.is_member(sender)
+            ):
+                log.info(
+                    "accepting peer %x: member %x lists it (this member's registry is behind)",
+                    sender,
+                    peer_id,
+                )
                 self._vouched[sender] = urls[0]
                 self.add_peer(sender, urls[0])
                 return
@@ -416,8 +467,13 @@ class PeerTransport:
             try:
                 batch = self._check_frame(frame.data, sender)
             except PeerMessageError as exc:
-                self._refuse(sender, "frame", "dropped a frame from peer %x and closed its "
-                           "stream: %s", sender, exc)
+                self._refuse(
+                    sender,
+                    "frame",
+                    "dropped a frame from peer %x and closed its stream: %s",
+                    sender,
+                    exc,
+                )
                 return aiohttp.WSCloseCode.POLICY_VIOLATION
             if batch:
                 self._on_messages(batch)
@@ -429,8 +485,9 @@ class PeerTransport:
         try:
             size = int.from_bytes(await request.content.readexactly(4), "big")
             if size > self.limits.frame_bytes:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.limits.frame_bytes,
-                                                    actual_size=size)
+                raise web.HTTPRequestEntityTooLarge(
+                    max_size=self.limits.frame_bytes, actual_size=size
+                )
             m = decode_message(await request.content.readexactly(size))
             if m.type != MessageType.MsgSnap:
                 raise web.HTTPBadRequest(text="snapshot request does not carry a MsgSnap")
@@ -445,8 +502,9 @@ class PeerTransport:
         except PeerMessageError as exc:
             self._refuse(sender, "snapshot", "refused a snapshot from peer %x: %s", sender, exc)
             raise web.HTTPBadRequest(text=str(exc)) from None
-        self._on_messages([dataclasses.replace(
-            m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))])
+        self._on_messages(
+            [dataclasses.replace(m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))]
+        )
         return web.Response(status=204)
 
 
@@ -489,9 +547,12 @@ class _PeerSender:
         while True:
             try:
                 async with t._session.ws_connect(
-                        self.url + STREAM_PATH, headers=t._headers(self.peer_id),
-                        heartbeat=t.limits.heartbeat_s, max_msg_size=t.limits.frame_bytes,
-                        autoclose=True) as ws:
+                    self.url + STREAM_PATH,
+                    headers=t._headers(self.peer_id),
+                    heartbeat=t.limits.heartbeat_s,
+                    max_msg_size=t.limits.frame_bytes,
+                    autoclose=True,
+                ) as ws:
                     self.connected = True
                     t._ever_connected.add(self.peer_id)
                     backoff = t.limits.backoff_min_s
@@ -503,19 +564,24 @@ class _PeerSender:
                 if exc.status == 410 and t._on_removed is not None:
                     t._on_removed()  # the peer knows this member as removed
                 elif exc.status in (404, 412):
-                    t._warn(self.peer_id, f"out-{exc.status}", "peer %x refuses this "
-                            "member's stream (HTTP %s: it does not know this member as a "
-                            "member yet, or not at this URL); retrying", self.peer_id,
-                            exc.status)
+                    t._warn(
+                        self.peer_id,
+                        f"out-{exc.status}",
+                        "peer %x refuses this "
+                        "member's stream (HTTP %s: it does not know this member as a "
+                        "member yet, or not at this URL); retrying",
+                        self.peer_id,
+                        exc.status,
+                    )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.debug("stream to %x: %s", self.peer_id, exc)
             except Exception:  # a bug: never end this task silently; reconnect
-                log.exception("stream to peer %x failed unexpectedly; reconnecting",
-                              self.peer_id)
+                log.exception("stream to peer %x failed unexpectedly; reconnecting", self.peer_id)
             self.connected = False
             if self.queue:
-                t.failures_by_peer[self.peer_id] = \
-                    t.failures_by_peer.get(self.peer_id, 0) + len(self.queue)
+                t.failures_by_peer[self.peer_id] = t.failures_by_peer.get(self.peer_id, 0) + len(
+                    self.queue
+                )
                 self.queue.clear()
                 t._on_unreachable(self.peer_id)
             await asyncio.sleep(backoff)
@@ -549,8 +615,9 @@ class _PeerSender:
             try:
                 encode_message(m)
             except Exception:
-                log.exception("dropped a message to peer %x that cannot be encoded: %s",
-                              self.peer_id, m)
+                log.exception(
+                    "dropped a message to peer %x that cannot be encoded: %s", self.peer_id, m
+                )
                 t = self.transport
                 t.dropped_messages += 1
                 t.failures_by_peer[self.peer_id] = t.failures_by_peer.get(self.peer_id, 0) + 1

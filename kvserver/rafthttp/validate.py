@@ -70,8 +70,9 @@ def _fail(m: Message, why: str) -> None:
     raise PeerValidationError(f"{m.type} {m.frm:x}->{m.to:x} term {m.term}: {why}")
 
 
-def check_message(m: Message, *, local_id: int, sender: int,
-                  is_member: Callable[[int], bool]) -> None:
+def check_message(
+    m: Message, *, local_id: int, sender: int, is_member: Callable[[int], bool]
+) -> None:
     """Raise ``PeerValidationError`` unless ``m``, received on a stream (or snapshot request)
     from ``sender``, is a message a correct member could have sent to ``local_id``."""
     t = m.type
@@ -131,8 +132,11 @@ def _check_append(m: Message) -> None:
     prev_term = m.log_term
     for i, e in enumerate(m.entries):
         if e.index != m.index + 1 + i:
-            _fail(m, f"entry {i} has index {e.index}, want {m.index + 1 + i} (consecutive "
-                     "from index + 1)")
+            _fail(
+                m,
+                f"entry {i} has index {e.index}, want {m.index + 1 + i} (consecutive "
+                "from index + 1)",
+            )
         if e.term < prev_term or e.term > m.term:
             _fail(m, f"entry {e.index} has term {e.term}, want {prev_term}..{m.term}")
         prev_term = e.term

@@ -41,10 +41,9 @@ log = logging.getLogger(__name__)
 MODES = ("periodic", "revision")
 DEFAULT_REVISION_CHECK_INTERVAL_S = 300.0  # etcd's revInterval (5 minutes)
 HOUR_S = 3600.0
-RETRY_DIVISOR = 10                          # etcd: sample/retry every period / 10
+RETRY_DIVISOR = 10  # etcd: sample/retry every period / 10
 
-_UNITS_S = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
-            "h": 3600.0}
+_UNITS_S = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
 
 
@@ -80,8 +79,7 @@ class AutoCompaction:
         return self.retention_revisions > 0 if self.mode == "revision" else self.period_s > 0
 
     @classmethod
-    def parse(cls, mode: str, retention: str,
-              check_interval: str | None = None) -> AutoCompaction:
+    def parse(cls, mode: str, retention: str, check_interval: str | None = None) -> AutoCompaction:
         """From the flag texts; raises ValueError with a message naming the flag."""
         mode = mode.strip().lower()
         if mode not in MODES:
@@ -97,8 +95,10 @@ class AutoCompaction:
         text = retention.strip()
         if mode == "revision":
             if not re.fullmatch(r"[0-9]{1,18}", text):
-                raise ValueError("--auto-compaction-retention: revision mode wants a "
-                                 f"non-negative integer (revisions to keep), got {retention!r}")
+                raise ValueError(
+                    "--auto-compaction-retention: revision mode wants a "
+                    f"non-negative integer (revisions to keep), got {retention!r}"
+                )
             return cls(mode, retention_revisions=int(text), check_interval_s=interval_s)
         if re.fullmatch(r"[0-9]{1,9}", text):  # etcd: a bare integer is hours
             period_s = int(text) * HOUR_S
@@ -106,8 +106,9 @@ class AutoCompaction:
             try:
                 period_s = parse_duration_s(text)
             except ValueError as exc:
-                raise ValueError(f"--auto-compaction-retention: {exc} "
-                                 "(or a whole number of hours)") from None
+                raise ValueError(
+                    f"--auto-compaction-retention: {exc} (or a whole number of hours)"
+                ) from None
         return cls(mode, period_s=period_s, check_interval_s=interval_s)
 
     def policy(self, now_s: float, revision: int) -> RevisionPolicy | PeriodicPolicy:
@@ -132,7 +133,7 @@ class RevisionPolicy:
 
     def on_tick(self, now_s: float, revision: int, is_leader: bool) -> int | None:
         if not is_leader:
-            return None                       # paused
+            return None  # paused
         target = revision - self.retention
         if target <= 0 or target == self.last_compacted:
             return None
@@ -156,7 +157,7 @@ class PeriodicPolicy:
         # revision samples, one per retry interval; [0] is the one from one period ago
         self.samples: deque[int] = deque([revision], maxlen=retentions)
         self.last_success_s = now_s
-        self.base_interval_s = period_s       # the first compaction waits a whole period
+        self.base_interval_s = period_s  # the first compaction waits a whole period
 
     @property
     def tick_interval_s(self) -> float:
@@ -165,13 +166,13 @@ class PeriodicPolicy:
     def on_tick(self, now_s: float, revision: int, is_leader: bool) -> int | None:
         try:
             if not is_leader:
-                return None                   # paused
+                return None  # paused
             if now_s - self.last_success_s < self.base_interval_s - 1e-9:
                 return None
             self.base_interval_s = self.compact_interval_s
             return self.samples[0]
         finally:
-            self.samples.append(revision)     # the sample for the next ticks
+            self.samples.append(revision)  # the sample for the next ticks
 
     def done(self, revision: int, ok: bool, now_s: float | None = None) -> None:
         if ok:
@@ -187,10 +188,16 @@ class Compactor:
     ``RaftKV``'s store revision, ``node.is_leader`` and ``RaftKV.compact``.
     """
 
-    def __init__(self, settings: AutoCompaction, *, revision: Callable[[], int],
-                 is_leader: Callable[[], bool], compact: Callable[[int], Awaitable[object]],
-                 is_compacted_error: Callable[[BaseException], bool] = lambda e: False,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        settings: AutoCompaction,
+        *,
+        revision: Callable[[], int],
+        is_leader: Callable[[], bool],
+        compact: Callable[[int], Awaitable[object]],
+        is_compacted_error: Callable[[BaseException], bool] = lambda e: False,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.settings = settings
         self._revision = revision
         self._is_leader = is_leader
@@ -198,7 +205,7 @@ class Compactor:
         self._is_compacted_error = is_compacted_error
         self._clock = clock
         self.policy = settings.policy(clock(), revision())
-        self.compactions = 0                  # successful auto-compactions (for tests/metrics)
+        self.compactions = 0  # successful auto-compactions (for tests/metrics)
         self.last_revision = 0
         self._task: asyncio.Task | None = None
 
@@ -235,8 +242,11 @@ class Compactor:
         except Exception as exc:
             ok = self._is_compacted_error(exc)
             if not ok:
-                log.warning("auto-compaction at revision %d failed (%s); retrying at the "
-                            "next check", rev, exc)
+                log.warning(
+                    "auto-compaction at revision %d failed (%s); retrying at the next check",
+                    rev,
+                    exc,
+                )
         if isinstance(self.policy, PeriodicPolicy):
             self.policy.done(rev, ok, self._clock())
         else:

@@ -42,13 +42,13 @@ class ServerConfig:
     max_request_bytes: int = 1536 * 1024
     wal_sync: str = "always"
     pre_vote: bool = True
-    auto_compaction_mode: str = "periodic"      # etcd's flags; retention "0" = disabled
+    auto_compaction_mode: str = "periodic"  # etcd's flags; retention "0" = disabled
     auto_compaction_retention: str = "0"
     auto_compaction_check_interval: str = "5m"  # revision mode's check period (etcd: 5 min)
-    archive_url: str = ""              # kvserver.archive: "" = no continuous archive
-    archive_retention: int = 0         # archived snapshots kept (0 = all)
-    archive_interval_ms: int = 1000    # between two archive passes (the loss window)
-    archive_options: str = ""          # fsspec options: key=value,key=value
+    archive_url: str = ""  # kvserver.archive: "" = no continuous archive
+    archive_retention: int = 0  # archived snapshots kept (0 = all)
+    archive_interval_ms: int = 1000  # between two archive passes (the loss window)
+    archive_options: str = ""  # fsspec options: key=value,key=value
     # TLS, etcd's flags (kvserver.tls): clients ...
     cert_file: str = ""
     key_file: str = ""
@@ -70,8 +70,11 @@ class ServerConfig:
     @property
     def auto_compaction(self) -> AutoCompaction:
         """The parsed auto-compaction flags (ValueError if malformed)."""
-        return AutoCompaction.parse(self.auto_compaction_mode, self.auto_compaction_retention,
-                                    self.auto_compaction_check_interval)
+        return AutoCompaction.parse(
+            self.auto_compaction_mode,
+            self.auto_compaction_retention,
+            self.auto_compaction_check_interval,
+        )
 
     @property
     def member_dir(self) -> str:
@@ -97,60 +100,134 @@ _FLAGS = (
     ("--name", "name", "str", "human-readable name of this member"),
     ("--data-dir", "data_dir", "str", "path to the data directory"),
     ("--listen-client-urls", "listen_client_urls", "urls", "URLs to listen on for clients"),
-    ("--advertise-client-urls", "advertise_client_urls", "urls",
-     "client URLs advertised to the cluster"),
+    (
+        "--advertise-client-urls",
+        "advertise_client_urls",
+        "urls",
+        "client URLs advertised to the cluster",
+    ),
     ("--listen-peer-urls", "listen_peer_urls", "urls", "URLs to listen on for peers"),
-    ("--initial-advertise-peer-urls", "initial_advertise_peer_urls", "urls",
-     "this member's peer URLs, advertised to the cluster"),
-    ("--initial-cluster", "initial_cluster", "str",
-     "initial cluster configuration: name=peer-url,..."),
+    (
+        "--initial-advertise-peer-urls",
+        "initial_advertise_peer_urls",
+        "urls",
+        "this member's peer URLs, advertised to the cluster",
+    ),
+    (
+        "--initial-cluster",
+        "initial_cluster",
+        "str",
+        "initial cluster configuration: name=peer-url,...",
+    ),
     ("--initial-cluster-state", "initial_cluster_state", "str", "new or existing"),
-    ("--initial-cluster-token", "initial_cluster_token", "str",
-     "cluster token: different clusters get different IDs"),
+    (
+        "--initial-cluster-token",
+        "initial_cluster_token",
+        "str",
+        "cluster token: different clusters get different IDs",
+    ),
     ("--heartbeat-interval", "heartbeat_interval_ms", "int", "heartbeat interval (ms)"),
     ("--election-timeout", "election_timeout_ms", "int", "election timeout (ms)"),
-    ("--snapshot-count", "snapshot_count", "int",
-     "applied entries between two snapshots"),
-    ("--snapshot-catchup-entries", "snapshot_catchup_entries", "int",
-     "entries kept after a snapshot for slow followers"),
+    ("--snapshot-count", "snapshot_count", "int", "applied entries between two snapshots"),
+    (
+        "--snapshot-catchup-entries",
+        "snapshot_catchup_entries",
+        "int",
+        "entries kept after a snapshot for slow followers",
+    ),
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),
     ("--max-request-bytes", "max_request_bytes", "int", "largest client request body"),
-    ("--wal-sync", "wal_sync", "str",
-     "always (default), interval=<ms> (bounded loss window) or never (tests only)"),
+    (
+        "--wal-sync",
+        "wal_sync",
+        "str",
+        "always (default), interval=<ms> (bounded loss window) or never (tests only)",
+    ),
     ("--pre-vote", "pre_vote", "bool", "use raft PreVote"),
-    ("--auto-compaction-mode", "auto_compaction_mode", "str",
-     "periodic (retention is a duration) or revision (retention is a revision count)"),
-    ("--auto-compaction-retention", "auto_compaction_retention", "str",
-     "history kept by auto-compaction: 1h, 30m, a bare number of hours, or revisions; "
-     "0 disables it"),
-    ("--auto-compaction-check-interval", "auto_compaction_check_interval", "str",
-     "how often revision-mode auto-compaction checks (raftkv only; etcd fixes 5m)"),
-    ("--archive-url", "archive_url", "str",
-     "archive snapshots and WAL segments continuously to this fsspec URL (file://, s3://...)"),
-    ("--archive-retention", "archive_retention", "int",
-     "archived snapshots kept, with the WAL they need (0 = keep everything)"),
-    ("--archive-interval", "archive_interval_ms", "int",
-     "milliseconds between archive passes (bounds what the archive may lack)"),
-    ("--archive-options", "archive_options", "str",
-     "fsspec/s3fs storage options for --archive-url: key=value[,key=value...]"),
+    (
+        "--auto-compaction-mode",
+        "auto_compaction_mode",
+        "str",
+        "periodic (retention is a duration) or revision (retention is a revision count)",
+    ),
+    (
+        "--auto-compaction-retention",
+        "auto_compaction_retention",
+        "str",
+        "history kept by auto-compaction: 1h, 30m, a bare number of hours, or revisions; "
+        "0 disables it",
+    ),
+    (
+        "--auto-compaction-check-interval",
+        "auto_compaction_check_interval",
+        "str",
+        "how often revision-mode auto-compaction checks (raftkv only; etcd fixes 5m)",
+    ),
+    (
+        "--archive-url",
+        "archive_url",
+        "str",
+        "archive snapshots and WAL segments continuously to this fsspec URL (file://, s3://...)",
+    ),
+    (
+        "--archive-retention",
+        "archive_retention",
+        "int",
+        "archived snapshots kept, with the WAL they need (0 = keep everything)",
+    ),
+    (
+        "--archive-interval",
+        "archive_interval_ms",
+        "int",
+        "milliseconds between archive passes (bounds what the archive may lack)",
+    ),
+    (
+        "--archive-options",
+        "archive_options",
+        "str",
+        "fsspec/s3fs storage options for --archive-url: key=value[,key=value...]",
+    ),
     ("--cert-file", "cert_file", "str", "client TLS: certificate file (PEM)"),
     ("--key-file", "key_file", "str", "client TLS: private key file (PEM; keep it secret)"),
-    ("--trusted-ca-file", "trusted_ca_file", "str",
-     "client TLS: CA bundle that signs client certificates"),
-    ("--client-cert-auth", "client_cert_auth", "bool",
-     "refuse clients without a certificate signed by --trusted-ca-file"),
-    ("--auto-tls", "auto_tls", "bool",
-     "client TLS with a generated self-signed certificate (encrypts, does not authenticate)"),
+    (
+        "--trusted-ca-file",
+        "trusted_ca_file",
+        "str",
+        "client TLS: CA bundle that signs client certificates",
+    ),
+    (
+        "--client-cert-auth",
+        "client_cert_auth",
+        "bool",
+        "refuse clients without a certificate signed by --trusted-ca-file",
+    ),
+    (
+        "--auto-tls",
+        "auto_tls",
+        "bool",
+        "client TLS with a generated self-signed certificate (encrypts, does not authenticate)",
+    ),
     ("--peer-cert-file", "peer_cert_file", "str", "peer TLS: certificate file (PEM)"),
-    ("--peer-key-file", "peer_key_file", "str",
-     "peer TLS: private key file (PEM; keep it secret)"),
-    ("--peer-trusted-ca-file", "peer_trusted_ca_file", "str",
-     "peer TLS: CA bundle that signs the members' certificates"),
-    ("--peer-client-cert-auth", "peer_client_cert_auth", "bool",
-     "refuse peers without a certificate signed by --peer-trusted-ca-file"),
-    ("--peer-auto-tls", "peer_auto_tls", "bool",
-     "peer TLS with a generated self-signed certificate (encrypts, does not authenticate)"),
+    ("--peer-key-file", "peer_key_file", "str", "peer TLS: private key file (PEM; keep it secret)"),
+    (
+        "--peer-trusted-ca-file",
+        "peer_trusted_ca_file",
+        "str",
+        "peer TLS: CA bundle that signs the members' certificates",
+    ),
+    (
+        "--peer-client-cert-auth",
+        "peer_client_cert_auth",
+        "bool",
+        "refuse peers without a certificate signed by --peer-trusted-ca-file",
+    ),
+    (
+        "--peer-auto-tls",
+        "peer_auto_tls",
+        "bool",
+        "peer TLS with a generated self-signed certificate (encrypts, does not authenticate)",
+    ),
 )
 
 
@@ -162,8 +239,9 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         env = "RAFTKV_" + flag[2:].upper().replace("-", "_")
         # A bool flag alone means true (etcd: --client-cert-auth); "--pre-vote false" works.
         extra = {"nargs": "?", "const": "true"} if kind == "bool" else {}
-        parser.add_argument(flag, dest=attr, default=None, **extra,
-                            help=f"{text} (default {shown!r}; env {env})")
+        parser.add_argument(
+            flag, dest=attr, default=None, **extra, help=f"{text} (default {shown!r}; env {env})"
+        )
 
 
 def _convert(kind: str, flag: str, raw: str):
@@ -203,30 +281,36 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         raise ClusterConfigError("--initial-cluster-state must be 'new' or 'existing'")
     if cfg.heartbeat_interval_ms <= 0 or cfg.election_timeout_ms < 2 * cfg.heartbeat_interval_ms:
         raise ClusterConfigError(
-            "--election-timeout must be at least twice --heartbeat-interval (and both > 0)")
-    if cfg.wal_sync != "always" and cfg.wal_sync != "never" \
-            and not cfg.wal_sync.startswith("interval="):
+            "--election-timeout must be at least twice --heartbeat-interval (and both > 0)"
+        )
+    if (
+        cfg.wal_sync != "always"
+        and cfg.wal_sync != "never"
+        and not cfg.wal_sync.startswith("interval=")
+    ):
         raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
     try:
         _ = cfg.auto_compaction  # parse now: a bad flag stops the start with a message
     except ValueError as exc:
         raise ClusterConfigError(str(exc)) from None
-    initial = cfg.initial_cluster or \
-        f"{cfg.name}={','.join(cfg.initial_advertise_peer_urls)}"
+    initial = cfg.initial_cluster or f"{cfg.name}={','.join(cfg.initial_advertise_peer_urls)}"
     members = parse_initial_cluster(initial, cfg.initial_cluster_token)
     cfg = ServerConfig(**{**values, "initial_cluster": initial, "members": tuple(members)})
     local = cfg.local_member()
     if set(local.peer_urls) != set(cfg.initial_advertise_peer_urls):
         raise ClusterConfigError(
             f"--initial-advertise-peer-urls {','.join(cfg.initial_advertise_peer_urls)} do "
-            f"not match {cfg.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})")
+            f"not match {cfg.name}'s entry in --initial-cluster ({','.join(local.peer_urls)})"
+        )
     check_url_schemes(cfg)
     return cfg
 
 
 # Which TLS material each kind of URL needs, named as etcd's flags (for the messages).
-_TLS_FLAGS = {"client": "--cert-file and --key-file (or --auto-tls)",
-              "peer": "--peer-cert-file and --peer-key-file (or --peer-auto-tls)"}
+_TLS_FLAGS = {
+    "client": "--cert-file and --key-file (or --auto-tls)",
+    "peer": "--peer-cert-file and --peer-key-file (or --peer-auto-tls)",
+}
 
 
 def tls_configured(cfg: ServerConfig, kind: str) -> bool:
@@ -249,12 +333,16 @@ def check_url_schemes(cfg: ServerConfig) -> None:
         attr = prefix.replace("-", "_")
         cert, key = getattr(cfg, attr + "cert_file"), getattr(cfg, attr + "key_file")
         if bool(cert) != bool(key):
-            raise ClusterConfigError(f"--{prefix}cert-file and --{prefix}key-file go together "
-                                     f"(got only --{prefix}{'cert' if cert else 'key'}-file)")
+            raise ClusterConfigError(
+                f"--{prefix}cert-file and --{prefix}key-file go together "
+                f"(got only --{prefix}{'cert' if cert else 'key'}-file)"
+            )
         if getattr(cfg, attr + "client_cert_auth") and not getattr(cfg, attr + "trusted_ca_file"):
-            raise ClusterConfigError(f"--{prefix}client-cert-auth needs "
-                                     f"--{prefix}trusted-ca-file (the CA that signs the "
-                                     f"certificates to accept)")
+            raise ClusterConfigError(
+                f"--{prefix}client-cert-auth needs "
+                f"--{prefix}trusted-ca-file (the CA that signs the "
+                f"certificates to accept)"
+            )
         for name in ("cert-file", "key-file", "trusted-ca-file"):
             path = getattr(cfg, attr + name.replace("-", "_"))
             if path and not os.access(path, os.R_OK):
@@ -272,7 +360,8 @@ def check_url_schemes(cfg: ServerConfig) -> None:
                 raise ClusterConfigError(
                     f"{flag} {url}: TLS key/cert ({_TLS_FLAGS[kind]}) must be provided for "
                     f"{kind} url {url} with HTTPS scheme; refusing to serve plain HTTP on an "
-                    f"https URL")
+                    f"https URL"
+                )
 
 
 def host_port(url: str) -> tuple[str, int]:

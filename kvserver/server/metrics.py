@@ -80,8 +80,22 @@ log = logging.getLogger(__name__)
 # HTTP request latency buckets: a loopback request takes ~0.1-2 ms, a write waits for a
 # quorum fsync, a linearizable read for a ReadIndex round; timeouts are seconds.
 HTTP_BUCKETS_SECONDS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 # fdatasync on the target machine takes ~0.15 ms, a slow disk tens of ms: 100 us * 2^i.
 FSYNC_BUCKETS_SECONDS = tuple(0.0001 * 2**i for i in range(16))  # 100 us .. 3.3 s
@@ -108,7 +122,8 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "raft_commit_index": NodeMetricSpec(G, "Highest raft log index known to be committed."),
     "raft_applied_index": NodeMetricSpec(G, "Highest raft log index applied to the store."),
     "raft_apply_lag_entries": NodeMetricSpec(
-        G, "Committed entries not yet applied (commit index - applied index)."),
+        G, "Committed entries not yet applied (commit index - applied index)."
+    ),
     "raft_has_leader": NodeMetricSpec(G, "1 when this node knows a leader, else 0."),
     "raft_is_leader": NodeMetricSpec(G, "1 when this node is the leader, else 0."),
     "raft_leader_changes": NodeMetricSpec(C, "Leader changes seen by this node."),
@@ -116,19 +131,26 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "proposals_failed": NodeMetricSpec(C, "Proposals that failed (dropped, timed out, no leader)."),
     "proposals_pending": NodeMetricSpec(G, "Proposals waiting to be committed."),
     "wal_fsync_duration_seconds": NodeMetricSpec(
-        H, "Latency of WAL fsyncs (count = number of fsyncs)."),
+        H, "Latency of WAL fsyncs (count = number of fsyncs)."
+    ),
     "peer_send_failures": NodeMetricSpec(
-        C, "Messages to a peer that could not be sent.", label="peer"),
+        C, "Messages to a peer that could not be sent.", label="peer"
+    ),
     "store_revision": NodeMetricSpec(G, "Current MVCC store revision."),
     "raft_append_messages_sent": NodeMetricSpec(
-        C, "MsgApp messages handed to the peer transport (entries per message = "
-           "raft_append_entries_sent / raft_append_messages_sent)."),
+        C,
+        "MsgApp messages handed to the peer transport (entries per message = "
+        "raft_append_entries_sent / raft_append_messages_sent).",
+    ),
     "raft_append_entries_sent": NodeMetricSpec(
-        C, "Log entries carried by the MsgApp messages handed to the peer transport."),
+        C, "Log entries carried by the MsgApp messages handed to the peer transport."
+    ),
     "archive_lag_entries": NodeMetricSpec(
-        G, "WAL entries written locally but not yet in the archive (--archive-url)."),
+        G, "WAL entries written locally but not yet in the archive (--archive-url)."
+    ),
     "archive_lag_seconds": NodeMetricSpec(
-        G, "How long the archive has been behind the local WAL (0 when caught up)."),
+        G, "How long the archive has been behind the local WAL (0 when caught up)."
+    ),
     "archive_uploaded_bytes": NodeMetricSpec(C, "Bytes uploaded to the archive."),
     "archive_errors": NodeMetricSpec(C, "Archive passes that failed (retried)."),
 }
@@ -237,8 +259,10 @@ class AppendCounter:
         return counted_send
 
     def stats(self) -> dict[str, int]:
-        return {"raft_append_messages_sent": self.messages,
-                "raft_append_entries_sent": self.entries}
+        return {
+            "raft_append_messages_sent": self.messages,
+            "raft_append_entries_sent": self.entries,
+        }
 
 
 NodeStatsSource = Callable[[], Mapping[str, Any]]  # returns a NodeStats
@@ -300,8 +324,9 @@ def _dialect(path: str) -> str:
 class Metrics:
     """The metrics of one node (see the module docstring)."""
 
-    def __init__(self, node_stats: NodeStatsSource | None = None, *,
-                 process_metrics: bool = True) -> None:
+    def __init__(
+        self, node_stats: NodeStatsSource | None = None, *, process_metrics: bool = True
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.node_stats: NodeStatsSource | None = node_stats
         self.http_request_duration = Histogram(
@@ -369,8 +394,7 @@ class Metrics:
                     labels = labels_by_resource.get(id(resource))  # type: ignore[assignment]
                     if labels is None:
                         canonical = resource.canonical
-                        labels = labels_by_resource[id(resource)] = (
-                            _dialect(canonical), canonical)
+                        labels = labels_by_resource[id(resource)] = (_dialect(canonical), canonical)
                 observe_http(labels[0], labels[1], status, perf_counter() - start)
 
         return record_latency

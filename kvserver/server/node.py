@@ -71,10 +71,11 @@ from raft.errors import CommitOutOfRangeError, RaftError, RaftInvariantError
 log = logging.getLogger(__name__)
 
 _SEND_BEFORE_PERSIST = frozenset(
-    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap})
+    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap}
+)
 _HEADER_BYTES = 16
-_APPLY_YIELD_EVERY = 512          # committed entries applied between two yields to the loop
-STEP_ERROR_UNHEALTHY_S = 10.0     # /health is false this long after a peer message failed
+_APPLY_YIELD_EVERY = 512  # committed entries applied between two yields to the loop
+STEP_ERROR_UNHEALTHY_S = 10.0  # /health is false this long after a peer message failed
 
 
 class StateMachine(Protocol):
@@ -123,16 +124,25 @@ class _ReadBatch:
     def __init__(self, ctx: bytes):
         self.ctx = ctx
         self.waiters: list[asyncio.Future] = []
-        self.index: int | None = None      # known once the ReadState arrives
+        self.index: int | None = None  # known once the ReadState arrives
         self.asked_at = 0.0
 
 
 class Node:
-    def __init__(self, *, raw: RawNode, node_id: int, storage: DurableStorage,
-                 state_machine: StateMachine, send: Callable[[list[Message]], None],
-                 options: NodeOptions, applied: int, conf_state: ConfState,
-                 on_conf_change: Callable[[ConfChange, ConfState], None] | None = None,
-                 members=None):
+    def __init__(
+        self,
+        *,
+        raw: RawNode,
+        node_id: int,
+        storage: DurableStorage,
+        state_machine: StateMachine,
+        send: Callable[[list[Message]], None],
+        options: NodeOptions,
+        applied: int,
+        conf_state: ConfState,
+        on_conf_change: Callable[[ConfChange, ConfState], None] | None = None,
+        members=None,
+    ):
         self.raw = raw
         self.id = node_id
         self.storage = storage
@@ -140,7 +150,7 @@ class Node:
         self._send = send
         self.opts = options
         self._on_conf_change = on_conf_change
-        self.members = members               # member registry (snapshot()/restore()) or None
+        self.members = members  # member registry (snapshot()/restore()) or None
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
@@ -160,7 +170,7 @@ class Node:
         self._proposals: list[bytes] = []
         self._proposal_waiters: dict[int, asyncio.Future] = {}
         self._conf_proposals: list[ConfChange] = []
-        self._conf_waiters: dict[int, asyncio.Future] = {}   # by ConfChange.id
+        self._conf_waiters: dict[int, asyncio.Future] = {}  # by ConfChange.id
         self._unreachable: list[int] = []
         self._snapshot_status: list[tuple[int, bool]] = []
         self._read_new: _ReadBatch | None = None
@@ -169,8 +179,8 @@ class Node:
         self._read_seq = 0
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
-        self.failed = asyncio.Event()        # set if the raft loop dies: the member exits
-        self.failure: BaseException | None = None   # what ended the raft loop
+        self.failed = asyncio.Event()  # set if the raft loop dies: the member exits
+        self.failure: BaseException | None = None  # what ended the raft loop
         # The latest peer message the core failed on with an unexpected error: (monotonic
         # time, error); /health is false for STEP_ERROR_UNHEALTHY_S after it.
         self._step_error: tuple[float, str] | None = None
@@ -208,8 +218,9 @@ class Node:
         if self._stopped:
             raise errors.stopping()
         if len(self._proposal_waiters) >= self.opts.max_pending_proposals:
-            raise errors.ServiceError(errors.GrpcCode.RESOURCE_EXHAUSTED,
-                                      "etcdserver: too many requests", retryable=True)
+            raise errors.ServiceError(
+                errors.GrpcCode.RESOURCE_EXHAUSTED, "etcdserver: too many requests", retryable=True
+            )
         self._seq += 1
         seq = self._seq
         fut = asyncio.get_running_loop().create_future()
@@ -225,16 +236,18 @@ class Node:
         finally:
             self._proposal_waiters.pop(seq, None)
 
-    async def propose_conf_change(self, cc: ConfChange,
-                                  timeout_s: float | None = None) -> ConfState:
+    async def propose_conf_change(
+        self, cc: ConfChange, timeout_s: float | None = None
+    ) -> ConfState:
         """Propose a membership change (``cc.id`` 0: a random one is chosen); return the
         configuration once this node has applied it. A change raft refuses (another one is
         not applied yet) never applies: the caller times out."""
         if self._stopped:
             raise errors.stopping()
         if not cc.id:
-            cc = ConfChange(cc.type, cc.node_id, cc.context,
-                            int.from_bytes(os.urandom(8), "big") or 1)
+            cc = ConfChange(
+                cc.type, cc.node_id, cc.context, int.from_bytes(os.urandom(8), "big") or 1
+            )
         fut = asyncio.get_running_loop().create_future()
         self._conf_waiters[cc.id] = fut
         self._conf_proposals.append(cc)
@@ -264,7 +277,8 @@ class Node:
         except TimeoutError:
             raise errors.replaying(
                 f"this member is still replaying its log after a restart (applied "
-                f"{self.applied} of {self.recovered_commit})") from None
+                f"{self.applied} of {self.recovered_commit})"
+            ) from None
 
     def _note_applied(self) -> None:
         if self.applied >= self.recovered_commit and not self.recovered.is_set():
@@ -293,8 +307,10 @@ class Node:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id:x}"),
-                       loop.create_task(self._ticker(), name=f"tick-{self.id:x}")]
+        self._tasks = [
+            loop.create_task(self._run(), name=f"raft-{self.id:x}"),
+            loop.create_task(self._ticker(), name=f"tick-{self.id:x}"),
+        ]
 
     async def stop(self) -> None:
         self._stopped = True
@@ -334,8 +350,11 @@ class Node:
             raise
         except CommitOutOfRangeError as exc:
             # Not a bug to trace: durable state was lost (kvserver.assembly.member says what to do).
-            log.error("node %x: raft log lost entries this member had acknowledged (%s); "
-                      "the node stops", self.id, exc)
+            log.error(
+                "node %x: raft log lost entries this member had acknowledged (%s); the node stops",
+                self.id,
+                exc,
+            )
             self._fail(exc)
         except Exception as exc:
             log.exception("node %x: raft loop failed; the node stops", self.id)
@@ -375,8 +394,9 @@ class Node:
                     raw.propose(data)
                 except ProposalDroppedError:
                     self.stats["proposals_failed"] += 1
-                    self._fail_proposal(data, errors.no_leader() if self.leader == 0
-                                        else errors.leader_changed())
+                    self._fail_proposal(
+                        data, errors.no_leader() if self.leader == 0 else errors.leader_changed()
+                    )
         if self._conf_proposals:
             confs, self._conf_proposals = self._conf_proposals, []
             for cc in confs:
@@ -385,8 +405,9 @@ class Node:
                 except ProposalDroppedError:
                     fut = self._conf_waiters.get(cc.id)
                     if fut is not None and not fut.done():
-                        fut.set_exception(errors.no_leader() if self.leader == 0
-                                          else errors.leader_changed())
+                        fut.set_exception(
+                            errors.no_leader() if self.leader == 0 else errors.leader_changed()
+                        )
         self._ask_reads()
 
     def _step(self, m: Message) -> None:
@@ -412,12 +433,16 @@ class Node:
             log.debug("dropped message %s: %s", m, exc)
             return
         except Exception as exc:
-            log.error("node %x: dropped message %s: the raft core failed on it", self.id, m,
-                      exc_info=True)
+            log.error(
+                "node %x: dropped message %s: the raft core failed on it", self.id, m, exc_info=True
+            )
             self._step_error = (time.monotonic(), f"{type(exc).__name__}: {exc}")
             return
-        if m.type == MessageType.MsgHeartbeat and m.frm == raw.raft.lead \
-                and m.term == raw.raft.term:
+        if (
+            m.type == MessageType.MsgHeartbeat
+            and m.frm == raw.raft.lead
+            and m.term == raw.raft.term
+        ):
             self._confirmed_leader = (m.term, m.frm)
 
     def _fail_proposal(self, data: bytes, error: errors.ServiceError) -> None:
@@ -432,8 +457,7 @@ class Node:
             batch.waiters = [w for w in batch.waiters if not w.done()]
             if batch.waiters:
                 self._reads_asked[batch.ctx] = batch
-        for ctx in [c for c, b in self._reads_asked.items()
-                    if all(w.done() for w in b.waiters)]:
+        for ctx in [c for c, b in self._reads_asked.items() if all(w.done() for w in b.waiters)]:
             del self._reads_asked[ctx]  # every reader timed out: stop asking
         for batch in self._reads_asked.values():
             if batch.index is None and now - batch.asked_at >= self.opts.read_retry_s:
@@ -468,8 +492,9 @@ class Node:
             self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
             self.applied = self.snapshot_index = rd.snapshot.metadata.index
             self._note_applied()
-            log.info("node %x: restored snapshot at index %d from the leader", self.id,
-                     self.applied)
+            log.info(
+                "node %x: restored snapshot at index %d from the leader", self.id, self.applied
+            )
         if rd.committed_entries:
             await self._apply(rd.committed_entries)
         for rs in rd.read_states:
@@ -568,12 +593,15 @@ class Node:
         compact_to = index - self.opts.snapshot_catchup_entries
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
-            log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index,
-                     compact_to)
+            log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index, compact_to)
         else:  # fewer entries than the catch-up window: keep them all for slow followers
-            log.info("node %x: snapshot at %d (log not compacted: it keeps the last %d "
-                     "entries for slow followers)", self.id, index,
-                     self.opts.snapshot_catchup_entries)
+            log.info(
+                "node %x: snapshot at %d (log not compacted: it keeps the last %d "
+                "entries for slow followers)",
+                self.id,
+                index,
+                self.opts.snapshot_catchup_entries,
+            )
 
     @property
     def raw_storage(self):
@@ -589,8 +617,11 @@ class Node:
         err = self._step_error
         if err is not None and time.monotonic() - err[0] < STEP_ERROR_UNHEALTHY_S:
             return f"RAFT LOOP FAILING: {err[1]}"
-        if self.leader and not self.is_leader \
-                and self._confirmed_leader != (self.raw.raft.term, self.leader):
+        if (
+            self.leader
+            and not self.is_leader
+            and self._confirmed_leader != (self.raw.raft.term, self.leader)
+        ):
             return "RAFT LEADER NOT CONFIRMED"
         return ""
 
@@ -604,8 +635,14 @@ class Node:
 
     def status(self) -> dict:
         st = self.raw.status()
-        return {"id": self.id, "leader": self.leader, "term": self.term,
-                "role": str(self.role), "applied": self.applied,
-                "committed": st.hard_state.commit, "snapshot_index": self.snapshot_index,
-                "voters": list(self.conf_state.voters),
-                "learners": list(self.conf_state.learners)}
+        return {
+            "id": self.id,
+            "leader": self.leader,
+            "term": self.term,
+            "role": str(self.role),
+            "applied": self.applied,
+            "committed": st.hard_state.commit,
+            "snapshot_index": self.snapshot_index,
+            "voters": list(self.conf_state.voters),
+            "learners": list(self.conf_state.learners),
+        }

@@ -58,22 +58,35 @@ def decode_metadata(data: bytes) -> tuple[int, int]:
 def _to_raft_conf_state(cs) -> ConfState:
     if cs is None:
         return ConfState()
-    return ConfState(tuple(cs.voters), tuple(cs.learners), tuple(cs.voters_outgoing),
-                     tuple(cs.learners_next), cs.auto_leave)
+    return ConfState(
+        tuple(cs.voters),
+        tuple(cs.learners),
+        tuple(cs.voters_outgoing),
+        tuple(cs.learners_next),
+        cs.auto_leave,
+    )
 
 
 def _to_pb_snapshot(s: Snapshot) -> raftpb.Snapshot:
     md = s.metadata
     cs = md.conf_state
-    return raftpb.Snapshot(s.data, raftpb.SnapshotMetadata(
-        raftpb.ConfState(cs.voters, cs.learners, cs.voters_outgoing, cs.learners_next,
-                         cs.auto_leave), md.index, md.term))
+    return raftpb.Snapshot(
+        s.data,
+        raftpb.SnapshotMetadata(
+            raftpb.ConfState(
+                cs.voters, cs.learners, cs.voters_outgoing, cs.learners_next, cs.auto_leave
+            ),
+            md.index,
+            md.term,
+        ),
+    )
 
 
 def _to_raft_snapshot(s) -> Snapshot:
     md = s.metadata
-    return Snapshot(s.data or b"", SnapshotMetadata(_to_raft_conf_state(md.conf_state),
-                                                    md.index, md.term))
+    return Snapshot(
+        s.data or b"", SnapshotMetadata(_to_raft_conf_state(md.conf_state), md.index, md.term)
+    )
 
 
 def _wal_snapshot(s: Snapshot) -> raftpb.WalSnapshot:
@@ -82,8 +95,9 @@ def _wal_snapshot(s: Snapshot) -> raftpb.WalSnapshot:
 
 
 class NodeStorage:
-    def __init__(self, cfg: ServerConfig, w, snapshotter: snap.Snapshotter,
-                 raft_storage: MemoryStorage):
+    def __init__(
+        self, cfg: ServerConfig, w, snapshotter: snap.Snapshotter, raft_storage: MemoryStorage
+    ):
         self.cfg = cfg
         self.wal = w
         self.snapshotter = snapshotter
@@ -95,8 +109,9 @@ class NodeStorage:
     # --- opening -----------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, cfg: ServerConfig, *, member_id: int,
-                   cluster_id: int) -> tuple["NodeStorage", bool]:
+    async def open(
+        cls, cfg: ServerConfig, *, member_id: int, cluster_id: int
+    ) -> tuple["NodeStorage", bool]:
         """Open (or create) the member's storage; returns (storage, fresh)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, cls._open_blocking, cfg, member_id, cluster_id)
@@ -113,14 +128,18 @@ class NodeStorage:
         try:
             walsnaps = wal.valid_snapshot_entries(cfg.wal_dir)
         except wal.CorruptError as exc:
-            walsnaps = cls._repair_or_refuse(cfg, exc, lambda: wal.valid_snapshot_entries(
-                cfg.wal_dir))
+            walsnaps = cls._repair_or_refuse(
+                cfg, exc, lambda: wal.valid_snapshot_entries(cfg.wal_dir)
+            )
         try:
             pb_snap = snapshotter.load_newest_available(walsnaps)
         except snap.NoSnapshotError:
             pb_snap = None
-        ws = raftpb.WalSnapshot(pb_snap.metadata.index, pb_snap.metadata.term) \
-            if pb_snap is not None else raftpb.WalSnapshot()
+        ws = (
+            raftpb.WalSnapshot(pb_snap.metadata.index, pb_snap.metadata.term)
+            if pb_snap is not None
+            else raftpb.WalSnapshot()
+        )
 
         def read():
             w = wal.open(cfg.wal_dir, ws, sync_policy=cfg.wal_sync)
@@ -140,15 +159,22 @@ class NodeStorage:
             raise StorageCorruptError(
                 f"{cfg.wal_dir} belongs to member {got_member:x} of cluster {got_cluster:x}, "
                 f"not to member {member_id:x} of cluster {cluster_id:x} (check --name, "
-                f"--initial-cluster and --initial-cluster-token)")
+                f"--initial-cluster and --initial-cluster-token)"
+            )
 
         ms = MemoryStorage()
         if pb_snap is not None:
             ms.apply_snapshot(_to_raft_snapshot(pb_snap))
         ms.set_hard_state(HardState(hs.term, hs.vote, hs.commit))
         ms.append([Entry(e.term, e.index, EntryType(e.type), e.data or b"") for e in ents])
-        log.info("recovered %d entries after snapshot %d (hard state %s/%s/%s)", len(ents),
-                 ws.index, hs.term, hs.vote, hs.commit)
+        log.info(
+            "recovered %d entries after snapshot %d (hard state %s/%s/%s)",
+            len(ents),
+            ws.index,
+            hs.term,
+            hs.vote,
+            hs.commit,
+        )
         return cls(cfg, w, snapshotter, ms), False
 
     @staticmethod
@@ -158,7 +184,8 @@ class NodeStorage:
                 f"WAL corrupt: {exc.file} at offset {exc.offset}: {exc.reason}. The member "
                 f"will not start from corrupt data. If this is a torn tail, "
                 f"`raftkv wal repair {cfg.wal_dir}` truncates it; otherwise restore this "
-                f"member from a healthy one.") from exc
+                f"member from a healthy one."
+            ) from exc
         log.warning("WAL has a torn tail (%s); repairing once", exc)
         if not wal.repair(cfg.wal_dir):
             raise StorageCorruptError(f"WAL repair failed for {cfg.wal_dir}: {exc}") from exc
@@ -167,7 +194,8 @@ class NodeStorage:
         except wal.CorruptError as again:
             raise StorageCorruptError(
                 f"WAL still corrupt after repair: {again.file} at offset {again.offset}: "
-                f"{again.reason}") from again
+                f"{again.reason}"
+            ) from again
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -181,7 +209,8 @@ class NodeStorage:
             # to the writer thread. Python work on that thread would compete with the event
             # loop for the GIL and delay the messages this Ready just sent.
             seq, need_sync, errs = self.wal.append(
-                ((None, rd.hard_state, rd.entries, rd.must_sync),))
+                ((None, rd.hard_state, rd.entries, rd.must_sync),)
+            )
             if errs[0] is not None:
                 raise errs[0]
             self._stats["wal_entries"] += len(rd.entries)

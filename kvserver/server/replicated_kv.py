@@ -90,8 +90,8 @@ from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 
 log = logging.getLogger(__name__)
 
-LEASE_EXPIRY_INTERVAL_S = 0.5   # etcd's lessor loop: revoke expired leases twice a second
-_EXPIRED_WAIT_STEP_S = 0.05     # keep-alive of an expired lease: poll for its revoke
+LEASE_EXPIRY_INTERVAL_S = 0.5  # etcd's lessor loop: revoke expired leases twice a second
+_EXPIRED_WAIT_STEP_S = 0.05  # keep-alive of an expired lease: poll for its revoke
 WATCH_PROGRESS_INTERVAL_S = 600.0  # etcd's --experimental-watch-progress-notify-interval
 # etcd fragments a watch response over maxRequestBytes + gRPC overhead (1.5 MiB + 512 KiB).
 WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
@@ -99,8 +99,9 @@ WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
 
 def not_leader() -> errors.ServiceError:
     """etcd's ErrGRPCNotLeader as a retryable Unavailable: the client tries another member."""
-    return errors.ServiceError(errors.GrpcCode.UNAVAILABLE, "etcdserver: not leader",
-                               retryable=True)
+    return errors.ServiceError(
+        errors.GrpcCode.UNAVAILABLE, "etcdserver: not leader", retryable=True
+    )
 
 
 class RaftKV:
@@ -109,10 +110,18 @@ class RaftKV:
     # () -> (entries, seconds) when this member archives (set by kvserver.assembly.member), for status
     archive_lag = None
 
-    def __init__(self, *, cluster_id: int, member_id: int, name: str,
-                 members: tuple[MemberInfo, ...], max_txn_ops: int = 128,
-                 election_timeout_s: float = 1.0, min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
-                 lease_checkpoint_interval_s: float | None = None):
+    def __init__(
+        self,
+        *,
+        cluster_id: int,
+        member_id: int,
+        name: str,
+        members: tuple[MemberInfo, ...],
+        max_txn_ops: int = 128,
+        election_timeout_s: float = 1.0,
+        min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
+        lease_checkpoint_interval_s: float | None = None,
+    ):
         self.cluster_id = cluster_id
         self.member_id = member_id
         self.name = name
@@ -120,19 +129,24 @@ class RaftKV:
         self.max_txn_ops = max_txn_ops
         self.store = MVCCStore()
         self.election_timeout_s = election_timeout_s
-        self.lessor = Lessor(store=self.store, min_ttl_s=min_lease_ttl_s,
-                             checkpoint_interval_s=lease_checkpoint_interval_s)
+        self.lessor = Lessor(
+            store=self.store,
+            min_ttl_s=min_lease_ttl_s,
+            checkpoint_interval_s=lease_checkpoint_interval_s,
+        )
         self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
         self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
-        self.node: Node | None = None      # set once the node is built (they refer to each other)
-        self.membership = None             # kvserver.membership.registry.MembershipService (server sets it)
+        self.node: Node | None = None  # set once the node is built (they refer to each other)
+        self.membership = None  # kvserver.membership.registry.MembershipService (server sets it)
         self._lease_task: asyncio.Task | None = None
         self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
-        self._background: set[asyncio.Task] = set()   # fire-and-forget revoke proposals
+        self._background: set[asyncio.Task] = set()  # fire-and-forget revoke proposals
         # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
-        self.auth = AuthService(propose=lambda payload: self.node.propose(payload),
-                                read_barrier=lambda: self.node.read_barrier())
+        self.auth = AuthService(
+            propose=lambda payload: self.node.propose(payload),
+            read_barrier=lambda: self.node.read_barrier(),
+        )
 
     # --- StateMachine ------------------------------------------------------------------------
 
@@ -184,23 +198,28 @@ class RaftKV:
 
     def start(self, auto_compaction: AutoCompaction | None = None) -> None:
         self._lease_task = asyncio.get_running_loop().create_task(
-            self._lease_loop(), name=f"lessor-{self.member_id:x}")
+            self._lease_loop(), name=f"lessor-{self.member_id:x}"
+        )
         if auto_compaction is not None and auto_compaction.enabled:
             # Every member runs the loop; only the leader's proposes (kvserver.server.compactor).
             self.compactor = Compactor(
-                auto_compaction, revision=lambda: self.store.revision,
+                auto_compaction,
+                revision=lambda: self.store.revision,
                 is_leader=lambda: self.node is not None and self.node.is_leader,
                 compact=lambda rev: self.compact(CompactionRequest(rev)),
-                is_compacted_error=lambda exc: isinstance(exc, CompactedError))
+                is_compacted_error=lambda exc: isinstance(exc, CompactedError),
+            )
             self.compactor.start()
         self._watch_task = asyncio.get_running_loop().create_task(
-            self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}")
+            self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}"
+        )
 
     async def stop(self) -> None:
         if self.compactor is not None:
             await self.compactor.stop()
-        tasks = [t for t in (self._lease_task, self._watch_task, *self._background)
-                 if t is not None]
+        tasks = [
+            t for t in (self._lease_task, self._watch_task, *self._background) if t is not None
+        ]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -260,18 +279,17 @@ class RaftKV:
         result = await self.node.propose(encode_entry(req, client_id, request_id))
         return self._finish(result)
 
-    async def put(self, req: PutRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> PutResponse:
+    async def put(self, req: PutRequest, *, client_id: int = 0, request_id: int = 0) -> PutResponse:
         check_put(req)  # refuse bad input before it reaches the log
         return await self._write(req, client_id, request_id)
 
-    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
-                           request_id: int = 0) -> DeleteRangeResponse:
+    async def delete_range(
+        self, req: DeleteRangeRequest, *, client_id: int = 0, request_id: int = 0
+    ) -> DeleteRangeResponse:
         check_delete(req)
         return await self._write(req, client_id, request_id)
 
-    async def txn(self, req: TxnRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> TxnResponse:
+    async def txn(self, req: TxnRequest, *, client_id: int = 0, request_id: int = 0) -> TxnResponse:
         check_txn(req, self.max_txn_ops)
         return await self._write(req, client_id, request_id)
 
@@ -280,19 +298,26 @@ class RaftKV:
 
     # --- leases ------------------------------------------------------------------------------
 
-    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
-                          request_id: int = 0) -> LeaseGrantResponse:
+    async def lease_grant(
+        self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseGrantResponse:
         # A retry (pair already applied here) is proposed anyway: the apply answers it the
         # first outcome (the lessor's dedup table), whatever ID this proposal carries.
-        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids,
-                                        client_id=client_id, request_id=request_id)
+        req = self.lessor.prepare_grant(
+            LeaseGrantRequest(ttl_s, lease_id),
+            self.lease_ids,
+            client_id=client_id,
+            request_id=request_id,
+        )
         resp = await self.node.propose(encode_lease_entry(req, client_id, request_id))
         return self._finish(resp)
 
-    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
-                           request_id: int = 0) -> LeaseRevokeResponse:
+    async def lease_revoke(
+        self, lease_id: int, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseRevokeResponse:
         resp = await self.node.propose(
-            encode_lease_entry(LeaseRevokeRequest(lease_id), client_id, request_id))
+            encode_lease_entry(LeaseRevokeRequest(lease_id), client_id, request_id)
+        )
         return self._finish(resp)
 
     async def _ensure_primary(self) -> None:
@@ -322,8 +347,9 @@ class RaftKV:
                     raise LeaseNotFoundError() from None
         return LeaseKeepAliveResponse(self._header(self.store.revision), lease_id, ttl_s)
 
-    async def lease_time_to_live(self, lease_id: int,
-                                 keys: bool = False) -> LeaseTimeToLiveResponse:
+    async def lease_time_to_live(
+        self, lease_id: int, keys: bool = False
+    ) -> LeaseTimeToLiveResponse:
         await self._ensure_primary()
         try:
             resp = self.lessor.time_to_live(lease_id, keys)
@@ -375,10 +401,19 @@ class RaftKV:
         is_learner = self.member_id in st["learners"]
         lag = self.archive_lag() if self.archive_lag is not None else (None, None)
         return NodeStatus(
-            member_id=self.member_id, cluster_id=self.cluster_id, name=self.name,
-            leader=node.leader, raft_term=node.term, raft_index=st["committed"],
-            raft_applied_index=node.applied, revision=self.store.revision,
+            member_id=self.member_id,
+            cluster_id=self.cluster_id,
+            name=self.name,
+            leader=node.leader,
+            raft_term=node.term,
+            raft_index=st["committed"],
+            raft_applied_index=node.applied,
+            revision=self.store.revision,
             compact_revision=self.store.compact_revision,
-            db_size_bytes=self.store.db_size_bytes, is_learner=is_learner,
-            members=self.members, problem=node.health_problem(),
-            archive_lag_entries=lag[0], archive_lag_seconds=lag[1])
+            db_size_bytes=self.store.db_size_bytes,
+            is_learner=is_learner,
+            members=self.members,
+            problem=node.health_problem(),
+            archive_lag_entries=lag[0],
+            archive_lag_seconds=lag[1],
+        )

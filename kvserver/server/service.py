@@ -58,7 +58,7 @@ from kvserver.watch.hub import WatchStream
 
 CLIENT_ID_HEADER = "X-Raftkv-Client-Id"
 REQUEST_ID_HEADER = "X-Raftkv-Request-Id"
-ETCD_VERSION = "3.5.0"          # the etcd API version we speak (GET /version)
+ETCD_VERSION = "3.5.0"  # the etcd API version we speak (GET /version)
 RAFTKV_VERSION = "0.1.0"
 
 
@@ -79,26 +79,25 @@ class NodeStatus:
     member_id: int
     cluster_id: int
     name: str
-    leader: int                 # 0 = no leader known
+    leader: int  # 0 = no leader known
     raft_term: int
-    raft_index: int             # committed index
+    raft_index: int  # committed index
     raft_applied_index: int
-    revision: int               # the store's current revision
+    revision: int  # the store's current revision
     compact_revision: int
-    db_size_bytes: int          # approximate size of the store's data
+    db_size_bytes: int  # approximate size of the store's data
     is_learner: bool
     members: tuple[MemberInfo, ...] = field(default=())
     version: str = RAFTKV_VERSION
-    problem: str = ""           # why the node is unhealthy beyond the two checks below
-    archive_lag_entries: int | None = None    # --archive-url only (kvserver.archive.member)
+    problem: str = ""  # why the node is unhealthy beyond the two checks below
+    archive_lag_entries: int | None = None  # --archive-url only (kvserver.archive.member)
     archive_lag_seconds: float | None = None
 
     @property
     def healthy(self) -> bool:
         """Nothing is wrong with the raft loop, a leader is known (and, on a follower,
         confirmed by a heartbeat) and everything committed here has been applied."""
-        return not self.problem and self.leader != 0 \
-            and self.raft_applied_index >= self.raft_index
+        return not self.problem and self.leader != 0 and self.raft_applied_index >= self.raft_index
 
 
 class KVService(Protocol):
@@ -107,41 +106,47 @@ class KVService(Protocol):
 
     async def range(self, req: RangeRequest) -> RangeResponse: ...
 
-    async def put(self, req: PutRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> PutResponse: ...
+    async def put(
+        self, req: PutRequest, *, client_id: int = 0, request_id: int = 0
+    ) -> PutResponse: ...
 
-    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
-                           request_id: int = 0) -> DeleteRangeResponse: ...
+    async def delete_range(
+        self, req: DeleteRangeRequest, *, client_id: int = 0, request_id: int = 0
+    ) -> DeleteRangeResponse: ...
 
-    async def txn(self, req: TxnRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> TxnResponse: ...
+    async def txn(
+        self, req: TxnRequest, *, client_id: int = 0, request_id: int = 0
+    ) -> TxnResponse: ...
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse: ...
 
-    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
-                          request_id: int = 0) -> LeaseGrantResponse: ...
+    async def lease_grant(
+        self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseGrantResponse: ...
 
-    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
-                           request_id: int = 0) -> LeaseRevokeResponse: ...
+    async def lease_revoke(
+        self, lease_id: int, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseRevokeResponse: ...
 
     async def lease_keepalive(self, lease_id: int) -> LeaseKeepAliveResponse: ...
 
-    async def lease_time_to_live(self, lease_id: int,
-                                 keys: bool = False) -> LeaseTimeToLiveResponse: ...
+    async def lease_time_to_live(
+        self, lease_id: int, keys: bool = False
+    ) -> LeaseTimeToLiveResponse: ...
 
     async def lease_leases(self) -> LeaseLeasesResponse: ...
 
     async def member_list(self) -> MemberListResponse: ...
 
-    async def member_add(self, peer_urls: list[str],
-                         is_learner: bool = False) -> MemberAddResponse: ...
+    async def member_add(
+        self, peer_urls: list[str], is_learner: bool = False
+    ) -> MemberAddResponse: ...
 
     async def member_remove(self, member_id: int) -> MemberChangeResponse: ...
 
     async def member_promote(self, member_id: int) -> MemberChangeResponse: ...
 
-    async def member_update(self, member_id: int,
-                            peer_urls: list[str]) -> MemberChangeResponse: ...
+    async def member_update(self, member_id: int, peer_urls: list[str]) -> MemberChangeResponse: ...
 
     @property
     def raft_term(self) -> int: ...

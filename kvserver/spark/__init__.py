@@ -18,4 +18,5 @@ def register(spark) -> None:
 
     spark.dataSource.register(RaftKVDataSource)
     from kvserver.spark.wal_source import RaftKVWalDataSource  # format("raftkv-wal")
+
     spark.dataSource.register(RaftKVWalDataSource)

@@ -48,8 +48,14 @@ VERSION_DIGITS = 20
 MAX_VERSION = 10**VERSION_DIGITS - 1
 PAGE_SIZE = 500
 
-__all__ = ["CommitConflictError", "CommitEntry", "CommitGapError", "CommitLog",
-           "CommitLogError", "resolve_fence"]
+__all__ = [
+    "CommitConflictError",
+    "CommitEntry",
+    "CommitGapError",
+    "CommitLog",
+    "CommitLogError",
+    "resolve_fence",
+]
 
 
 class CommitLogError(RuntimeError):
@@ -63,8 +69,10 @@ class CommitConflictError(CommitLogError):
         self.table = table
         self.version = version
         self.existing = existing
-        super().__init__(f"table {table!r}: version {version} is already committed (at "
-                         f"revision {existing.revision}); this commit was not applied")
+        super().__init__(
+            f"table {table!r}: version {version} is already committed (at "
+            f"revision {existing.revision}); this commit was not applied"
+        )
 
 
 class CommitGapError(CommitLogError):
@@ -73,8 +81,10 @@ class CommitGapError(CommitLogError):
     def __init__(self, table: str, version: int) -> None:
         self.table = table
         self.version = version
-        super().__init__(f"table {table!r}: cannot commit version {version} before version "
-                         f"{version - 1}; this commit was not applied")
+        super().__init__(
+            f"table {table!r}: cannot commit version {version} before version "
+            f"{version - 1}; this commit was not applied"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +112,7 @@ def fenced_out_detail(fence: Fence, kvs: Sequence[KeyValue]) -> str | None:
     if not kvs:
         return "the lock key no longer exists"
     if kvs[0].create_revision != fence.token:
-        return (f"the lock key now has create revision {kvs[0].create_revision} "
-                f"(another holder)")
+        return f"the lock key now has create revision {kvs[0].create_revision} (another holder)"
     return None
 
 
@@ -118,23 +127,35 @@ class CommitLog:
         self.prefix = as_bytes(prefix) + table.encode() + b"/v/"
 
     def key(self, version: int) -> bytes:
-        if isinstance(version, bool) or not isinstance(version, int) or \
-                not 0 <= version <= MAX_VERSION:
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or not 0 <= version <= MAX_VERSION
+        ):
             raise ValueError(f"a version is an integer in [0, {MAX_VERSION}], got {version!r}")
         return self.prefix + f"{version:0{VERSION_DIGITS}d}".encode()
 
     def _entry(self, kv: KeyValue) -> CommitEntry:
-        return CommitEntry(int(kv.key[len(self.prefix):]), kv.value, kv.create_revision)
+        return CommitEntry(int(kv.key[len(self.prefix) :]), kv.value, kv.create_revision)
 
     # -----------------------------------------------------------------------------------------
     # Writing
 
-    def commit(self, version: int, payload: bytes | str | dict, *, fence=None,
-               also: Sequence[RequestOp] = ()) -> CommitEntry:
+    def commit(
+        self,
+        version: int,
+        payload: bytes | str | dict,
+        *,
+        fence=None,
+        also: Sequence[RequestOp] = (),
+    ) -> CommitEntry:
         """Commit ``version`` with ``payload`` (see the module docstring for the errors)."""
         key = self.key(version)
-        data = (json.dumps(payload, sort_keys=True).encode() if isinstance(payload, dict)
-                else as_bytes(payload, "payload"))
+        data = (
+            json.dumps(payload, sort_keys=True).encode()
+            if isinstance(payload, dict)
+            else as_bytes(payload, "payload")
+        )
         fence = resolve_fence(fence)
         compares = [Cmp.version(key) == 0]
         checks = [Op.get(key)]
@@ -144,8 +165,9 @@ class CommitLog:
         if fence is not None:
             compares.append(fence.compare())
             checks.append(Op.get(fence.key, keys_only=True))
-        result = self.client.txn(Txn().when(*compares).then(Op.put(key, data), *also)
-                                 .otherwise(*checks))
+        result = self.client.txn(
+            Txn().when(*compares).then(Op.put(key, data), *also).otherwise(*checks)
+        )
         if result.succeeded:
             return CommitEntry(version, data, result.revision)
         responses = list(result.responses)
@@ -154,15 +176,19 @@ class CommitLog:
             if detail is not None:
                 if responses[0].kvs:
                     detail += f"; version {version} was meanwhile committed by another writer"
-                raise FencedOutError(fence.key, fence.token,
-                                     f"commit of {self.table!r} version {version} refused: "
-                                     f"{detail}")
+                raise FencedOutError(
+                    fence.key,
+                    fence.token,
+                    f"commit of {self.table!r} version {version} refused: {detail}",
+                )
         if responses[0].kvs:
             raise CommitConflictError(self.table, version, self._entry(responses[0].kvs[0]))
         if version > 0 and not responses[1].kvs:
             raise CommitGapError(self.table, version)
-        raise CommitLogError(f"table {self.table!r}: commit of version {version} refused for "
-                             f"no reason visible in the store (a concurrent change?)")
+        raise CommitLogError(
+            f"table {self.table!r}: commit of version {version} refused for "
+            f"no reason visible in the store (a concurrent change?)"
+        )
 
     # -----------------------------------------------------------------------------------------
     # Reading
@@ -172,8 +198,9 @@ class CommitLog:
         return None if kv is None else self._entry(kv)
 
     def latest(self) -> CommitEntry | None:
-        rr = self.client.range(self.prefix, prefix=True, limit=1, sort_target="key",
-                               sort_order="descend")
+        rr = self.client.range(
+            self.prefix, prefix=True, limit=1, sort_target="key", sort_order="descend"
+        )
         return self._entry(rr.kvs[0]) if rr.kvs else None
 
     def next_version(self) -> int:
@@ -187,8 +214,9 @@ class CommitLog:
         from_key = self.key(start)
         revision = 0
         while True:
-            rr = self.client.range(from_key, end or prefix_range_end(self.prefix),
-                                   limit=PAGE_SIZE, revision=revision)
+            rr = self.client.range(
+                from_key, end or prefix_range_end(self.prefix), limit=PAGE_SIZE, revision=revision
+            )
             revision = revision or rr.revision
             for kv in rr.kvs:
                 yield self._entry(kv)

@@ -75,16 +75,20 @@ class DemoConfig:
         return (dt.date.fromisoformat(self.start_date) + dt.timedelta(days=index)).isoformat()
 
     def params(self) -> dict:
-        return {"days": self.days, "start_date": self.start_date,
-                "events_per_day": self.events_per_day, "seed": self.seed}
+        return {
+            "days": self.days,
+            "start_date": self.start_date,
+            "events_per_day": self.events_per_day,
+            "seed": self.seed,
+        }
 
 
 @dataclass
 class RunResult:
     token: int = 0
-    committed: list[int] = field(default_factory=list)   # day indexes this run committed
-    recovered: list[int] = field(default_factory=list)   # committed earlier, renamed now
-    already: int = 0                                     # days committed before this run
+    committed: list[int] = field(default_factory=list)  # day indexes this run committed
+    recovered: list[int] = field(default_factory=list)  # committed earlier, renamed now
+    already: int = 0  # days committed before this run
     status: str = ""
 
 
@@ -106,19 +110,24 @@ def daily_aggregate(spark, cfg: DemoConfig, index: int):
 
     d, s = index, cfg.seed
     events = spark.range(cfg.events_per_day).select(
-        F.element_at(F.array(*[F.lit(c) for c in CATEGORIES]),
-                     (F.pmod(F.col("id") * 7919 + s * 31 + d * 101, len(CATEGORIES)) + 1)
-                     .cast("int")).alias("category"),
+        F.element_at(
+            F.array(*[F.lit(c) for c in CATEGORIES]),
+            (F.pmod(F.col("id") * 7919 + s * 31 + d * 101, len(CATEGORIES)) + 1).cast("int"),
+        ).alias("category"),
         F.pmod(F.col("id") * 104729 + d * 13 + s, 997).alias("user_id"),
         (F.pmod(F.col("id") * 2654435761 + d * 977 + s * 7, 10_000) + 99).alias("amount_cents"),
     )
-    return (events.groupBy("category")
-            .agg(F.count(F.lit(1)).alias("events"),
-                 F.countDistinct("user_id").alias("users"),
-                 F.sum("amount_cents").alias("revenue_cents"))
-            .withColumn("day", F.lit(cfg.day(index)))
-            .select("day", "category", "events", "users", "revenue_cents")
-            .orderBy("category"))
+    return (
+        events.groupBy("category")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.countDistinct("user_id").alias("users"),
+            F.sum("amount_cents").alias("revenue_cents"),
+        )
+        .withColumn("day", F.lit(cfg.day(index)))
+        .select("day", "category", "events", "users", "revenue_cents")
+        .orderBy("category")
+    )
 
 
 def read_output(out_dir: str) -> list[tuple]:
@@ -150,8 +159,11 @@ def _fsync_dir(path: str) -> None:
 
 
 def _parquet_files(path: str) -> dict[str, int]:
-    return {f: os.path.getsize(os.path.join(path, f)) for f in sorted(os.listdir(path))
-            if f.endswith(".parquet")}
+    return {
+        f: os.path.getsize(os.path.join(path, f))
+        for f in sorted(os.listdir(path))
+        if f.endswith(".parquet")
+    }
 
 
 def _finish(out_dir: str, entry: CommitEntry) -> bool:
@@ -162,12 +174,16 @@ def _finish(out_dir: str, entry: CommitEntry) -> bool:
         return False
     staging = os.path.join(out_dir, info["staging"])
     if not os.path.isdir(staging):
-        raise RuntimeError(f"day {info['day']} is committed (version {entry.version}) but "
-                           f"neither {final} nor its staging directory {staging} exists: the "
-                           f"output directory was changed outside the pipeline")
+        raise RuntimeError(
+            f"day {info['day']} is committed (version {entry.version}) but "
+            f"neither {final} nor its staging directory {staging} exists: the "
+            f"output directory was changed outside the pipeline"
+        )
     if _parquet_files(staging) != info["files"]:
-        raise RuntimeError(f"staging directory {staging} does not hold the files committed "
-                           f"for day {info['day']}: {info['files']}")
+        raise RuntimeError(
+            f"staging directory {staging} does not hold the files committed "
+            f"for day {info['day']}: {info['files']}"
+        )
     os.rename(staging, final)
     _fsync_dir(out_dir)
     return True
@@ -197,26 +213,42 @@ def _fenced_put(client: Client, fence: Fence, key: str, value: dict) -> None:
 def _check_config(client: Client, cfg: DemoConfig, fence: Fence) -> None:
     want = json.dumps(cfg.params(), sort_keys=True)
     key = config_key(cfg.table)
-    result = client.txn(Txn().when(Cmp.version(key) == 0, fence.compare())
-                        .then(Op.put(key, want)).otherwise(Op.get(key)))
+    result = client.txn(
+        Txn()
+        .when(Cmp.version(key) == 0, fence.compare())
+        .then(Op.put(key, want))
+        .otherwise(Op.get(key))
+    )
     if result.succeeded:
         return
     kvs = result.responses[0].kvs
     if not kvs:
         raise FencedOutError(fence.key, fence.token, "writing the run's configuration refused")
     if kvs[0].value.decode() != want:
-        raise ValueError(f"table {cfg.table!r} was started with {kvs[0].value.decode()}; this "
-                         f"run asks for {want}. Use another --table (or another cluster).")
+        raise ValueError(
+            f"table {cfg.table!r} was started with {kvs[0].value.decode()}; this "
+            f"run asks for {want}. Use another --table (or another cluster)."
+        )
 
 
-def _commit_day(log: CommitLog, lock: FencedLock, index: int, payload: dict,
-                progress: dict, say: Callable[[str], None]) -> CommitEntry:
+def _commit_day(
+    log: CommitLog,
+    lock: FencedLock,
+    index: int,
+    payload: dict,
+    progress: dict,
+    say: Callable[[str], None],
+) -> CommitEntry:
     """Commit one day; an ambiguous failure (no answer after the client's retries) is
     resolved by reading the version back: ours (same run id and token) means it is done."""
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
-            return log.commit(index, payload, fence=lock,
-                              also=[Op.put(state_key(log.table), json.dumps(progress))])
+            return log.commit(
+                index,
+                payload,
+                fence=lock,
+                also=[Op.put(state_key(log.table), json.dumps(progress))],
+            )
         except CommitConflictError as exc:
             theirs = exc.existing.json()
             if theirs.get("run") == payload["run"] and theirs.get("token") == payload["token"]:
@@ -233,9 +265,17 @@ def _commit_day(log: CommitLog, lock: FencedLock, index: int, payload: dict,
 # The run
 
 
-def run(spark, client: Client, out_dir: str, cfg: DemoConfig = DemoConfig(), *,
-        ttl: int = 10, lock_timeout: float | None = 60.0, stop_after: int | None = None,
-        say: Callable[[str], None] = print) -> RunResult:
+def run(
+    spark,
+    client: Client,
+    out_dir: str,
+    cfg: DemoConfig = DemoConfig(),
+    *,
+    ttl: int = 10,
+    lock_timeout: float | None = 60.0,
+    stop_after: int | None = None,
+    say: Callable[[str], None] = print,
+) -> RunResult:
     """One run of the pipeline (see the module docstring); returns what it did."""
     os.makedirs(out_dir, exist_ok=True)
     out_dir = os.path.abspath(out_dir)
@@ -243,9 +283,12 @@ def run(spark, client: Client, out_dir: str, cfg: DemoConfig = DemoConfig(), *,
     run_id = uuid.uuid4().hex[:12]
     owner = f"{socket.gethostname()}:{os.getpid()}"
     lost = []
-    lock = FencedLock(client, f"demo/{cfg.table}", ttl=ttl,
-                      on_lost=lambda reason: (lost.append(reason),
-                                              say(f"!! lock lost: {reason}")))
+    lock = FencedLock(
+        client,
+        f"demo/{cfg.table}",
+        ttl=ttl,
+        on_lost=lambda reason: (lost.append(reason), say(f"!! lock lost: {reason}")),
+    )
     say(f"raftkv: {', '.join(client.endpoints)}; table {cfg.table!r}: waiting for its lock")
     fence = lock.acquire(timeout=lock_timeout)
     result.token = fence.token
@@ -257,12 +300,23 @@ def run(spark, client: Client, out_dir: str, cfg: DemoConfig = DemoConfig(), *,
         for entry in entries:
             if _finish(out_dir, entry):
                 result.recovered.append(entry.version)
-                say(f"  recovered day {entry.json()['day']}: committed earlier, output "
-                    f"renamed into place now")
-        say(f"run {run_id} holds the lock (fencing token {fence.token}); "
-            f"{len(entries)} of {cfg.days} days already committed")
-        state = {"run": run_id, "owner": owner, "token": fence.token, "status": "running",
-                 "days_done": len(entries), "days_total": cfg.days, "updated_at": time.time()}
+                say(
+                    f"  recovered day {entry.json()['day']}: committed earlier, output "
+                    f"renamed into place now"
+                )
+        say(
+            f"run {run_id} holds the lock (fencing token {fence.token}); "
+            f"{len(entries)} of {cfg.days} days already committed"
+        )
+        state = {
+            "run": run_id,
+            "owner": owner,
+            "token": fence.token,
+            "status": "running",
+            "days_done": len(entries),
+            "days_total": cfg.days,
+            "updated_at": time.time(),
+        }
         _fenced_put(client, lock.fence(), state_key(cfg.table), state)
         for index in range(len(entries), cfg.days):
             if stop_after is not None and len(result.committed) >= stop_after:
@@ -277,21 +331,32 @@ def run(spark, client: Client, out_dir: str, cfg: DemoConfig = DemoConfig(), *,
             df.coalesce(1).write.mode("overwrite").parquet(staging)
             files = _parquet_files(staging)
             rows = sum(pq_rows(os.path.join(staging, f)) for f in files)
-            payload = {"day": day, "dir": f"day={day}", "staging": staging_rel, "files": files,
-                       "rows": rows, "run": run_id, "token": fence.token}
+            payload = {
+                "day": day,
+                "dir": f"day={day}",
+                "staging": staging_rel,
+                "files": files,
+                "rows": rows,
+                "run": run_id,
+                "token": fence.token,
+            }
             state.update(days_done=index + 1, last_day=day, updated_at=time.time())
             entry = _commit_day(log, lock, index, payload, state, say)
             _finish(out_dir, entry)
             result.committed.append(index)
-            say(f"  day {day}: {cfg.events_per_day} events -> {rows} rows, committed as "
+            say(
+                f"  day {day}: {cfg.events_per_day} events -> {rows} rows, committed as "
                 f"version {index} at revision {entry.revision} "
-                f"({time.monotonic() - started:.1f} s); {index + 1}/{cfg.days} done")
+                f"({time.monotonic() - started:.1f} s); {index + 1}/{cfg.days} done"
+            )
         done = len(entries) + len(result.committed)
         result.status = "done" if done == cfg.days else "stopped"
         state.update(status=result.status, days_done=done, updated_at=time.time())
         _fenced_put(client, lock.fence(), state_key(cfg.table), state)
-        say(f"run {run_id} {result.status}: committed {len(result.committed)} day(s) now, "
-            f"{done}/{cfg.days} in all; output in {out_dir}")
+        say(
+            f"run {run_id} {result.status}: committed {len(result.committed)} day(s) now, "
+            f"{done}/{cfg.days} in all; output in {out_dir}"
+        )
         return result
     finally:
         lock.release()
@@ -308,8 +373,10 @@ def show_status(client: Client, table: str, say: Callable[[str], None] = print) 
     say(f"table {table!r}: " + (kv.value.decode() if kv else "no run yet"))
     for entry in CommitLog(client, table).history():
         info = entry.json()
-        say(f"  version {entry.version}: day {info['day']}, {info['rows']} rows, "
-            f"{len(info['files'])} file(s), token {info['token']}, revision {entry.revision}")
+        say(
+            f"  version {entry.version}: day {info['day']}, {info['rows']} rows, "
+            f"{len(info['files'])} file(s), token {info['token']}, revision {entry.revision}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,25 +389,35 @@ def _spark_session(master: str):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName("raftkv-demo")
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("raftkv-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvserver.spark.demo",
-                                description="daily aggregates committed exactly once")
-    p.add_argument("--endpoints", default=os.environ.get("RAFTKV_ENDPOINTS"),
-                   help="raftkv client URLs, comma-separated (default: $RAFTKV_ENDPOINTS)")
-    p.add_argument("--start-cluster", metavar="DIR",
-                   help="start a local three-node raftkv in DIR for this run (kept on disk, "
-                        "so a second run continues); ports 2479, 22479, 32479")
+    p = argparse.ArgumentParser(
+        prog="python -m kvserver.spark.demo", description="daily aggregates committed exactly once"
+    )
+    p.add_argument(
+        "--endpoints",
+        default=os.environ.get("RAFTKV_ENDPOINTS"),
+        help="raftkv client URLs, comma-separated (default: $RAFTKV_ENDPOINTS)",
+    )
+    p.add_argument(
+        "--start-cluster",
+        metavar="DIR",
+        help="start a local three-node raftkv in DIR for this run (kept on disk, "
+        "so a second run continues); ports 2479, 22479, 32479",
+    )
     p.add_argument("--out", default="spark-demo-out", help="output directory")
     p.add_argument("--table", default=DemoConfig.table)
     p.add_argument("--days", type=int, default=DemoConfig.days)
@@ -375,8 +452,15 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             spark = _spark_session(args.master)
             try:
-                run(spark, client, args.out, cfg, ttl=args.ttl, stop_after=args.stop_after,
-                    say=lambda line: print(line, flush=True))
+                run(
+                    spark,
+                    client,
+                    args.out,
+                    cfg,
+                    ttl=args.ttl,
+                    stop_after=args.stop_after,
+                    say=lambda line: print(line, flush=True),
+                )
             finally:
                 spark.stop()
             show_status(client, args.table)

@@ -67,9 +67,15 @@ __all__ = ["DEFAULT_PREFIX", "ExactlyOnceBatch", "exactly_once"]
 class ExactlyOnceBatch:
     """The wrapper ``exactly_once`` returns (see the module docstring)."""
 
-    def __init__(self, fn: Callable[[Any, int], Any], name: str,
-                 client_or_endpoints: Client | str | Sequence[str], *,
-                 prefix: str = DEFAULT_PREFIX, fence=None) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any, int], Any],
+        name: str,
+        client_or_endpoints: Client | str | Sequence[str],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        fence=None,
+    ) -> None:
         if not callable(fn):
             raise TypeError("foreach_batch_fn must be callable as fn(df, batch_id)")
         if not isinstance(name, str) or not name or "/" in name:
@@ -85,11 +91,13 @@ class ExactlyOnceBatch:
         else:
             self._client = None
             self._owns_client = True
-            self.endpoints = (tuple(client_or_endpoints.split(","))
-                              if isinstance(client_or_endpoints, str)
-                              else tuple(client_or_endpoints))
-        self.ran: list[int] = []         # batch ids whose function ran in this process
-        self.skipped: list[int] = []     # batch ids skipped as already finished
+            self.endpoints = (
+                tuple(client_or_endpoints.split(","))
+                if isinstance(client_or_endpoints, str)
+                else tuple(client_or_endpoints)
+            )
+        self.ran: list[int] = []  # batch ids whose function ran in this process
+        self.skipped: list[int] = []  # batch ids skipped as already finished
         self.duplicates: list[int] = []  # ran, but another run had written the marker first
         self._lock = threading.Lock()
 
@@ -129,7 +137,7 @@ class ExactlyOnceBatch:
     def done_batches(self) -> list[int]:
         """Every batch id with a marker, ascending."""
         rr = self.client.range(self.prefix, prefix=True, keys_only=True)
-        return sorted(int(kv.key[len(self.prefix):]) for kv in rr.kvs)
+        return sorted(int(kv.key[len(self.prefix) :]) for kv in rr.kvs)
 
     def forget_below(self, batch_id: int) -> int:
         """Delete the markers of batch ids below ``batch_id`` (Spark replays only batches
@@ -152,26 +160,30 @@ class ExactlyOnceBatch:
         if fence is not None:
             compares.append(fence.compare())
             checks.append(Op.get(fence.key, keys_only=True))
-        result = self.client.txn(Txn().when(*compares).then(Op.put(key, marker))
-                                 .otherwise(*checks))
+        result = self.client.txn(Txn().when(*compares).then(Op.put(key, marker)).otherwise(*checks))
         if result.succeeded:
             return
         if fence is not None:
             detail = fenced_out_detail(fence, result.responses[-1].kvs)
             if detail is not None:
-                raise FencedOutError(fence.key, fence.token,
-                                     f"{self.name}: marker of batch {batch_id} refused "
-                                     f"(the batch's side effects may stand): {detail}")
-        log.warning("%s: batch %d was finished concurrently by another run", self.name,
-                    batch_id)
+                raise FencedOutError(
+                    fence.key,
+                    fence.token,
+                    f"{self.name}: marker of batch {batch_id} refused "
+                    f"(the batch's side effects may stand): {detail}",
+                )
+        log.warning("%s: batch %d was finished concurrently by another run", self.name, batch_id)
         self.duplicates.append(int(batch_id))
 
 
-def exactly_once(foreach_batch_fn: Callable[[Any, int], Any], name: str,
-                 client_or_endpoints: Client | str | Sequence[str], *,
-                 prefix: str = DEFAULT_PREFIX, fence=None) -> ExactlyOnceBatch:
+def exactly_once(
+    foreach_batch_fn: Callable[[Any, int], Any],
+    name: str,
+    client_or_endpoints: Client | str | Sequence[str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    fence=None,
+) -> ExactlyOnceBatch:
     """Wrap ``foreach_batch_fn(df, batch_id)`` so each batch id of query ``name`` is run
     once (see the module docstring for exactly what must stay idempotent)."""
-    return ExactlyOnceBatch(foreach_batch_fn, name, client_or_endpoints, prefix=prefix,
-                            fence=fence)
-
+    return ExactlyOnceBatch(foreach_batch_fn, name, client_or_endpoints, prefix=prefix, fence=fence)

@@ -33,16 +33,18 @@ class FencedOutError(RuntimeError):
     def __init__(self, key: bytes, token: int, detail: str = "") -> None:
         self.key = key
         self.token = token
-        msg = (f"fenced out: the lock {key.decode('utf-8', 'replace')!r} is no longer held with "
-               f"fencing token {token} (its lease expired or another holder took it); "
-               f"the write was refused by the store and nothing of it was applied")
+        msg = (
+            f"fenced out: the lock {key.decode('utf-8', 'replace')!r} is no longer held with "
+            f"fencing token {token} (its lease expired or another holder took it); "
+            f"the write was refused by the store and nothing of it was applied"
+        )
         super().__init__(msg + (f": {detail}" if detail else ""))
 
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    key: bytes   # the lock key
-    token: int   # its create revision while this holder holds it
+    key: bytes  # the lock key
+    token: int  # its create revision while this holder holds it
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, bytes) or not self.key:
@@ -75,6 +77,7 @@ class Fence:
         try:
             value = int(token)
         except ValueError:
-            raise ValueError(f"{FENCE_TOKEN_OPTION} must be a revision (an integer), "
-                             f"got {token!r}") from None
+            raise ValueError(
+                f"{FENCE_TOKEN_OPTION} must be a revision (an integer), got {token!r}"
+            ) from None
         return cls(key.encode("utf-8"), value)

@@ -69,10 +69,17 @@ class LockTimeoutError(TimeoutError):
 class FencedLock:
     """See the module docstring. ``on_lost(reason)`` is called once when a held lock is lost."""
 
-    def __init__(self, client: Client, name: str, ttl: int = 10, *,
-                 on_lost: Callable[[str], object] | None = None,
-                 prefix: str = DEFAULT_PREFIX, value: str | bytes = b"",
-                 acquire_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        ttl: int = 10,
+        *,
+        on_lost: Callable[[str], object] | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        value: str | bytes = b"",
+        acquire_timeout: float | None = None,
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("a lock needs a non-empty name")
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
@@ -144,8 +151,9 @@ class FencedLock:
         queue key vanished while it waited (its lease expired: keep-alive failures)."""
         with self._guard:
             if self._lease_id is not None:
-                raise RuntimeError(f"lock {self.name!r} is already held or being acquired "
-                                   f"by this object")
+                raise RuntimeError(
+                    f"lock {self.name!r} is already held or being acquired by this object"
+                )
             self._lease_id = -1  # reserved while acquiring
         deadline = None if timeout is None else time.monotonic() + timeout
         self.lost.clear()
@@ -163,8 +171,12 @@ class FencedLock:
             self._cleanup(lease.id if lease is not None else None)
             raise
         self._key, self._token = key, my_rev
-        self._monitor = threading.Thread(target=self._watch_loss, args=(key, my_rev, lease.id),
-                                         name=f"raftkv-lock-{self.name}", daemon=True)
+        self._monitor = threading.Thread(
+            target=self._watch_loss,
+            args=(key, my_rev, lease.id),
+            name=f"raftkv-lock-{self.name}",
+            daemon=True,
+        )
         self._monitor.start()
         log.info("lock %r acquired: key %s, fencing token %d", self.name, key, my_rev)
         return Fence(key, my_rev)
@@ -197,16 +209,24 @@ class FencedLock:
                 pass  # expired already
             except ClientError as exc:
                 # The key goes when the lease expires (within ttl): nobody waits forever.
-                log.warning("lock %r: revoking lease %x failed (%s); it expires within %d s",
-                            self.name, lease_id, exc, self.ttl)
+                log.warning(
+                    "lock %r: revoking lease %x failed (%s); it expires within %d s",
+                    self.name,
+                    lease_id,
+                    exc,
+                    self.ttl,
+                )
         self._key = self._token = None
         self._lease_id = None
 
     def _enqueue(self, key: bytes, lease_id: int) -> int:
         """Create our key if absent; its create revision (our place in the queue)."""
-        result = self.client.txn(Txn().when(Cmp.create_revision(key) == 0)
-                                 .then(Op.put(key, self.value, lease=lease_id))
-                                 .otherwise(Op.get(key)))
+        result = self.client.txn(
+            Txn()
+            .when(Cmp.create_revision(key) == 0)
+            .then(Op.put(key, self.value, lease=lease_id))
+            .otherwise(Op.get(key))
+        )
         if result.succeeded:
             return result.revision  # the put's revision is the key's create revision
         kvs = result.responses[0].kvs  # only if the key already exists: reuse its place
@@ -215,8 +235,9 @@ class FencedLock:
         return kvs[0].create_revision
 
     def _queue(self) -> tuple[int, list]:
-        rr = self.client.range(self.prefix, prefix=True, keys_only=True,
-                               sort_target="create", sort_order="ascend")
+        rr = self.client.range(
+            self.prefix, prefix=True, keys_only=True, sort_target="create", sort_order="ascend"
+        )
         return rr.revision, list(rr.kvs)
 
     def _keepalive_error(self) -> BaseException | None:
@@ -227,27 +248,39 @@ class FencedLock:
         while True:
             revision, queue = self._queue()
             if not any(kv.key == key for kv in queue):
-                raise FencedOutError(key, my_rev, "our queue key vanished while waiting for "
-                                     "the lock (its lease expired or was revoked)")
+                raise FencedOutError(
+                    key,
+                    my_rev,
+                    "our queue key vanished while waiting for "
+                    "the lock (its lease expired or was revoked)",
+                )
             older = [kv for kv in queue if kv.create_revision < my_rev]
             if not older:
                 return
             ahead = older[-1]  # the key just before ours
-            log.debug("lock %r: waiting for %s (create revision %d) to go", self.name,
-                      ahead.key, ahead.create_revision)
-            with self.client.watch(ahead.key, start_revision=revision + 1,
-                                   filters=["NOPUT"]) as events:
+            log.debug(
+                "lock %r: waiting for %s (create revision %d) to go",
+                self.name,
+                ahead.key,
+                ahead.create_revision,
+            )
+            with self.client.watch(
+                ahead.key, start_revision=revision + 1, filters=["NOPUT"]
+            ) as events:
                 while True:
                     error = self._keepalive_error()
                     if error is not None:
-                        raise FencedOutError(key, my_rev, f"keep-alive failed while waiting "
-                                             f"for the lock: {error}")
+                        raise FencedOutError(
+                            key, my_rev, f"keep-alive failed while waiting for the lock: {error}"
+                        )
                     step = POLL_S
                     if deadline is not None:
                         left = deadline - time.monotonic()
                         if left <= 0:
-                            raise LockTimeoutError(f"lock {self.name!r} not acquired in time: "
-                                                   f"{len(older)} holder/waiter(s) ahead")
+                            raise LockTimeoutError(
+                                f"lock {self.name!r} not acquired in time: "
+                                f"{len(older)} holder/waiter(s) ahead"
+                            )
                         step = min(step, left)
                     try:
                         if events.get(timeout_s=step) is not None:
@@ -294,6 +327,8 @@ class FencedLock:
                     if not self._stop.is_set():
                         self._signal_lost("the watch of the lock key ended")
                     return
-                self._signal_lost(f"the lock key was deleted at revision {event.revision} "
-                                  f"(lease expired or revoked, or the key was deleted)")
+                self._signal_lost(
+                    f"the lock key was deleted at revision {event.revision} "
+                    f"(lease expired or revoked, or the key was deleted)"
+                )
                 return

@@ -48,17 +48,34 @@ from raftpb import DecodeError
 from wal.decoder import BadRecord, is_torn, iter_raw_records
 from wal.frame import RecordType
 
-COLUMNS = ("member", "cluster", "segment", "offset", "record_type", "term", "index",
-           "entry_type", "vote", "commit", "origin", "operation", "keys", "client_id",
-           "request_id", "request")
+COLUMNS = (
+    "member",
+    "cluster",
+    "segment",
+    "offset",
+    "record_type",
+    "term",
+    "index",
+    "entry_type",
+    "vote",
+    "commit",
+    "origin",
+    "operation",
+    "keys",
+    "client_id",
+    "request_id",
+    "request",
+)
 
-SCHEMA = ("member string, cluster string, segment string, offset long, record_type string, "
-          "term long, index long, entry_type string, vote string, commit long, origin string, "
-          "operation string, keys array<string>, client_id decimal(20,0), "
-          "request_id decimal(20,0), request string")
+SCHEMA = (
+    "member string, cluster string, segment string, offset long, record_type string, "
+    "term long, index long, entry_type string, vote string, commit long, origin string, "
+    "operation string, keys array<string>, client_id decimal(20,0), "
+    "request_id decimal(20,0), request string"
+)
 
 ENTRY_TYPES = {0: "normal", 1: "conf_change", 2: "conf_change_v2"}
-_HEADER_BYTES = 16   # origin | sequence (kvserver.server.node._HEADER_BYTES)
+_HEADER_BYTES = 16  # origin | sequence (kvserver.server.node._HEADER_BYTES)
 
 
 class WalDecodeError(ValueError):
@@ -68,7 +85,7 @@ class WalDecodeError(ValueError):
 @dataclass(frozen=True)
 class Committed:
     commit: int
-    later_min: int | None     # smallest entry index in later segments (None: no entries)
+    later_min: int | None  # smallest entry index in later segments (None: no entries)
 
 
 def _text(b: bytes) -> str:
@@ -86,7 +103,7 @@ def _plain(obj):
         for f in dataclasses.fields(obj):
             v = getattr(obj, f.name)
             if v is None or v == () or v == b"" or v is False:
-                continue   # defaults are noise in an audit record
+                continue  # defaults are noise in an audit record
             out[f.name] = _plain(v)
         return out
     if isinstance(obj, tuple | list):
@@ -96,6 +113,7 @@ def _plain(obj):
 
 def _write_keys(req, out: list[str]) -> None:
     from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
+
     if isinstance(req, PutRequest | DeleteRangeRequest):
         out.append(_text(req.key))
     elif isinstance(req, TxnRequest):
@@ -105,26 +123,45 @@ def _write_keys(req, out: list[str]) -> None:
                 _write_keys(inner, out)
 
 
-_OPERATIONS = {"PutRequest": "put", "DeleteRangeRequest": "delete_range", "TxnRequest": "txn",
-               "CompactionRequest": "compaction", "RangeRequest": "range",
-               "LeaseGrantRequest": "lease_grant", "LeaseRevokeRequest": "lease_revoke",
-               "LeaseCheckpointRequest": "lease_checkpoint"}
+_OPERATIONS = {
+    "PutRequest": "put",
+    "DeleteRangeRequest": "delete_range",
+    "TxnRequest": "txn",
+    "CompactionRequest": "compaction",
+    "RangeRequest": "range",
+    "LeaseGrantRequest": "lease_grant",
+    "LeaseRevokeRequest": "lease_revoke",
+    "LeaseCheckpointRequest": "lease_checkpoint",
+}
 
 
 def decode_request(entry_type: int, data: bytes | None) -> dict:
     """origin, operation, keys, client_id, request_id and request of one entry's data."""
-    out = {"origin": None, "operation": None, "keys": None, "client_id": None,
-           "request_id": None, "request": None}
+    out = {
+        "origin": None,
+        "operation": None,
+        "keys": None,
+        "client_id": None,
+        "request_id": None,
+        "request": None,
+    }
     data = data or b""
     if entry_type == 1:
         from raft.types import ConfChange
+
         out["operation"] = "conf_change"
         try:
             cc = ConfChange.decode(data)
-            out["request"] = json.dumps({"type": cc.type.name.lower(),
-                                         "node_id": f"{cc.node_id:x}", "id": cc.id,
-                                         "context": _text(cc.context)}, sort_keys=True)
-        except Exception as exc:   # a damaged conf change is shown, not hidden
+            out["request"] = json.dumps(
+                {
+                    "type": cc.type.name.lower(),
+                    "node_id": f"{cc.node_id:x}",
+                    "id": cc.id,
+                    "context": _text(cc.context),
+                },
+                sort_keys=True,
+            )
+        except Exception as exc:  # a damaged conf change is shown, not hidden
             out["operation"] = "undecodable"
             out["request"] = json.dumps({"error": f"conf change: {exc}"})
         return out
@@ -136,6 +173,7 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
         return out
     from kvserver.lease.lessor import decode_lease_entry, is_lease_entry
     from kvserver.mvcc.codec import decode_entry
+
     if len(data) < _HEADER_BYTES:
         out["operation"] = "undecodable"
         out["request"] = json.dumps({"error": f"{len(data)}-byte entry has no proposal header"})
@@ -147,15 +185,19 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
             client_id, request_id, req = decode_lease_entry(payload)
         else:
             client_id, request_id, req = decode_entry(payload)
-    except Exception as exc:   # CodecError and friends: the row says what is wrong
+    except Exception as exc:  # CodecError and friends: the row says what is wrong
         out["operation"] = "undecodable"
         out["request"] = json.dumps({"error": str(exc)})
         return out
     keys: list[str] = []
     _write_keys(req, keys)
-    out.update(operation=_OPERATIONS.get(type(req).__name__, type(req).__name__),
-               keys=keys, client_id=client_id, request_id=request_id,
-               request=json.dumps(_plain(req), sort_keys=True))
+    out.update(
+        operation=_OPERATIONS.get(type(req).__name__, type(req).__name__),
+        keys=keys,
+        client_id=client_id,
+        request_id=request_id,
+        request=json.dumps(_plain(req), sort_keys=True),
+    )
     return out
 
 
@@ -177,17 +219,25 @@ def summarize(buf, where: str = "segment") -> tuple[int | None, int | None]:
             elif rec.type == RecordType.STATE and rec.data is not None:
                 commit = raftpb.decode_hard_state(rec.data).commit
     except BadRecord:
-        pass   # segment_rows reports (or tolerates) it when the segment is read
+        pass  # segment_rows reports (or tolerates) it when the segment is read
     except DecodeError as exc:
         raise WalDecodeError(f"{where}: {exc}") from None
     return low, commit
 
 
-def segment_rows(buf, *, segment: str, where: str, newest: bool,
-                 member: int | None = None, cluster: int | None = None,
-                 committed: Committed | None = None) -> list[dict]:
+def segment_rows(
+    buf,
+    *,
+    segment: str,
+    where: str,
+    newest: bool,
+    member: int | None = None,
+    cluster: int | None = None,
+    committed: Committed | None = None,
+) -> list[dict]:
     """The rows of one segment (see the module docstring)."""
     from wal.crc import crc32c_update
+
     rows: list[dict] = []
     running = None
     meta = None
@@ -196,45 +246,56 @@ def segment_rows(buf, *, segment: str, where: str, newest: bool,
             data = raw.data
             if raw.type == RecordType.CRC:
                 if running is not None and raw.crc != running:
-                    raise WalDecodeError(f"{where}: crc record at offset {raw.offset} says "
-                                         f"{raw.crc:08x}, the records before it {running:08x}")
+                    raise WalDecodeError(
+                        f"{where}: crc record at offset {raw.offset} says "
+                        f"{raw.crc:08x}, the records before it {running:08x}"
+                    )
                 running = raw.crc
             else:
                 running = crc32c_update(data or b"", running or 0)
                 if raw.crc != running:
-                    raise WalDecodeError(f"{where}: CRC mismatch at offset {raw.offset} "
-                                         f"(raftkv wal verify tells more)")
-            row = {"segment": segment, "offset": raw.offset,
-                   "record_type": _type_name(raw.type)}
+                    raise WalDecodeError(
+                        f"{where}: CRC mismatch at offset {raw.offset} "
+                        f"(raftkv wal verify tells more)"
+                    )
+            row = {"segment": segment, "offset": raw.offset, "record_type": _type_name(raw.type)}
             try:
                 if raw.type == RecordType.ENTRY and data is not None:
                     e = raftpb.decode_entry(data)
-                    row.update(term=e.term, index=e.index,
-                               entry_type=ENTRY_TYPES.get(e.type, str(e.type)))
+                    row.update(
+                        term=e.term, index=e.index, entry_type=ENTRY_TYPES.get(e.type, str(e.type))
+                    )
                     row.update(decode_request(e.type, e.data))
                 elif raw.type == RecordType.STATE and data is not None:
                     hs = raftpb.decode_hard_state(data)
-                    row.update(term=hs.term, vote=f"{hs.vote:016x}" if hs.vote else None,
-                               commit=hs.commit)
+                    row.update(
+                        term=hs.term, vote=f"{hs.vote:016x}" if hs.vote else None, commit=hs.commit
+                    )
                 elif raw.type == RecordType.SNAPSHOT and data is not None:
                     s = raftpb.decode_wal_snapshot(data)
                     row.update(term=s.term, index=s.index)
                 elif raw.type == RecordType.METADATA and meta is None:
                     from kvserver.server.node_storage import decode_metadata
+
                     meta = decode_metadata(data or b"")
             except DecodeError as exc:
-                raise WalDecodeError(f"{where}: record at offset {raw.offset} does not decode: "
-                                     f"{exc}") from None
+                raise WalDecodeError(
+                    f"{where}: record at offset {raw.offset} does not decode: {exc}"
+                ) from None
             rows.append(row)
     except BadRecord as bad:
         if not (newest and is_torn(buf, bad.offset, bad.kind)):
-            raise WalDecodeError(f"{where}: bad record at offset {bad.offset}: {bad.reason} "
-                                 f"(raftkv wal verify tells more)") from None
+            raise WalDecodeError(
+                f"{where}: bad record at offset {bad.offset}: {bad.reason} "
+                f"(raftkv wal verify tells more)"
+            ) from None
         # a torn tail of the newest segment: never acknowledged, the data ends here
     if meta is not None:
         if member is not None and (meta[0], meta[1]) != (member, cluster):
-            raise WalDecodeError(f"{where}: its metadata names member {meta[0]:x} of cluster "
-                                 f"{meta[1]:x}, not {member:x} of {cluster:x}")
+            raise WalDecodeError(
+                f"{where}: its metadata names member {meta[0]:x} of cluster "
+                f"{meta[1]:x}, not {member:x} of {cluster:x}"
+            )
         member, cluster = meta
     m = None if member is None else f"{member:016x}"
     c = None if cluster is None else f"{cluster:016x}"
@@ -249,7 +310,7 @@ def segment_rows(buf, *, segment: str, where: str, newest: bool,
 def _committed_entries(rows: list[dict], committed: Committed) -> list[dict]:
     kept = []
     low = committed.later_min
-    for row in reversed(rows):   # suffix minimum of entry indexes: what a later write drops
+    for row in reversed(rows):  # suffix minimum of entry indexes: what a later write drops
         if row["record_type"] != "entry":
             continue
         i = row["index"]

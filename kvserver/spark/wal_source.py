@@ -74,32 +74,43 @@ class WalOptions:
 
 def parse_options(opts: dict) -> WalOptions:
     opts = {str(k).lower(): v for k, v in opts.items()}
-    storage_raw = [f"{k[len('storage.'):]}={v}" for k, v in opts.items()
-                   if k.startswith("storage.")]
+    storage_raw = [
+        f"{k[len('storage.') :]}={v}" for k, v in opts.items() if k.startswith("storage.")
+    ]
     unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("storage."))
     if unknown:
-        raise WalSourceError(f"raftkv-wal: unknown option(s) {', '.join(unknown)} (known: "
-                             f"committedOnly, member, storage.<fsspec option>)")
+        raise WalSourceError(
+            f"raftkv-wal: unknown option(s) {', '.join(unknown)} (known: "
+            f"committedOnly, member, storage.<fsspec option>)"
+        )
     raw = opts.get("path") or opts.get("paths") or ""
-    if raw.startswith("["):   # load([a, b]) arrives as a JSON list
+    if raw.startswith("["):  # load([a, b]) arrives as a JSON list
         import json
+
         raw = ",".join(json.loads(raw))
     paths = tuple(p.strip() for p in raw.split(",") if p.strip())
     if not paths:
-        raise WalSourceError("raftkv-wal: give a WAL directory, data dir or archive URL: "
-                             "spark.read.format('raftkv-wal').load(PATH)")
+        raise WalSourceError(
+            "raftkv-wal: give a WAL directory, data dir or archive URL: "
+            "spark.read.format('raftkv-wal').load(PATH)"
+        )
     for p in paths:
         if "://" not in p and not os.path.isabs(p):
             # Spark plans and reads in its Python workers, whose working directory is not
             # the driver's: a relative path would name another directory, or none.
-            raise WalSourceError(f"raftkv-wal: give an absolute path, not {p!r} (Spark's "
-                                 f"Python workers do not run in your working directory)")
+            raise WalSourceError(
+                f"raftkv-wal: give an absolute path, not {p!r} (Spark's "
+                f"Python workers do not run in your working directory)"
+            )
     flag = str(opts.get("committedonly", "false")).strip().lower()
     if flag not in ("true", "false"):
-        raise WalSourceError(f"raftkv-wal: option committedOnly: want true or false, "
-                             f"got {opts.get('committedonly')!r}")
+        raise WalSourceError(
+            f"raftkv-wal: option committedOnly: want true or false, "
+            f"got {opts.get('committedonly')!r}"
+        )
     from kvserver.archive.store import ArchiveError
     from kvserver.archive.store import parse_options as storage_options
+
     try:
         storage = storage_options(storage_raw)
     except ArchiveError as exc:
@@ -111,16 +122,26 @@ def parse_options(opts: dict) -> WalOptions:
 class SegmentPartition(InputPartition):
     """One segment: a local file (``path``) or archived parts (``url`` + ``parts``)."""
 
-    def __init__(self, index: int, segment: str, *, newest: bool, path: str | None = None,
-                 url: str | None = None, parts: tuple = (), member: int | None = None,
-                 cluster: int | None = None, committed: Committed | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        segment: str,
+        *,
+        newest: bool,
+        path: str | None = None,
+        url: str | None = None,
+        parts: tuple = (),
+        member: int | None = None,
+        cluster: int | None = None,
+        committed: Committed | None = None,
+    ) -> None:
         super().__init__(index)
         self.index = index
         self.segment = segment
         self.newest = newest
         self.path = path
         self.url = url
-        self.parts = parts            # ((object name, offset, size, crc32c), ...)
+        self.parts = parts  # ((object name, offset, size, crc32c), ...)
         self.member = member
         self.cluster = cluster
         self.committed = committed
@@ -134,6 +155,7 @@ class SegmentPartition(InputPartition):
 
 def _local_bytes(path: str) -> bytes:
     from wal.segment import read_whole
+
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return read_whole(fd)
@@ -143,12 +165,14 @@ def _local_bytes(path: str) -> bytes:
 
 def _archived_bytes(url: str, storage: dict, segment: str, parts) -> bytes:
     from kvserver.archive.store import ArchiveError, ObjectStore
+
     store = ObjectStore.open(url, storage)
     out = bytearray()
     for name, offset, size, crc in parts:
         if offset != len(out):
-            raise ArchiveError(f"archive: parts of {segment} are not contiguous at {offset} "
-                               f"(manifest damaged?)")
+            raise ArchiveError(
+                f"archive: parts of {segment} are not contiguous at {offset} (manifest damaged?)"
+            )
         out += store.get_verified(name, size, crc)
     return bytes(out)
 
@@ -165,17 +189,26 @@ def _where(p: SegmentPartition) -> str:
 
 def read_partition(o: WalOptions, p: SegmentPartition) -> Iterator:
     import pyarrow as pa
-    rows = segment_rows(partition_bytes(o, p), segment=p.segment, where=_where(p),
-                        newest=p.newest, member=p.member, cluster=p.cluster,
-                        committed=p.committed)
-    if o.member is not None and p.member is None:   # local: the member is known now
-        rows = [r for r in rows if r["member"] is not None and _member_matches(o.member,
-                                                                                 r["member"])]
+
+    rows = segment_rows(
+        partition_bytes(o, p),
+        segment=p.segment,
+        where=_where(p),
+        newest=p.newest,
+        member=p.member,
+        cluster=p.cluster,
+        committed=p.committed,
+    )
+    if o.member is not None and p.member is None:  # local: the member is known now
+        rows = [
+            r for r in rows if r["member"] is not None and _member_matches(o.member, r["member"])
+        ]
     schema = arrow_schema()
     for i in range(0, len(rows), BATCH_ROWS):
-        chunk = rows[i:i + BATCH_ROWS]
+        chunk = rows[i : i + BATCH_ROWS]
         cols = {c: [r.get(c) for r in chunk] for c in COLUMNS}
         from decimal import Decimal
+
         for c in ("client_id", "request_id"):
             cols[c] = [None if v is None else Decimal(v) for v in cols[c]]
         yield pa.RecordBatch.from_pydict(cols, schema=schema)
@@ -183,9 +216,16 @@ def read_partition(o: WalOptions, p: SegmentPartition) -> Iterator:
 
 def arrow_schema():
     import pyarrow as pa
-    types = {"offset": pa.int64(), "term": pa.int64(), "index": pa.int64(),
-             "commit": pa.int64(), "keys": pa.list_(pa.string()),
-             "client_id": pa.decimal128(20, 0), "request_id": pa.decimal128(20, 0)}
+
+    types = {
+        "offset": pa.int64(),
+        "term": pa.int64(),
+        "index": pa.int64(),
+        "commit": pa.int64(),
+        "keys": pa.list_(pa.string()),
+        "client_id": pa.decimal128(20, 0),
+        "request_id": pa.decimal128(20, 0),
+    }
     return pa.schema([(c, types.get(c, pa.string())) for c in COLUMNS])
 
 
@@ -201,7 +241,7 @@ def _committed_plan(datas: list[tuple[int | None, int | None]]) -> list[Committe
     commit = 0
     for _, c in datas:
         if c is not None:
-            commit = c          # the last state record of the log wins
+            commit = c  # the last state record of the log wins
     out: list[Committed] = []
     later: int | None = None
     for low, _ in reversed(datas):
@@ -215,6 +255,7 @@ def _committed_plan(datas: list[tuple[int | None, int | None]]) -> list[Committe
 def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
     from kvserver.cli.wal import find_wal_dir
     from wal.segment import list_segments
+
     try:
         wal_dir = find_wal_dir(path)
     except OSError as exc:
@@ -224,31 +265,47 @@ def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
     plans: list[Committed | None] = [None] * len(names)
     if o.committed_only:
         plans = _committed_plan([summarize(_local_bytes(p), p) for p in paths])
-    return [SegmentPartition(start + i, n, newest=i == len(names) - 1, path=p, committed=c)
-            for i, (n, p, c) in enumerate(zip(names, paths, plans, strict=True))]
+    return [
+        SegmentPartition(start + i, n, newest=i == len(names) - 1, path=p, committed=c)
+        for i, (n, p, c) in enumerate(zip(names, paths, plans, strict=True))
+    ]
 
 
 def _plan_archive(o: WalOptions, url: str, start: int) -> list[SegmentPartition]:
     from kvserver.archive.pitr import load_manifests
     from kvserver.archive.store import ObjectStore
+
     store = ObjectStore.open(url, o.storage)
     out: list[SegmentPartition] = []
     for m in sorted(load_manifests(store), key=lambda m: m.member_id):
-        if o.member is not None and not _member_matches(o.member, f"{m.member_id:016x}",
-                                                        m.name):
+        if o.member is not None and not _member_matches(o.member, f"{m.member_id:016x}", m.name):
             continue
         segs = [s for s in m.segments if s.parts]
-        parts = [tuple((f"{m.member_prefix}/{p.object}", p.offset, p.size, p.crc32c)
-                       for p in s.parts) for s in segs]
+        parts = [
+            tuple((f"{m.member_prefix}/{p.object}", p.offset, p.size, p.crc32c) for p in s.parts)
+            for s in segs
+        ]
         plans: list[Committed | None] = [None] * len(segs)
         if o.committed_only:
-            plans = _committed_plan([summarize(_archived_bytes(url, o.storage, s.name, ps),
-                                               s.name) for s, ps in zip(segs, parts,
-                                                                        strict=True)])
+            plans = _committed_plan(
+                [
+                    summarize(_archived_bytes(url, o.storage, s.name, ps), s.name)
+                    for s, ps in zip(segs, parts, strict=True)
+                ]
+            )
         for i, (s, ps, c) in enumerate(zip(segs, parts, plans, strict=True)):
-            out.append(SegmentPartition(start + len(out), s.name, newest=i == len(segs) - 1,
-                                        url=url, parts=ps, member=m.member_id,
-                                        cluster=m.cluster_id, committed=c))
+            out.append(
+                SegmentPartition(
+                    start + len(out),
+                    s.name,
+                    newest=i == len(segs) - 1,
+                    url=url,
+                    parts=ps,
+                    member=m.member_id,
+                    cluster=m.cluster_id,
+                    committed=c,
+                )
+            )
     return out
 
 
@@ -258,6 +315,7 @@ def _is_archive(url: str, storage: dict) -> bool:
     if not url.startswith("file://"):
         return True
     from kvserver.archive.store import ObjectStore
+
     store = ObjectStore.open(url, storage)
     return any(n.endswith("/manifest.json") and n.count("/") == 2 for n in store.list(""))
 
@@ -268,7 +326,7 @@ def plan(o: WalOptions) -> list[SegmentPartition]:
         if _is_archive(path, o.storage):
             out += _plan_archive(o, path, len(out))
         else:
-            local = path[len("file://"):] if path.startswith("file://") else path
+            local = path[len("file://") :] if path.startswith("file://") else path
             out += _plan_local(o, local, len(out))
     return out
 

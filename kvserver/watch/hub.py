@@ -197,8 +197,17 @@ class WatchLimits:
     on_overflow: OverflowPolicy = OverflowPolicy.CANCEL
 
     def __post_init__(self) -> None:
-        if min(self.max_watchers, self.max_watchers_per_stream, self.max_buffered_events,
-               self.max_buffered_bytes, self.replay_chunk_events, self.max_response_bytes) < 1:
+        if (
+            min(
+                self.max_watchers,
+                self.max_watchers_per_stream,
+                self.max_buffered_events,
+                self.max_buffered_bytes,
+                self.replay_chunk_events,
+                self.max_response_bytes,
+            )
+            < 1
+        ):
             raise ValueError("watch limits must be positive")
         if self.replay_chunk_events > self.max_buffered_events:
             raise ValueError("replay_chunk_events must not exceed max_buffered_events")
@@ -321,8 +330,15 @@ class Watcher:
         "_progress_pending",
     )
 
-    def __init__(self, hub: WatchHub, stream: WatchStream, watch_id: int, key: bytes,
-                 range_end: bytes, req: WatchCreateRequest) -> None:
+    def __init__(
+        self,
+        hub: WatchHub,
+        stream: WatchStream,
+        watch_id: int,
+        key: bytes,
+        range_end: bytes,
+        req: WatchCreateRequest,
+    ) -> None:
         self._hub = hub
         self._stream = stream
         self.watch_id = watch_id
@@ -369,8 +385,10 @@ class Watcher:
         return self._buf_bytes
 
     def __repr__(self) -> str:
-        return (f"Watcher(id={self.watch_id}, key={self.key!r}, range_end={self.range_end!r}, "
-                f"state={self._state.name}, next_rev={self._next_rev})")
+        return (
+            f"Watcher(id={self.watch_id}, key={self.key!r}, range_end={self.range_end!r}, "
+            f"state={self._state.name}, next_rev={self._next_rev})"
+        )
 
     # --- consumer API of a one-watcher stream (WatchHub.create) -------------------------------
 
@@ -402,8 +420,9 @@ class Watcher:
             return False
         return self._open_ended or key < self.range_end
 
-    def _select(self, events: Sequence[Event], strip_cache: dict[int, Event] | None
-                ) -> tuple[Event, ...]:
+    def _select(
+        self, events: Sequence[Event], strip_cache: dict[int, Event] | None
+    ) -> tuple[Event, ...]:
         """Apply the filters and drop ``prev_kv`` unless asked for."""
         no_put = self._no_put
         no_delete = self._no_delete
@@ -428,8 +447,7 @@ class Watcher:
             out.append(ev)
         return tuple(out)
 
-    def _queue_events(self, header_rev: int, events: tuple[Event, ...], sizes: list[int]
-                      ) -> None:
+    def _queue_events(self, header_rev: int, events: tuple[Event, ...], sizes: list[int]) -> None:
         """Queue one revision's (or one replay chunk's) events: one response, or fragments
         (etcd's sendFragments) when asked for and over ``max_response_bytes``."""
         header = _header(header_rev)
@@ -453,8 +471,9 @@ class Watcher:
             resp = WatchResponse(header, self.watch_id, fragment=n != last, events=events[a:b])
             push(self, resp, _K_EVENTS, nbytes)
 
-    def _offer_live(self, revision: int, events: list[Event], strip_cache: dict[int, Event]
-                    ) -> None:
+    def _offer_live(
+        self, revision: int, events: list[Event], strip_cache: dict[int, Event]
+    ) -> None:
         """Queue the events of one revision (synced watcher, ``revision >= _next_rev``)."""
         selected = self._select(events, strip_cache)
         if not selected:
@@ -477,8 +496,8 @@ class Watcher:
         chunk = hub.limits.replay_chunk_events
         try:
             events = source.events_since(
-                self._next_rev, self.key, self.range_end, prev_kv=self.prev_kv,
-                max_events=chunk)
+                self._next_rev, self.key, self.range_end, prev_kv=self.prev_kv, max_events=chunk
+            )
         except CompactedError as err:
             hub.stats["compacted"] += 1
             self._finish("", compact_revision=err.compact_revision)
@@ -510,8 +529,13 @@ class Watcher:
             self._dropped = True
         # etcd sends the compacted response without a header revision.
         rev = 0 if compact_revision else hub._source.revision
-        resp = WatchResponse(_header(rev), self.watch_id, canceled=True,
-                             compact_revision=compact_revision, cancel_reason=reason)
+        resp = WatchResponse(
+            _header(rev),
+            self.watch_id,
+            canceled=True,
+            compact_revision=compact_revision,
+            cancel_reason=reason,
+        )
         stream = self._stream
         stream._watchers.pop(self.watch_id, None)
         if stream._private:
@@ -523,8 +547,18 @@ class WatchStream:
     """A multiplexed sequence of responses for several watchers (see the module docstring).
     One consumer; responses of one watcher keep their order."""
 
-    __slots__ = ("_hub", "_private", "_fifo", "_watchers", "_unsynced", "_next_id", "_closed",
-                 "_wakeup", "_progress_pending", "_input_closed")
+    __slots__ = (
+        "_hub",
+        "_private",
+        "_fifo",
+        "_watchers",
+        "_unsynced",
+        "_next_id",
+        "_closed",
+        "_wakeup",
+        "_progress_pending",
+        "_input_closed",
+    )
 
     def __init__(self, hub: WatchHub, private: bool = False) -> None:
         self._hub = hub
@@ -578,8 +612,10 @@ class WatchStream:
             self._next_id += 1
         elif watch_id in self._watchers:
             return self._refuse(current, MSG_DUPLICATE_WATCH_ID)
-        if (len(hub._watchers) >= hub.limits.max_watchers
-                or len(self._watchers) >= hub.limits.max_watchers_per_stream):
+        if (
+            len(hub._watchers) >= hub.limits.max_watchers
+            or len(self._watchers) >= hub.limits.max_watchers_per_stream
+        ):
             return self._refuse(current, MSG_TOO_MANY_WATCHERS)
         w = Watcher(hub, self, watch_id, key, range_end, req)
         self._watchers[watch_id] = w
@@ -690,8 +726,9 @@ class WatchStream:
     # --- internals ------------------------------------------------------------------------------
 
     def _refuse(self, current: int, reason: str) -> None:
-        resp = WatchResponse(_header(current), INVALID_WATCH_ID, created=True, canceled=True,
-                             cancel_reason=reason)
+        resp = WatchResponse(
+            _header(current), INVALID_WATCH_ID, created=True, canceled=True, cancel_reason=reason
+        )
         self._push(None, resp, _K_CONTROL, 0)
         self._hub.stats["refused"] += 1
         return None
@@ -738,8 +775,14 @@ class WatchHub:
         self._progress: dict[Watcher, None] = {}  # live watchers with progress_notify
         self._closed = False
         self.stats = {
-            "created": 0, "refused": 0, "canceled_slow": 0, "resynced_slow": 0,
-            "compacted": 0, "gaps": 0, "replayed_events": 0, "progress_sent": 0,
+            "created": 0,
+            "refused": 0,
+            "canceled_slow": 0,
+            "resynced_slow": 0,
+            "compacted": 0,
+            "gaps": 0,
+            "replayed_events": 0,
+            "progress_sent": 0,
         }
 
     # --- introspection ------------------------------------------------------------------------
@@ -789,8 +832,9 @@ class WatchHub:
                 start = w.key
                 end = w.range_end
                 open_ended = w._open_ended
-                matched = [ev for ev in events
-                           if ev.kv.key >= start and (open_ended or ev.kv.key < end)]
+                matched = [
+                    ev for ev in events if ev.kv.key >= start and (open_ended or ev.kv.key < end)
+                ]
                 if matched:
                     hits[w] = matched
         if not hits:
@@ -815,8 +859,7 @@ class WatchHub:
         for w in self._progress:
             if w._state is _State.SYNCED and w._quiet and not w._progress_pending:
                 w._progress_pending = True
-                w._stream._push(w, WatchResponse(_header(self._rev), w.watch_id),
-                                _K_PROGRESS, 0)
+                w._stream._push(w, WatchResponse(_header(self._rev), w.watch_id), _K_PROGRESS, 0)
                 n += 1
             w._quiet = True
         self.stats["progress_sent"] += n
@@ -852,8 +895,9 @@ class WatchHub:
         """A watcher with its own stream: ``async for resp in watcher`` (the first response
         is ``created``). Raises ``WatchCreateError`` if refused."""
         stream = WatchStream(self, private=True)
-        req = WatchCreateRequest(key, range_end, start_revision, progress_notify,
-                                 tuple(filters), prev_kv, 0, fragment)
+        req = WatchCreateRequest(
+            key, range_end, start_revision, progress_notify, tuple(filters), prev_kv, 0, fragment
+        )
         w = stream.create(req)
         if w is None:
             refusal = stream.poll()

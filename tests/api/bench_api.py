@@ -87,14 +87,22 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def load(port: int, clients: int, seconds: float, path: str,
-               server_pid: int) -> tuple[int, float, float]:
+async def load(
+    port: int, clients: int, seconds: float, path: str, server_pid: int
+) -> tuple[int, float, float]:
     import aiohttp
 
     url = f"http://127.0.0.1:{port}/v3/kv/{path}"
     value = base64.b64encode(b"v" * 256).decode()
-    bodies = [json.dumps({"key": base64.b64encode(f"key{i:04d}".encode()).decode(),
-                          **({"value": value} if path == "put" else {})}) for i in range(1000)]
+    bodies = [
+        json.dumps(
+            {
+                "key": base64.b64encode(f"key{i:04d}".encode()).decode(),
+                **({"value": value} if path == "put" else {}),
+            }
+        )
+        for i in range(1000)
+    ]
     done = 0
     errors = 0
     stop_at = 0.0
@@ -161,16 +169,19 @@ def main() -> None:
         except ImportError:
             pass
         done, elapsed, cpu = asyncio.run(
-            load(port, args.clients, args.seconds, args.path, server.pid))
+            load(port, args.clients, args.seconds, args.path, server.pid)
+        )
         client_cpu = _cpu_seconds(os.getpid())
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
     kind = "trivial aiohttp handler" if args.trivial else "raftkv API over LocalKV"
-    print(f"{kind}: POST /v3/kv/{args.path}, {args.clients} clients: "
-          f"{done / elapsed:,.0f} requests/s ({done} in {elapsed:.1f} s); "
-          f"server CPU {cpu / max(done, 1) * 1e6:.0f} us/request "
-          f"(load generator: {client_cpu:.1f} s CPU in total)")
+    print(
+        f"{kind}: POST /v3/kv/{args.path}, {args.clients} clients: "
+        f"{done / elapsed:,.0f} requests/s ({done} in {elapsed:.1f} s); "
+        f"server CPU {cpu / max(done, 1) * 1e6:.0f} us/request "
+        f"(load generator: {client_cpu:.1f} s CPU in total)"
+    )
 
 
 if __name__ == "__main__":

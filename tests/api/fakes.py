@@ -103,8 +103,8 @@ class LocalKV:
         self.lease_ids = LeaseIdGenerator(member_id, 1_700_000_000_000)
         self.watch_hub = WatchHub(self.store, watch_limits)
         self.membership = LocalMembership(
-            Member(member_id, name, (peer_url,), (client_url,)), cluster_id,
-            lambda: self.raft_term)
+            Member(member_id, name, (peer_url,), (client_url,)), cluster_id, lambda: self.raft_term
+        )
 
     def watch_stream(self) -> WatchStream:
         if self.fail_with is not None:
@@ -121,8 +121,7 @@ class LocalKV:
         self.watch_hub.reset(store)
 
     def _header(self) -> ResponseHeader:
-        return ResponseHeader(self.cluster_id, self.member_id, self.store.revision,
-                              self.raft_term)
+        return ResponseHeader(self.cluster_id, self.member_id, self.store.revision, self.raft_term)
 
     def _lease_apply(self, request: Any, client_id: int = 0, request_id: int = 0) -> Any:
         self.calls[type(request).__name__] += 1
@@ -134,20 +133,27 @@ class LocalKV:
         if result.error is not None:
             raise result.error
         # the response's own revision: a de-duplicated retry answers the first one's
-        header = ResponseHeader(self.cluster_id, self.member_id,
-                                result.response.header.revision, self.raft_term)
+        header = ResponseHeader(
+            self.cluster_id, self.member_id, result.response.header.revision, self.raft_term
+        )
         return replace(result.response, header=header)
 
-    async def lease_grant(self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0,
-                          request_id: int = 0) -> LeaseGrantResponse:
+    async def lease_grant(
+        self, ttl_s: int, lease_id: int = 0, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseGrantResponse:
         if self.fail_with is not None:
             raise self.fail_with
-        req = self.lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), self.lease_ids,
-                                        client_id=client_id, request_id=request_id)
+        req = self.lessor.prepare_grant(
+            LeaseGrantRequest(ttl_s, lease_id),
+            self.lease_ids,
+            client_id=client_id,
+            request_id=request_id,
+        )
         return self._lease_apply(req, client_id, request_id)
 
-    async def lease_revoke(self, lease_id: int, *, client_id: int = 0,
-                           request_id: int = 0) -> LeaseRevokeResponse:
+    async def lease_revoke(
+        self, lease_id: int, *, client_id: int = 0, request_id: int = 0
+    ) -> LeaseRevokeResponse:
         if self.fail_with is not None:
             raise self.fail_with
         return self._lease_apply(LeaseRevokeRequest(lease_id), client_id, request_id)
@@ -159,8 +165,9 @@ class LocalKV:
         ttl_s = self.lessor.keepalive(lease_id)
         return LeaseKeepAliveResponse(self._header(), lease_id, ttl_s)
 
-    async def lease_time_to_live(self, lease_id: int,
-                                 keys: bool = False) -> LeaseTimeToLiveResponse:
+    async def lease_time_to_live(
+        self, lease_id: int, keys: bool = False
+    ) -> LeaseTimeToLiveResponse:
         if self.fail_with is not None:
             raise self.fail_with
         return replace(self.lessor.time_to_live(lease_id, keys), header=self._header())
@@ -192,23 +199,23 @@ class LocalKV:
         response = result.response
         if type(request) is PutRequest:
             self._bytes_written += len(request.key) + len(request.value)
-        header = ResponseHeader(self.cluster_id, self.member_id, response.header.revision,
-                                self.raft_term)
+        header = ResponseHeader(
+            self.cluster_id, self.member_id, response.header.revision, self.raft_term
+        )
         return replace(response, header=header)
 
     async def range(self, req: RangeRequest) -> RangeResponse:
         return self._apply(req)
 
-    async def put(self, req: PutRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> PutResponse:
+    async def put(self, req: PutRequest, *, client_id: int = 0, request_id: int = 0) -> PutResponse:
         return self._apply(req, client_id, request_id)
 
-    async def delete_range(self, req: DeleteRangeRequest, *, client_id: int = 0,
-                           request_id: int = 0) -> DeleteRangeResponse:
+    async def delete_range(
+        self, req: DeleteRangeRequest, *, client_id: int = 0, request_id: int = 0
+    ) -> DeleteRangeResponse:
         return self._apply(req, client_id, request_id)
 
-    async def txn(self, req: TxnRequest, *, client_id: int = 0,
-                  request_id: int = 0) -> TxnResponse:
+    async def txn(self, req: TxnRequest, *, client_id: int = 0, request_id: int = 0) -> TxnResponse:
         return self._apply(req, client_id, request_id)
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse:

@@ -45,16 +45,28 @@ class Api:
     service: LocalKV
     metrics: Metrics
 
-    async def post(self, path: str, body: Any = None, *, raw: bytes | str | None = None,
-                   headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async def post(
+        self,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """POST JSON (``body`` serialized, or ``raw`` bytes as is); (status, decoded JSON)."""
         data = raw if raw is not None else json.dumps({} if body is None else body)
         resp = await self.client.post(path, data=data, headers=headers)
         text = await resp.text()
         return resp.status, json.loads(text) if text else None
 
-    async def request(self, method: str, path: str, *, data: bytes | str | None = None,
-                      headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, Any]:
         """(status, body bytes, headers) of any request."""
         resp = await self.client.request(method, path, data=data, headers=headers)
         return resp.status, await resp.read(), resp.headers

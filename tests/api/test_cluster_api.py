@@ -17,8 +17,12 @@ from .helpers import run_async, serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
 HDR = {"cluster_id": CID, "member_id": MID, "raft_term": "2"}
-SELF = {"ID": MID, "name": "local", "peerURLs": ["http://127.0.0.1:2380"],
-        "clientURLs": ["http://127.0.0.1:2379"]}
+SELF = {
+    "ID": MID,
+    "name": "local",
+    "peerURLs": ["http://127.0.0.1:2380"],
+    "clientURLs": ["http://127.0.0.1:2379"],
+}
 
 
 @run_async
@@ -37,16 +41,18 @@ async def test_list_shape() -> None:
 @run_async
 async def test_add_learner_promote_remove() -> None:
     async with serve() as api:
-        status, got = await api.post("/v3/cluster/member/add",
-                                     {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True})
+        status, got = await api.post(
+            "/v3/cluster/member/add", {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True}
+        )
         # etcd: {"header":...,"member":{"ID","peerURLs","isLearner":true},"members":[...]}
         assert status == 200 and list(got) == ["header", "member", "members"]
         new = got["member"]
         assert set(new) == {"ID", "peerURLs", "isLearner"}
         assert new["peerURLs"] == ["http://127.0.0.1:1"] and new["isLearner"] is True
         assert int(new["ID"]) > 0
-        assert sorted(got["members"], key=lambda m: int(m["ID"])) == \
-            sorted([SELF, new], key=lambda m: int(m["ID"]))
+        assert sorted(got["members"], key=lambda m: int(m["ID"])) == sorted(
+            [SELF, new], key=lambda m: int(m["ID"])
+        )
 
         status, got = await api.post("/v3/cluster/member/promote", {"ID": new["ID"]})
         assert status == 200 and list(got) == ["header", "members"]
@@ -58,25 +64,34 @@ async def test_add_learner_promote_remove() -> None:
         # removed for good: its ID cannot be removed or promoted again
         for path in ("remove", "promote"):
             status, got = await api.post(f"/v3/cluster/member/{path}", {"ID": new["ID"]})
-            assert status == 404 and got == {"error": ms.MSG_MEMBER_NOT_FOUND,
-                                             "message": ms.MSG_MEMBER_NOT_FOUND, "code": 5}
+            assert status == 404 and got == {
+                "error": ms.MSG_MEMBER_NOT_FOUND,
+                "message": ms.MSG_MEMBER_NOT_FOUND,
+                "code": 5,
+            }
 
 
-@pytest.mark.parametrize("body, code, status, message", [
-    ({}, 3, 400, ms.MSG_BAD_URLS),
-    ({"peerURLs": []}, 3, 400, ms.MSG_BAD_URLS),
-    ({"peerURLs": ["bad"]}, 3, 400, ms.MSG_BAD_URLS),
-    ({"peerURLs": ["http://127.0.0.1:2380"]}, 9, 412, ms.MSG_PEER_URL_EXIST),
-    ({"peerURLs": "x"}, 3, 400, 'raftkv: field "peerURLs": expected an array of strings'),
-    ({"peerURLs": ["http://127.0.0.1:5"], "isLearner": "yes"}, 3, 400,
-     'raftkv: field "isLearner": expected true or false'),
-])
+@pytest.mark.parametrize(
+    "body, code, status, message",
+    [
+        ({}, 3, 400, ms.MSG_BAD_URLS),
+        ({"peerURLs": []}, 3, 400, ms.MSG_BAD_URLS),
+        ({"peerURLs": ["bad"]}, 3, 400, ms.MSG_BAD_URLS),
+        ({"peerURLs": ["http://127.0.0.1:2380"]}, 9, 412, ms.MSG_PEER_URL_EXIST),
+        ({"peerURLs": "x"}, 3, 400, 'raftkv: field "peerURLs": expected an array of strings'),
+        (
+            {"peerURLs": ["http://127.0.0.1:5"], "isLearner": "yes"},
+            3,
+            400,
+            'raftkv: field "isLearner": expected true or false',
+        ),
+    ],
+)
 @run_async
 async def test_add_errors(body, code, status, message) -> None:
     async with serve() as api:
         got_status, got = await api.post("/v3/cluster/member/add", body)
-        assert (got_status, got) == (status, {"error": message, "message": message,
-                                              "code": code})
+        assert (got_status, got) == (status, {"error": message, "message": message, "code": code})
         assert len(api.service.membership.registry.list()) == 1  # nothing changed
 
 
@@ -85,8 +100,9 @@ async def test_too_many_learners_and_promote_errors() -> None:
     async with serve() as api:
         svc = api.service
         learner = (await svc.member_add(["http://127.0.0.1:1"], True)).member
-        status, got = await api.post("/v3/cluster/member/add",
-                                     {"peerURLs": ["http://127.0.0.1:9"], "isLearner": True})
+        status, got = await api.post(
+            "/v3/cluster/member/add", {"peerURLs": ["http://127.0.0.1:9"], "isLearner": True}
+        )
         assert status == 412 and got["error"] == ms.MSG_TOO_MANY_LEARNERS and got["code"] == 9
         svc.membership.unsynced.add(learner.id)
         status, got = await api.post("/v3/cluster/member/promote", {"ID": str(learner.id)})
@@ -109,10 +125,17 @@ async def test_quorum_of_started_members() -> None:
         assert (status, got["error"]) == (500, ms.MSG_NOT_ENOUGH_STARTED)
 
 
-@pytest.mark.parametrize("path, body", [
-    ("remove", {"ID": "abc"}), ("remove", {"ID": -1}), ("promote", {"ID": 1.5}),
-    ("remove", []), ("list", [1]), ("update", {"ID": MID, "peerURLs": [1]}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("remove", {"ID": "abc"}),
+        ("remove", {"ID": -1}),
+        ("promote", {"ID": 1.5}),
+        ("remove", []),
+        ("list", [1]),
+        ("update", {"ID": MID, "peerURLs": [1]}),
+    ],
+)
 @run_async
 async def test_bad_input_is_400(path, body) -> None:
     async with serve() as api:
@@ -133,13 +156,16 @@ async def test_missing_id_is_not_found_and_bad_json_400() -> None:
 async def test_update_peer_urls() -> None:
     async with serve() as api:
         new = (await api.service.member_add(["http://127.0.0.1:1"], True)).member
-        status, got = await api.post("/v3/cluster/member/update",
-                                     {"ID": str(new.id), "peerURLs": ["http://127.0.0.1:7"]})
+        status, got = await api.post(
+            "/v3/cluster/member/update", {"ID": str(new.id), "peerURLs": ["http://127.0.0.1:7"]}
+        )
         assert status == 200
-        assert next(m for m in got["members"] if m["ID"] == str(new.id))["peerURLs"] == \
-            ["http://127.0.0.1:7"]
-        status, got = await api.post("/v3/cluster/member/update",
-                                     {"ID": str(new.id), "peerURLs": ["http://127.0.0.1:2380"]})
+        assert next(m for m in got["members"] if m["ID"] == str(new.id))["peerURLs"] == [
+            "http://127.0.0.1:7"
+        ]
+        status, got = await api.post(
+            "/v3/cluster/member/update", {"ID": str(new.id), "peerURLs": ["http://127.0.0.1:2380"]}
+        )
         assert status == 412 and got["error"] == ms.MSG_PEER_URL_EXIST
 
 
@@ -165,8 +191,9 @@ def test_shapes_match_a_real_etcd(tmp_path) -> None:
     from tests.etcd_process import etcd_process
 
     def post(url, path, body):
-        req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 return resp.status, json.load(resp)
@@ -180,9 +207,14 @@ def test_shapes_match_a_real_etcd(tmp_path) -> None:
             return sorted({json.dumps(shape(v), sort_keys=True) for v in doc})
         return type(doc).__name__
 
-    steps = [("list", {}), ("add", {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True}),
-             ("add", {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True}),
-             ("remove", {"ID": "1"}), ("promote", {"ID": "1"}), ("add", {"peerURLs": []})]
+    steps = [
+        ("list", {}),
+        ("add", {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True}),
+        ("add", {"peerURLs": ["http://127.0.0.1:1"], "isLearner": True}),
+        ("remove", {"ID": "1"}),
+        ("promote", {"ID": "1"}),
+        ("add", {"peerURLs": []}),
+    ]
 
     with etcd_process(str(tmp_path)) as etcd:
         theirs = [post(etcd.url, f"/v3/cluster/member/{p}", b) for p, b in steps]

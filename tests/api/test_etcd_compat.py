@@ -46,27 +46,42 @@ SCRIPT: list[tuple[str, Any]] = [
     ("/v3/kv/range", {**ALL, "keys_only": True, "sort_order": "DESCEND", "sort_target": "MOD"}),
     ("/v3/kv/range", {**ALL, "sortOrder": 1, "sortTarget": 4, "unknown_field": 1}),
     ("/v3/kv/range", {"key": FOO, "revision": "2"}),
-    ("/v3/kv/txn", {
-        "compare": [{"key": FOO, "target": "VALUE", "result": "EQUAL", "value": BAR}],
-        "success": [{"request_put": {"key": FOO, "value": BAZ, "prev_kv": True}},
-                    {"request_range": {"key": FOO}}],
-        "failure": [{"request_range": {"key": FOO}}]}),
-    ("/v3/kv/txn", {
-        "compare": [{"key": FOO, "target": "VALUE", "result": "EQUAL", "value": BAR}],
-        "success": [{"request_put": {"key": FOO, "value": BAZ}}],
-        "failure": [{"request_range": {"key": FOO}},
-                    {"request_delete_range": {"key": b64("none")}},
-                    {"request_put": {"key": b64("x"), "value": b64("x")}},
-                    {"request_txn": {"success": [{"request_range": {
-                        "key": FOO, "count_only": True}}]}}]}),
+    (
+        "/v3/kv/txn",
+        {
+            "compare": [{"key": FOO, "target": "VALUE", "result": "EQUAL", "value": BAR}],
+            "success": [
+                {"request_put": {"key": FOO, "value": BAZ, "prev_kv": True}},
+                {"request_range": {"key": FOO}},
+            ],
+            "failure": [{"request_range": {"key": FOO}}],
+        },
+    ),
+    (
+        "/v3/kv/txn",
+        {
+            "compare": [{"key": FOO, "target": "VALUE", "result": "EQUAL", "value": BAR}],
+            "success": [{"request_put": {"key": FOO, "value": BAZ}}],
+            "failure": [
+                {"request_range": {"key": FOO}},
+                {"request_delete_range": {"key": b64("none")}},
+                {"request_put": {"key": b64("x"), "value": b64("x")}},
+                {"request_txn": {"success": [{"request_range": {"key": FOO, "count_only": True}}]}},
+            ],
+        },
+    ),
     ("/v3/kv/txn", {}),
-    ("/v3/kv/txn", {"compare": [{"key": FOO, "target": "MOD", "result": "GREATER",
-                                 "mod_revision": "1"},
-                                {"key": FOO, "target": "CREATE", "result": "LESS",
-                                 "create_revision": 100},
-                                {"key": FOO, "target": "VERSION", "result": "NOT_EQUAL",
-                                 "version": 0},
-                                {"key": FOO, "target": "LEASE", "result": "EQUAL"}]}),
+    (
+        "/v3/kv/txn",
+        {
+            "compare": [
+                {"key": FOO, "target": "MOD", "result": "GREATER", "mod_revision": "1"},
+                {"key": FOO, "target": "CREATE", "result": "LESS", "create_revision": 100},
+                {"key": FOO, "target": "VERSION", "result": "NOT_EQUAL", "version": 0},
+                {"key": FOO, "target": "LEASE", "result": "EQUAL"},
+            ]
+        },
+    ),
     ("/v3/kv/deleterange", {"key": b64("none")}),
     ("/v3/kv/deleterange", {"key": b64("ac"), "prev_kv": True}),
     ("/v3/kv/deleterange", {"key": b64("a"), "range_end": b64("b")}),
@@ -149,7 +164,8 @@ async def test_gateway_answers_match_etcd(etcd_url: str) -> None:
         assert set(ours) == set(theirs)
         async with session.get(etcd_url + "/version") as r:
             assert set(json.loads(await r.text())) == set(
-                json.loads((await api.request("GET", "/version"))[1]))
+                json.loads((await api.request("GET", "/version"))[1])
+            )
         async with session.get(etcd_url + "/health") as r:
             assert (r.status, json.loads(await r.text())) == (200, {"health": "true"})
         assert (await api.request("GET", "/health"))[:2] == (200, b'{"health":"true"}')

@@ -39,25 +39,43 @@ def b64(data: bytes) -> str:
 
 def test_every_range_field_decodes_by_proto_and_camel_name() -> None:
     fields = {
-        "key": b64(b"a"), "range_end": b64(b"b"), "limit": "3", "revision": 4,
-        "sort_order": "ASCEND", "sort_target": "VALUE", "serializable": True,
-        "keys_only": True, "count_only": False, "min_mod_revision": "5",
-        "max_mod_revision": "6", "min_create_revision": "7", "max_create_revision": "8",
+        "key": b64(b"a"),
+        "range_end": b64(b"b"),
+        "limit": "3",
+        "revision": 4,
+        "sort_order": "ASCEND",
+        "sort_target": "VALUE",
+        "serializable": True,
+        "keys_only": True,
+        "count_only": False,
+        "min_mod_revision": "5",
+        "max_mod_revision": "6",
+        "min_create_revision": "7",
+        "max_create_revision": "8",
     }
-    expected = RangeRequest(b"a", b"b", 3, 4, SortOrder.ASCEND, SortTarget.VALUE, True, True,
-                            False, 5, 6, 7, 8)
+    expected = RangeRequest(
+        b"a", b"b", 3, 4, SortOrder.ASCEND, SortTarget.VALUE, True, True, False, 5, 6, 7, 8
+    )
     assert gj.decode_range(json.dumps(fields).encode()) == expected
     camel = {gj._lower_camel(k): v for k, v in fields.items()}
     assert gj.decode_range(json.dumps(camel).encode()) == expected
 
 
 def test_enums_decode_to_members_from_names_and_numbers() -> None:
-    req = gj.decode_txn(json.dumps({"compare": [
-        {"key": b64(b"k"), "target": "MOD", "result": "NOT_EQUAL"},
-        {"key": b64(b"k"), "target": 1, "result": 2},
-    ]}).encode())
+    req = gj.decode_txn(
+        json.dumps(
+            {
+                "compare": [
+                    {"key": b64(b"k"), "target": "MOD", "result": "NOT_EQUAL"},
+                    {"key": b64(b"k"), "target": 1, "result": 2},
+                ]
+            }
+        ).encode()
+    )
     assert [(c.target, c.result) for c in req.compare] == [
-        (CompareTarget.MOD, CompareResult.NOT_EQUAL), (CompareTarget.CREATE, CompareResult.LESS)]
+        (CompareTarget.MOD, CompareResult.NOT_EQUAL),
+        (CompareTarget.CREATE, CompareResult.LESS),
+    ]
     assert type(req.compare[0].target) is CompareTarget
 
 
@@ -65,10 +83,10 @@ def test_last_duplicate_field_wins_and_null_means_default() -> None:
     # etcd 3.4: {"key":"Zm9v","key":"eA=="} reads key "x"
     assert gj.decode_range(b'{"key":"Zm9v","key":"eA=="}').key == b"x"
     # etcd 3.4: count_only true then countOnly false -> false
-    assert gj.decode_range(b'{"key":"eA==","count_only":true,"countOnly":false}').count_only \
-        is False
-    assert gj.decode_range(b'{"key":"eA==","limit":null,"sort_order":null}') == \
-        RangeRequest(b"x")
+    assert (
+        gj.decode_range(b'{"key":"eA==","count_only":true,"countOnly":false}').count_only is False
+    )
+    assert gj.decode_range(b'{"key":"eA==","limit":null,"sort_order":null}') == RangeRequest(b"x")
 
 
 def test_base64_variants() -> None:
@@ -78,16 +96,36 @@ def test_base64_variants() -> None:
     assert gj.decode_put(b'{"key":""}').key == b""
 
 
-@pytest.mark.parametrize("text,value", [
-    ('"-9223372036854775808"', -(1 << 63)), ('"9223372036854775807"', (1 << 63) - 1),
-    ("-1", -1), ('"0"', 0), ("42", 42),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ('"-9223372036854775808"', -(1 << 63)),
+        ('"9223372036854775807"', (1 << 63) - 1),
+        ("-1", -1),
+        ('"0"', 0),
+        ("42", 42),
+    ],
+)
 def test_int64_forms(text: str, value: int) -> None:
     assert gj.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode()).revision == value
 
 
-@pytest.mark.parametrize("text", ['" 3"', '"+3"', '"0x3"', '"3.0"', "3.0", '"1e2"', '""',
-                                  '"٣"', "true", "[]", '"99999999999999999999"'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '" 3"',
+        '"+3"',
+        '"0x3"',
+        '"3.0"',
+        "3.0",
+        '"1e2"',
+        '""',
+        '"٣"',
+        "true",
+        "[]",
+        '"99999999999999999999"',
+    ],
+)
 def test_int64_rejects(text: str) -> None:
     with pytest.raises(ServiceError) as err:
         gj.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode())
@@ -95,33 +133,57 @@ def test_int64_rejects(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.binary(min_size=1, max_size=40), value=st.binary(max_size=100), lease=INT64,
-       prev_kv=st.booleans(), lease_as_text=st.booleans())
-def test_put_request_round_trips_through_etcd_json(key: bytes, value: bytes, lease: int,
-                                                   prev_kv: bool, lease_as_text: bool) -> None:
-    body = {"key": b64(key), "value": b64(value), "prev_kv": prev_kv,
-            "lease": str(lease) if lease_as_text else lease}
+@given(
+    key=st.binary(min_size=1, max_size=40),
+    value=st.binary(max_size=100),
+    lease=INT64,
+    prev_kv=st.booleans(),
+    lease_as_text=st.booleans(),
+)
+def test_put_request_round_trips_through_etcd_json(
+    key: bytes, value: bytes, lease: int, prev_kv: bool, lease_as_text: bool
+) -> None:
+    body = {
+        "key": b64(key),
+        "value": b64(value),
+        "prev_kv": prev_kv,
+        "lease": str(lease) if lease_as_text else lease,
+    }
     assert gj.decode_put(json.dumps(body).encode()) == PutRequest(key, value, lease, prev_kv)
 
 
 @settings(max_examples=200, deadline=None)
-@given(kv=st.builds(KeyValue, st.binary(max_size=20), st.binary(max_size=20), INT64, INT64,
-                    INT64, INT64))
+@given(
+    kv=st.builds(
+        KeyValue, st.binary(max_size=20), st.binary(max_size=20), INT64, INT64, INT64, INT64
+    )
+)
 def test_key_value_encoding_omits_defaults_and_stringifies_ints(kv: KeyValue) -> None:
     out = json.loads(gj.encode({"kv": gj.key_value(kv)}))["kv"]
     decoded = KeyValue(
-        base64.b64decode(out.get("key", "")), base64.b64decode(out.get("value", "")),
-        int(out.get("create_revision", "0")), int(out.get("mod_revision", "0")),
-        int(out.get("version", "0")), int(out.get("lease", "0")))
+        base64.b64decode(out.get("key", "")),
+        base64.b64decode(out.get("value", "")),
+        int(out.get("create_revision", "0")),
+        int(out.get("mod_revision", "0")),
+        int(out.get("version", "0")),
+        int(out.get("lease", "0")),
+    )
     assert decoded == kv
     assert all(isinstance(v, str) and v not in ("", "0") for v in out.values())
-    assert list(out) == [f for f in ("key", "create_revision", "mod_revision", "version",
-                                     "value", "lease") if f in out]
+    assert list(out) == [
+        f
+        for f in ("key", "create_revision", "mod_revision", "version", "value", "lease")
+        if f in out
+    ]
 
 
 def test_header_keeps_only_non_zero_fields() -> None:
     assert gj.header(ResponseHeader(1, 2, 3, 4)) == {
-        "cluster_id": "1", "member_id": "2", "revision": "3", "raft_term": "4"}
+        "cluster_id": "1",
+        "member_id": "2",
+        "revision": "3",
+        "raft_term": "4",
+    }
     assert gj.header(ResponseHeader(0, 0, 7, 0)) == {"revision": "7"}
     # uint64 ids above int64 stay exact strings
     assert gj.header(ResponseHeader(2**64 - 1))["cluster_id"] == "18446744073709551615"
@@ -133,23 +195,36 @@ def test_response_defaults_are_omitted() -> None:
     assert gj.put_response(PutResponse(h)) == {"header": {"revision": "5"}}
     assert gj.txn_response(TxnResponse(h, False, ())) == {"header": {"revision": "5"}}
     nested = TxnResponse(h, True, (ResponseOp(response_txn=TxnResponse(ResponseHeader())),))
-    assert gj.txn_response(nested) == {"header": {"revision": "5"}, "succeeded": True,
-                                       "responses": [{"response_txn": {"header": {}}}]}
+    assert gj.txn_response(nested) == {
+        "header": {"revision": "5"},
+        "succeeded": True,
+        "responses": [{"response_txn": {"header": {}}}],
+    }
 
 
 def test_request_size_counts_keys_and_values_of_nested_txns() -> None:
     put = PutRequest(b"k" * 10, b"v" * 100)
     txn = TxnRequest(
         compare=(Compare(CompareResult.EQUAL, CompareTarget.VALUE, b"k", value=b"x" * 50),),
-        success=(RequestOp(request_put=put),
-                 RequestOp(request_txn=TxnRequest(success=(RequestOp(request_put=put),)))))
+        success=(
+            RequestOp(request_put=put),
+            RequestOp(request_txn=TxnRequest(success=(RequestOp(request_put=put),))),
+        ),
+    )
     assert request_size_bytes(put) == 126
     assert request_size_bytes(txn) > 2 * 110 + 51
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.builds(ResponseHeader, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
-                 st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)))
+@given(
+    st.builds(
+        ResponseHeader,
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 2**63 - 1),
+        st.integers(0, 2**63 - 1),
+    )
+)
 def test_fast_header_text_equals_the_dict_encoding(h: ResponseHeader) -> None:
     assert json.loads(gj.header_json(h)) == gj.header(h)
 
@@ -158,7 +233,8 @@ def test_top_level_encoders_put_the_header_first() -> None:
     h = ResponseHeader(1, 2, 3, 4)
     kv = KeyValue(b"k", b"v", 2, 3, 1)
     body = gj.encode_range(RangeResponse(h, (kv,), True, 5))
-    assert body.startswith(b'{"header":{"cluster_id":"1","member_id":"2","revision":"3",'
-                           b'"raft_term":"4"},"kvs":[')
+    assert body.startswith(
+        b'{"header":{"cluster_id":"1","member_id":"2","revision":"3","raft_term":"4"},"kvs":['
+    )
     assert json.loads(body) == gj.range_response(RangeResponse(h, (kv,), True, 5))
     assert json.loads(gj.encode_put(PutResponse(h))) == {"header": gj.header(h)}

@@ -35,9 +35,12 @@ async def test_grant_put_timetolive_leases_revoke_in_etcd_shapes() -> None:
     async with serve(LocalKV(bind_leases=True)) as api:
         # etcd 3.4: {"header":{...,"revision":"1",...},"ID":"7","TTL":"30"}
         assert await api.post("/v3/lease/grant", {"TTL": 30, "ID": 7}) == (
-            200, {"header": hdr(1), "ID": "7", "TTL": "30"})
-        assert (await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v"),
-                                              "lease": "7"}))[0] == 200
+            200,
+            {"header": hdr(1), "ID": "7", "TTL": "30"},
+        )
+        assert (await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v"), "lease": "7"}))[
+            0
+        ] == 200
         # etcd 3.4: "TTL":"29","grantedTTL":"30","keys":["aw=="] (TTL truncated to seconds)
         status, body = await api.post("/v3/lease/timetolive", {"ID": "7", "keys": True})
         assert status == 200
@@ -46,12 +49,18 @@ async def test_grant_put_timetolive_leases_revoke_in_etcd_shapes() -> None:
         assert int(body["TTL"]) in (29, 30)
         # etcd 3.4: an unknown lease is TTL "-1", no grantedTTL, not an error
         assert await api.post("/v3/kv/lease/timetolive", {"ID": 8}) == (
-            200, {"header": hdr(2), "ID": "8", "TTL": "-1"})
+            200,
+            {"header": hdr(2), "ID": "8", "TTL": "-1"},
+        )
         # etcd 3.4: {"header":...,"leases":[{"ID":"7"}]}
         assert await api.post("/v3/lease/leases", {}) == (
-            200, {"header": hdr(2), "leases": [{"ID": "7"}]})
+            200,
+            {"header": hdr(2), "leases": [{"ID": "7"}]},
+        )
         assert await api.post("/v3/kv/lease/leases") == (
-            200, {"header": hdr(2), "leases": [{"ID": "7"}]})
+            200,
+            {"header": hdr(2), "leases": [{"ID": "7"}]},
+        )
         # etcd 3.4: revoke deletes the key in a new revision; answer {"header":{rev 3}}
         assert await api.post("/v3/kv/lease/revoke", {"ID": 7}) == (200, {"header": hdr(3)})
         assert await api.post("/v3/kv/range", {"key": b64("k")}) == (200, {"header": hdr(3)})
@@ -61,18 +70,22 @@ async def test_grant_put_timetolive_leases_revoke_in_etcd_shapes() -> None:
 @run_async
 async def test_lease_errors_have_etcd_texts_and_statuses() -> None:
     async with serve(LocalKV(bind_leases=True)) as api:
-        not_found = {"error": "etcdserver: requested lease not found",
-                     "message": "etcdserver: requested lease not found", "code": 5}
+        not_found = {
+            "error": "etcdserver: requested lease not found",
+            "message": "etcdserver: requested lease not found",
+            "code": 5,
+        }
         # etcd 3.4: 404 for revoke of an unknown lease and for a put naming one
         assert await api.post("/v3/lease/revoke", {"ID": 7}) == (404, not_found)
-        assert await api.post("/v3/kv/put", {"key": b64("k"), "lease": "99"}) == (
-            404, not_found)
+        assert await api.post("/v3/kv/put", {"key": b64("k"), "lease": "99"}) == (404, not_found)
         # etcd 3.4: 412 FailedPrecondition "lease already exists"
         assert (await api.post("/v3/lease/grant", {"ID": 5, "TTL": 5}))[0] == 200
         status, body = await api.post("/v3/lease/grant", {"ID": 5, "TTL": 5})
         # (the HTTP status is checked in test_lease_exists_is_http_412_like_etcd)
         assert (body["code"], body["error"]) == (
-            GrpcCode.FAILED_PRECONDITION, "etcdserver: lease already exists")
+            GrpcCode.FAILED_PRECONDITION,
+            "etcdserver: lease already exists",
+        )
         # etcd 3.4: too large TTL is OutOfRange (400)
         status, body = await api.post("/v3/lease/grant", {"TTL": "9000000001"})
         assert (status, body["error"]) == (400, "etcdserver: too large lease TTL")
@@ -122,7 +135,8 @@ async def test_keepalive_answers_chunked_one_result_line_per_request() -> None:
         lines = [json.loads(line) for line in text.splitlines()]
         assert status == 200 and lines == [
             {"result": {"header": hdr(1), "ID": "7", "TTL": "30"}},
-            {"result": {"header": hdr(1), "ID": "9"}}]
+            {"result": {"header": hdr(1), "ID": "9"}},
+        ]
         assert api.service.calls["LeaseKeepAliveRequest"] == 3
 
 
@@ -153,8 +167,16 @@ async def test_keepalive_failure_is_a_plain_error_response_for_failover() -> Non
         assert (status, body["error"]) == (503, "etcdserver: no leader")
 
 
-@pytest.mark.parametrize("path", ["/v3/lease/grant", "/v3/lease/revoke", "/v3/lease/keepalive",
-                                  "/v3/lease/timetolive", "/v3/kv/lease/leases"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v3/lease/grant",
+        "/v3/lease/revoke",
+        "/v3/lease/keepalive",
+        "/v3/lease/timetolive",
+        "/v3/kv/lease/leases",
+    ],
+)
 @run_async
 async def test_lease_routes_are_post_only(path: str) -> None:
     async with serve() as api:

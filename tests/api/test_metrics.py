@@ -18,15 +18,20 @@ from kvserver.server.metrics import (
 
 def _values(metrics: Metrics) -> dict[str, float]:
     text = metrics.render()[0].decode()
-    return {s.name + str(sorted(s.labels.items())): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        s.name + str(sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:
     a, b = Metrics(process_metrics=False), Metrics(process_metrics=False)
     a.observe_http("etcd", "/v3/kv/put", 200, 0.001)
-    key = ("raftkv_http_request_duration_seconds_count"
-           "[('dialect', 'etcd'), ('route', '/v3/kv/put'), ('status', '200')]")
+    key = (
+        "raftkv_http_request_duration_seconds_count"
+        "[('dialect', 'etcd'), ('route', '/v3/kv/put'), ('status', '200')]"
+    )
     assert _values(a)[key] == 1
     assert key not in _values(b)
 
@@ -44,9 +49,11 @@ def test_duration_histogram_buckets_are_cumulative_and_bounds_inclusive() -> Non
 
 def test_duration_histogram_counts_every_observation_from_threads() -> None:
     h = DurationHistogram(FSYNC_BUCKETS_SECONDS)
+
     def work() -> None:
         for _ in range(5000):
             h.observe(0.00015)
+
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
         t.start()

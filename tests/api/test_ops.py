@@ -36,8 +36,7 @@ async def test_version_names_the_etcd_api_we_speak() -> None:
     async with serve() as api:
         status, body, _ = await api.request("GET", "/version")
         # etcd 3.4: {"etcdserver":"3.4.23","etcdcluster":"3.4.0"}
-        assert (status, json.loads(body)) == (200, {"etcdserver": "3.5.0",
-                                                    "etcdcluster": "3.5.0"})
+        assert (status, json.loads(body)) == (200, {"etcdserver": "3.5.0", "etcdcluster": "3.5.0"})
 
 
 @run_async
@@ -48,14 +47,30 @@ async def test_v1_status_fields() -> None:
         assert status == 200 and headers["X-Raftkv-Revision"] == "2"
         out = json.loads(body)
         assert out == {
-            "id": "8e9e05c52164694d", "name": "local", "cluster_id": "cdf818194e3a8c32",
-            "leader": "8e9e05c52164694d", "is_leader": True, "healthy": True, "term": 2,
-            "commit_index": 2, "applied_index": 2, "revision": 2, "compact_revision": -1,
-            "db_size_bytes": 4098, "is_learner": False, "version": "0.1.0",
+            "id": "8e9e05c52164694d",
+            "name": "local",
+            "cluster_id": "cdf818194e3a8c32",
+            "leader": "8e9e05c52164694d",
+            "is_leader": True,
+            "healthy": True,
+            "term": 2,
+            "commit_index": 2,
+            "applied_index": 2,
+            "revision": 2,
+            "compact_revision": -1,
+            "db_size_bytes": 4098,
+            "is_learner": False,
+            "version": "0.1.0",
             "etcd_version": "3.5.0",
-            "members": [{"id": "8e9e05c52164694d", "name": "local",
-                         "peer_urls": ["http://127.0.0.1:2380"],
-                         "client_urls": ["http://127.0.0.1:2379"], "is_learner": False}],
+            "members": [
+                {
+                    "id": "8e9e05c52164694d",
+                    "name": "local",
+                    "peer_urls": ["http://127.0.0.1:2380"],
+                    "client_urls": ["http://127.0.0.1:2379"],
+                    "is_learner": False,
+                }
+            ],
         }
         api.service.leader = 0
         _, body, _ = await api.request("GET", "/v1/status")
@@ -70,8 +85,10 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-PUT_COUNT = ("raftkv_http_request_duration_seconds_count",
-             (("dialect", "etcd"), ("route", "/v3/kv/put"), ("status", "200")))
+PUT_COUNT = (
+    "raftkv_http_request_duration_seconds_count",
+    (("dialect", "etcd"), ("route", "/v3/kv/put"), ("status", "200")),
+)
 
 
 @run_async
@@ -88,13 +105,34 @@ async def test_metrics_histogram_moves_with_requests() -> None:
         _, body, _ = await api.request("GET", "/metrics")
         samples = _samples(body.decode())
         assert samples[PUT_COUNT] == 5
-        assert samples[("raftkv_http_request_duration_seconds_count", (
-            ("dialect", "etcd"), ("route", "/v3/kv/put"), ("status", "400")))] == 1
-        assert samples[("raftkv_http_request_duration_seconds_count", (
-            ("dialect", "rest"), ("route", "/v1/kv/{key}"), ("status", "200")))] == 1
+        assert (
+            samples[
+                (
+                    "raftkv_http_request_duration_seconds_count",
+                    (("dialect", "etcd"), ("route", "/v3/kv/put"), ("status", "400")),
+                )
+            ]
+            == 1
+        )
+        assert (
+            samples[
+                (
+                    "raftkv_http_request_duration_seconds_count",
+                    (("dialect", "rest"), ("route", "/v1/kv/{key}"), ("status", "200")),
+                )
+            ]
+            == 1
+        )
         # unmatched paths share one label value: bounded cardinality
-        assert samples[("raftkv_http_request_duration_seconds_count", (
-            ("dialect", "ops"), ("route", "unmatched"), ("status", "404")))] == 1
+        assert (
+            samples[
+                (
+                    "raftkv_http_request_duration_seconds_count",
+                    (("dialect", "ops"), ("route", "unmatched"), ("status", "404")),
+                )
+            ]
+            == 1
+        )
         assert samples[("raftkv_http_request_duration_seconds_sum", PUT_COUNT[1])] > 0
 
 
@@ -105,10 +143,16 @@ async def test_metrics_include_node_stats_source() -> None:
         for seconds in (0.0001, 0.0002, 0.004):
             fsync.observe(seconds)
         api.metrics.node_stats = lambda: {
-            "raft_term": 7, "raft_commit_index": 100, "raft_applied_index": 99,
-            "raft_leader_changes": 3, "proposals_committed": 90, "proposals_failed": 2,
-            "raft_apply_lag_entries": 1, "wal_fsync_duration_seconds": fsync,
-            "peer_send_failures": {2: 5, 3: 0}, "not_a_known_key": 1,
+            "raft_term": 7,
+            "raft_commit_index": 100,
+            "raft_applied_index": 99,
+            "raft_leader_changes": 3,
+            "proposals_committed": 90,
+            "proposals_failed": 2,
+            "raft_apply_lag_entries": 1,
+            "wal_fsync_duration_seconds": fsync,
+            "peer_send_failures": {2: 5, 3: 0},
+            "not_a_known_key": 1,
         }
         _, body, _ = await api.request("GET", "/metrics")
         samples = _samples(body.decode())

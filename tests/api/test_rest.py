@@ -21,9 +21,13 @@ async def test_put_get_round_trip_of_raw_bytes() -> None:
         status, body, headers = await api.request("GET", "/v1/kv/blob")
         assert status == 200 and body == value
         assert headers["Content-Type"] == "application/octet-stream"
-        assert (headers["X-Raftkv-Revision"], headers["X-Raftkv-Create-Revision"],
-                headers["X-Raftkv-Mod-Revision"], headers["X-Raftkv-Version"],
-                headers["X-Raftkv-Lease"]) == ("2", "2", "2", "1", "0")
+        assert (
+            headers["X-Raftkv-Revision"],
+            headers["X-Raftkv-Create-Revision"],
+            headers["X-Raftkv-Mod-Revision"],
+            headers["X-Raftkv-Version"],
+            headers["X-Raftkv-Lease"],
+        ) == ("2", "2", "2", "1", "0")
 
 
 @run_async
@@ -50,9 +54,17 @@ async def test_put_with_prev_kv_and_lease() -> None:
         await api.request("PUT", "/v1/kv/k", data=b"one")
         status, body, _ = await api.request("PUT", "/v1/kv/k?prev_kv=true&lease=7", data=b"two")
         assert status == 200
-        assert json.loads(body) == {"revision": 3, "prev_kv": {
-            "key": "k", "value": "one", "create_revision": 2, "mod_revision": 2,
-            "version": 1, "lease": 0}}
+        assert json.loads(body) == {
+            "revision": 3,
+            "prev_kv": {
+                "key": "k",
+                "value": "one",
+                "create_revision": 2,
+                "mod_revision": 2,
+                "version": 1,
+                "lease": 0,
+            },
+        }
         assert api.service.store.get(b"k").lease == 7
 
 
@@ -66,19 +78,35 @@ async def test_prefix_list_format_text_and_base64() -> None:
         assert status == 200
         # UTF-8 bytes as text; other bytes as *_b64; exactly one form per field
         assert json.loads(body) == [
-            {"key": "p/a", "value": "alpha", "create_revision": 2, "mod_revision": 2,
-             "version": 1, "lease": 0},
-            {"key_b64": b64(b"p/b\xff"), "value_b64": b64(b"\xfe\x00"), "create_revision": 3,
-             "mod_revision": 3, "version": 1, "lease": 0},
+            {
+                "key": "p/a",
+                "value": "alpha",
+                "create_revision": 2,
+                "mod_revision": 2,
+                "version": 1,
+                "lease": 0,
+            },
+            {
+                "key_b64": b64(b"p/b\xff"),
+                "value_b64": b64(b"\xfe\x00"),
+                "create_revision": 3,
+                "mod_revision": 3,
+                "version": 1,
+                "lease": 0,
+            },
         ]
-        assert (headers["X-Raftkv-Revision"], headers["X-Raftkv-Count"],
-                headers["X-Raftkv-More"]) == ("4", "2", "false")
+        assert (
+            headers["X-Raftkv-Revision"],
+            headers["X-Raftkv-Count"],
+            headers["X-Raftkv-More"],
+        ) == ("4", "2", "false")
         _, body, _ = await api.request("GET", "/v1/kv/p/?prefix=true&encoding=base64")
         assert [kv["key_b64"] for kv in json.loads(body)] == [b64("p/a"), b64(b"p/b\xff")]
         assert all("key" not in kv and "value" not in kv for kv in json.loads(body))
         _, body, headers = await api.request("GET", "/v1/kv/p?prefix&limit=1&keys_only=1")
-        assert json.loads(body) == [{"key": "p/a", "create_revision": 2, "mod_revision": 2,
-                                     "version": 1, "lease": 0}]
+        assert json.loads(body) == [
+            {"key": "p/a", "create_revision": 2, "mod_revision": 2, "version": 1, "lease": 0}
+        ]
         assert (headers["X-Raftkv-Count"], headers["X-Raftkv-More"]) == ("2", "true")
         # all keys
         _, body, _ = await api.request("GET", "/v1/kv/?prefix=true")
@@ -108,8 +136,10 @@ async def test_missing_key_is_404_with_json_body_and_revision() -> None:
         for method in ("GET", "DELETE"):
             status, body, headers = await api.request(method, "/v1/kv/missing")
             assert status == 404
-            assert json.loads(body) == {"error": "raftkv: key not found: missing",
-                                        "code": "NotFound"}
+            assert json.loads(body) == {
+                "error": "raftkv: key not found: missing",
+                "code": "NotFound",
+            }
             assert headers["X-Raftkv-Revision"] == "2"
         assert api.service.store.revision == 2
 
@@ -148,11 +178,14 @@ async def test_store_errors_use_rest_error_shape() -> None:
     async with serve(service) as api:
         status, body, headers = await api.request("PUT", "/v1/kv/k?lease=9", data=b"v")
         assert status == 404
-        assert json.loads(body) == {"error": "etcdserver: requested lease not found",
-                                    "code": "NotFound"}
+        assert json.loads(body) == {
+            "error": "etcdserver: requested lease not found",
+            "code": "NotFound",
+        }
         assert headers["X-Raftkv-Revision"] == "1"
         status, body, _ = await api.request("GET", "/v1/kv/k?revision=99")
         assert status == 400
         assert json.loads(body) == {
             "error": "etcdserver: mvcc: required revision is a future revision",
-            "code": "OutOfRange"}
+            "code": "OutOfRange",
+        }

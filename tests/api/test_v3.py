@@ -28,20 +28,41 @@ async def test_put_then_range_round_trip_with_etcd_shapes() -> None:
     async with serve() as api:
         # etcd 3.4: {"header":{...,"revision":"2",...}} and nothing else for a plain put
         assert await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64("bar")}) == (
-            200, {"header": hdr(2)})
+            200,
+            {"header": hdr(2)},
+        )
         # etcd 3.4: prev_kv present only when asked for and the key existed
         status, body = await api.post(
-            "/v3/kv/put", {"key": b64("foo"), "value": b64("baz"), "prev_kv": True})
+            "/v3/kv/put", {"key": b64("foo"), "value": b64("baz"), "prev_kv": True}
+        )
         assert status == 200
-        assert body == {"header": hdr(3), "prev_kv": {
-            "key": "Zm9v", "create_revision": "2", "mod_revision": "2", "version": "1",
-            "value": "YmFy"}}
-        # etcd 3.4: kvs + count (a string); more absent when false
-        assert await api.post("/v3/kv/range", {"key": b64("foo")}) == (200, {
+        assert body == {
             "header": hdr(3),
-            "kvs": [{"key": "Zm9v", "create_revision": "2", "mod_revision": "3",
-                     "version": "2", "value": "YmF6"}],
-            "count": "1"})
+            "prev_kv": {
+                "key": "Zm9v",
+                "create_revision": "2",
+                "mod_revision": "2",
+                "version": "1",
+                "value": "YmFy",
+            },
+        }
+        # etcd 3.4: kvs + count (a string); more absent when false
+        assert await api.post("/v3/kv/range", {"key": b64("foo")}) == (
+            200,
+            {
+                "header": hdr(3),
+                "kvs": [
+                    {
+                        "key": "Zm9v",
+                        "create_revision": "2",
+                        "mod_revision": "3",
+                        "version": "2",
+                        "value": "YmF6",
+                    }
+                ],
+                "count": "1",
+            },
+        )
 
 
 @run_async
@@ -69,9 +90,11 @@ async def test_range_options_limit_count_keys_only_sort() -> None:
         assert all("value" not in kv for kv in body["kvs"]) and len(body["kvs"]) == 3
         # enums by name or by number mean the same; lowerCamel names work as in etcd
         _, by_name = await api.post(
-            "/v3/kv/range", {**everything, "sort_order": "DESCEND", "sort_target": "MOD"})
+            "/v3/kv/range", {**everything, "sort_order": "DESCEND", "sort_target": "MOD"}
+        )
         _, by_number = await api.post(
-            "/v3/kv/range", {**everything, "sortOrder": 2, "sortTarget": 3})
+            "/v3/kv/range", {**everything, "sortOrder": 2, "sortTarget": 3}
+        )
         assert by_name == by_number
         assert [kv["key"] for kv in by_name["kvs"]] == [b64("c"), b64("b"), b64("a")]
         # etcd 3.4 accepts a negative limit (= no limit) and int64 as string or number
@@ -100,8 +123,9 @@ async def test_empty_value_is_omitted_from_the_kv() -> None:
         await api.post("/v3/kv/put", {"key": b64("ab"), "value": ""})
         # etcd 3.4: {"key":"YWI=","create_revision":"5","mod_revision":"5","version":"1"}
         _, body = await api.post("/v3/kv/range", {"key": b64("ab")})
-        assert body["kvs"] == [{"key": "YWI=", "create_revision": "2", "mod_revision": "2",
-                                "version": "1"}]
+        assert body["kvs"] == [
+            {"key": "YWI=", "create_revision": "2", "mod_revision": "2", "version": "1"}
+        ]
 
 
 @run_async
@@ -125,55 +149,109 @@ async def test_deleterange_shapes() -> None:
         await api.post("/v3/kv/put", {"key": b64("ad"), "value": b64("y")})
         # etcd 3.4: deleting a missing key -> only the header, revision unchanged
         assert await api.post("/v3/kv/deleterange", {"key": b64("none")}) == (
-            200, {"header": hdr(3)})
+            200,
+            {"header": hdr(3)},
+        )
         # etcd 3.4: {"header":..., "deleted":"1", "prev_kvs":[...]}
         assert await api.post("/v3/kv/deleterange", {"key": b64("ac"), "prev_kv": True}) == (
-            200, {"header": hdr(4), "deleted": "1", "prev_kvs": [
-                {"key": b64("ac"), "create_revision": "2", "mod_revision": "2",
-                 "version": "1", "value": b64("x")}]})
+            200,
+            {
+                "header": hdr(4),
+                "deleted": "1",
+                "prev_kvs": [
+                    {
+                        "key": b64("ac"),
+                        "create_revision": "2",
+                        "mod_revision": "2",
+                        "version": "1",
+                        "value": b64("x"),
+                    }
+                ],
+            },
+        )
         # a range delete without prev_kv: just the count
         assert await api.post("/v3/kv/deleterange", {"key": b64("a"), "range_end": b64("b")}) == (
-            200, {"header": hdr(5), "deleted": "1"})
+            200,
+            {"header": hdr(5), "deleted": "1"},
+        )
 
 
 @run_async
 async def test_txn_success_branch_shapes() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64("bar")})
-        status, body = await api.post("/v3/kv/txn", {
-            "compare": [{"key": b64("foo"), "target": "VALUE", "result": "EQUAL",
-                         "value": b64("bar")}],
-            "success": [{"request_put": {"key": b64("foo"), "value": b64("baz")}},
-                        {"request_range": {"key": b64("foo")}}],
-            "failure": [{"request_range": {"key": b64("foo")}}],
-        })
+        status, body = await api.post(
+            "/v3/kv/txn",
+            {
+                "compare": [
+                    {"key": b64("foo"), "target": "VALUE", "result": "EQUAL", "value": b64("bar")}
+                ],
+                "success": [
+                    {"request_put": {"key": b64("foo"), "value": b64("baz")}},
+                    {"request_range": {"key": b64("foo")}},
+                ],
+                "failure": [{"request_range": {"key": b64("foo")}}],
+            },
+        )
         # etcd 3.4: sub-response headers carry only the revision
-        assert (status, body) == (200, {
-            "header": hdr(3), "succeeded": True, "responses": [
-                {"response_put": {"header": {"revision": "3"}}},
-                {"response_range": {"header": {"revision": "3"}, "kvs": [
-                    {"key": "Zm9v", "create_revision": "2", "mod_revision": "3",
-                     "version": "2", "value": "YmF6"}], "count": "1"}}]})
+        assert (status, body) == (
+            200,
+            {
+                "header": hdr(3),
+                "succeeded": True,
+                "responses": [
+                    {"response_put": {"header": {"revision": "3"}}},
+                    {
+                        "response_range": {
+                            "header": {"revision": "3"},
+                            "kvs": [
+                                {
+                                    "key": "Zm9v",
+                                    "create_revision": "2",
+                                    "mod_revision": "3",
+                                    "version": "2",
+                                    "value": "YmF6",
+                                }
+                            ],
+                            "count": "1",
+                        }
+                    },
+                ],
+            },
+        )
 
 
 @run_async
 async def test_txn_failure_branch_and_nested_txn_shapes() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64("baz")})
-        status, body = await api.post("/v3/kv/txn", {
-            "compare": [{"key": b64("foo"), "target": "VALUE", "result": "EQUAL",
-                         "value": b64("bar")}],
-            "success": [{"request_put": {"key": b64("foo"), "value": b64("baz")}}],
-            "failure": [{"request_delete_range": {"key": b64("none")}},
-                        {"request_put": {"key": b64("x"), "value": b64("x")}},
-                        {"request_txn": {}}],
-        })
+        status, body = await api.post(
+            "/v3/kv/txn",
+            {
+                "compare": [
+                    {"key": b64("foo"), "target": "VALUE", "result": "EQUAL", "value": b64("bar")}
+                ],
+                "success": [{"request_put": {"key": b64("foo"), "value": b64("baz")}}],
+                "failure": [
+                    {"request_delete_range": {"key": b64("none")}},
+                    {"request_put": {"key": b64("x"), "value": b64("x")}},
+                    {"request_txn": {}},
+                ],
+            },
+        )
         # etcd 3.4: succeeded absent (false); a nested txn's header is {} and an empty
         # nested txn "succeeded"
-        assert (status, body) == (200, {"header": hdr(3), "responses": [
-            {"response_delete_range": {"header": {"revision": "2"}}},
-            {"response_put": {"header": {"revision": "3"}}},
-            {"response_txn": {"header": {}, "succeeded": True}}]})
+        assert (status, body) == (
+            200,
+            {
+                "header": hdr(3),
+                "responses": [
+                    {"response_delete_range": {"header": {"revision": "2"}}},
+                    {"response_put": {"header": {"revision": "3"}}},
+                    {"response_txn": {"header": {}, "succeeded": True}},
+                ],
+            },
+        )
 
 
 @run_async
@@ -201,16 +279,22 @@ async def test_compaction_and_compacted_reads() -> None:
         for i in range(3):
             await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64(str(i))})
         assert await api.post("/v3/kv/compaction", {"revision": "3"}) == (200, {"header": hdr(4)})
-        compacted = {"error": "etcdserver: mvcc: required revision has been compacted",
-                     "message": "etcdserver: mvcc: required revision has been compacted",
-                     "code": 11}
+        compacted = {
+            "error": "etcdserver: mvcc: required revision has been compacted",
+            "message": "etcdserver: mvcc: required revision has been compacted",
+            "code": 11,
+        }
         # etcd 3.4 gateway answers 400 with code 11 (OutOfRange) for both
         assert await api.post("/v3/kv/compaction", {"revision": "3"}) == (400, compacted)
         assert await api.post("/v3/kv/range", {"key": b64("foo"), "revision": "2"}) == (
-            400, compacted)
+            400,
+            compacted,
+        )
         future = "etcdserver: mvcc: required revision is a future revision"
         assert await api.post("/v3/kv/compaction", {"revision": "1000"}) == (
-            400, {"error": future, "message": future, "code": 11})
+            400,
+            {"error": future, "message": future, "code": 11},
+        )
         # physical is accepted
         status, _ = await api.post("/v3/kv/compaction", {"revision": 4, "physical": True})
         assert status == 200
@@ -224,16 +308,30 @@ async def test_maintenance_status_uses_etcd_field_names() -> None:
         # etcd 3.4: {"header":{...},"version":"3.4.23","dbSize":"20480","leader":"...",
         #   "raftIndex":"17","raftTerm":"2","raftAppliedIndex":"17","dbSizeInUse":"16384"}
         assert status == 200
-        assert list(body) == ["header", "version", "dbSize", "leader", "raftIndex", "raftTerm",
-                              "raftAppliedIndex", "dbSizeInUse"]
+        assert list(body) == [
+            "header",
+            "version",
+            "dbSize",
+            "leader",
+            "raftIndex",
+            "raftTerm",
+            "raftAppliedIndex",
+            "dbSizeInUse",
+        ]
         assert body["header"] == hdr(2)
         assert body["version"] == "3.5.0"
         assert body["leader"] == MID and body["raftTerm"] == "2"
         assert body["raftIndex"] == body["raftAppliedIndex"] == "2"
 
 
-@pytest.mark.parametrize("path", sorted(p for p in v3.IMPLEMENTED  # auth: tests/auth
-                                         if not p.startswith("/auth/")))
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        p
+        for p in v3.IMPLEMENTED  # auth: tests/auth
+        if not p.startswith("/auth/")
+    ),
+)
 @run_async
 async def test_v3beta_alias_answers_like_v3(path: str) -> None:
     async with serve() as api:
@@ -258,8 +356,15 @@ async def test_v3beta_alias_answers_like_v3(path: str) -> None:
             assert beta == await api.post("/v3" + path, body)
 
 
-@pytest.mark.parametrize("path", ["/v3/maintenance/hash", "/v3beta/maintenance/hashkv",
-                                  "/v3/maintenance/defragment", "/v3/maintenance/alarm"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v3/maintenance/hash",
+        "/v3beta/maintenance/hashkv",
+        "/v3/maintenance/defragment",
+        "/v3/maintenance/alarm",
+    ],
+)
 @run_async
 async def test_not_yet_built_etcd_endpoints_are_501_in_etcd_shape(path: str) -> None:
     async with serve() as api:
@@ -295,8 +400,11 @@ async def test_retried_write_with_same_request_id_applies_once() -> None:
         # deleterange and txn take the ids too
         ids3 = {**ids, "X-Raftkv-Request-Id": "3"}
         for _ in range(2):
-            status, _ = await api.post("/v3/kv/txn", {"success": [
-                {"request_put": {"key": b64("t"), "value": b64("1")}}]}, headers=ids3)
+            status, _ = await api.post(
+                "/v3/kv/txn",
+                {"success": [{"request_put": {"key": b64("t"), "value": b64("1")}}]},
+                headers=ids3,
+            )
             assert status == 200
         assert api.service.store.revision == 4
 
@@ -308,9 +416,12 @@ async def test_service_errors_render_with_their_code_and_status() -> None:
         # etcd: "etcdserver: no leader" is Unavailable -> 503
         msg = "etcdserver: no leader"
         assert await api.post("/v3/kv/put", {"key": b64("k")}) == (
-            503, {"error": msg, "message": msg, "code": 14})
-        api.service.fail_with = ServiceError(GrpcCode.DEADLINE_EXCEEDED,
-                                             "etcdserver: request timed out")
+            503,
+            {"error": msg, "message": msg, "code": 14},
+        )
+        api.service.fail_with = ServiceError(
+            GrpcCode.DEADLINE_EXCEEDED, "etcdserver: request timed out"
+        )
         status, body = await api.post("/v3/kv/range", {"key": b64("k")})
         assert (status, body["code"]) == (504, 4)
 
@@ -321,8 +432,11 @@ async def test_unexpected_exception_is_a_generic_500_and_the_server_lives_on(cap
         api.service.fail_with = RuntimeError("secret internals")
         status, body = await api.post("/v3/kv/put", {"key": b64("k")})
         assert status == 500
-        assert body == {"error": "raftkv: internal error", "message": "raftkv: internal error",
-                        "code": 13}
+        assert body == {
+            "error": "raftkv: internal error",
+            "message": "raftkv: internal error",
+            "code": 13,
+        }
         assert "secret internals" in caplog.text  # logged, not shown to the client
         api.service.fail_with = None
         assert (await api.post("/v3/kv/put", {"key": b64("k")}))[0] == 200
@@ -335,7 +449,9 @@ async def test_unknown_lease_is_404_not_found() -> None:
         msg = "etcdserver: requested lease not found"
         # etcd 3.4 gateway answers 404 {"error": msg, "message": msg, "code": 5}
         assert await api.post("/v3/kv/put", {"key": b64("a"), "lease": "123"}) == (
-            404, {"error": msg, "message": msg, "code": 5})
+            404,
+            {"error": msg, "message": msg, "code": 5},
+        )
         assert api.service.store.revision == 1
 
 
@@ -350,5 +466,8 @@ async def test_deeply_nested_txn_within_etcds_op_budget_round_trips() -> None:
         assert status == 200 and body["header"]["revision"] == "2"
         for _ in range(depth):
             body = body["responses"][0]["response_txn"]
-        assert body == {"header": {}, "succeeded": True,
-                        "responses": [{"response_put": {"header": {"revision": "2"}}}]}
+        assert body == {
+            "header": {},
+            "succeeded": True,
+            "responses": [{"response_put": {"header": {"revision": "2"}}}],
+        }

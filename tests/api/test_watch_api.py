@@ -80,8 +80,13 @@ class Stream:
         self.resp.close()
 
 
-async def open_watch(api: Api, *objects: dict[str, Any], streaming: bool = False,
-                     raw: bytes | None = None, path: str = "/v3/watch") -> Stream:
+async def open_watch(
+    api: Api,
+    *objects: dict[str, Any],
+    streaming: bool = False,
+    raw: bytes | None = None,
+    path: str = "/v3/watch",
+) -> Stream:
     """POST the objects (one body), or stream them and keep the body open."""
     if not streaming:
         data = raw if raw is not None else b"".join(json.dumps(o).encode() for o in objects)
@@ -124,21 +129,60 @@ async def test_create_and_events_have_etcd_shapes() -> None:
         assert s.resp.headers["Transfer-Encoding"] == "chunked"
         # etcd: {"result":{"header":{...,"revision":"2",...},"created":true}}
         assert await s.result() == {"header": hdr(2), "created": True}
-        assert await s.result() == {"header": hdr(2), "events": [{"kv": {
-            "key": b64("foo"), "create_revision": "2", "mod_revision": "2", "version": "1",
-            "value": b64("bar")}}]}
+        assert await s.result() == {
+            "header": hdr(2),
+            "events": [
+                {
+                    "kv": {
+                        "key": b64("foo"),
+                        "create_revision": "2",
+                        "mod_revision": "2",
+                        "version": "1",
+                        "value": b64("bar"),
+                    }
+                }
+            ],
+        }
         await put(api, "foo", "baz")
         await api.service.delete_range(DeleteRangeRequest(b"foo"))
-        assert await s.result() == {"header": hdr(3), "events": [{
-            "kv": {"key": b64("foo"), "create_revision": "2", "mod_revision": "3",
-                   "version": "2", "value": b64("baz")},
-            "prev_kv": {"key": b64("foo"), "create_revision": "2", "mod_revision": "2",
-                        "version": "1", "value": b64("bar")}}]}
+        assert await s.result() == {
+            "header": hdr(3),
+            "events": [
+                {
+                    "kv": {
+                        "key": b64("foo"),
+                        "create_revision": "2",
+                        "mod_revision": "3",
+                        "version": "2",
+                        "value": b64("baz"),
+                    },
+                    "prev_kv": {
+                        "key": b64("foo"),
+                        "create_revision": "2",
+                        "mod_revision": "2",
+                        "version": "1",
+                        "value": b64("bar"),
+                    },
+                }
+            ],
+        }
         # A deleted key's kv: only key and mod_revision; type DELETE (PUT is the default).
-        assert await s.result() == {"header": hdr(4), "events": [{
-            "type": "DELETE", "kv": {"key": b64("foo"), "mod_revision": "4"},
-            "prev_kv": {"key": b64("foo"), "create_revision": "2", "mod_revision": "3",
-                        "version": "2", "value": b64("baz")}}]}
+        assert await s.result() == {
+            "header": hdr(4),
+            "events": [
+                {
+                    "type": "DELETE",
+                    "kv": {"key": b64("foo"), "mod_revision": "4"},
+                    "prev_kv": {
+                        "key": b64("foo"),
+                        "create_revision": "2",
+                        "mod_revision": "3",
+                        "version": "2",
+                        "value": b64("baz"),
+                    },
+                }
+            ],
+        }
         s.close()
 
 
@@ -147,9 +191,13 @@ async def test_exact_bytes_of_one_line() -> None:
     async with serve() as api:
         s = await open_watch(api, create("k"))
         raw = await asyncio.wait_for(s.resp.content.readline(), WAIT_S)
-        assert raw == (b'{"result":{"header":{"cluster_id":"' + CID.encode()
-                       + b'","member_id":"' + MID.encode()
-                       + b'","revision":"1","raft_term":"2"},"created":true}}\n')
+        assert raw == (
+            b'{"result":{"header":{"cluster_id":"'
+            + CID.encode()
+            + b'","member_id":"'
+            + MID.encode()
+            + b'","revision":"1","raft_term":"2"},"created":true}}\n'
+        )
         s.close()
 
 
@@ -166,7 +214,10 @@ async def test_history_replay_prefix_and_no_prev_kv_unless_asked() -> None:
         # one response for the whole replay, header = the current revision (as etcd)
         assert replay["header"] == hdr(6)
         assert [(e["kv"]["key"], e["kv"]["mod_revision"]) for e in replay["events"]] == [
-            (b64("jobs/1"), "3"), (b64("jobs/2"), "4"), (b64("jobs/0"), "6")]
+            (b64("jobs/1"), "3"),
+            (b64("jobs/2"), "4"),
+            (b64("jobs/0"), "6"),
+        ]
         assert all("prev_kv" not in e for e in replay["events"])
         s.close()
 
@@ -177,8 +228,12 @@ async def test_filters_by_name_and_number_unknown_numbers_ignored() -> None:
         await put(api, "a", "1")  # 2
         await api.service.delete_range(DeleteRangeRequest(b"a"))  # 3
         await put(api, "a", "2")  # 4
-        cases = [(["NOPUT"], ["3"]), (["NODELETE"], ["2", "4"]), ([1], ["2", "4"]),
-                 ([0, 7], ["3"])]  # etcd ignores filter numbers it does not know
+        cases = [
+            (["NOPUT"], ["3"]),
+            (["NODELETE"], ["2", "4"]),
+            ([1], ["2", "4"]),
+            ([0, 7], ["3"]),
+        ]  # etcd ignores filter numbers it does not know
         for filters, revs in cases:
             s = await open_watch(api, create("a", start_revision="1", filters=filters))
             assert (await s.result())["created"]
@@ -187,8 +242,9 @@ async def test_filters_by_name_and_number_unknown_numbers_ignored() -> None:
             s.close()
         # Everything filtered out: nothing is sent (etcd: only the created line). A progress
         # request is answered after whatever the stream has queued, so it is a barrier.
-        s = await open_watch(api, create("a", start_revision="1", filters=["NOPUT", "NODELETE"]),
-                             streaming=True)
+        s = await open_watch(
+            api, create("a", start_revision="1", filters=["NOPUT", "NODELETE"]), streaming=True
+        )
         assert (await s.result())["created"]
         rev = await put(api, "a", "3")
         await s.send({"progress_request": {}})
@@ -202,9 +258,16 @@ async def test_lower_camel_names_and_user_chosen_watch_ids() -> None:
         await put(api, "a", "1")
         s = await open_watch(
             api,
-            {"createRequest": {"key": b64("a"), "startRevision": "2", "prevKv": True,
-                               "watchId": "5"}},
-            {"create_request": {"key": b64("a"), "watch_id": "5"}})
+            {
+                "createRequest": {
+                    "key": b64("a"),
+                    "startRevision": "2",
+                    "prevKv": True,
+                    "watchId": "5",
+                }
+            },
+            {"create_request": {"key": b64("a"), "watch_id": "5"}},
+        )
         assert await s.result() == {"header": hdr(2), "watch_id": "5", "created": True}
         # etcd: a duplicate id is refused with watch_id -1 and its reason. (Watcher 5's
         # replay may come before or after that answer, as with etcd.)
@@ -212,8 +275,12 @@ async def test_lower_camel_names_and_user_chosen_watch_ids() -> None:
         refusal = next(r for r in two if r["watch_id"] == "-1")
         events = next(r for r in two if r["watch_id"] == "5")
         assert refusal == {
-            "header": hdr(2), "watch_id": "-1", "created": True, "canceled": True,
-            "cancel_reason": "mvcc: duplicate watch ID provided on the WatchStream"}
+            "header": hdr(2),
+            "watch_id": "-1",
+            "created": True,
+            "canceled": True,
+            "cancel_reason": "mvcc: duplicate watch ID provided on the WatchStream",
+        }
         assert events["events"][0]["kv"]["mod_revision"] == "2"
         s.close()
 
@@ -223,8 +290,12 @@ async def test_empty_range_is_refused_in_the_stream() -> None:
     async with serve() as api:
         s = await open_watch(api, create("b", range_end="a"))
         assert await s.result() == {
-            "header": hdr(1), "watch_id": "-1", "created": True, "canceled": True,
-            "cancel_reason": "mvcc: watcher range is empty"}
+            "header": hdr(1),
+            "watch_id": "-1",
+            "created": True,
+            "canceled": True,
+            "cancel_reason": "mvcc: watcher range is empty",
+        }
         # The body has ended and no watcher is live: the response ends (etcd hangs).
         assert await s.rest() == b""
 
@@ -238,8 +309,7 @@ async def test_compacted_start_revision() -> None:
         s = await open_watch(api, create("a", start_revision="3"))
         assert await s.result() == {"header": hdr(6), "created": True}
         # etcd: the compacted answer carries no header revision
-        assert await s.result() == {"header": hdr(None), "canceled": True,
-                                    "compact_revision": "5"}
+        assert await s.result() == {"header": hdr(None), "canceled": True, "compact_revision": "5"}
         assert await s.rest() == b""
 
 
@@ -256,7 +326,8 @@ async def test_lease_revoke_deletions_are_events() -> None:
         assert got["header"]["revision"] == "4"
         assert [(e["type"], e["kv"]) for e in got["events"]] == [
             ("DELETE", {"key": b64("svc/a"), "mod_revision": "4"}),
-            ("DELETE", {"key": b64("svc/b"), "mod_revision": "4"})]
+            ("DELETE", {"key": b64("svc/b"), "mod_revision": "4"}),
+        ]
         s.close()
 
 
@@ -286,8 +357,7 @@ async def test_fragments_when_asked() -> None:
     async with serve(service) as api:
         for i in range(4):
             await put(api, f"f{i}", "x" * 100)
-        s = await open_watch(api, create("f", range_end="g", start_revision="1",
-                                         fragment=True))
+        s = await open_watch(api, create("f", range_end="g", start_revision="1", fragment=True))
         assert (await s.result())["created"]
         parts = []
         while True:
@@ -295,8 +365,7 @@ async def test_fragments_when_asked() -> None:
             if not parts[-1].get("fragment"):
                 break
         assert len(parts) > 1 and all(p["header"] == hdr(5) for p in parts)
-        assert [e["kv"]["mod_revision"] for p in parts for e in p["events"]] == [
-            "2", "3", "4", "5"]
+        assert [e["kv"]["mod_revision"] for p in parts for e in p["events"]] == ["2", "3", "4", "5"]
         s.close()
 
 
@@ -474,9 +543,14 @@ async def test_shutdown_ends_open_streams_with_an_unavailable_line() -> None:
         assert (await s.result())["created"]
         reading = asyncio.ensure_future(s.line())
         await api.client.server.close()  # the server shuts down (aiohttp's on_shutdown)
-        assert await reading == {"error": {"grpc_code": 14, "http_code": 503,
-                                           "message": "etcdserver: server stopped",
-                                           "http_status": "Service Unavailable"}}
+        assert await reading == {
+            "error": {
+                "grpc_code": 14,
+                "http_code": 503,
+                "message": "etcdserver: server stopped",
+                "http_status": "Service Unavailable",
+            }
+        }
         assert api.service.watch_hub.watcher_count == 0
 
 
@@ -506,8 +580,7 @@ def _watch_lines(url: str, body: bytes, n: int, then=None, timeout_s: float = 10
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
     try:
-        conn.request("POST", "/v3/watch", body=body,
-                     headers={"Content-Type": "application/json"})
+        conn.request("POST", "/v3/watch", body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200, (url, resp.status, resp.read(300))
         lines = []
@@ -540,8 +613,9 @@ def _normalize(doc: Any) -> Any:
 def _post(url: str, path: str, body: dict) -> dict:
     import urllib.request
 
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -555,25 +629,45 @@ _WATCH_SCRIPT: list[tuple[str, bytes, int, list]] = [
     ("replay with prev_kv", _body(create("foo", start_revision="1", prev_kv=True)), 2, []),
     ("replay of a prefix", _body(create("a/", range_end="a0", start_revision="2")), 2, []),
     ("NOPUT filter", _body(create("foo", start_revision="1", filters=["NOPUT"])), 2, []),
-    ("NODELETE filter by number",
-     _body(create("a/", range_end="a0", start_revision="1", filters=[1])), 2, []),
+    (
+        "NODELETE filter by number",
+        _body(create("a/", range_end="a0", start_revision="1", filters=[1])),
+        2,
+        [],
+    ),
     ("compaction", b"", 0, [("/v3/kv/compaction", {"revision": "7"})]),
     ("compacted", _body(create("foo", start_revision="2")), 2, []),
-    ("compacted, with a filter", _body(create("a/", range_end="a0", start_revision="6",
-                                              filters=["NOPUT"])), 2, []),
-    ("at the compact revision", _body(create("a/", range_end="a0", start_revision="7")), 2,
-     []),
+    (
+        "compacted, with a filter",
+        _body(create("a/", range_end="a0", start_revision="6", filters=["NOPUT"])),
+        2,
+        [],
+    ),
+    ("at the compact revision", _body(create("a/", range_end="a0", start_revision="7")), 2, []),
     ("empty range", _body(create("b", range_end="a")), 1, []),
-    ("user watch ids, duplicate refused",
-     _body(create("x", watch_id="5"), create("y", watch_id="5")), 2, []),
+    (
+        "user watch ids, duplicate refused",
+        _body(create("x", watch_id="5"), create("y", watch_id="5")),
+        2,
+        [],
+    ),
     ("progress", _body({"progress_request": {}}), 1, []),
     ("cancel", _body(create("x"), {"cancel_request": {"watch_id": "0"}}), 2, []),
-    ("live puts with prev_kv", _body(create("live", prev_kv=True)), 3,
-     [("/v3/kv/put", {"key": b64("live"), "value": b64("1")}),
-      ("/v3/kv/put", {"key": b64("live"), "value": b64("2")})]),
-    ("live delete of a range", _body(create("live", range_end="livf")), 2,
-     [("/v3/kv/deleterange", {"key": b64("live"), "range_end": b64("livf"),
-                              "prev_kv": True})]),
+    (
+        "live puts with prev_kv",
+        _body(create("live", prev_kv=True)),
+        3,
+        [
+            ("/v3/kv/put", {"key": b64("live"), "value": b64("1")}),
+            ("/v3/kv/put", {"key": b64("live"), "value": b64("2")}),
+        ],
+    ),
+    (
+        "live delete of a range",
+        _body(create("live", range_end="livf")),
+        2,
+        [("/v3/kv/deleterange", {"key": b64("live"), "range_end": b64("livf"), "prev_kv": True})],
+    ),
 ]
 
 _SETUP = [
@@ -592,9 +686,11 @@ def _run_watch_script(url: str) -> list:
         _post(url, path, body)
     out = []
     for name, body, n, writes in _WATCH_SCRIPT:
+
         def then(writes=writes):
             for path, req in writes:
                 out.append((path, _normalize(_post(url, path, req))))
+
         if not body:
             then()
             continue
@@ -614,8 +710,11 @@ def test_watch_shapes_match_a_real_etcd(tmp_path) -> None:
 
     with etcd_process(str(tmp_path)) as etcd:
         expected = _run_watch_script(etcd.url)
-    cluster = LocalCluster(str(tmp_path / "raftkv"), size=1,
-                           extra_args=["--heartbeat-interval", "50", "--election-timeout", "500"])
+    cluster = LocalCluster(
+        str(tmp_path / "raftkv"),
+        size=1,
+        extra_args=["--heartbeat-interval", "50", "--election-timeout", "500"],
+    )
     cluster.start()
     try:
         wait_healthy(cluster)

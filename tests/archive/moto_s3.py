@@ -15,9 +15,12 @@ from kvserver.localcluster.launcher import free_ports
 def moto_server(tmp_path):
     port = free_ports(1)[0]
     log = open(tmp_path / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -41,12 +44,18 @@ def moto_server(tmp_path):
 
 def s3_env(endpoint: str) -> dict:
     """What s3fs/botocore read from the environment (no option needed on the command line)."""
-    return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
 
 
 def make_bucket(endpoint: str, bucket: str) -> None:
     import s3fs
-    fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=endpoint,
-                           skip_instance_cache=True)
+
+    fs = s3fs.S3FileSystem(
+        key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True
+    )
     fs.mkdir(bucket)

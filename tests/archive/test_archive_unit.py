@@ -21,10 +21,14 @@ def test_snapshot_file_round_trip_and_hash_refusal():
     data = b"".join(snapfile.encode({"revision": 7, "keys": 2}, [b"abc", b"", b"defg"]))
     image = bytearray()
     info = snapfile.read(io.BytesIO(data), "f", on_image=image.extend)
-    assert (info.revision, info.keys, bytes(image), info.size_bytes) == (7, 2, b"abcdefg",
-                                                                          len(data))
+    assert (info.revision, info.keys, bytes(image), info.size_bytes) == (
+        7,
+        2,
+        b"abcdefg",
+        len(data),
+    )
     bad = bytearray(data)
-    bad[-33] ^= 1   # the last image byte
+    bad[-33] ^= 1  # the last image byte
     with pytest.raises(snapfile.SnapshotFileError, match="hash mismatch"):
         snapfile.read(io.BytesIO(bytes(bad)), "f")
     with pytest.raises(snapfile.SnapshotFileError, match="truncated"):
@@ -37,8 +41,9 @@ def _member_dir(tmp_path, entries: int):
     """A data dir whose WAL holds ``entries`` committed entries (no running member)."""
     data_dir = tmp_path / "m"
     (data_dir / "member").mkdir(parents=True)
-    w = wal.create(str(data_dir / "member" / "wal"), encode_metadata(0xA, 0xC),
-                   segment_size_bytes=64 * 1024)
+    w = wal.create(
+        str(data_dir / "member" / "wal"), encode_metadata(0xA, 0xC), segment_size_bytes=64 * 1024
+    )
     for i in range(1, entries + 1):
         w.save(raftpb.HardState(1, 0, i), [raftpb.Entry(1, i, 0, b"x" * 300)])
     w.close()
@@ -63,7 +68,7 @@ class FlakyFS:
 
 
 def test_interrupted_upload_resumes_without_reuploading(tmp_path):
-    data_dir = _member_dir(tmp_path, 600)   # several 64 KiB segments
+    data_dir = _member_dir(tmp_path, 600)  # several 64 KiB segments
     url = f"memory://arch-{uuid.uuid4().hex}"
     store = ObjectStore.open(url)
     flaky = ObjectStore(FlakyFS(store.fs, fail_mv=3), store.root, url)
@@ -110,6 +115,7 @@ def test_corrupt_and_missing_objects_are_named(tmp_path):
 
 def store_crc(data: bytes) -> int:
     from kvserver.archive.store import crc_of
+
     return crc_of(data)
 
 
@@ -118,9 +124,10 @@ def test_retention_drops_old_snapshots_and_the_segments_before_them(tmp_path, mo
 
     import snap
     from kvserver.archive import archiver as archiver_mod
+
     # the snapshot images here are not a member's state: their revision is their index
     monkeypatch.setattr(archiver_mod, "snapshot_revision", lambda s: s.metadata.index)
-    data_dir = _member_dir(tmp_path, 900)   # many 64 KiB segments
+    data_dir = _member_dir(tmp_path, 900)  # many 64 KiB segments
     snaps = snap.Snapshotter(os.path.join(data_dir, "member", "snap"))
     os.makedirs(snaps.dir_path, exist_ok=True)
     store = ObjectStore.open(f"memory://ret-{uuid.uuid4().hex}")
@@ -147,27 +154,36 @@ def test_lag_seconds_is_the_age_of_the_oldest_unarchived_write(tmp_path, monkeyp
     w.read_all()
     clock = [1000.0]
     monkeypatch.setattr("kvserver.archive.archiver.time.monotonic", lambda: clock[0])
-    arch = Archiver(ObjectStore.open(f"memory://lag-{uuid.uuid4().hex}"), data_dir,
-                    cluster_id=0xC, member_id=0xA, last_index=lambda: w.last_index,
-                    tail=lambda: wal_tail(w))   # as `raftkv serve` wires it
+    arch = Archiver(
+        ObjectStore.open(f"memory://lag-{uuid.uuid4().hex}"),
+        data_dir,
+        cluster_id=0xC,
+        member_id=0xA,
+        last_index=lambda: w.last_index,
+        tail=lambda: wal_tail(w),
+    )  # as `raftkv serve` wires it
     try:
         arch.open()
         arch.run_once()
         assert arch.lag() == (0, 0.0)
         index = 50
-        for t in range(1, 31):   # a pass every second; 10 more entries during each pass
+        for t in range(1, 31):  # a pass every second; 10 more entries during each pass
             clock[0] = 1000.0 + t
             index += 10
-            w.save(raftpb.HardState(1, 0, index),
-                   [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)])
-            arch.run_once()      # archives everything written before it started...
-            index += 10          # ...while 10 more arrive
-            w.save(raftpb.HardState(1, 0, index),
-                   [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)])
+            w.save(
+                raftpb.HardState(1, 0, index),
+                [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)],
+            )
+            arch.run_once()  # archives everything written before it started...
+            index += 10  # ...while 10 more arrive
+            w.save(
+                raftpb.HardState(1, 0, index),
+                [raftpb.Entry(1, i, 0, b"y" * 100) for i in range(index - 9, index + 1)],
+            )
             clock[0] += 0.5
             entries, seconds = arch.lag()
             assert entries == 10 and seconds == pytest.approx(0.5), (t, entries, seconds)
-        clock[0] += 100          # no pass for 100 s: the oldest unarchived write ages
+        clock[0] += 100  # no pass for 100 s: the oldest unarchived write ages
         assert arch.lag() == (10, pytest.approx(100.5))
     finally:
         w.close()

@@ -32,8 +32,18 @@ def _manifests(root) -> list[Manifest]:
 
 
 def _restore(url: str, data_dir: str, *point: str):
-    return cli("restore", "--from", url, *point, "--data-dir", data_dir, "--name", "solo",
-               "--initial-cluster", "solo=http://127.0.0.1:1")
+    return cli(
+        "restore",
+        "--from",
+        url,
+        *point,
+        "--data-dir",
+        data_dir,
+        "--name",
+        "solo",
+        "--initial-cluster",
+        "solo=http://127.0.0.1:1",
+    )
 
 
 def test_restore_to_time(make_cluster, tmp_path):
@@ -46,8 +56,11 @@ def test_restore_to_time(make_cluster, tmp_path):
             cl.put(f"k/{i:02d}", f"a{i}")
         state_a = state_at(cl)
         commit_a = cl.status().raft_index
-        wait_for(lambda: any(m.commit >= commit_a for m in _manifests(root)), 60,
-                 f"the archive reaching commit {commit_a}")
+        wait_for(
+            lambda: any(m.commit >= commit_a for m in _manifests(root)),
+            60,
+            f"the archive reaching commit {commit_a}",
+        )
         t = time.time()
         # the archive's timeline is stamped with the WAL's modification time: make sure
         # phase B's writes land strictly after T even on a coarse clock
@@ -58,8 +71,11 @@ def test_restore_to_time(make_cluster, tmp_path):
         cl.put("k/new", "b")
         state_b = state_at(cl)
         commit_b = cl.status().raft_index
-        wait_for(lambda: any(m.commit >= commit_b for m in _manifests(root)), 60,
-                 f"the archive reaching commit {commit_b}")
+        wait_for(
+            lambda: any(m.commit >= commit_b for m in _manifests(root)),
+            60,
+            f"the archive reaching commit {commit_b}",
+        )
     c.stop()
     assert state_a != state_b
     r = _restore(url, str(tmp_path / "at-t"), "--to-time", f"{t:.3f}")
@@ -77,8 +93,19 @@ def test_restore_to_time(make_cluster, tmp_path):
 def test_archive_retention_keeps_two_snapshots_and_deletes_the_rest(make_cluster, tmp_path):
     root = tmp_path / "archive"
     url = f"file://{root}"
-    c = make_cluster(1, extra_args=["--archive-url", url, "--archive-interval", "100",
-                                    "--snapshot-count", "40", "--archive-retention", "2"])
+    c = make_cluster(
+        1,
+        extra_args=[
+            "--archive-url",
+            url,
+            "--archive-interval",
+            "100",
+            "--snapshot-count",
+            "40",
+            "--archive-retention",
+            "2",
+        ],
+    )
     with Client(c.endpoints) as cl:
         first_rev = cl.put("k/first", "x").header.revision
         for i in range(300):
@@ -89,12 +116,16 @@ def test_archive_retention_keeps_two_snapshots_and_deletes_the_rest(make_cluster
         def settled() -> bool:
             ms = _manifests(root)
             return bool(ms) and ms[0].commit >= commit and len(ms[0].snapshots) == 2
+
         wait_for(settled, 60, "the archive reaching the last commit with two snapshots")
     c.stop()
     (m,) = _manifests(root)
     assert len(m.snapshots) == 2
-    stored = {str(p.relative_to(root / m.member_prefix)) for p in
-              (root / m.member_prefix).rglob("*") if p.is_file()}
+    stored = {
+        str(p.relative_to(root / m.member_prefix))
+        for p in (root / m.member_prefix).rglob("*")
+        if p.is_file()
+    }
     assert stored == m.objects() | {"manifest.json"}, "objects the manifest dropped remain"
     r = _restore(url, str(tmp_path / "latest"), "--latest")
     assert r.returncode == 0, r.stderr
@@ -105,5 +136,4 @@ def test_archive_retention_keeps_two_snapshots_and_deletes_the_rest(make_cluster
     assert seg.seq == 0
     r = _restore(url, str(tmp_path / "old"), "--to-revision", str(first_rev))
     assert r.returncode == 0, r.stderr
-    assert _read_data_dir(str(tmp_path / "old")) == {b"k/first": (b"x", first_rev, first_rev,
-                                                                  1)}
+    assert _read_data_dir(str(tmp_path / "old")) == {b"k/first": (b"x", first_rev, first_rev, 1)}

@@ -20,7 +20,7 @@ def s3(tmp_path, monkeypatch):
     with moto_server(tmp_path) as endpoint:
         make_bucket(endpoint, "raftkv-backups")
         for k, v in s3_env(endpoint).items():
-            monkeypatch.setenv(k, v)   # the members and the CLI inherit it
+            monkeypatch.setenv(k, v)  # the members and the CLI inherit it
         yield endpoint
 
 

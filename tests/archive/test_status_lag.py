@@ -24,10 +24,20 @@ from tests.archive.helpers import cli
 
 
 def _node_status(**kw) -> NodeStatus:
-    return NodeStatus(member_id=0x8E9E05C52164694D, cluster_id=0xCDF818194E3A8C32, name="n1",
-                      leader=0x8E9E05C52164694D, raft_term=2, raft_index=17,
-                      raft_applied_index=17, revision=8, compact_revision=0,
-                      db_size_bytes=4096, is_learner=False, **kw)
+    return NodeStatus(
+        member_id=0x8E9E05C52164694D,
+        cluster_id=0xCDF818194E3A8C32,
+        name="n1",
+        leader=0x8E9E05C52164694D,
+        raft_term=2,
+        raft_index=17,
+        raft_applied_index=17,
+        revision=8,
+        compact_revision=0,
+        db_size_bytes=4096,
+        is_learner=False,
+        **kw,
+    )
 
 
 def _cells(line: str) -> list[str]:
@@ -48,13 +58,14 @@ def test_status_documents_carry_the_lag_only_when_archiving():
     assert (got.archive_lag_entries, got.archive_lag_seconds) == (42, 1.25)
     got = _roundtrip(off)
     assert (got.archive_lag_entries, got.archive_lag_seconds) == (None, None)
-    assert (got.raft_index, got.revision) == (17, 8)   # the etcd fields are untouched
+    assert (got.raft_index, got.revision) == (17, 8)  # the etcd fields are untouched
 
 
 def test_status_table_shows_archive_columns_only_when_a_member_archives():
     off = EndpointStatus("http://e1", _roundtrip(_node_status()), None)
-    on = EndpointStatus("http://e2", _roundtrip(_node_status(archive_lag_entries=7,
-                                                             archive_lag_seconds=0.5)), None)
+    on = EndpointStatus(
+        "http://e2", _roundtrip(_node_status(archive_lag_entries=7, archive_lag_seconds=0.5)), None
+    )
     plain = render_status([off], as_json=False)
     assert "ARCHIVE" not in plain
     lines = render_status([off, on], as_json=False).splitlines()
@@ -69,8 +80,9 @@ def test_status_table_shows_archive_columns_only_when_a_member_archives():
 
 @pytest.mark.slow
 def test_real_member_reports_archive_lag(make_cluster, tmp_path):
-    c = make_cluster(1, extra_args=["--archive-url", f"file://{tmp_path}/archive",
-                                    "--archive-interval", "100"])
+    c = make_cluster(
+        1, extra_args=["--archive-url", f"file://{tmp_path}/archive", "--archive-interval", "100"]
+    )
     plain = make_cluster(1)
     url = c.endpoints[0]
     with urllib.request.urlopen(url + "/v1/status", timeout=10) as r:

@@ -59,6 +59,7 @@ def _all_rows(wal_dir: str, committed: bool) -> list[dict]:
     plans = [None] * len(names)
     if committed:
         from kvserver.spark.wal_source import _committed_plan
+
         plans = _committed_plan([summarize(d) for d in datas])
     rows = []
     for i, (n, d, c) in enumerate(zip(names, datas, plans, strict=True)):
@@ -74,9 +75,11 @@ def rewritten_log(tmp_path):
     w = wal.create(d, encode_metadata(MEMBER, CLUSTER), segment_size_bytes=1 << 20)
     w.save(wal.HardState(1, 1, 0), [_put(i, 1, f"k{i}") for i in range(1, 7)])
     w.save(wal.HardState(1, 1, 4), [])
-    w.save(wal.HardState(2, 2, 4), [_put(5, 2, "k5b", req=50), _put(6, 2, "k6b", req=60),
-                                    _put(7, 2, "k7")])
-    w._cut()   # a new segment now, as a full one would be
+    w.save(
+        wal.HardState(2, 2, 4),
+        [_put(5, 2, "k5b", req=50), _put(6, 2, "k6b", req=60), _put(7, 2, "k7")],
+    )
+    w._cut()  # a new segment now, as a full one would be
     w.save(wal.HardState(3, 3, 6), [_put(7, 3, "k7c", req=70), _put(8, 3, "k8")])
     w.save(wal.HardState(3, 3, 7), [])
     w.close()
@@ -90,8 +93,7 @@ def test_rows_agree_with_wal_dump(rewritten_log):
     assert all(isinstance(r, DumpRecord) and r.crc_ok for r in dumped)
     assert len(rows) == len(dumped)
     for row, d in zip(rows, dumped, strict=True):
-        assert (row["segment"], row["offset"], row["record_type"]) == (d.segment, d.offset,
-                                                                       d.type)
+        assert (row["segment"], row["offset"], row["record_type"]) == (d.segment, d.offset, d.type)
         for k in ("index", "term", "commit"):
             if k in d.fields:
                 assert row[k] == d.fields[k], (k, row, d)
@@ -115,18 +117,24 @@ def test_committed_only_is_what_the_wal_reader_keeps(rewritten_log):
 
 
 def test_decode_request_kinds():
-    txn = TxnRequest(compare=(Compare(CompareResult.EQUAL, CompareTarget.VERSION, b"c"),),
-                     success=(RequestOp.of(PutRequest(b"a", b"1")),
-                              RequestOp.of(TxnRequest(success=(
-                                  RequestOp.of(DeleteRangeRequest(b"b", b"c")),)))),
-                     failure=(RequestOp.of(PutRequest(b"\xff", b"2")),))
+    txn = TxnRequest(
+        compare=(Compare(CompareResult.EQUAL, CompareTarget.VERSION, b"c"),),
+        success=(
+            RequestOp.of(PutRequest(b"a", b"1")),
+            RequestOp.of(TxnRequest(success=(RequestOp.of(DeleteRangeRequest(b"b", b"c")),))),
+        ),
+        failure=(RequestOp.of(PutRequest(b"\xff", b"2")),),
+    )
     r = decode_request(0, _proposal(1, encode_entry(txn, 2**64 - 1, 9)))
-    assert (r["operation"], r["keys"], r["client_id"], r["request_id"]) == \
-        ("txn", ["a", "b", "\\xff"], 2**64 - 1, 9)
+    assert (r["operation"], r["keys"], r["client_id"], r["request_id"]) == (
+        "txn",
+        ["a", "b", "\\xff"],
+        2**64 - 1,
+        9,
+    )
     assert json.loads(r["request"])["compare"][0]["key"] == "c"
     g = decode_request(0, _proposal(2, encode_lease_entry(LeaseGrantRequest(10, 99), 5, 6)))
-    assert (g["operation"], g["keys"], g["client_id"], g["request_id"]) == \
-        ("lease_grant", [], 5, 6)
+    assert (g["operation"], g["keys"], g["client_id"], g["request_id"]) == ("lease_grant", [], 5, 6)
     assert json.loads(g["request"]) == {"ttl_s": 10, "lease_id": 99}
     assert decode_request(0, b"")["operation"] == "empty"
     bad = decode_request(0, _proposal(3, b"\x93\x01\x02"))
@@ -137,10 +145,11 @@ def test_damaged_segment_is_an_error_naming_the_offset(rewritten_log):
     first = os.path.join(rewritten_log, list_segments(rewritten_log)[0].name)
     data = bytearray(_read(first))
     at = next(r.offset for r in dump(rewritten_log) if r.type == "entry")
-    data[at + 30] ^= 0xFF   # inside the first entry's data: the CRC no longer matches
+    data[at + 30] ^= 0xFF  # inside the first entry's data: the CRC no longer matches
     with pytest.raises(WalDecodeError, match=f"offset {at}"):
         segment_rows(bytes(data), segment="s", where="s", newest=False)
     # the committed filter never hides damage either
     with pytest.raises(WalDecodeError):
-        segment_rows(bytes(data), segment="s", where="s", newest=False,
-                     committed=Committed(100, None))
+        segment_rows(
+            bytes(data), segment="s", where="s", newest=False, committed=Committed(100, None)
+        )

@@ -49,12 +49,16 @@ def setup_cli(served, capsys) -> None:
     assert ok(served, capsys, "user", "add", "root:rootpw") == "User root created\n"
     ok(served, capsys, "user", "grant-role", "root", "root")
     assert ok(served, capsys, "role", "add", "app") == "Role app created\n"
-    assert ok(served, capsys, "role", "grant-permission", "app", "readwrite", "a/",
-              "--prefix") == "Role app updated\n"
+    assert (
+        ok(served, capsys, "role", "grant-permission", "app", "readwrite", "a/", "--prefix")
+        == "Role app updated\n"
+    )
     ok(served, capsys, "role", "grant-permission", "app", "read", "cfg/x")
     ok(served, capsys, "user", "add", "alice", "--new-user-password", "alicepw")
-    assert ok(served, capsys, "user", "grant-role", "alice", "app") == \
-        "Role app is granted to user alice\n"
+    assert (
+        ok(served, capsys, "user", "grant-role", "alice", "app")
+        == "Role app is granted to user alice\n"
+    )
     assert ok(served, capsys, "auth", "enable") == "Authentication Enabled\n"
 
 
@@ -66,13 +70,13 @@ def test_user_role_auth_commands_end_to_end(served, capsys, monkeypatch):
     assert "x" in ok(served, capsys, "get", "a/1", "--user", "alice", "--password", "alicepw")
     code, out, err = run(served, capsys, "put", "b/1", "x", *alice)
     assert code == 1 and "permission denied" in err and out == ""
-    code, _, err = run(served, capsys, "put", "cfg/x", "y", *alice)   # read only
+    code, _, err = run(served, capsys, "put", "cfg/x", "y", *alice)  # read only
     assert code == 1 and "permission denied" in err
     code, _, err = run(served, capsys, "get", "a/1")
     assert code == 1 and "user name is empty" in err
-    code, _, err = run(served, capsys, "user", "list", *alice)   # not root
+    code, _, err = run(served, capsys, "user", "list", *alice)  # not root
     assert code == 1 and "permission denied" in err
-    assert served.kv.store.revision == 2   # only alice's put applied
+    assert served.kv.store.revision == 2  # only alice's put applied
 
     out = ok(served, capsys, "role", "get", "app", *root)
     assert out.startswith("Role app\n") and "READWRITE" in out and "(prefix a/)" in out
@@ -81,8 +85,7 @@ def test_user_role_auth_commands_end_to_end(served, capsys, monkeypatch):
     assert {"permType": "READWRITE", "key": "YS8=", "range_end": "YTA="} in doc["perm"]
     assert ok(served, capsys, "user", "list", *root) == "alice\nroot\n"
     # as etcd: the root role exists implicitly and is listed once added
-    assert json.loads(ok(served, capsys, "role", "list", "--json", *root))["roles"] == \
-        ["app"]
+    assert json.loads(ok(served, capsys, "role", "list", "--json", *root))["roles"] == ["app"]
     out = ok(served, capsys, "user", "get", "alice", "--detail", *root)
     assert out.startswith("User: alice\nRoles: app\n") and "(prefix a/)" in out
     assert ok(served, capsys, "auth", "status", *root).startswith("Authentication Status: true")
@@ -99,14 +102,18 @@ def test_user_role_auth_commands_end_to_end(served, capsys, monkeypatch):
     code, _, err = run(served, capsys, "get", "cfg/x", *alice)
     assert code == 1 and "authentication failed" in err
     code, _, err = run(served, capsys, "get", "cfg/x", "--user", "alice:newpw")
-    assert code == 1 and "not found" in err   # read still granted: the key just is not there
-    assert ok(served, capsys, "user", "revoke-role", "alice", "app", *root) == \
-        "Role app is revoked from user alice\n"
+    assert code == 1 and "not found" in err  # read still granted: the key just is not there
+    assert (
+        ok(served, capsys, "user", "revoke-role", "alice", "app", *root)
+        == "Role app is revoked from user alice\n"
+    )
     assert ok(served, capsys, "user", "delete", "alice", *root) == "User alice deleted\n"
     assert ok(served, capsys, "role", "delete", "app", *root) == "Role app deleted\n"
     assert ok(served, capsys, "auth", "disable", *root) == "Authentication Disabled\n"
-    assert ok(served, capsys, "auth", "status") == "Authentication Status: false\n" \
+    assert (
+        ok(served, capsys, "auth", "status") == "Authentication Status: false\n"
         "AuthRevision: " + str(served.kv.auth.store.revision) + "\n"
+    )
     assert served.kv.store.revision == 2
 
 
@@ -132,18 +139,22 @@ def test_missing_password_is_asked_on_a_terminal(served, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", Tty())
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or "alicepw")
     # the default argument of auth_options_from was bound at import: patch it there too
-    monkeypatch.setattr(cli_client.auth_options_from, "__defaults__",
-                        (cli_client.os.environ, None, lambda p: asked.append(p) or "alicepw"))
+    monkeypatch.setattr(
+        cli_client.auth_options_from,
+        "__defaults__",
+        (cli_client.os.environ, None, lambda p: asked.append(p) or "alicepw"),
+    )
     assert ok(served, capsys, "put", "a/1", "x", "--user", "alice").startswith("OK")
     assert asked == ["Password for alice: "]
-    ok(served, capsys, "user", "add", "carol", "--user", "root:rootpw")   # asked twice
+    ok(served, capsys, "user", "add", "carol", "--user", "root:rootpw")  # asked twice
     assert asked[1:] == ["Password of carol: ", "Type password again for confirmation: "]
     assert "carol" in served.kv.auth.users()
 
 
 def test_range_arguments_are_checked(served, capsys):
-    code, _, err = run(served, capsys, "role", "grant-permission", "r", "readwrite", "a", "b",
-                       "--prefix")
+    code, _, err = run(
+        served, capsys, "role", "grant-permission", "r", "readwrite", "a", "b", "--prefix"
+    )
     assert code == 1 and "not both" in err
     with pytest.raises(SystemExit):
         main(["role", "grant-permission", "r", "everything", "a"])

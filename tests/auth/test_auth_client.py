@@ -43,8 +43,9 @@ class AuthServed:
         self.runner: web.AppRunner | None = None
 
     async def _start(self) -> None:
-        self.runner = web.AppRunner(build_client_app(self.kv, Metrics(process_metrics=False)),
-                                    access_log=None)
+        self.runner = web.AppRunner(
+            build_client_app(self.kv, Metrics(process_metrics=False)), access_log=None
+        )
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
 
@@ -63,8 +64,10 @@ def setup_auth(c: Client, *, enable: bool = True) -> None:
     c.auth_request("user/add", {"name": "root", "password": "rootpw"})
     c.auth_request("user/grant", {"user": "root", "role": "root"})
     c.auth_request("role/add", {"name": "app"})
-    c.auth_request("role/grant", {"name": "app", "perm": {
-        "permType": "READWRITE", "key": "YS8=", "range_end": "YTA="}})   # a/ .. a0
+    c.auth_request(
+        "role/grant",
+        {"name": "app", "perm": {"permType": "READWRITE", "key": "YS8=", "range_end": "YTA="}},
+    )  # a/ .. a0
     c.auth_request("user/add", {"name": "alice", "password": "alicepw"})
     c.auth_request("user/grant", {"user": "alice", "role": "app"})
     if enable:
@@ -82,7 +85,7 @@ def test_user_reads_and_writes_its_prefix_with_one_authentication(served):
     with Client(served.url, **FAST) as anon:
         setup_auth(anon)
     with Client(served.url, **FAST, **ALICE) as c:
-        assert served.authentications == 0   # lazy: nothing before the first call
+        assert served.authentications == 0  # lazy: nothing before the first call
         c.put("a/1", "x")
         assert c.get("a/1").value == b"x"
         assert c.range("a/", prefix=True).count == 1
@@ -91,7 +94,7 @@ def test_user_reads_and_writes_its_prefix_with_one_authentication(served):
             c.put("b/1", "x")
         with pytest.raises(ClientError, match="permission denied"):
             c.get("b/1")
-    assert served.kv.store.revision == 2   # the refused put changed nothing
+    assert served.kv.store.revision == 2  # the refused put changed nothing
     with Client(served.url, **FAST) as anon, pytest.raises(ClientError, match="user name is empty"):
         anon.get("a/1")
 
@@ -101,19 +104,19 @@ def test_reauthenticates_once_when_the_member_forgot_its_tokens(served):
         setup_auth(anon)
     with Client(served.url, **FAST, **ALICE) as c:
         c.put("a/1", "1")
-        served.kv.auth.tokens.clear()   # what a restarted member does
+        served.kv.auth.tokens.clear()  # what a restarted member does
         c.put("a/1", "2")
         assert served.authentications == 2
         assert c.get("a/1").value == b"2" and served.authentications == 2
-        assert c.get("a/1").version == 2   # the put before the re-authentication applied once
+        assert c.get("a/1").version == 2  # the put before the re-authentication applied once
 
 
 def test_no_token_while_auth_is_off_then_authenticates_once_enabled(served):
     with Client(served.url, **FAST, **ROOT) as root:
-        setup_auth(root, enable=False)   # auth off: the client sends no token
+        setup_auth(root, enable=False)  # auth off: the client sends no token
         root.put("k", "v")
-        root.auth_request("enable")      # the request that enables carries no token either
-        assert root.get("k").value == b"v"   # "user name is empty" -> authenticate -> retry
+        root.auth_request("enable")  # the request that enables carries no token either
+        assert root.get("k").value == b"v"  # "user name is empty" -> authenticate -> retry
         assert root.auth_request("status")["enabled"] is True
         users = root.auth_request("user/list")["users"]
         assert users == ["alice", "root"]
@@ -143,7 +146,7 @@ def test_concurrent_first_calls_authenticate_once_and_watch_carries_the_token(se
         async with AsyncClient(served.url, **FAST, **ALICE) as c:
             await asyncio.gather(*(c.put(f"a/{i}", "v") for i in range(8)))
             assert served.authentications == 1
-            served.kv.auth.tokens.clear()   # the watch's open re-authenticates too
+            served.kv.auth.tokens.clear()  # the watch's open re-authenticates too
             async with c.watch("a/", prefix=True) as w:
                 await c.put("a/w", "seen")
                 event = await asyncio.wait_for(w.__anext__(), 10.0)

@@ -31,11 +31,16 @@ SNAPSHOTS = ["--snapshot-count", "40", "--snapshot-catchup-entries", "5"]
 def setup_auth(endpoint: str) -> None:
     """root, role app = readwrite on prefix a/, alice with app, auth enabled: via the CLI."""
     root = ("--user", "root:rootpw")
-    for argv in (["user", "add", "root:rootpw"], ["user", "grant-role", "root", "root"],
-                 ["role", "add", "app"],
-                 ["role", "grant-permission", "app", "readwrite", "a/", "--prefix"],
-                 ["user", "add", "alice:alicepw"], ["user", "grant-role", "alice", "app"],
-                 ["auth", "enable"], ["auth", "status", *root]):
+    for argv in (
+        ["user", "add", "root:rootpw"],
+        ["user", "grant-role", "root", "root"],
+        ["role", "add", "app"],
+        ["role", "grant-permission", "app", "readwrite", "a/", "--prefix"],
+        ["user", "add", "alice:alicepw"],
+        ["user", "grant-role", "alice", "app"],
+        ["auth", "enable"],
+        ["auth", "status", *root],
+    ):
         assert main([*argv, "--endpoints", endpoint, "--timeout", "20"]) == 0, argv
 
 
@@ -44,14 +49,19 @@ def check_enforced(endpoint: str, tag: str) -> None:
     access. Serializable reads are answered from this member's own auth state."""
     with Client([endpoint], prefer_leader=False, **OPTS, **ALICE) as alice:
         alice.put(f"a/{tag}", tag)
-        wait_for(lambda: alice.get(f"a/{tag}", serializable=True) is not None, 20,
-                 f"a/{tag} applied on {endpoint}")
+        wait_for(
+            lambda: alice.get(f"a/{tag}", serializable=True) is not None,
+            20,
+            f"a/{tag} applied on {endpoint}",
+        )
         with pytest.raises(ClientError, match="permission denied"):
             alice.get("b/secret", serializable=True)
         with pytest.raises(ClientError, match="permission denied"):
             alice.put(f"b/{tag}", "x")
-    with Client([endpoint], prefer_leader=False, **OPTS) as anon, \
-            pytest.raises(ClientError, match="user name is empty"):
+    with (
+        Client([endpoint], prefer_leader=False, **OPTS) as anon,
+        pytest.raises(ClientError, match="user name is empty"),
+    ):
         anon.get("a/x", serializable=True)
 
 
@@ -80,8 +90,11 @@ def test_auth_enforced_on_every_member_and_kept_by_snapshots(make_cluster):
     fill([n.client_url for n in c.nodes if n is not follower], 120, "fill")
     c.start_node(follower)
     wait_healthy(c, timeout_s=60)
-    wait_for(lambda: "restored snapshot at index" in c.log_tail(follower, 400), 60,
-             f"{follower.name} restored the leader's snapshot")
+    wait_for(
+        lambda: "restored snapshot at index" in c.log_tail(follower, 400),
+        60,
+        f"{follower.name} restored the leader's snapshot",
+    )
     check_enforced(follower.client_url, "caught-up")
 
     # Every member has taken snapshots; after a full restart auth state comes from them.
@@ -95,7 +108,8 @@ def test_auth_enforced_on_every_member_and_kept_by_snapshots(make_cluster):
     with Client(c.endpoints, **OPTS, **ROOT) as root:
         assert root.auth_request("status").get("enabled") is True
         assert root.auth_request("role/get", {"role": "app"})["perm"] == [
-            {"permType": "READWRITE", "key": "YS8=", "range_end": "YTA="}]
+            {"permType": "READWRITE", "key": "YS8=", "range_end": "YTA="}
+        ]
 
 
 def test_snapshot_save_restore_keeps_auth(make_cluster, tmp_path):
@@ -105,14 +119,28 @@ def test_snapshot_save_restore_keeps_auth(make_cluster, tmp_path):
     with Client([ep], **OPTS, **ALICE) as alice:
         alice.put("a/1", "one")
     path = str(tmp_path / "auth.snap")
-    r = cli("snapshot", "save", path, "--endpoints", ep)   # maintenance needs root
+    r = cli("snapshot", "save", path, "--endpoints", ep)  # maintenance needs root
     assert r.returncode == 1 and "user name is empty" in r.stderr
     r = cli("snapshot", "save", path, "--endpoints", ep, "--user", "root:rootpw")
     assert r.returncode == 0, r.stderr
     c.stop()
-    new = restored_cluster(tmp_path / "new", lambda name, d, initial, peer: (
-        "snapshot", "restore", path, "--data-dir", d, "--name", name,
-        "--initial-cluster", initial, "--initial-advertise-peer-urls", peer), size=1)
+    new = restored_cluster(
+        tmp_path / "new",
+        lambda name, d, initial, peer: (
+            "snapshot",
+            "restore",
+            path,
+            "--data-dir",
+            d,
+            "--name",
+            name,
+            "--initial-cluster",
+            initial,
+            "--initial-advertise-peer-urls",
+            peer,
+        ),
+        size=1,
+    )
     try:
         check_enforced(new.endpoints[0], "restored")
         with Client(new.endpoints, **OPTS, **ALICE) as alice:
@@ -125,26 +153,36 @@ def test_snapshot_save_restore_keeps_auth(make_cluster, tmp_path):
 
 def test_point_in_time_restore_over_auth_entries(make_cluster, tmp_path):
     url = "file://" + str(tmp_path / "archive")
-    c = make_cluster(1, extra_args=["--archive-url", url, "--archive-interval", "200",
-                                    *SNAPSHOTS])
+    c = make_cluster(1, extra_args=["--archive-url", url, "--archive-interval", "200", *SNAPSHOTS])
     ep = c.endpoints[0]
-    fill([ep], 50, "before")            # a snapshot without auth, then auth entries in the log
+    fill([ep], 50, "before")  # a snapshot without auth, then auth entries in the log
     setup_auth(ep)
-    fill([ep], 60, "after")             # a snapshot with the auth frame, then more log
+    fill([ep], 60, "after")  # a snapshot with the auth frame, then more log
     with Client([ep], **OPTS, **ROOT) as root:
-        root.auth_request("role/add", {"name": "late"})   # only in the log's tail
+        root.auth_request("role/add", {"name": "late"})  # only in the log's tail
         last = root.put("final", "x").header.revision
 
     def lag_zero() -> bool:
         import urllib.request
+
         with urllib.request.urlopen(ep + "/metrics", timeout=5) as resp:
             return "raftkv_archive_lag_entries 0.0" in resp.read().decode()
 
     wait_for(lag_zero, 60, "archive caught up")
     c.stop()
     data_dir = str(tmp_path / "pitr")
-    r = cli("restore", "--from", url, "--latest", "--data-dir", data_dir, "--name", "solo",
-            "--initial-cluster", "solo=http://127.0.0.1:1")
+    r = cli(
+        "restore",
+        "--from",
+        url,
+        "--latest",
+        "--data-dir",
+        data_dir,
+        "--name",
+        "solo",
+        "--initial-cluster",
+        "solo=http://127.0.0.1:1",
+    )
     assert r.returncode == 0, r.stderr
     pb = snap.Snapshotter(os.path.join(data_dir, "member", "snap")).load()
     _, rest = split_members_frame(pb.data)

@@ -58,9 +58,14 @@ def with_auth() -> RaftKV:
 
 
 def image_of(kv: RaftKV) -> bytes:
-    service = types.SimpleNamespace(store=kv.store, lessor=kv.lessor, auth=kv.auth,
-                                    node=types.SimpleNamespace(applied=9, term=2),
-                                    cluster_id=kv.cluster_id, member_id=kv.member_id)
+    service = types.SimpleNamespace(
+        store=kv.store,
+        lessor=kv.lessor,
+        auth=kv.auth,
+        node=types.SimpleNamespace(applied=9, term=2),
+        cluster_id=kv.cluster_id,
+        member_id=kv.member_id,
+    )
     _, chunks = capture(service)
     return b"".join(chunks)
 
@@ -77,7 +82,7 @@ def test_backup_image_carries_auth_and_a_restored_member_enforces_it():
     assert auth.enabled and auth.users() == ["alice", "root"] and auth.roles() == ["app"]
     assert auth.role_perms("app") == (Permission(PermType.READWRITE, b"a/", b"a0"),)
     assert auth.store.revision == kv.auth.store.revision
-    assert auth.tokens.user_of("alice-token") is None     # tokens are not in backups
+    assert auth.tokens.user_of("alice-token") is None  # tokens are not in backups
     assert auth.can_read("alice", b"a/1") and not auth.can_read("alice", b"b")
     assert passwords.verify("alicepw", auth.store.users["alice"].password_hash, n=16)
     assert restored.store.revision == kv.store.revision
@@ -87,18 +92,17 @@ def test_image_without_auth_is_unchanged_and_a_broken_frame_is_refused():
     kv = member()
     kv.store.apply(PutRequest(b"k", b"v"))
     image = image_of(kv)
-    assert not image.startswith(AUTH_FRAME_MAGIC)   # auth never used: the older layout
+    assert not image.startswith(AUTH_FRAME_MAGIC)  # auth never used: the older layout
     check_image(image)
     broken = image_of(with_auth())
     with pytest.raises(ArchiveError, match="does not decode"):
-        check_image(broken[:len(AUTH_FRAME_MAGIC) + 6])
+        check_image(broken[: len(AUTH_FRAME_MAGIC) + 6])
     with pytest.raises(ArchiveError, match="does not decode"):
-        check_image(broken[:len(AUTH_FRAME_MAGIC) + 4] + b"\xff" * 64)
+        check_image(broken[: len(AUTH_FRAME_MAGIC) + 4] + b"\xff" * 64)
 
 
 def test_archiver_reads_the_revision_of_a_raft_snapshot_with_auth():
     kv = with_auth()
     data = frame_members(b"") + b"".join(kv.snapshot_chunks())
-    snapshot = raftpb.Snapshot(data, raftpb.SnapshotMetadata(raftpb.ConfState(voters=(1,)),
-                                                             9, 2))
+    snapshot = raftpb.Snapshot(data, raftpb.SnapshotMetadata(raftpb.ConfState(voters=(1,)), 9, 2))
     assert snapshot_revision(snapshot) == kv.store.revision == 2

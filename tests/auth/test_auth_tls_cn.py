@@ -20,25 +20,39 @@ FAST = {"timeout_s": 5.0, "attempt_timeout_s": 2.0, "retries": 2}
 
 def test_certificate_common_name_is_the_user(tmp_path, pki, start_member):
     server = pki.pair("member")
-    cfg, = cluster_configs(tmp_path, client="https", cert_file=server.cert, key_file=server.key,
-                           trusted_ca_file=pki.ca_file, client_cert_auth=True)
+    (cfg,) = cluster_configs(
+        tmp_path,
+        client="https",
+        cert_file=server.cert,
+        key_file=server.key,
+        trusted_ca_file=pki.ca_file,
+        client_cert_auth=True,
+    )
     m = start_member(cfg)
     m.wait_leader()
 
     def as_cert(cn: str, **creds) -> Client:
         pair = pki.pair(f"client-{cn}", common_name=cn)
-        return Client(m.url, ca_file=pki.ca_file, cert_file=pair.cert, key_file=pair.key,
-                      **FAST, **creds)
+        return Client(
+            m.url, ca_file=pki.ca_file, cert_file=pair.cert, key_file=pair.key, **FAST, **creds
+        )
 
     with as_cert("root") as root:
-        for op, body in (("user/add", {"name": "root", "password": "rootpw"}),
-                         ("user/grant", {"user": "root", "role": "root"}),
-                         ("role/add", {"name": "app"}),
-                         ("role/grant", {"name": "app", "perm": {
-                             "permType": "READWRITE", "key": "YS8=", "range_end": "YTA="}}),
-                         ("user/add", {"name": "alice", "password": "alicepw"}),
-                         ("user/grant", {"user": "alice", "role": "app"}),
-                         ("enable", {})):
+        for op, body in (
+            ("user/add", {"name": "root", "password": "rootpw"}),
+            ("user/grant", {"user": "root", "role": "root"}),
+            ("role/add", {"name": "app"}),
+            (
+                "role/grant",
+                {
+                    "name": "app",
+                    "perm": {"permType": "READWRITE", "key": "YS8=", "range_end": "YTA="},
+                },
+            ),
+            ("user/add", {"name": "alice", "password": "alicepw"}),
+            ("user/grant", {"user": "alice", "role": "app"}),
+            ("enable", {}),
+        ):
             root.auth_request(op, body)
         # auth is on: the root certificate alone is the root user (no token, no password)
         assert root.auth_request("user/list")["users"] == ["alice", "root"]
@@ -60,9 +74,14 @@ def test_certificate_common_name_is_the_user(tmp_path, pki, start_member):
         pair = pki.pair("client-root2", common_name="root")
         ctx = ssl.create_default_context(cafile=pki.ca_file)
         ctx.load_cert_chain(pair.cert, pair.key)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s, \
-                s.post(m.url + "/v3/kv/put", data=json.dumps({"key": "YS8z", "value": "eA=="}),
-                       headers={"X-Raftkv-Forwarded": "1"}) as resp:
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s,
+            s.post(
+                m.url + "/v3/kv/put",
+                data=json.dumps({"key": "YS8z", "value": "eA=="}),
+                headers={"X-Raftkv-Forwarded": "1"},
+            ) as resp,
+        ):
             return resp.status, await resp.json()
 
     status, body = asyncio.run(forwarded_put())

@@ -63,7 +63,7 @@ def test_enable_needs_root_user_with_root_role_as_etcd() -> None:
     assert str(E.RootUserNotExistError()) == "etcdserver: root user does not exist"
     ok(s, UserAdd("root", H))
     assert err(s, AuthEnable()) is E.RootRoleNotExistError
-    ok(s, UserGrantRole("root", "root"))   # the root role need not exist to be granted
+    ok(s, UserGrantRole("root", "root"))  # the root role need not exist to be granted
     ok(s, AuthEnable())
     assert s.enabled
 
@@ -92,8 +92,9 @@ def test_user_and_role_errors_carry_etcds_texts_and_codes() -> None:
     assert E.UserAlreadyExistError().http_status == 412
     assert E.PermissionDeniedError().http_status == 403
     assert E.InvalidAuthTokenError().http_status == 401
-    assert str(E.AuthFailedError()) == \
-        "etcdserver: authentication failed, invalid user ID or password"
+    assert (
+        str(E.AuthFailedError()) == "etcdserver: authentication failed, invalid user ID or password"
+    )
 
 
 def test_revision_counts_changes_only_and_role_delete_strips_users() -> None:
@@ -102,7 +103,7 @@ def test_revision_counts_changes_only_and_role_delete_strips_users() -> None:
     ok(s, RoleAdd("r"))
     ok(s, UserAdd("u", H))
     ok(s, UserGrantRole("u", "r"))
-    ok(s, UserGrantRole("u", "r"))   # duplicate grant: ignored, no revision bump
+    ok(s, UserGrantRole("u", "r"))  # duplicate grant: ignored, no revision bump
     assert s.revision == rev + 3
     ok(s, RoleDelete("r"))
     assert s.users["u"].roles == ()
@@ -131,9 +132,15 @@ def test_authenticate_entry_refused_when_state_changed_since_check() -> None:
 
 
 def test_entries_round_trip_and_garbage_is_an_error_not_a_crash() -> None:
-    reqs = [AuthEnable(), UserAdd("u", H), UserDelete("u"), UserGrantRole("u", "r"),
-            RoleGrantPermission("r", Permission(PermType.WRITE, b"k", b"\0")),
-            RoleRevokePermission("r", b"k", b"\0"), Authenticate("u", b"x" * 32, 7)]
+    reqs = [
+        AuthEnable(),
+        UserAdd("u", H),
+        UserDelete("u"),
+        UserGrantRole("u", "r"),
+        RoleGrantPermission("r", Permission(PermType.WRITE, b"k", b"\0")),
+        RoleRevokePermission("r", b"k", b"\0"),
+        Authenticate("u", b"x" * 32, 7),
+    ]
     for req in reqs:
         data = encode_auth_entry(req)
         assert is_auth_entry(data) and decode_auth_entry(data) == req
@@ -155,7 +162,7 @@ def test_snapshot_round_trips_and_refuses_damage() -> None:
     framed = frame_auth(blob) + b"rest"
     got, rest = split_auth_frame(framed)
     assert got == blob and bytes(rest) == b"rest"
-    assert split_auth_frame(b"\x85other")[0] is None          # older snapshot: no frame
+    assert split_auth_frame(b"\x85other")[0] is None  # older snapshot: no frame
     assert AuthStore.restore(None).is_empty()
     with pytest.raises(SnapshotFormatError):
         split_auth_frame(framed[:10])
@@ -173,7 +180,10 @@ def test_password_hash_is_salted_and_verifies() -> None:
 
 # --- perms -------------------------------------------------------------------------------------
 
-KEYS = st.binary(min_size=0, max_size=3, ).map(lambda b: bytes(x % 4 + 97 for x in b))
+KEYS = st.binary(
+    min_size=0,
+    max_size=3,
+).map(lambda b: bytes(x % 4 + 97 for x in b))
 
 
 def universe() -> list[bytes]:
@@ -191,23 +201,31 @@ def in_iv(k: bytes, key: bytes, range_end: bytes) -> bool:
     return lo <= k and (hi is None or k < hi)
 
 
-perm_st = st.builds(Permission, st.sampled_from(list(PermType)), KEYS,
-                    st.one_of(st.just(b""), st.just(b"\0"), KEYS))
+perm_st = st.builds(
+    Permission, st.sampled_from(list(PermType)), KEYS, st.one_of(st.just(b""), st.just(b"\0"), KEYS)
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(perms=st.lists(perm_st, max_size=4), key=KEYS,
-       range_end=st.one_of(st.just(b""), st.just(b"\0"), KEYS))
+@given(
+    perms=st.lists(perm_st, max_size=4),
+    key=KEYS,
+    range_end=st.one_of(st.just(b""), st.just(b"\0"), KEYS),
+)
 def test_range_check_is_exactly_union_coverage(perms, key, range_end) -> None:  # type: ignore
     """A request is allowed iff every key it selects (within a finite universe of short keys
     that includes the boundaries) lies in some permitted interval of that type."""
     up = UserPerms.of(perms)
-    for want, kinds in ((up.can_read, (PermType.READ, PermType.READWRITE)),
-                        (up.can_write, (PermType.WRITE, PermType.READWRITE))):
+    for want, kinds in (
+        (up.can_read, (PermType.READ, PermType.READWRITE)),
+        (up.can_write, (PermType.WRITE, PermType.READWRITE)),
+    ):
         allowed = want(key, range_end)
         selected = [k for k in UNIVERSE if in_iv(k, key, range_end)]
-        model = all(any(p.perm_type in kinds and in_iv(k, p.key, p.range_end) for p in perms)
-                    for k in selected)
+        model = all(
+            any(p.perm_type in kinds and in_iv(k, p.key, p.range_end) for p in perms)
+            for k in selected
+        )
         if range_end == b"\0" or not selected:
             # open-ended: the finite universe cannot show keys past it; only check soundness
             assert not allowed or model
@@ -216,12 +234,15 @@ def test_range_check_is_exactly_union_coverage(perms, key, range_end) -> None:  
 
 
 def test_adjacent_permissions_cover_a_range_across_them() -> None:
-    up = UserPerms.of([Permission(PermType.READ, b"a", b"m"), Permission(PermType.READ, b"m", b"z")])
+    up = UserPerms.of(
+        [Permission(PermType.READ, b"a", b"m"), Permission(PermType.READ, b"m", b"z")]
+    )
     assert up.can_read(b"a", b"z") and not up.can_read(b"a", b"z\0")
     assert UserPerms.of([Permission(PermType.READ, b"k")]).can_read(b"k", b"k\0")
 
 
 # --- tokens and limiter ----------------------------------------------------------------------
+
 
 class Clock:
     def __init__(self) -> None:
@@ -236,11 +257,11 @@ def test_tokens_expire_after_ttl_refresh_on_use_and_die_with_their_user() -> Non
     t = TokenTable(10.0, clock=clock)
     t.assign(token_digest("tok"), "u")
     clock.t += 9
-    assert t.user_of("tok") == "u"       # refreshed
+    assert t.user_of("tok") == "u"  # refreshed
     clock.t += 9
     assert t.user_of("tok") == "u"
     clock.t += 10
-    assert t.user_of("tok") is None      # expired
+    assert t.user_of("tok") is None  # expired
     t.assign(token_digest("t2"), "u")
     t.invalidate_user("u")
     assert t.user_of("t2") is None and t.user_of("forged") is None
@@ -262,8 +283,8 @@ def test_failure_limiter_bounds_failures_per_address() -> None:
         lim.failed("1.2.3.4")
         tries += 1
     assert tries == 3
-    assert lim.allowed("5.6.7.8")            # other addresses unaffected
+    assert lim.allowed("5.6.7.8")  # other addresses unaffected
     clock.t += 2.0
-    assert lim.allowed("1.2.3.4")            # one more after 1 / rate seconds
+    assert lim.allowed("1.2.3.4")  # one more after 1 / rate seconds
     lim.failed("1.2.3.4")
     assert not lim.allowed("1.2.3.4")

@@ -25,8 +25,10 @@ class InProcessCluster:
         try:
             return future.result(timeout_s)
         except concurrent.futures.TimeoutError:
-            raise AssertionError(f"the in-process cluster did not finish within {timeout_s} s; "
-                                 f"its tasks:\n{self._task_stacks()}") from None
+            raise AssertionError(
+                f"the in-process cluster did not finish within {timeout_s} s; "
+                f"its tasks:\n{self._task_stacks()}"
+            ) from None
 
     def _task_stacks(self) -> str:
         """Where every task of the cluster's loop waits (a diagnosis of a hang)."""
@@ -46,8 +48,9 @@ class InProcessCluster:
             deadline = self.loop.time() + 15
             while self.loop.time() < deadline:
                 leaders = [m for m in self.members if m.node.is_leader]
-                if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id
-                                             for m in self.members):
+                if len(leaders) == 1 and all(
+                    m.node.leader == leaders[0].member_id for m in self.members
+                ):
                     return
                 await asyncio.sleep(0.02)
             raise AssertionError("no agreed leader")

@@ -17,44 +17,55 @@ def run_cli(capsys, *argv):
 DEAD = ["--endpoints", "http://127.0.0.1:9"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["put", "--clients", "2", "--conns", "3"], "--conns must be between 1 and --clients"),
-    (["put", "--clients", "0"], "--clients must be at least 1"),
-    (["put", "--key-size", "2", "--key-space-size", "1000"], "--key-size 2 is too small"),
-    (["txn-put", "--dialect", "rest"], "txn-put needs --dialect v3"),
-    (["watch-latency", "--dialect", "rest"], "watch-latency needs --dialect v3"),
-    (["watch-latency", "--procs", "2", "--clients", "2"], "watch-latency runs in one process"),
-    (["put", "--procs", "3", "--clients", "2"], "--procs must not exceed"),
-    (["put", "--rate", "-1"], "--rate must be >= 0"),
-    (["put", "--duration", "0"], "--duration must be positive"),
-    (["mixed", "--read-ratio", "1.5"], "--read-ratio must be between 0 and 1"),
-    (["txn-put", "--txn-ops", "3"], "--txn-ops must not exceed --key-space-size"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["put", "--clients", "2", "--conns", "3"], "--conns must be between 1 and --clients"),
+        (["put", "--clients", "0"], "--clients must be at least 1"),
+        (["put", "--key-size", "2", "--key-space-size", "1000"], "--key-size 2 is too small"),
+        (["txn-put", "--dialect", "rest"], "txn-put needs --dialect v3"),
+        (["watch-latency", "--dialect", "rest"], "watch-latency needs --dialect v3"),
+        (["watch-latency", "--procs", "2", "--clients", "2"], "watch-latency runs in one process"),
+        (["put", "--procs", "3", "--clients", "2"], "--procs must not exceed"),
+        (["put", "--rate", "-1"], "--rate must be >= 0"),
+        (["put", "--duration", "0"], "--duration must be positive"),
+        (["mixed", "--read-ratio", "1.5"], "--read-ratio must be between 0 and 1"),
+        (["txn-put", "--txn-ops", "3"], "--txn-ops must not exceed --key-space-size"),
+    ],
+)
 def test_bad_combinations_exit_2_with_the_reason(capsys, argv, message):
     code, err = run_cli(capsys, *argv, *DEAD)
     assert code == 2
     assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["put", "--endpoints", "ftp://127.0.0.1:2379"], "expected http://HOST:PORT or https"),
-    (["put", "--endpoints", "https://127.0.0.1:2379", "--cert", "/no/such.pem"],
-     "give both --cert and --key"),
-    (["put", "--endpoints", "127.0.0.1:2379"], "expected http://HOST:PORT"),
-    (["put", "--endpoints", "http://127.0.0.1:99999"], "endpoint"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["put", "--endpoints", "ftp://127.0.0.1:2379"], "expected http://HOST:PORT or https"),
+        (
+            ["put", "--endpoints", "https://127.0.0.1:2379", "--cert", "/no/such.pem"],
+            "give both --cert and --key",
+        ),
+        (["put", "--endpoints", "127.0.0.1:2379"], "expected http://HOST:PORT"),
+        (["put", "--endpoints", "http://127.0.0.1:99999"], "endpoint"),
+    ],
+)
 def test_bad_endpoints(capsys, argv, message):
     code, err = run_cli(capsys, *argv)
     assert code == 2 and message in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["put", "--total", "10", "--duration", "1"],   # mutually exclusive
-    ["put", "--consistency", "x"],
-    ["put", "--dialect", "grpc"],
-    ["put", "--clients", "many"],
-    ["frobnicate"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["put", "--total", "10", "--duration", "1"],  # mutually exclusive
+        ["put", "--consistency", "x"],
+        ["put", "--dialect", "grpc"],
+        ["put", "--clients", "many"],
+        ["frobnicate"],
+    ],
+)
 def test_argparse_rejects(capsys, argv):
     code, err = run_cli(capsys, *argv, *DEAD)
     assert code == 2 and "usage:" in err

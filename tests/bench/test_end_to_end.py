@@ -18,9 +18,22 @@ def bench_json(capsys, *argv):
 
 def test_put_total_200_through_the_cli(capsys, inproc_cluster):
     before = inproc_cluster.revision()
-    code, doc, err = bench_json(capsys, "put", "--total", "200", "--clients", "8", "--conns", "2",
-                                "--key-space-size", "50", "--val-size", "64",
-                                "--endpoints", ",".join(inproc_cluster.endpoints))
+    code, doc, err = bench_json(
+        capsys,
+        "put",
+        "--total",
+        "200",
+        "--clients",
+        "8",
+        "--conns",
+        "2",
+        "--key-space-size",
+        "50",
+        "--val-size",
+        "64",
+        "--endpoints",
+        ",".join(inproc_cluster.endpoints),
+    )
     assert code == 0, err
     assert doc["count"] == 200 and doc["errors"] == 0
     assert sum(b["count"] for b in doc["histogram"]) == 200
@@ -34,7 +47,7 @@ def test_every_workload_and_dialect_counts_its_requests(inproc_cluster):
     cases = [
         dict(op="range", dialect="v3", consistency="l"),
         dict(op="range", dialect="v3", consistency="s"),
-        dict(op="range", dialect="rest"),           # missing keys: 404 is an answer
+        dict(op="range", dialect="rest"),  # missing keys: 404 is an answer
         dict(op="put", dialect="rest", sequential_keys=True),
         dict(op="txn-put", txn_ops=3, key_space_size=10),
         dict(op="mixed", read_ratio=0.5, key_space_size=10),
@@ -44,15 +57,27 @@ def test_every_workload_and_dialect_counts_its_requests(inproc_cluster):
         r = run(opts)
         assert (r.stats.count, r.stats.error_count) == (60, 0), (case, r.stats.errors)
     before = inproc_cluster.revision()
-    r = run(BenchOptions(op="txn-put", endpoints=[leader], clients=2, total=10, txn_ops=3,
-                         key_space_size=10, target_leader=True).validate())
+    r = run(
+        BenchOptions(
+            op="txn-put",
+            endpoints=[leader],
+            clients=2,
+            total=10,
+            txn_ops=3,
+            key_space_size=10,
+            target_leader=True,
+        ).validate()
+    )
     assert r.endpoints_used == [leader]
     assert inproc_cluster.revision() == before + 10  # one revision per txn
 
 
 def test_rate_limits_the_number_of_requests_in_a_duration(inproc_cluster):
-    r = run(BenchOptions(op="put", endpoints=inproc_cluster.endpoints, clients=4,
-                         duration_s=1.0, rate=50).validate())
+    r = run(
+        BenchOptions(
+            op="put", endpoints=inproc_cluster.endpoints, clients=4, duration_s=1.0, rate=50
+        ).validate()
+    )
     # slots are at t0 + i/50 for i < 50: never more (fewer only if the machine is so slow
     # that the clients fall behind the schedule, so no lower bound beyond "some")
     assert 0 < r.stats.count + r.stats.error_count <= 50
@@ -60,8 +85,11 @@ def test_rate_limits_the_number_of_requests_in_a_duration(inproc_cluster):
 
 
 def test_watch_latency_sees_every_put_on_every_watcher(inproc_cluster):
-    r = run(BenchOptions(op="watch-latency", endpoints=inproc_cluster.endpoints, watchers=3,
-                         total=20, rate=200).validate())
+    r = run(
+        BenchOptions(
+            op="watch-latency", endpoints=inproc_cluster.endpoints, watchers=3, total=20, rate=200
+        ).validate()
+    )
     assert r.stats.error_count == 0, r.stats.errors
     assert r.stats.count == 20 * 3
 
@@ -74,8 +102,14 @@ def test_watch_latency_names_a_server_without_watch(tmp_path):
     from kvserver.localcluster.launcher import free_ports
 
     async def unimplemented(request):
-        return web.json_response({"error": "watch is not implemented", "code": 12,
-                                  "message": "watch is not implemented"}, status=501)
+        return web.json_response(
+            {
+                "error": "watch is not implemented",
+                "code": 12,
+                "message": "watch is not implemented",
+            },
+            status=501,
+        )
 
     (port,) = free_ports(1)
     loop = asyncio.new_event_loop()
@@ -87,8 +121,9 @@ def test_watch_latency_names_a_server_without_watch(tmp_path):
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     try:
-        opts = BenchOptions(op="watch-latency", endpoints=[f"http://127.0.0.1:{port}"],
-                            total=5).validate()
+        opts = BenchOptions(
+            op="watch-latency", endpoints=[f"http://127.0.0.1:{port}"], total=5
+        ).validate()
         try:
             run(opts)
             raise AssertionError("expected BenchError")

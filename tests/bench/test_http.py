@@ -37,8 +37,13 @@ def test_pipelined_answers_come_back_in_order_with_both_framings():
 
     async def scenario():
         app = web.Application()
-        app.add_routes([web.post("/echo/{n}", echo), web.get("/chunked", chunked),
-                        web.get("/missing", missing)])
+        app.add_routes(
+            [
+                web.post("/echo/{n}", echo),
+                web.get("/chunked", chunked),
+                web.get("/missing", missing),
+            ]
+        )
         runner, port = await serve(app)
         try:
             conn = await Connection.open("127.0.0.1", port)
@@ -50,8 +55,11 @@ def test_pipelined_answers_come_back_in_order_with_both_framings():
                 elif n % 10 == 7:
                     futs.append(conn.request(encode_request("GET", "/missing", host)))
                 else:
-                    futs.append(conn.request(encode_request("POST", f"/echo/{n}", host,
-                                                            f"body{n}".encode())))
+                    futs.append(
+                        conn.request(
+                            encode_request("POST", f"/echo/{n}", host, f"body{n}".encode())
+                        )
+                    )
             assert conn.in_flight > 1  # really pipelined
             answers = await asyncio.gather(*futs)
             for n, (status, body) in enumerate(answers):
@@ -85,8 +93,7 @@ def test_a_lost_connection_fails_every_request_in_flight():
             await asyncio.sleep(0.05)
             conn.abort("request timed out after 1 s")
             results = await asyncio.gather(*futs, return_exceptions=True)
-            assert all(isinstance(r, ConnectionError) and "timed out" in str(r)
-                       for r in results)
+            assert all(isinstance(r, ConnectionError) and "timed out" in str(r) for r in results)
             assert conn.closed
             late = conn.request(encode_request("GET", "/slow", "h"))
             assert isinstance(late.exception(), ConnectionError)

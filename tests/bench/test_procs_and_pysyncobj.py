@@ -15,8 +15,9 @@ from benchmarks.systems import PySyncObjSystem  # noqa: E402
 
 
 def post(url, path, body):
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -60,8 +61,17 @@ def test_pysyncobj_kv_answers_put_and_range_like_etcd(pysyncobj_cluster):
 def test_two_load_processes_merge_into_one_result(pysyncobj_cluster):
     """--procs 2 against the PySyncObj server: totals split and merged exactly."""
     system, leader = pysyncobj_cluster
-    r = run(BenchOptions(op="put", endpoints=system.urls, clients=4, procs=2, total=101,
-                         key_space_size=7, sequential_keys=True).validate())
+    r = run(
+        BenchOptions(
+            op="put",
+            endpoints=system.urls,
+            clients=4,
+            procs=2,
+            total=101,
+            key_space_size=7,
+            sequential_keys=True,
+        ).validate()
+    )
     assert (r.stats.count, r.stats.error_count) == (101, 0)
     got = post(leader, "/v3/kv/range", {"key": b64("0"), "range_end": b64(":")})
     assert got["count"] == "7"  # sequential keys over both processes covered the key space

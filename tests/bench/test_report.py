@@ -18,8 +18,15 @@ def test_report_sections_in_etcd_order():
     st.error("HTTP 503: etcdserver: leader changed")
     text = format_report(result({"put": st}))
     lines = text.splitlines()
-    order = [lines.index(h) for h in ("Summary:", "Response time histogram:",
-                                      "Latency distribution:", "Error distribution:")]
+    order = [
+        lines.index(h)
+        for h in (
+            "Summary:",
+            "Response time histogram:",
+            "Latency distribution:",
+            "Error distribution:",
+        )
+    ]
     assert order == sorted(order)
     for field in ("Total:", "Slowest:", "Fastest:", "Average:", "Stddev:", "Requests/sec:"):
         assert any(line.strip().startswith(field) for line in lines), field
@@ -27,7 +34,9 @@ def test_report_sections_in_etcd_order():
     assert [p.split("%")[0] for p in pct] == ["10", "25", "50", "75", "90", "95", "99", "99.9"]
     assert "  50% in 0.0500 secs." in lines
     assert "  Requests/sec:\t50.0000" in lines  # 100 successes over 2 s
-    hist = lines[lines.index("Response time histogram:") + 1:lines.index("Latency distribution:") - 1]
+    hist = lines[
+        lines.index("Response time histogram:") + 1 : lines.index("Latency distribution:") - 1
+    ]
     assert len(hist) == 11 and sum(int(h.split("[")[1].split("]")[0]) for h in hist) == 100
     assert "  [1]\tHTTP 503: etcdserver: leader changed" in lines
 

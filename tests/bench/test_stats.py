@@ -38,9 +38,12 @@ def test_merged_percentiles_equal_percentiles_of_the_concatenation(parts):
 @given(parts_st)
 def test_merge_through_bytes_is_exact(parts):
     """What --procs does: each process ships Stats.to_bytes, the parent merges."""
-    shipped = [Stats.from_bytes(stats_of(p, started=i, finished=i + 2.5,
-                                         errors=["HTTP 503"] * i).to_bytes())
-               for i, p in enumerate(parts)]
+    shipped = [
+        Stats.from_bytes(
+            stats_of(p, started=i, finished=i + 2.5, errors=["HTTP 503"] * i).to_bytes()
+        )
+        for i, p in enumerate(parts)
+    ]
     merged = Stats.merge_all(shipped)
     assert sorted(merged.latencies) == sorted(x for p in parts for x in p)
     assert merged.errors["HTTP 503"] == sum(range(len(parts)))
@@ -57,7 +60,7 @@ def test_histogram_counts_every_sample_once_in_ascending_buckets(samples):
     # every sample sits in the first bucket whose bound is >= it
     i = 0
     for b, c in h:
-        for x in lat[i:i + c]:
+        for x in lat[i : i + c]:
             assert x <= b
         i += c
 
@@ -72,8 +75,9 @@ def test_nearest_rank_percentiles():
 
 
 def test_summary_numbers():
-    s = stats_of([0.001, 0.002, 0.003, 0.004], started=10.0, finished=12.0,
-                 errors=["HTTP 500", "HTTP 500"]).summary()
+    s = stats_of(
+        [0.001, 0.002, 0.003, 0.004], started=10.0, finished=12.0, errors=["HTTP 500", "HTTP 500"]
+    ).summary()
     assert s.count == 4 and s.errors == 2
     assert s.requests_per_s == 2.0  # 4 successes in 2 s
     assert math.isclose(s.average_s, 0.0025)

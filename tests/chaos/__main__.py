@@ -18,35 +18,73 @@ import sys
 from tests.chaos.nemesis import ALL_FAULTS, FAMILIES
 from tests.chaos.runner import ChaosConfig, ChaosUnavailable, run
 
-SUMMARY_KEYS = ("ok", "rounds", "acked_writes", "lost_writes", "linearizability", "bank",
-                "lock", "failover", "recovery_any_fault", "problems", "png")
+SUMMARY_KEYS = (
+    "ok",
+    "rounds",
+    "acked_writes",
+    "lost_writes",
+    "linearizability",
+    "bank",
+    "lock",
+    "failover",
+    "recovery_any_fault",
+    "problems",
+    "png",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.splitlines()[0])
-    p.add_argument("--duration", type=float, default=60.0,
-                   help="seconds during which fault cycles start (every requested fault runs at least once)")
-    p.add_argument("--nemesis", default="kill,pause,restart,partition",
-                   help=f"families ({', '.join(FAMILIES)}, all) or faults "
-                        f"({', '.join(ALL_FAULTS)}), comma-separated")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        help="seconds during which fault cycles start (every requested fault runs at least once)",
+    )
+    p.add_argument(
+        "--nemesis",
+        default="kill,pause,restart,partition",
+        help=f"families ({', '.join(FAMILIES)}, all) or faults "
+        f"({', '.join(ALL_FAULTS)}), comma-separated",
+    )
     p.add_argument("--out", default="chaos-out", help="directory for the report, plot, logs")
     p.add_argument("--seed", type=int, default=1, help="fault order and targets")
     p.add_argument("--hold", type=float, default=3.0, help="seconds each fault lasts")
     p.add_argument("--gap", type=float, default=1.0, help="seconds between faults")
-    p.add_argument("--failover-kills", type=int, default=0,
-                   help="extra leader SIGKILLs after the schedule (failover p50/p99)")
+    p.add_argument(
+        "--failover-kills",
+        type=int,
+        default=0,
+        help="extra leader SIGKILLs after the schedule (failover p50/p99)",
+    )
     p.add_argument("--network", choices=("auto", "netns", "loopback"), default="auto")
-    p.add_argument("--target", choices=("process", "compose"), default="process",
-                   help="process: three `raftkv serve` processes (namespaces for partitions); "
-                        "compose: deploy/docker-compose.yml's containers, Docker's faults "
-                        "(docker kill/start, pause/unpause, network disconnect/connect)")
-    p.add_argument("--server-arg", action="append", default=[],
-                   help="extra `raftkv serve` flag (repeat), e.g. --server-arg=--election-timeout=500")
+    p.add_argument(
+        "--target",
+        choices=("process", "compose"),
+        default="process",
+        help="process: three `raftkv serve` processes (namespaces for partitions); "
+        "compose: deploy/docker-compose.yml's containers, Docker's faults "
+        "(docker kill/start, pause/unpause, network disconnect/connect)",
+    )
+    p.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra `raftkv serve` flag (repeat), e.g. --server-arg=--election-timeout=500",
+    )
     args = p.parse_args(argv)
-    cfg = ChaosConfig(duration_s=args.duration, nemesis=args.nemesis, out_dir=args.out,
-                      seed=args.seed, hold_s=args.hold, gap_s=args.gap,
-                      failover_kills=args.failover_kills, network=args.network,
-                      extra_args=args.server_arg, target=args.target)
+    cfg = ChaosConfig(
+        duration_s=args.duration,
+        nemesis=args.nemesis,
+        out_dir=args.out,
+        seed=args.seed,
+        hold_s=args.hold,
+        gap_s=args.gap,
+        failover_kills=args.failover_kills,
+        network=args.network,
+        extra_args=args.server_arg,
+        target=args.target,
+    )
     try:
         report = run(cfg)
     except ChaosUnavailable as exc:

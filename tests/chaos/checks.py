@@ -29,8 +29,9 @@ def lost_writes(acked: Iterable[tuple[str, int, str]], history: Sequence[Event])
     return [f"{workload}: {key}@{rev}" for key, rev, workload in acked if (key, rev) not in puts]
 
 
-def watch_problems(name: str, events: Sequence[Event], reference: Sequence[Event],
-                   until_revision: int) -> list[str]:
+def watch_problems(
+    name: str, events: Sequence[Event], reference: Sequence[Event], until_revision: int
+) -> list[str]:
     problems = []
     seen: set[tuple[int, str]] = set()
     last = 0
@@ -46,9 +47,11 @@ def watch_problems(name: str, events: Sequence[Event], reference: Sequence[Event
     if got != list(reference):
         missing = [e for e in reference if (e[0], e[2]) not in seen]
         extra = sorted(set(got) - set(reference))
-        problems.append(f"{name}: {len(got)} events up to revision {until_revision}, reference "
-                        f"has {len(reference)}; missing {len(missing)} (e.g. "
-                        f"{missing[:3]}), extra/different {len(extra)} (e.g. {extra[:3]})")
+        problems.append(
+            f"{name}: {len(got)} events up to revision {until_revision}, reference "
+            f"has {len(reference)}; missing {len(missing)} (e.g. "
+            f"{missing[:3]}), extra/different {len(extra)} (e.g. {extra[:3]})"
+        )
     return problems[:MAX_EXAMPLES]
 
 
@@ -59,19 +62,24 @@ def replica_problems(histories: dict[str, Sequence[Event]]) -> list[str]:
     for other in names[1:]:
         h = histories[other]
         if list(h) != list(base):
-            diff = next((i for i, (a, b) in enumerate(zip(base, h, strict=False)) if a != b),
-                        min(len(base), len(h)))
-            problems.append(f"{other} differs from {names[0]} at event {diff}: "
-                            f"{h[diff] if diff < len(h) else 'end'} vs "
-                            f"{base[diff] if diff < len(base) else 'end'} "
-                            f"({len(h)} vs {len(base)} events)")
+            diff = next(
+                (i for i, (a, b) in enumerate(zip(base, h, strict=False)) if a != b),
+                min(len(base), len(h)),
+            )
+            problems.append(
+                f"{other} differs from {names[0]} at event {diff}: "
+                f"{h[diff] if diff < len(h) else 'end'} vs "
+                f"{base[diff] if diff < len(base) else 'end'} "
+                f"({len(h)} vs {len(base)} events)"
+            )
     return problems
 
 
-def fencing_violations(history: Sequence[Event], lock_key: str,
-                       resource_key: str) -> tuple[int, list[str]]:
+def fencing_violations(
+    history: Sequence[Event], lock_key: str, resource_key: str
+) -> tuple[int, list[str]]:
     """(number of fenced writes checked, violations)."""
-    holder = 0          # create revision of the current lock key, 0 when free
+    holder = 0  # create revision of the current lock key, 0 when free
     highest = 0
     checked = 0
     violations = []
@@ -86,8 +94,10 @@ def fencing_violations(history: Sequence[Event], lock_key: str,
                 violations.append(f"resource@{rev}: value {value!r} carries no token")
                 continue
             if token != holder:
-                violations.append(f"resource@{rev} written with token {token} while the lock "
-                                  f"was {'free' if not holder else f'held by token {holder}'}")
+                violations.append(
+                    f"resource@{rev} written with token {token} while the lock "
+                    f"was {'free' if not holder else f'held by token {holder}'}"
+                )
             if token < highest:
                 violations.append(f"resource@{rev}: token {token} after token {highest}")
             highest = max(highest, token)

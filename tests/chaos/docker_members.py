@@ -45,16 +45,17 @@ from tests.chaos.members import ChaosCluster, Member
 from tests.deploy import compose as dc
 
 # ``docker network disconnect`` takes a member off the whole network: no single-pair cut.
-UNSUPPORTED_FAULTS = {"partition-bridge": "cutting one pair only is not possible with "
-                                          "`docker network disconnect`"}
+UNSUPPORTED_FAULTS = {
+    "partition-bridge": "cutting one pair only is not possible with `docker network disconnect`"
+}
 
 
 @dataclass
 class DockerMember(Member):
     service: str = ""
     container: str = ""
-    dead: bool = False              # killed by the nemesis, not started again yet
-    started_at: str = ""            # State.StartedAt after our last start
+    dead: bool = False  # killed by the nemesis, not started again yet
+    started_at: str = ""  # State.StartedAt after our last start
 
     def alive(self) -> bool:
         return not self.dead
@@ -76,8 +77,10 @@ class DockerNetwork:
 
     def partition(self, cuts) -> None:
         cuts = [set(c) for c in cuts]
-        raise ValueError(f"cannot cut only {cuts}: `docker network disconnect` removes a "
-                         "member from the whole network (use isolate)")
+        raise ValueError(
+            f"cannot cut only {cuts}: `docker network disconnect` removes a "
+            "member from the whole network (use isolate)"
+        )
 
     def heal(self) -> None:
         for index in sorted(self.disconnected):
@@ -109,11 +112,21 @@ class DockerCluster(ChaosCluster):
             # the short container id alias comes back by itself; the service name must be
             # given again, the peers address each other by it
             aliases[i] = [a for a in (net_info.get("Aliases") or []) if not cid.startswith(a)]
-            self.members.append(DockerMember(
-                i, service, url.hostname, url.port, 2380, "",
-                os.path.join(log_dir, f"{service}.log"), [], service=service,
-                container=info["Id"],  # the full id: _states() is keyed by it
-                started_at=info["State"]["StartedAt"]))
+            self.members.append(
+                DockerMember(
+                    i,
+                    service,
+                    url.hostname,
+                    url.port,
+                    2380,
+                    "",
+                    os.path.join(log_dir, f"{service}.log"),
+                    [],
+                    service=service,
+                    container=info["Id"],  # the full id: _states() is keyed by it
+                    started_at=info["State"]["StartedAt"],
+                )
+            )
         (network_name,) = network_names
         self.network = DockerNetwork(self, network_name, aliases)
 
@@ -121,15 +134,16 @@ class DockerCluster(ChaosCluster):
         return dc.run([self.compose.docker, *args], timeout_s=timeout_s)
 
     def _states(self) -> dict[str, dict]:
-        proc = dc.run([self.compose.docker, "inspect", *(m.container for m in self.members)],
-                      timeout_s=60)
+        proc = dc.run(
+            [self.compose.docker, "inspect", *(m.container for m in self.members)], timeout_s=60
+        )
         return {c["Id"]: c["State"] for c in json.loads(proc.stdout)}
 
     # -- the faults -------------------------------------------------------------------------
 
     def start(self) -> None:
         dead = [m for m in self.members if m.dead]
-        if dead:   # one command: a full-cluster restart brings everyone back together
+        if dead:  # one command: a full-cluster restart brings everyone back together
             self.docker("start", *(m.container for m in dead))
             self._after_start(dead)
 
@@ -189,20 +203,27 @@ class DockerCluster(ChaosCluster):
                 f.write(proc.stdout + proc.stderr)
 
     def log_tail(self, m: Member, lines: int = 40) -> str:
-        proc = dc.run([self.compose.docker, "logs", "--tail", str(lines), m.container],
-                      check=False)
+        proc = dc.run([self.compose.docker, "logs", "--tail", str(lines), m.container], check=False)
         return proc.stdout + proc.stderr
 
     def exit_reason(self, m: Member) -> str:
         state = self._states()[m.container]
-        return (f"status {state['Status']}, exit code {state['ExitCode']}, started at "
-                f"{state['StartedAt']} (we started it at {m.started_at})")
+        return (
+            f"status {state['Status']}, exit code {state['ExitCode']}, started at "
+            f"{state['StartedAt']} (we started it at {m.started_at})"
+        )
 
     def exited(self) -> list[Member]:
         states = self._states()
-        return [m for m in self.members if not m.dead
-                and (not states[m.container]["Running"]
-                     or states[m.container]["StartedAt"] != m.started_at)]
+        return [
+            m
+            for m in self.members
+            if not m.dead
+            and (
+                not states[m.container]["Running"]
+                or states[m.container]["StartedAt"] != m.started_at
+            )
+        ]
 
 
 def _wall_clock(rfc3339: str) -> float:
@@ -217,8 +238,11 @@ def leftovers(docker: str, project: str) -> list[str]:
     """Containers, networks and volumes still labelled with the compose ``project``."""
     label = f"label=com.docker.compose.project={project}"
     found = []
-    for kind, cmd in (("container", ["ps", "-a", "-q"]), ("network", ["network", "ls", "-q"]),
-                      ("volume", ["volume", "ls", "-q"])):
+    for kind, cmd in (
+        ("container", ["ps", "-a", "-q"]),
+        ("network", ["network", "ls", "-q"]),
+        ("volume", ["volume", "ls", "-q"]),
+    ):
         proc = dc.run([docker, *cmd, "--filter", label], check=False)
         found += [f"{kind} {x}" for x in proc.stdout.split()]
     return found

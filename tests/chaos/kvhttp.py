@@ -36,8 +36,9 @@ def prefix_end(prefix: str) -> str:
 
 def request(url: str, path: str, body: dict, timeout_s: float) -> tuple[int, dict]:
     data = json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             raw = resp.read()
@@ -50,8 +51,9 @@ def request(url: str, path: str, body: dict, timeout_s: float) -> tuple[int, dic
     except (OSError, http.client.HTTPException) as exc:
         raise NoAnswer(f"{path} via {url}: {type(exc).__name__}: {exc}") from None
     try:
-        return status, json.loads(raw.splitlines()[0] if raw.startswith(b'{"result"')
-                                  else raw or b"{}")
+        return status, json.loads(
+            raw.splitlines()[0] if raw.startswith(b'{"result"') else raw or b"{}"
+        )
     except ValueError:
         raise NoAnswer(f"{path}: {status} with a body that is not JSON: {raw[:200]!r}") from None
 
@@ -68,30 +70,49 @@ def put(url: str, key: str, value: str, timeout_s: float, lease: int = 0) -> tup
 
 
 def get(url: str, key: str, timeout_s: float, serializable: bool = False) -> tuple[int, dict]:
-    return request(url, "/v3/kv/range", {"key": b64(key), "serializable": serializable},
-                   timeout_s)
+    return request(url, "/v3/kv/range", {"key": b64(key), "serializable": serializable}, timeout_s)
 
 
-def get_prefix(url: str, prefix: str, timeout_s: float,
-               serializable: bool = False) -> tuple[int, dict]:
-    return request(url, "/v3/kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix)),
-                                         "serializable": serializable}, timeout_s)
+def get_prefix(
+    url: str, prefix: str, timeout_s: float, serializable: bool = False
+) -> tuple[int, dict]:
+    return request(
+        url,
+        "/v3/kv/range",
+        {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "serializable": serializable},
+        timeout_s,
+    )
 
 
 def kvs(body: dict) -> list[dict]:
     """``kvs`` of a range answer, decoded: key, value, create/mod revision, version, lease."""
-    return [{"key": unb64(kv.get("key")), "value": unb64(kv.get("value")),
-             "create_revision": int(kv.get("create_revision", 0)),
-             "mod_revision": int(kv.get("mod_revision", 0)),
-             "version": int(kv.get("version", 0)), "lease": int(kv.get("lease", 0))}
-            for kv in body.get("kvs", [])]
+    return [
+        {
+            "key": unb64(kv.get("key")),
+            "value": unb64(kv.get("value")),
+            "create_revision": int(kv.get("create_revision", 0)),
+            "mod_revision": int(kv.get("mod_revision", 0)),
+            "version": int(kv.get("version", 0)),
+            "lease": int(kv.get("lease", 0)),
+        }
+        for kv in body.get("kvs", [])
+    ]
 
 
 def compare(key: str, target: str, value: int | str, result: str = "EQUAL") -> dict:
-    field = {"CREATE": "create_revision", "MOD": "mod_revision", "VERSION": "version",
-             "VALUE": "value", "LEASE": "lease"}[target]
-    return {"key": b64(key), "target": target, "result": result,
-            field: b64(value) if target == "VALUE" else str(value)}
+    field = {
+        "CREATE": "create_revision",
+        "MOD": "mod_revision",
+        "VERSION": "version",
+        "VALUE": "value",
+        "LEASE": "lease",
+    }[target]
+    return {
+        "key": b64(key),
+        "target": target,
+        "result": result,
+        field: b64(value) if target == "VALUE" else str(value),
+    }
 
 
 def put_op(key: str, value: str, lease: int = 0) -> dict:
@@ -101,7 +122,16 @@ def put_op(key: str, value: str, lease: int = 0) -> dict:
     return {"request_put": op}
 
 
-def txn(url: str, compares: list[dict], success: list[dict], timeout_s: float,
-        failure: list[dict] | None = None) -> tuple[int, dict]:
-    return request(url, "/v3/kv/txn", {"compare": compares, "success": success,
-                                       "failure": failure or []}, timeout_s)
+def txn(
+    url: str,
+    compares: list[dict],
+    success: list[dict],
+    timeout_s: float,
+    failure: list[dict] | None = None,
+) -> tuple[int, dict]:
+    return request(
+        url,
+        "/v3/kv/txn",
+        {"compare": compares, "success": success, "failure": failure or []},
+        timeout_s,
+    )

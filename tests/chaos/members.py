@@ -63,8 +63,14 @@ class Member:
 
 
 class ChaosCluster:
-    def __init__(self, data_dir: str, size: int = 3, net: NetTopology | None = None,
-                 extra_args: list[str] | None = None, token: str = "raftkv-chaos"):
+    def __init__(
+        self,
+        data_dir: str,
+        size: int = 3,
+        net: NetTopology | None = None,
+        extra_args: list[str] | None = None,
+        token: str = "raftkv-chaos",
+    ):
         self.data_dir = data_dir
         self.net = net
         self.members: list[Member] = []
@@ -77,17 +83,44 @@ class ChaosCluster:
             endpoints = [("127.0.0.1", ports[2 * i], ports[2 * i + 1]) for i in range(size)]
         for i, (host, cport, pport) in enumerate(endpoints):
             name = f"node{i + 1}"
-            self.members.append(Member(i, name, host, cport, pport, os.path.join(data_dir, name),
-                                       os.path.join(data_dir, f"{name}.log"), []))
+            self.members.append(
+                Member(
+                    i,
+                    name,
+                    host,
+                    cport,
+                    pport,
+                    os.path.join(data_dir, name),
+                    os.path.join(data_dir, f"{name}.log"),
+                    [],
+                )
+            )
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for m in self.members:
             m.args = [
-                sys.executable, "-m", "kvserver.cli", "serve",
-                "--name", m.name, "--data-dir", m.data_dir,
-                "--listen-client-urls", m.client_url, "--advertise-client-urls", m.client_url,
-                "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
-                "--initial-cluster", initial, "--initial-cluster-state", "new",
-                "--initial-cluster-token", token, *(extra_args or []),
+                sys.executable,
+                "-m",
+                "kvserver.cli",
+                "serve",
+                "--name",
+                m.name,
+                "--data-dir",
+                m.data_dir,
+                "--listen-client-urls",
+                m.client_url,
+                "--advertise-client-urls",
+                m.client_url,
+                "--listen-peer-urls",
+                m.peer_url,
+                "--initial-advertise-peer-urls",
+                m.peer_url,
+                "--initial-cluster",
+                initial,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                token,
+                *(extra_args or []),
             ]
 
     @property
@@ -107,9 +140,13 @@ class ChaosCluster:
         with open(m.log_path, "ab") as log:
             log.write(f"---- chaos: starting {m.name} at {time.time():.3f}\n".encode())
             log.flush()
-            m.proc = subprocess.Popen([*prefix, *m.args], stdout=log, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                                      start_new_session=True)
+            m.proc = subprocess.Popen(
+                [*prefix, *m.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True,
+            )
         m.paused = False
 
     def kill(self, m: Member) -> None:
@@ -193,8 +230,9 @@ class ChaosCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in self.exited():
-                raise AssertionError(f"{m.name} exited ({self.exit_reason(m)}):\n"
-                                     f"{self.log_tail(m)}")
+                raise AssertionError(
+                    f"{m.name} exited ({self.exit_reason(m)}):\n{self.log_tail(m)}"
+                )
             if all(self.healthy(m) for m in self.members):
                 lead = self.leader()
                 if lead is not None:

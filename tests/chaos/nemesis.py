@@ -57,8 +57,10 @@ def expand(spec: str) -> list[str]:
         elif part in ALL_FAULTS:
             out.append(part)
         else:
-            raise ValueError(f"unknown nemesis {part!r}: use {', '.join(FAMILIES)}, all, "
-                             f"or one of {', '.join(ALL_FAULTS)}")
+            raise ValueError(
+                f"unknown nemesis {part!r}: use {', '.join(FAMILIES)}, all, "
+                f"or one of {', '.join(ALL_FAULTS)}"
+            )
     return list(dict.fromkeys(out))
 
 
@@ -67,9 +69,17 @@ def needs_network(faults: list[str]) -> bool:
 
 
 class Nemesis:
-    def __init__(self, cluster: ChaosCluster, net: NetTopology | None, prober: Prober,
-                 rng: random.Random, origin: float, hold_s: float = 3.0,
-                 healthy_timeout_s: float = 60.0, failover_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        cluster: ChaosCluster,
+        net: NetTopology | None,
+        prober: Prober,
+        rng: random.Random,
+        origin: float,
+        hold_s: float = 3.0,
+        healthy_timeout_s: float = 60.0,
+        failover_timeout_s: float = 30.0,
+    ):
         self.cluster = cluster
         self.net = net
         self.prober = prober
@@ -134,11 +144,15 @@ class Nemesis:
         lead_after = self.cluster.wait_healthy(self.healthy_timeout_s)
         healthy = time.monotonic()
         first = self.prober.first_ack_after(start)
-        record.update({
-            "start_s": self.rel(start), "heal_s": self.rel(healed),
-            "healthy_s": self.rel(healthy), "leader_after": lead_after.name,
-            "recovery_s": None if first is None else round(first - start, 3),
-        })
+        record.update(
+            {
+                "start_s": self.rel(start),
+                "heal_s": self.rel(healed),
+                "healthy_s": self.rel(healthy),
+                "leader_after": lead_after.name,
+                "recovery_s": None if first is None else round(first - start, 3),
+            }
+        )
         return record
 
     @staticmethod

@@ -55,8 +55,9 @@ class NetError(RuntimeError):
 def _run(*args: str, check: bool = True, timeout_s: float = 20.0) -> subprocess.CompletedProcess:
     proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s)
     if check and proc.returncode != 0:
-        raise NetError(f"{' '.join(args)} -> exit {proc.returncode}: "
-                       f"{(proc.stderr or proc.stdout).strip()}")
+        raise NetError(
+            f"{' '.join(args)} -> exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()}"
+        )
     return proc
 
 
@@ -118,6 +119,7 @@ def collect_garbage() -> list[str]:
 
 def _split_rule(spec: str) -> list[str]:
     import shlex
+
     return shlex.split(spec)
 
 
@@ -155,7 +157,7 @@ class NetTopology:
             raise NetError(f"no free /24 under 10.{second_octet}.0.0/16")
         self.network = net
         hosts = list(net.hosts())
-        self.gateway = str(hosts[0])                       # .1, on the bridge
+        self.gateway = str(hosts[0])  # .1, on the bridge
         self.addresses = [str(hosts[9 + i]) for i in range(size)]  # .10, .11, ...
         atexit.register(self.close)
 
@@ -168,15 +170,30 @@ class NetTopology:
             self._created.append(("link", self.bridge))
             _run("ip", "addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
-            _run("iptables", "-I", "FORWARD", "1", "-i", self.bridge, "-o", self.bridge,
-                 "-m", "comment", "--comment", self.tag, "-j", "ACCEPT")
+            _run(
+                "iptables",
+                "-I",
+                "FORWARD",
+                "1",
+                "-i",
+                self.bridge,
+                "-o",
+                self.bridge,
+                "-m",
+                "comment",
+                "--comment",
+                self.tag,
+                "-j",
+                "ACCEPT",
+            )
             self._created.append(("rule", self.bridge))
             for i, ns in enumerate(self.namespaces):
                 _run("ip", "netns", "add", ns)
                 self._created.append(("netns", ns))
                 inner = f"{self.tag}v{i + 1}"
-                _run("ip", "link", "add", self._host_veths[i], "type", "veth", "peer", "name",
-                     inner)
+                _run(
+                    "ip", "link", "add", self._host_veths[i], "type", "veth", "peer", "name", inner
+                )
                 self._created.append(("link", self._host_veths[i]))
                 _run("ip", "link", "set", inner, "netns", ns)
                 _run("ip", "link", "set", self._host_veths[i], "master", self.bridge)
@@ -234,8 +251,21 @@ class NetTopology:
         errors = []
         for kind, name in reversed(self._created):
             if kind == "rule":
-                cmd = ("iptables", "-D", "FORWARD", "-i", name, "-o", name, "-m", "comment",
-                       "--comment", self.tag, "-j", "ACCEPT")
+                cmd = (
+                    "iptables",
+                    "-D",
+                    "FORWARD",
+                    "-i",
+                    name,
+                    "-o",
+                    name,
+                    "-m",
+                    "comment",
+                    "--comment",
+                    self.tag,
+                    "-j",
+                    "ACCEPT",
+                )
             elif kind == "netns":
                 cmd = ("ip", "netns", "del", name)
             else:

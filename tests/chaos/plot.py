@@ -14,21 +14,27 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLOURS = {"kill": "tab:red", "pause": "tab:orange", "restart": "tab:purple",
-           "partition": "tab:green"}
+COLOURS = {
+    "kill": "tab:red",
+    "pause": "tab:orange",
+    "restart": "tab:purple",
+    "partition": "tab:green",
+}
 
 
 def plot_timeline(report: dict, series: dict, path: str) -> None:
     t, lat, outcome = series["t_s"], series["latency_s"], series["outcome"]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 1]})
-    for kind, colour, label in (("ok", "tab:blue", "acknowledged"),
-                                ("unknown", "tab:red", "unknown outcome"),
-                                ("fail", "0.5", "definite failure")):
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(14, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    for kind, colour, label in (
+        ("ok", "tab:blue", "acknowledged"),
+        ("unknown", "tab:red", "unknown outcome"),
+        ("fail", "0.5", "definite failure"),
+    ):
         xs = [x for x, o in zip(t, outcome, strict=True) if o == kind]
         ys = [max(y, 1e-4) for y, o in zip(lat, outcome, strict=True) if o == kind]
-        top.scatter(xs, ys, s=3, c=colour, label=f"{label} ({len(xs)})", alpha=0.6,
-                    linewidths=0)
+        top.scatter(xs, ys, s=3, c=colour, label=f"{label} ({len(xs)})", alpha=0.6, linewidths=0)
     top.set_yscale("log")
     top.set_ylabel("latency (s)")
     end = max(t, default=1.0)
@@ -51,15 +57,25 @@ def plot_timeline(report: dict, series: dict, path: str) -> None:
             if fault.get("healthy_s") is not None:
                 ax.axvline(fault["healthy_s"], color=colour, linestyle=":", linewidth=0.8)
         targets = ",".join(fault.get("targets", []))
-        top.text(start, 1.02, f"{fault['fault']} {targets}", rotation=60, fontsize=6,
-                 transform=top.get_xaxis_transform(), va="bottom")
+        top.text(
+            start,
+            1.02,
+            f"{fault['fault']} {targets}",
+            rotation=60,
+            fontsize=6,
+            transform=top.get_xaxis_transform(),
+            va="bottom",
+        )
     lin = report.get("linearizability", {}).get("verdict", "?")
     fo = report.get("failover", {})
-    fig.suptitle(f"raftkv chaos: {report.get('rounds', 0)} faults, "
-                 f"{report.get('ops', {}).get('total', 0)} ops, "
-                 f"acknowledged writes lost {report.get('lost_writes', '?')}, "
-                 f"linearizability {lin}, leader-kill failover p50 {fo.get('p50_s')} s "
-                 f"p99 {fo.get('p99_s')} s", fontsize=9)
+    fig.suptitle(
+        f"raftkv chaos: {report.get('rounds', 0)} faults, "
+        f"{report.get('ops', {}).get('total', 0)} ops, "
+        f"acknowledged writes lost {report.get('lost_writes', '?')}, "
+        f"linearizability {lin}, leader-kill failover p50 {fo.get('p50_s')} s "
+        f"p99 {fo.get('p99_s')} s",
+        fontsize=9,
+    )
     top.legend(loc="upper right", fontsize=7, markerscale=3)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=110)

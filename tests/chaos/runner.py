@@ -52,14 +52,14 @@ class ChaosConfig:
     nemesis: str = "kill,pause,restart,partition"
     out_dir: str = "chaos-out"
     seed: int = 1
-    hold_s: float = 3.0            # how long each fault lasts
-    gap_s: float = 1.0             # quiet time between two faults
-    failover_kills: int = 0        # extra leader SIGKILLs after the schedule
-    network: str = "auto"          # auto | netns | loopback (target "process" only)
-    target: str = "process"        # process: raftkv serve processes; compose: deploy/'s containers
+    hold_s: float = 3.0  # how long each fault lasts
+    gap_s: float = 1.0  # quiet time between two faults
+    failover_kills: int = 0  # extra leader SIGKILLs after the schedule
+    network: str = "auto"  # auto | netns | loopback (target "process" only)
+    target: str = "process"  # process: raftkv serve processes; compose: deploy/'s containers
     register_clients: int = 5
     register_keys: int = 5
-    bank_clients: int = 3          # one of them only reads
+    bank_clients: int = 3  # one of them only reads
     lock_clients: int = 3
     watchers: int = 2
     check_timeout_s: float = 180.0
@@ -98,13 +98,16 @@ def compose_faults(spec: str) -> tuple[list[str], dict[str, str]]:
     """The faults of ``spec`` the compose target can inject, and those it leaves out (with
     the reason) because a family or ``all`` named them; naming one alone is an error."""
     from tests.chaos.docker_members import UNSUPPORTED_FAULTS
+
     named = {p.strip() for p in spec.split(",")}
     asked = [f for f in UNSUPPORTED_FAULTS if f in named]
     if asked:
         raise ChaosUnavailable(f"{asked[0]}: {UNSUPPORTED_FAULTS[asked[0]]}")
     faults = expand(spec)
-    return ([f for f in faults if f not in UNSUPPORTED_FAULTS],
-            {f: UNSUPPORTED_FAULTS[f] for f in faults if f in UNSUPPORTED_FAULTS})
+    return (
+        [f for f in faults if f not in UNSUPPORTED_FAULTS],
+        {f: UNSUPPORTED_FAULTS[f] for f in faults if f in UNSUPPORTED_FAULTS},
+    )
 
 
 def run(cfg: ChaosConfig) -> dict:
@@ -119,14 +122,22 @@ def run(cfg: ChaosConfig) -> dict:
     if cfg.network == "netns" and reason:
         raise ChaosUnavailable(reason)
     if needs_network(faults) and (reason or cfg.network == "loopback"):
-        raise ChaosUnavailable(f"partition faults need network namespaces: "
-                               f"{reason or 'network=loopback was asked for'}")
+        raise ChaosUnavailable(
+            f"partition faults need network namespaces: "
+            f"{reason or 'network=loopback was asked for'}"
+        )
     os.makedirs(cfg.out_dir, exist_ok=True)
     rng = random.Random(cfg.seed)
-    report: dict = {"config": asdict(cfg), "faults_requested": faults,
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "load_avg_at_start": os.getloadavg()},
-                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    report: dict = {
+        "config": asdict(cfg),
+        "faults_requested": faults,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_at_start": os.getloadavg(),
+        },
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     problems: list[str] = []
     net = None
     cluster = None
@@ -135,8 +146,16 @@ def run(cfg: ChaosConfig) -> dict:
             netns.collect_garbage()
             net = netns.NetTopology(3).create()
         cluster = ChaosCluster(os.path.join(cfg.out_dir, "data"), 3, net, cfg.extra_args)
-        report["network"] = ({"mode": "netns", "subnet": str(net.network), "bridge": net.bridge,
-                              "namespaces": net.namespaces} if net else {"mode": "loopback"})
+        report["network"] = (
+            {
+                "mode": "netns",
+                "subnet": str(net.network),
+                "bridge": net.bridge,
+                "namespaces": net.namespaces,
+            }
+            if net
+            else {"mode": "loopback"}
+        )
         report["members"] = {m.name: m.client_url for m in cluster.members}
         cluster.start()
         cluster.wait_healthy(90)
@@ -157,25 +176,33 @@ def _run_compose(cfg: ChaosConfig) -> dict:
     """The same run against deploy/docker-compose.yml's three containers, with Docker's
     faults (tests/chaos/docker_members.py); ``down -v`` and a leftover check at the end."""
     from tests.chaos.docker_members import compose_members, leftovers
+
     faults, left_out = compose_faults(cfg.nemesis)
     if not faults:
         raise ValueError("no nemesis selected")
     if cfg.extra_args:
-        raise ValueError("--server-arg is for the process target: the containers take their "
-                         "flags from deploy/docker-compose.yml")
+        raise ValueError(
+            "--server-arg is for the process target: the containers take their "
+            "flags from deploy/docker-compose.yml"
+        )
     os.makedirs(cfg.out_dir, exist_ok=True)
     rng = random.Random(cfg.seed)
-    report: dict = {"config": asdict(cfg), "faults_requested": faults,
-                    "faults_left_out": left_out,
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "load_avg_at_start": os.getloadavg()},
-                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    report: dict = {
+        "config": asdict(cfg),
+        "faults_requested": faults,
+        "faults_left_out": left_out,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_at_start": os.getloadavg(),
+        },
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     problems: list[str] = []
     project = docker = None
     with compose_members(os.path.join(cfg.out_dir, "data")) as cluster:
         project, docker = cluster.compose.project, cluster.compose.docker
-        report["network"] = {"mode": "compose", "project": project,
-                             "network": cluster.network.name}
+        report["network"] = {"mode": "compose", "project": project, "network": cluster.network.name}
         report["members"] = {m.name: m.client_url for m in cluster.members}
         try:
             cluster.wait_healthy(90)
@@ -196,6 +223,7 @@ def _finish(cfg: ChaosConfig, report: dict, problems: list[str]) -> dict:
     if series is not None:
         try:
             from tests.chaos.plot import plot_timeline
+
             report["png"] = os.path.join(cfg.out_dir, "timeline.png")
             plot_timeline(report, series, report["png"])
         except ImportError as exc:  # matplotlib missing: the JSON is the result
@@ -212,14 +240,14 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     recorder = Recorder()
     start_rev = _put_retrying(endpoints, f"{h.PREFIX}start", "1", 60)
     origin = time.monotonic()
-    register = Register(endpoints, recorder, cfg.seed, cfg.register_clients,
-                        keys=cfg.register_keys)
+    register = Register(endpoints, recorder, cfg.seed, cfg.register_clients, keys=cfg.register_keys)
     bank = Bank(endpoints, recorder, cfg.seed, cfg.bank_clients)
     bank.setup(endpoints[0])
     lock = LockWorkload(endpoints, recorder, cfg.seed, cfg.lock_clients)
     prober = Prober(endpoints, recorder)
-    watchers = [Watcher(f"watcher{i + 1}", endpoints, start_rev, cfg.seed)
-                for i in range(cfg.watchers)]
+    watchers = [
+        Watcher(f"watcher{i + 1}", endpoints, start_rev, cfg.seed) for i in range(cfg.watchers)
+    ]
     workloads = [register, bank, lock]
     for w in [*watchers, *workloads, prober]:
         w.start()
@@ -250,8 +278,13 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
                 timeline.append(nemesis.run(fault))
             except AssertionError as exc:  # no recovery within the bound, or a member died
                 problems.append(f"{fault}: {exc}")
-                timeline.append({"fault": fault, "error": str(exc)[:2000],
-                                 "start_s": nemesis.rel(time.monotonic())})
+                timeline.append(
+                    {
+                        "fault": fault,
+                        "error": str(exc)[:2000],
+                        "start_s": nemesis.rel(time.monotonic()),
+                    }
+                )
                 nemesis.heal_everything()
                 break
             time.sleep(cfg.gap_s)  # quiet time between faults, part of the schedule
@@ -283,12 +316,16 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     for w in watchers:
         caught_up = w.wait_for(until_rev, 90)
         w.stop()
-        wp = [] if caught_up else [f"{w.name}: stopped at revision {w.last_revision}, "
-                                   f"expected {until_rev}"]
+        wp = (
+            []
+            if caught_up
+            else [f"{w.name}: stopped at revision {w.last_revision}, expected {until_rev}"]
+        )
         wp += w.problems + checks.watch_problems(w.name, w.events, reference, until_rev)
         problems += wp
-        watch_report.append({"name": w.name, "events": len(w.events),
-                             "reconnects": w.reconnects, "problems": wp})
+        watch_report.append(
+            {"name": w.name, "events": len(w.events), "reconnects": w.reconnects, "problems": wp}
+        )
 
     # --- acknowledged writes ---------------------------------------------------------------
     lost = checks.lost_writes(recorder.acked_writes, reference) if reference else ["no history"]
@@ -306,26 +343,33 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
         except h.NoAnswer as exc:
             problems.append(f"final bank read of member {i}: {exc}")
     if bank.violations:
-        problems.append(f"bank total changed in {len(bank.violations)} reads, e.g. "
-                        f"{bank.violations[:3]}")
+        problems.append(
+            f"bank total changed in {len(bank.violations)} reads, e.g. {bank.violations[:3]}"
+        )
 
     # --- lock ------------------------------------------------------------------------------
-    fenced, fence_violations = checks.fencing_violations(reference, lock.LOCK_KEY,
-                                                         lock.RESOURCE_KEY)
+    fenced, fence_violations = checks.fencing_violations(
+        reference, lock.LOCK_KEY, lock.RESOURCE_KEY
+    )
     problems += fence_violations
     if lock.acquired == 0 or fenced == 0:
-        problems.append(f"the lock workload did nothing (acquired {lock.acquired}, "
-                        f"fenced writes {fenced})")
+        problems.append(
+            f"the lock workload did nothing (acquired {lock.acquired}, fenced writes {fenced})"
+        )
 
     # --- linearizability -------------------------------------------------------------------
     with open(os.path.join(cfg.out_dir, "register-history.pickle"), "wb") as f:
         pickle.dump(register.history.operations(), f)  # for tests.lincheck offline
     t0 = time.monotonic()
     result = check(KvModel(), register.history, timeout_s=cfg.check_timeout_s)
-    lin = {"verdict": result.verdict.name, "operations": result.operation_count,
-           "steps": result.steps, "check_s": round(time.monotonic() - t0, 2),
-           "violations": sum(p.verdict.name == "ILLEGAL" for p in result.partitions),
-           "pending": sum(op.pending for op in register.history.operations())}
+    lin = {
+        "verdict": result.verdict.name,
+        "operations": result.operation_count,
+        "steps": result.steps,
+        "check_s": round(time.monotonic() - t0, 2),
+        "violations": sum(p.verdict.name == "ILLEGAL" for p in result.partitions),
+        "pending": sum(op.pending for op in register.history.operations()),
+    }
     if not result.ok:
         lin["explanation"] = result.explanation[:5000]
         problems.append(f"linearizability: {result.verdict.name}")
@@ -339,44 +383,70 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     failovers = [r["failover_s"] for r in timeline if r.get("failover_s") is not None]
     missing_failovers = sum(1 for r in timeline if "failover_s" in r and r["failover_s"] is None)
     if missing_failovers:
-        problems.append(f"{missing_failovers} leader kills without an acknowledged write "
-                        f"within {nemesis.failover_timeout_s}s")
+        problems.append(
+            f"{missing_failovers} leader kills without an acknowledged write "
+            f"within {nemesis.failover_timeout_s}s"
+        )
     recoveries = [r["recovery_s"] for r in timeline if r.get("recovery_s") is not None]
-    report.update({
-        "rounds": sum(1 for r in timeline if "error" not in r),
-        "ops": {"total": len(ops), "by_workload": by_workload},
-        "acked_writes": len(recorder.acked_writes),
-        "lost_writes": len(lost), "lost_examples": lost[:20],
-        "linearizability": lin,
-        "bank": {"reads_checked": bank.reads, "violations": len(bank.violations),
-                 "examples": bank.violations[:5], "total": bank.total,
-                 "serializable_before_setup": bank.before_setup,
-                 "serializable_went_back": bank.went_back_count,
-                 "went_back_examples": bank.went_back[:5]},
-        "lock": {"acquisitions": lock.acquired, "guarded_writes_acked": lock.guarded_ok,
-                 "guarded_writes_fenced_off": lock.guarded_rejected,
-                 "fenced_writes_checked": fenced, "overlaps": len(fence_violations),
-                 "examples": fence_violations[:5]},
-        "watch": {"watchers": watch_report, "reference_events": len(reference),
-                  "complete_and_ordered": all(not w["problems"] for w in watch_report)},
-        "replicas": {"members_replayed": len(histories), "identical": not replica,
-                     "problems": replica},
-        "failover": {"definition": "leader SIGKILL -> first acknowledged put invoked after it",
-                     "kills": len(failovers), "samples_s": failovers,
-                     "p50_s": checks.percentile(failovers, 50),
-                     "p99_s": checks.percentile(failovers, 99),
-                     "max_s": max(failovers, default=None)},
-        "recovery_any_fault": {"p50_s": checks.percentile(recoveries, 50),
-                               "p99_s": checks.percentile(recoveries, 99)},
-        "series": _series(ops, origin),
-        "revisions": {"start": start_rev, "end": until_rev},
-    })
+    report.update(
+        {
+            "rounds": sum(1 for r in timeline if "error" not in r),
+            "ops": {"total": len(ops), "by_workload": by_workload},
+            "acked_writes": len(recorder.acked_writes),
+            "lost_writes": len(lost),
+            "lost_examples": lost[:20],
+            "linearizability": lin,
+            "bank": {
+                "reads_checked": bank.reads,
+                "violations": len(bank.violations),
+                "examples": bank.violations[:5],
+                "total": bank.total,
+                "serializable_before_setup": bank.before_setup,
+                "serializable_went_back": bank.went_back_count,
+                "went_back_examples": bank.went_back[:5],
+            },
+            "lock": {
+                "acquisitions": lock.acquired,
+                "guarded_writes_acked": lock.guarded_ok,
+                "guarded_writes_fenced_off": lock.guarded_rejected,
+                "fenced_writes_checked": fenced,
+                "overlaps": len(fence_violations),
+                "examples": fence_violations[:5],
+            },
+            "watch": {
+                "watchers": watch_report,
+                "reference_events": len(reference),
+                "complete_and_ordered": all(not w["problems"] for w in watch_report),
+            },
+            "replicas": {
+                "members_replayed": len(histories),
+                "identical": not replica,
+                "problems": replica,
+            },
+            "failover": {
+                "definition": "leader SIGKILL -> first acknowledged put invoked after it",
+                "kills": len(failovers),
+                "samples_s": failovers,
+                "p50_s": checks.percentile(failovers, 50),
+                "p99_s": checks.percentile(failovers, 99),
+                "max_s": max(failovers, default=None),
+            },
+            "recovery_any_fault": {
+                "p50_s": checks.percentile(recoveries, 50),
+                "p99_s": checks.percentile(recoveries, 99),
+            },
+            "series": _series(ops, origin),
+            "revisions": {"start": start_rev, "end": until_rev},
+        }
+    )
 
 
 def _series(ops, origin: float) -> dict:
     """Per-operation points for the plot: time since start, latency, outcome, workload."""
     ops = sorted(ops, key=lambda o: o.start)
-    return {"t_s": [round(o.start - origin, 3) for o in ops],
-            "latency_s": [round(o.end - o.start, 4) for o in ops],
-            "outcome": [o.outcome for o in ops],
-            "workload": [o.workload for o in ops]}
+    return {
+        "t_s": [round(o.start - origin, 3) for o in ops],
+        "latency_s": [round(o.end - o.start, 4) for o in ops],
+        "outcome": [o.outcome for o in ops],
+        "workload": [o.workload for o in ops],
+    }

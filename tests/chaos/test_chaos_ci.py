@@ -46,11 +46,17 @@ def _need_netns() -> None:
 
 
 def _can_connect(topo: netns.NetTopology, member: int | None, host: str, port: int) -> bool:
-    code = (f"import socket\ntry:\n socket.create_connection(({host!r}, {port}), timeout=1)"
-            f".close(); print(1)\nexcept OSError: print(0)")
+    code = (
+        f"import socket\ntry:\n socket.create_connection(({host!r}, {port}), timeout=1)"
+        f".close(); print(1)\nexcept OSError: print(0)"
+    )
     if member is None:
-        return subprocess.run([sys.executable, "-c", code], capture_output=True,
-                              text=True).stdout.strip() == "1"
+        return (
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True
+            ).stdout.strip()
+            == "1"
+        )
     return topo.exec(member, sys.executable, "-c", code).stdout.strip() == "1"
 
 
@@ -63,9 +69,21 @@ def test_partitions_cut_members_only_and_cleanup_leaves_nothing():
     servers = []
     try:
         for i in range(3):
-            servers.append(subprocess.Popen(
-                [*topo.command_prefix(i), sys.executable, "-m", "http.server", "--bind",
-                 topo.addresses[i], "8000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            servers.append(
+                subprocess.Popen(
+                    [
+                        *topo.command_prefix(i),
+                        sys.executable,
+                        "-m",
+                        "http.server",
+                        "--bind",
+                        topo.addresses[i],
+                        "8000",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         deadline = time.monotonic() + 30
         while not all(_can_connect(topo, None, a, 8000) for a in topo.addresses):
             assert time.monotonic() < deadline, "servers in the namespaces never answered"
@@ -76,7 +94,7 @@ def test_partitions_cut_members_only_and_cleanup_leaves_nothing():
         assert not _can_connect(topo, 2, topo.addresses[0], 8000)
         assert _can_connect(topo, 1, topo.addresses[2], 8000)
         assert all(_can_connect(topo, None, a, 8000) for a in topo.addresses)
-        topo.partition({frozenset((0, 2))})        # bridge: 1 still talks to both
+        topo.partition({frozenset((0, 2))})  # bridge: 1 still talks to both
         assert not _can_connect(topo, 0, topo.addresses[2], 8000)
         assert _can_connect(topo, 0, topo.addresses[1], 8000)
         assert _can_connect(topo, 1, topo.addresses[2], 8000)
@@ -95,21 +113,44 @@ def _a_stale_read_would_have_been_caught(path) -> None:
     changed to a value nobody wrote is ILLEGAL."""
     with open(path, "rb") as f:
         ops = pickle.load(f)
-    victim = next(op for op in reversed(ops)
-                  if op.input.kind is KvOpKind.GET and op.output is not None)
-    forged = [dataclasses.replace(op, output=kv.get_ok("never-written")) if op is victim else op
-              for op in ops]
+    victim = next(
+        op for op in reversed(ops) if op.input.kind is KvOpKind.GET and op.output is not None
+    )
+    forged = [
+        dataclasses.replace(op, output=kv.get_ok("never-written")) if op is victim else op
+        for op in ops
+    ]
     assert check(KvModel(), forged, timeout_s=120).verdict is Verdict.ILLEGAL
 
 
 def test_every_nemesis_keeps_every_safety_property(tmp_path):
     _need_netns()
-    cfg = ChaosConfig(duration_s=70, nemesis="all", out_dir=str(tmp_path / "chaos"), seed=7,
-                      hold_s=3.0, gap_s=1.0, failover_kills=4)
+    cfg = ChaosConfig(
+        duration_s=70,
+        nemesis="all",
+        out_dir=str(tmp_path / "chaos"),
+        seed=7,
+        hold_s=3.0,
+        gap_s=1.0,
+        failover_kills=4,
+    )
     report = run(cfg)
-    summary = {k: report.get(k) for k in ("rounds", "ops", "acked_writes", "lost_writes",
-                                          "linearizability", "bank", "lock", "watch",
-                                          "replicas", "failover", "problems")}
+    summary = {
+        k: report.get(k)
+        for k in (
+            "rounds",
+            "ops",
+            "acked_writes",
+            "lost_writes",
+            "linearizability",
+            "bank",
+            "lock",
+            "watch",
+            "replicas",
+            "failover",
+            "problems",
+        )
+    }
     print(json.dumps(summary, indent=1, default=str))
     if not report["ok"]:
         for name in ("node1", "node2", "node3"):
@@ -132,7 +173,7 @@ def test_every_nemesis_keeps_every_safety_property(tmp_path):
     assert report["lock"]["fenced_writes_checked"] >= 5
     assert report["watch"]["complete_and_ordered"], report["watch"]
     assert report["replicas"]["identical"] and report["replicas"]["members_replayed"] == 3
-    assert report["failover"]["kills"] >= 5       # every kill-leader got an acknowledged write
+    assert report["failover"]["kills"] >= 5  # every kill-leader got an acknowledged write
     assert report["cleanup"] == {"errors": [], "leftovers": []}
     assert report["problems"] == [] and report["ok"]
     assert os.path.getsize(report["png"]) > 10_000

@@ -25,18 +25,44 @@ from tests.chaos.docker_members import UNSUPPORTED_FAULTS
 from tests.chaos.nemesis import ALL_FAULTS
 from tests.chaos.runner import ChaosConfig, run
 
-pytestmark = [pytest.mark.chaos, pytest.mark.docker, pytest.mark.external,
-              pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.docker,
+    pytest.mark.external,
+    pytest.mark.timeout(1800),
+]
 
 
 def test_docker_nemeses_keep_every_safety_property(tmp_path):
     out = tmp_path / "chaos"
-    cfg = ChaosConfig(target="compose", duration_s=45, nemesis="all", out_dir=str(out),
-                      seed=11, hold_s=3.0, gap_s=1.0, failover_kills=2)
+    cfg = ChaosConfig(
+        target="compose",
+        duration_s=45,
+        nemesis="all",
+        out_dir=str(out),
+        seed=11,
+        hold_s=3.0,
+        gap_s=1.0,
+        failover_kills=2,
+    )
     report = run(cfg)
-    summary = {k: report.get(k) for k in ("rounds", "ops", "acked_writes", "lost_writes",
-                                          "linearizability", "bank", "lock", "watch",
-                                          "replicas", "failover", "cleanup", "problems")}
+    summary = {
+        k: report.get(k)
+        for k in (
+            "rounds",
+            "ops",
+            "acked_writes",
+            "lost_writes",
+            "linearizability",
+            "bank",
+            "lock",
+            "watch",
+            "replicas",
+            "failover",
+            "cleanup",
+            "problems",
+        )
+    }
     print(json.dumps(summary, indent=1, default=str))
     if not report["ok"]:
         for log in sorted((out / "data").glob("*.log")):
@@ -45,8 +71,9 @@ def test_docker_nemeses_keep_every_safety_property(tmp_path):
     assert report["network"]["mode"] == "compose"
     assert report["faults_left_out"] == UNSUPPORTED_FAULTS
     faults_run = {r["fault"] for r in report["timeline"] if "error" not in r}
-    assert faults_run == set(ALL_FAULTS) - set(UNSUPPORTED_FAULTS), \
+    assert faults_run == set(ALL_FAULTS) - set(UNSUPPORTED_FAULTS), (
         f"not every Docker fault ran: {faults_run}"
+    )
     assert report["acked_writes"] >= 300
     assert report["lost_writes"] == 0, report["lost_examples"]
     lin = report["linearizability"]
@@ -58,6 +85,6 @@ def test_docker_nemeses_keep_every_safety_property(tmp_path):
     assert report["lock"]["fenced_writes_checked"] >= 5
     assert report["watch"]["complete_and_ordered"], report["watch"]
     assert report["replicas"]["identical"] and report["replicas"]["members_replayed"] == 3
-    assert report["failover"]["kills"] >= 3       # every kill-leader got an acknowledged write
+    assert report["failover"]["kills"] >= 3  # every kill-leader got an acknowledged write
     assert report["cleanup"] == {"errors": [], "leftovers": []}
     assert report["problems"] == [] and report["ok"]

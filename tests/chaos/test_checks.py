@@ -11,7 +11,7 @@ LOCK, RES = "chaos/lock/owner", "chaos/lock/resource"
 HISTORY = [
     (2, "PUT", "chaos/a", "1", 2),
     (3, "PUT", "chaos/b", "x", 3),
-    (3, "PUT", "chaos/c", "y", 3),      # one txn: two events at one revision
+    (3, "PUT", "chaos/c", "y", 3),  # one txn: two events at one revision
     (4, "PUT", "chaos/a", "2", 2),
     (5, "DELETE", "chaos/b", "", 0),
 ]
@@ -21,7 +21,8 @@ def test_lost_writes_are_acked_writes_missing_from_the_history():
     acked = [("chaos/a", 2, "register"), ("chaos/a", 4, "register"), ("chaos/c", 3, "bank")]
     assert checks.lost_writes(acked, HISTORY) == []
     assert checks.lost_writes([*acked, ("chaos/a", 6, "register")], HISTORY) == [
-        "register: chaos/a@6"]
+        "register: chaos/a@6"
+    ]
     # a delete at that revision is not the put that was acknowledged
     assert checks.lost_writes([("chaos/b", 5, "bank")], HISTORY) == ["bank: chaos/b@5"]
 
@@ -60,8 +61,9 @@ def _lock_history(*writes):
 
 def test_fencing_accepts_writes_by_the_current_holder_only():
     assert checks.fencing_violations(_lock_history(), LOCK, RES) == (2, [])
-    checked, stale = checks.fencing_violations(_lock_history((15, "PUT", RES, "10:0:1", 11)),
-                                               LOCK, RES)
+    checked, stale = checks.fencing_violations(
+        _lock_history((15, "PUT", RES, "10:0:1", 11)), LOCK, RES
+    )
     assert checked == 3 and any("token 10" in v for v in stale)
     free = _lock_history((15, "DELETE", LOCK, "", 0), (16, "PUT", RES, "13:1:1", 11))
     assert "while the lock was free" in checks.fencing_violations(free, LOCK, RES)[1][0]
@@ -89,9 +91,17 @@ def test_nemesis_names_expand_and_partitions_need_the_network():
 
 
 def _snapshot(revision: int, values: list[int]) -> dict:
-    return {"header": {"revision": str(revision)},
-            "kvs": [{"key": h.b64(f"chaos/bank/a{i}"), "value": h.b64(str(v)),
-                     "mod_revision": str(revision)} for i, v in enumerate(values)]}
+    return {
+        "header": {"revision": str(revision)},
+        "kvs": [
+            {
+                "key": h.b64(f"chaos/bank/a{i}"),
+                "value": h.b64(str(v)),
+                "mod_revision": str(revision),
+            }
+            for i, v in enumerate(values)
+        ],
+    }
 
 
 def test_bank_snapshots_total_the_initial_amount_or_predate_the_accounts():
@@ -99,7 +109,7 @@ def test_bank_snapshots_total_the_initial_amount_or_predate_the_accounts():
     bank.setup_revision = 10
     bank.check_snapshot(_snapshot(10, [100, 100, 100]), "a", member=0)
     bank.check_snapshot(_snapshot(12, [50, 150, 100]), "b", member=0)
-    bank.check_snapshot(_snapshot(1, []), "stale serializable", member=0)   # legal, but old
+    bank.check_snapshot(_snapshot(1, []), "stale serializable", member=0)  # legal, but old
     assert bank.violations == [] and bank.before_setup == 1
     assert bank.went_back_count == 1 and "revision 1 after 12" in bank.went_back[0]
     bank.check_snapshot(_snapshot(13, [50, 150, 99]), "lost a coin")

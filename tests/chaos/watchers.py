@@ -32,10 +32,16 @@ Event = tuple[int, str, str, str, int]
 def _open(url: str, prefix: str, start_revision: int, timeout_s: float):
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
-    body = {"create_request": {"key": h.b64(prefix), "range_end": h.b64(h.prefix_end(prefix)),
-                               "start_revision": str(start_revision)}}
-    conn.request("POST", "/v3/watch", json.dumps(body).encode(),
-                 {"Content-Type": "application/json"})
+    body = {
+        "create_request": {
+            "key": h.b64(prefix),
+            "range_end": h.b64(h.prefix_end(prefix)),
+            "start_revision": str(start_revision),
+        }
+    }
+    conn.request(
+        "POST", "/v3/watch", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     resp = conn.getresponse()
     if resp.status != 200:
         text = resp.read()[:300]
@@ -48,14 +54,28 @@ def _events(result: dict) -> list[Event]:
     out = []
     for ev in result.get("events", []):
         kv = ev.get("kv", {})
-        out.append((int(kv.get("mod_revision", 0)), ev.get("type", "PUT"), h.unb64(kv.get("key")),
-                    h.unb64(kv.get("value")), int(kv.get("create_revision", 0))))
+        out.append(
+            (
+                int(kv.get("mod_revision", 0)),
+                ev.get("type", "PUT"),
+                h.unb64(kv.get("key")),
+                h.unb64(kv.get("value")),
+                int(kv.get("create_revision", 0)),
+            )
+        )
     return out
 
 
 class Watcher:
-    def __init__(self, name: str, endpoints: list[str], start_revision: int, seed: int,
-                 prefix: str = h.PREFIX, idle_s: float = 5.0):
+    def __init__(
+        self,
+        name: str,
+        endpoints: list[str],
+        start_revision: int,
+        seed: int,
+        prefix: str = h.PREFIX,
+        idle_s: float = 5.0,
+    ):
         self.name = name
         self.endpoints = endpoints
         self.prefix = prefix
@@ -90,8 +110,9 @@ class Watcher:
                         continue
                     result = json.loads(line).get("result", {})
                     if result.get("compact_revision"):
-                        self.problems.append(f"{self.name}: compacted at "
-                                             f"{result['compact_revision']} (via {url})")
+                        self.problems.append(
+                            f"{self.name}: compacted at {result['compact_revision']} (via {url})"
+                        )
                     got = _events(result)
                     if got:
                         with self._seen:
@@ -132,8 +153,13 @@ class Watcher:
             self.problems.append(f"{self.name}: thread did not stop")
 
 
-def replay(url: str, start_revision: int, until_revision: int, timeout_s: float = 60.0,
-           prefix: str = h.PREFIX) -> list[Event]:
+def replay(
+    url: str,
+    start_revision: int,
+    until_revision: int,
+    timeout_s: float = 60.0,
+    prefix: str = h.PREFIX,
+) -> list[Event]:
     """The prefix's events from ``start_revision`` through ``until_revision`` as ``url``'s
     member applied them; NoAnswer if the member does not deliver them within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -143,8 +169,10 @@ def replay(url: str, start_revision: int, until_revision: int, timeout_s: float 
         while time.monotonic() < deadline:
             line = resp.readline()
             if not line:
-                raise h.NoAnswer(f"replay from {url}: stream ended at revision "
-                                 f"{events[-1][0] if events else None}")
+                raise h.NoAnswer(
+                    f"replay from {url}: stream ended at revision "
+                    f"{events[-1][0] if events else None}"
+                )
             if not line.strip():
                 continue
             result = json.loads(line).get("result", {})

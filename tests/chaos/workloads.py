@@ -37,16 +37,16 @@ from dataclasses import dataclass
 from tests.chaos import kvhttp as h
 from tests.lincheck import History, kv
 
-OP_TIMEOUT_S = 3.0          # generous: a loaded 2-core machine answers slowly mid-election
+OP_TIMEOUT_S = 3.0  # generous: a loaded 2-core machine answers slowly mid-election
 
 
 @dataclass(frozen=True, slots=True)
 class OpRecord:
     workload: str
     op: str
-    start: float          # time.monotonic()
+    start: float  # time.monotonic()
     end: float
-    outcome: str          # ok | fail | unknown
+    outcome: str  # ok | fail | unknown
     member: int
 
 
@@ -54,7 +54,7 @@ class Recorder:
     def __init__(self):
         self._lock = threading.Lock()
         self.ops: list[OpRecord] = []
-        self.acked_writes: list[tuple[str, int, str]] = []   # (key, revision, workload)
+        self.acked_writes: list[tuple[str, int, str]] = []  # (key, revision, workload)
         self.problems: list[str] = []
 
     def op(self, workload: str, op: str, start: float, outcome: str, member: int) -> None:
@@ -89,8 +89,9 @@ class Workload:
 
     def start(self) -> None:
         for c in range(self.clients):
-            t = threading.Thread(target=self._guarded, args=(c,), name=f"{self.name}-{c}",
-                                 daemon=True)
+            t = threading.Thread(
+                target=self._guarded, args=(c,), name=f"{self.name}-{c}", daemon=True
+            )
             t.start()
             self.threads.append(t)
 
@@ -169,8 +170,12 @@ class Register(Workload):
                     if code != 200:
                         raise h.NoAnswer(f"final get answered {code}")
                     found = h.kvs(body)
-                    rec.ok(kv.get_ok(found[0]["value"] if found else None,
-                                     found[0]["mod_revision"] if found else None))
+                    rec.ok(
+                        kv.get_ok(
+                            found[0]["value"] if found else None,
+                            found[0]["mod_revision"] if found else None,
+                        )
+                    )
                 self.recorder.op(self.name, "get", start, "ok", -1)
             except h.NoAnswer as exc:
                 self.recorder.problem(f"final read of {key} failed: {exc}")
@@ -190,15 +195,19 @@ class Bank(Workload):
         self.violations: list[str] = []
         self.setup_revision = 0
         # serializable reads may be stale; these count how stale (not asserted, reported)
-        self.before_setup = 0                  # snapshots older than the accounts
-        self.went_back: list[str] = []         # a member answered an older revision than before
+        self.before_setup = 0  # snapshots older than the accounts
+        self.went_back: list[str] = []  # a member answered an older revision than before
         self.went_back_count = 0
         self._max_revision: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def setup(self, url: str) -> None:
-        code, body = h.txn(url, [h.compare(a, "CREATE", 0) for a in self.accounts],
-                           [h.put_op(a, str(self.INITIAL)) for a in self.accounts], 10.0)
+        code, body = h.txn(
+            url,
+            [h.compare(a, "CREATE", 0) for a in self.accounts],
+            [h.put_op(a, str(self.INITIAL)) for a in self.accounts],
+            10.0,
+        )
         assert code == 200 and body.get("succeeded"), f"bank setup: {code} {body}"
         self.setup_revision = h.revision_of(body)
         self.recorder.acked(self.name, list(self.accounts), self.setup_revision)
@@ -223,9 +232,13 @@ class Bank(Workload):
                 new_src, new_dst = have - amount, int(accounts[dst]["value"]) + amount
                 code, body = h.txn(
                     url,
-                    [h.compare(src, "MOD", accounts[src]["mod_revision"]),
-                     h.compare(dst, "MOD", accounts[dst]["mod_revision"])],
-                    [h.put_op(src, str(new_src)), h.put_op(dst, str(new_dst))], OP_TIMEOUT_S)
+                    [
+                        h.compare(src, "MOD", accounts[src]["mod_revision"]),
+                        h.compare(dst, "MOD", accounts[dst]["mod_revision"]),
+                    ],
+                    [h.put_op(src, str(new_src)), h.put_op(dst, str(new_dst))],
+                    OP_TIMEOUT_S,
+                )
                 if code != 200:
                     raise h.NoAnswer(f"txn answered {code}")
                 if body.get("succeeded"):
@@ -243,13 +256,17 @@ class Bank(Workload):
             serializable = rng.random() < 0.5
             start = time.monotonic()
             try:
-                code, body = h.get_prefix(url, f"{h.PREFIX}bank/", OP_TIMEOUT_S,
-                                          serializable=serializable)
+                code, body = h.get_prefix(
+                    url, f"{h.PREFIX}bank/", OP_TIMEOUT_S, serializable=serializable
+                )
                 if code != 200:
                     raise h.NoAnswer(f"range answered {code}")
-                self.check_snapshot(body, f"{'serializable' if serializable else 'linearizable'}"
-                                          f" read via member {member}",
-                                    member if serializable else None)
+                self.check_snapshot(
+                    body,
+                    f"{'serializable' if serializable else 'linearizable'}"
+                    f" read via member {member}",
+                    member if serializable else None,
+                )
                 self.recorder.op(self.name, "read", start, "ok", member)
             except h.NoAnswer:
                 self.recorder.op(self.name, "read", start, "unknown", member)
@@ -275,12 +292,16 @@ class Bank(Workload):
             if rev < self.setup_revision:
                 self.before_setup += 1
                 if found:
-                    self.violations.append(f"{where} at revision {rev} (before the accounts "
-                                           f"were created at {self.setup_revision}): {found}")
+                    self.violations.append(
+                        f"{where} at revision {rev} (before the accounts "
+                        f"were created at {self.setup_revision}): {found}"
+                    )
             elif len(found) != len(self.accounts) or total != self.total:
-                self.violations.append(f"{where} at revision {rev}: {len(found)} accounts "
-                                       f"totalling {total} (expected {len(self.accounts)} "
-                                       f"totalling {self.total})")
+                self.violations.append(
+                    f"{where} at revision {rev}: {len(found)} accounts "
+                    f"totalling {total} (expected {len(self.accounts)} "
+                    f"totalling {self.total})"
+                )
 
 
 class LockWorkload(Workload):
@@ -317,8 +338,7 @@ class LockWorkload(Workload):
     def _grant(self, url: str, member: int) -> int:
         start = time.monotonic()
         try:
-            code, body = h.request(url, "/v3/lease/grant", {"TTL": str(self.TTL_S)},
-                                   OP_TIMEOUT_S)
+            code, body = h.request(url, "/v3/lease/grant", {"TTL": str(self.TTL_S)}, OP_TIMEOUT_S)
         except h.NoAnswer:
             code, body = 0, {}
         lease = int(body.get("ID", 0)) if code == 200 else 0
@@ -338,8 +358,12 @@ class LockWorkload(Workload):
     def _acquire(self, url: str, member: int, cid: int, lease: int) -> int:
         start = time.monotonic()
         try:
-            code, body = h.txn(url, [h.compare(self.LOCK_KEY, "CREATE", 0)],
-                               [h.put_op(self.LOCK_KEY, f"client-{cid}", lease)], OP_TIMEOUT_S)
+            code, body = h.txn(
+                url,
+                [h.compare(self.LOCK_KEY, "CREATE", 0)],
+                [h.put_op(self.LOCK_KEY, f"client-{cid}", lease)],
+                OP_TIMEOUT_S,
+            )
         except h.NoAnswer:
             code, body = 0, {}
         if code != 200:
@@ -363,17 +387,18 @@ class LockWorkload(Workload):
             member, url = self.pick(rng)
             start = time.monotonic()
             try:
-                code, body = h.request(url, "/v3/lease/keepalive", {"ID": str(lease)},
-                                       OP_TIMEOUT_S)
+                code, body = h.request(url, "/v3/lease/keepalive", {"ID": str(lease)}, OP_TIMEOUT_S)
                 ttl = int(body.get("result", body).get("TTL", 0)) if code == 200 else 0
-                self.recorder.op(self.name, "keepalive", start, "ok" if ttl > 0 else "fail",
-                                 member)
+                self.recorder.op(self.name, "keepalive", start, "ok" if ttl > 0 else "fail", member)
                 if ttl <= 0:
                     return
                 start = time.monotonic()
                 code, body = h.txn(
-                    url, [h.compare(self.LOCK_KEY, "CREATE", token)],
-                    [h.put_op(self.RESOURCE_KEY, f"{token}:{cid}:{n}")], OP_TIMEOUT_S)
+                    url,
+                    [h.compare(self.LOCK_KEY, "CREATE", token)],
+                    [h.put_op(self.RESOURCE_KEY, f"{token}:{cid}:{n}")],
+                    OP_TIMEOUT_S,
+                )
                 if code != 200:
                     raise h.NoAnswer(f"guarded txn answered {code}")
             except h.NoAnswer:
@@ -406,9 +431,10 @@ class Prober:
         self.stop_event = threading.Event()
         # enough workers that puts hanging on a paused or leaderless member (TIMEOUT_S each,
         # 1/interval_s per second) never delay the next probe: its start time is the measure
-        self._pool = ThreadPoolExecutor(max_workers=int(3 * self.TIMEOUT_S / interval_s),
-                                        thread_name_prefix="probe")
-        self._acks: list[tuple[float, float]] = []   # (invoked, acknowledged)
+        self._pool = ThreadPoolExecutor(
+            max_workers=int(3 * self.TIMEOUT_S / interval_s), thread_name_prefix="probe"
+        )
+        self._acks: list[tuple[float, float]] = []  # (invoked, acknowledged)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
 

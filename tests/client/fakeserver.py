@@ -123,8 +123,12 @@ class Store:
 
     def _kv(self, k: bytes, keys_only: bool = False) -> dict[str, Any]:
         e = self.keys[k]
-        doc: dict[str, Any] = {"key": _b64e(k), "create_revision": str(e.create_revision),
-                               "mod_revision": str(e.mod_revision), "version": str(e.version)}
+        doc: dict[str, Any] = {
+            "key": _b64e(k),
+            "create_revision": str(e.create_revision),
+            "mod_revision": str(e.mod_revision),
+            "version": str(e.version),
+        }
         if e.value and not keys_only:
             doc["value"] = _b64e(e.value)
         if e.lease:
@@ -162,8 +166,13 @@ class Store:
         out: dict[str, Any] = {}
         if old is not None and body.get("prev_kv"):
             out["prev_kv"] = self._kv(key)
-        self.keys[key] = _Key(_b64d(body.get("value")), old.create_revision if old else rev, rev,
-                              old.version + 1 if old else 1, _int(body.get("lease")))
+        self.keys[key] = _Key(
+            _b64d(body.get("value")),
+            old.create_revision if old else rev,
+            rev,
+            old.version + 1 if old else 1,
+            _int(body.get("lease")),
+        )
         return out
 
     def delete(self, body: dict, rev: int) -> dict:
@@ -187,13 +196,21 @@ class Store:
             have: Any = e.value if e else b""
             want: Any = _b64d(c.get("value"))
         else:
-            field_name = {"VERSION": "version", "CREATE": "create_revision",
-                          "MOD": "mod_revision", "LEASE": "lease"}[target]
+            field_name = {
+                "VERSION": "version",
+                "CREATE": "create_revision",
+                "MOD": "mod_revision",
+                "LEASE": "lease",
+            }[target]
             have = getattr(e, field_name) if e else 0
             want = _int(c.get(field_name))
         result = c.get("result", "EQUAL")
-        return {"EQUAL": have == want, "NOT_EQUAL": have != want, "LESS": have < want,
-                "GREATER": have > want}[result]
+        return {
+            "EQUAL": have == want,
+            "NOT_EQUAL": have != want,
+            "LESS": have < want,
+            "GREATER": have > want,
+        }[result]
 
     def txn(self, body: dict, rev: int) -> tuple[dict, bool]:
         ok = all(self._compare(c) for c in body.get("compare", []))
@@ -206,13 +223,13 @@ class Store:
                 responses.append({"response_put": {"header": {"revision": str(rev)}, **r}})
             elif "request_range" in op:
                 r = self.range(op["request_range"])
-                responses.append({"response_range": {"header": {"revision": str(self.revision)},
-                                                     **r}})
+                responses.append(
+                    {"response_range": {"header": {"revision": str(self.revision)}, **r}}
+                )
             elif "request_delete_range" in op:
                 r = self.delete(op["request_delete_range"], rev)
                 wrote = wrote or "deleted" in r
-                responses.append({"response_delete_range": {"header": {"revision": str(rev)},
-                                                             **r}})
+                responses.append({"response_delete_range": {"header": {"revision": str(rev)}, **r}})
         out: dict[str, Any] = {}
         if ok:
             out["succeeded"] = True
@@ -306,8 +323,14 @@ class FakeNode:
             body = json.loads(raw) if raw else {}
         except ValueError:
             return _error(400, 3, "invalid character in JSON")
-        self.received.append(Received(path, body, request.headers.get(CLIENT_ID_HEADER),
-                                      request.headers.get(REQUEST_ID_HEADER)))
+        self.received.append(
+            Received(
+                path,
+                body,
+                request.headers.get(CLIENT_ID_HEADER),
+                request.headers.get(REQUEST_ID_HEADER),
+            )
+        )
         action = self._next_action(path)
         if isinstance(action, Fail):
             return _error(action.status, action.code, action.message)
@@ -320,37 +343,66 @@ class FakeNode:
         return response
 
     def _header(self) -> dict[str, str]:
-        return {"cluster_id": str(CLUSTER_ID), "member_id": str(self.member_id),
-                "revision": str(self.cluster.store.revision),
-                "raft_term": str(self.cluster.term)}
+        return {
+            "cluster_id": str(CLUSTER_ID),
+            "member_id": str(self.member_id),
+            "revision": str(self.cluster.store.revision),
+            "raft_term": str(self.cluster.term),
+        }
 
     def _serve(self, method: str, path: str, body: Any, headers) -> web.Response:
         cluster = self.cluster
         if path == "/v1/status" and method == "GET":
-            return web.json_response({
-                "id": f"{self.member_id:x}", "name": self.name,
-                "leader": f"{cluster.leader_id:x}" if cluster.leader_id else None,
-                "term": cluster.term,
-                "members": [{"id": f"{n.member_id:x}", "name": n.name,
-                             "peer_urls": [f"http://127.0.0.1:{n.port + 1}"],
-                             "client_urls": [n.url]} for n in cluster.nodes]})
+            return web.json_response(
+                {
+                    "id": f"{self.member_id:x}",
+                    "name": self.name,
+                    "leader": f"{cluster.leader_id:x}" if cluster.leader_id else None,
+                    "term": cluster.term,
+                    "members": [
+                        {
+                            "id": f"{n.member_id:x}",
+                            "name": n.name,
+                            "peer_urls": [f"http://127.0.0.1:{n.port + 1}"],
+                            "client_urls": [n.url],
+                        }
+                        for n in cluster.nodes
+                    ],
+                }
+            )
         if method != "POST":
             return _error(405, 12, "method not allowed")
         if path == "/v3/maintenance/status":
-            doc = {"header": self._header(), "version": "3.5.0", "dbSize": "24576",
-                   "leader": str(cluster.leader_id), "raftIndex": str(cluster.raft_index()),
-                   "raftTerm": str(cluster.term), "raftAppliedIndex": str(cluster.raft_index()),
-                   "dbSizeInUse": "16384"}
+            doc = {
+                "header": self._header(),
+                "version": "3.5.0",
+                "dbSize": "24576",
+                "leader": str(cluster.leader_id),
+                "raftIndex": str(cluster.raft_index()),
+                "raftTerm": str(cluster.term),
+                "raftAppliedIndex": str(cluster.raft_index()),
+                "dbSizeInUse": "16384",
+            }
             if not cluster.leader_id:
                 del doc["leader"]
             return web.json_response(doc)
         if path == "/v3/cluster/member/list":
             if not cluster.serve_member_list:
                 return web.Response(status=404, text="404 page not found")
-            return web.json_response({"header": self._header(), "members": [
-                {"ID": str(n.member_id), "name": n.name,
-                 "peerURLs": [f"http://127.0.0.1:{n.port + 1}"], "clientURLs": [n.url]}
-                for n in cluster.nodes]})
+            return web.json_response(
+                {
+                    "header": self._header(),
+                    "members": [
+                        {
+                            "ID": str(n.member_id),
+                            "name": n.name,
+                            "peerURLs": [f"http://127.0.0.1:{n.port + 1}"],
+                            "clientURLs": [n.url],
+                        }
+                        for n in cluster.nodes
+                    ],
+                }
+            )
         if not isinstance(body, dict):
             raise BadRequest(400, 3, "body is not an object")
         pair = (headers.get(CLIENT_ID_HEADER), headers.get(REQUEST_ID_HEADER))
@@ -365,13 +417,17 @@ class FakeNode:
 
 
 def _error(status: int, code: int, message: str) -> web.Response:
-    return web.json_response({"error": message, "code": code, "message": message},
-                             status=status)
+    return web.json_response({"error": message, "code": code, "message": message}, status=status)
 
 
 # Client options for tests: short timeouts and backoffs, so failover is exercised quickly.
-FAST = dict(timeout_s=3.0, attempt_timeout_s=0.5, connect_timeout_s=0.3,
-            backoff_initial_s=0.01, backoff_max_s=0.05)
+FAST = dict(
+    timeout_s=3.0,
+    attempt_timeout_s=0.5,
+    connect_timeout_s=0.3,
+    backoff_initial_s=0.01,
+    backoff_max_s=0.05,
+)
 
 
 def _free_port() -> int:
@@ -385,8 +441,9 @@ class LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-cluster",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="fake-cluster", daemon=True
+        )
         self.thread.start()
 
     def run(self, coro, timeout_s: float = 10.0):

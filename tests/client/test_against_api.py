@@ -89,14 +89,16 @@ def test_round_trip_through_the_real_api(api):
         assert p2.prev_kv.value == b"queued" and p2.revision == 3
         c.put("jobs/2", "queued")
         kv = c.get("jobs/1")
-        assert (kv.value, kv.version, kv.create_revision, kv.mod_revision) == (
-            b"running", 2, 2, 3)
+        assert (kv.value, kv.version, kv.create_revision, kv.mod_revision) == (b"running", 2, 2, 3)
         r = c.range("jobs/", prefix=True, limit=1, sort_order="descend")
         assert [x.key for x in r.kvs] == [b"jobs/2"] and r.more and r.count == 2
         assert c.range("jobs/", prefix=True, count_only=True).count == 2
         assert c.get("jobs/1", revision=2).value == b"queued"
-        t = c.txn(Txn().when(Cmp.value("jobs/1") == "running")
-                  .then(Op.put("jobs/1", "done"), Op.get("jobs/1")))
+        t = c.txn(
+            Txn()
+            .when(Cmp.value("jobs/1") == "running")
+            .then(Op.put("jobs/1", "done"), Op.get("jobs/1"))
+        )
         assert t.succeeded and t.responses[1].kvs[0].value == b"done"
         d = c.delete("jobs/", prefix=True)
         assert d.deleted == 2
@@ -134,8 +136,10 @@ def test_same_request_id_from_the_same_client_id_is_deduplicated(api):
     id 1 each: the store answers the second with the first outcome."""
 
     async def body():
-        async with AsyncClient(api.url, client_id=42, **FAST) as a, \
-                AsyncClient(api.url, client_id=42, **FAST) as b:
+        async with (
+            AsyncClient(api.url, client_id=42, **FAST) as a,
+            AsyncClient(api.url, client_id=42, **FAST) as b,
+        ):
             first = await a.put("k", "from a")
             second = await b.put("k", "from b")
             return first, second, await a.get("k")

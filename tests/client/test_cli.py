@@ -32,7 +32,8 @@ def test_put_then_get_table(cluster, capsys):
         "+----------+-------------+------------+---------+---------+-------+\n"
         "| greeting | hello world | 2          | 2       | 1       | 0     |\n"
         "+----------+-------------+------------+---------+---------+-------+\n"
-        "1 key, revision 2\n")
+        "1 key, revision 2\n"
+    )
 
 
 def test_put_prev_kv_and_lease(cluster, capsys):
@@ -59,14 +60,24 @@ def test_wide_characters_do_not_misalign_tables(cluster, capsys):
         "| 都市/paris | cafe\u0301 ok | 3          | 3       | 1       | 0     |\n"
         "| 都市/東京  | 晴れ    | 2          | 2       | 1       | 0     |\n"
         "+------------+---------+------------+---------+---------+-------+\n"
-        "2 keys, revision 3\n")
+        "2 keys, revision 3\n"
+    )
     lines = out.splitlines()[:-1]
     assert len({cli_client.display_width(line) for line in lines}) == 1
 
 
-@pytest.mark.parametrize("text,width", [
-    ("abc", 3), ("東京", 4), ("ｱ", 1), ("Ａ", 2), ("e\u0301", 1), ("\u200b", 0), ("", 0),
-])
+@pytest.mark.parametrize(
+    "text,width",
+    [
+        ("abc", 3),
+        ("東京", 4),
+        ("ｱ", 1),
+        ("Ａ", 2),
+        ("e\u0301", 1),
+        ("\u200b", 0),
+        ("", 0),
+    ],
+)
 def test_display_width(text, width):
     assert cli_client.display_width(text) == width
 
@@ -80,8 +91,14 @@ def test_get_prefix_json_limit_keys_only(cluster, capsys):
     doc = json.loads(out)
     assert doc["count"] == 3 and doc["more"] is True and doc["revision"] == 5
     assert [kv["key"] for kv in doc["kvs"]] == ["jobs/1", "jobs/2"]
-    assert doc["kvs"][0] == {"key": "jobs/1", "value": "value of jobs/1", "create_revision": 2,
-                             "mod_revision": 2, "version": 1, "lease": 0}
+    assert doc["kvs"][0] == {
+        "key": "jobs/1",
+        "value": "value of jobs/1",
+        "create_revision": 2,
+        "mod_revision": 2,
+        "version": 1,
+        "lease": 0,
+    }
     status, out, _ = cli(capsys, "get", "jobs/", "--prefix", "--keys-only", ep)
     assert status == 0 and "VALUE" not in out and "jobs/3" in out
     assert out.endswith("3 keys, revision 5\n")
@@ -126,11 +143,30 @@ def test_status_table_and_json(cluster, capsys):
     assert status == 1  # one endpoint did not answer
     lines = out.splitlines()
     assert lines[1].split("|")[1:-1] == [
-        " ENDPOINT               ", " ID   ", " IS LEADER ", " RAFT TERM ", " RAFT INDEX ",
-        " APPLIED ", " REVISION ", " VERSION ", " DB SIZE ", " ERRORS                             "]
+        " ENDPOINT               ",
+        " ID   ",
+        " IS LEADER ",
+        " RAFT TERM ",
+        " RAFT INDEX ",
+        " APPLIED ",
+        " REVISION ",
+        " VERSION ",
+        " DB SIZE ",
+        " ERRORS                             ",
+    ]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[3:7]]
-    assert rows[0] == [cluster.urls[0], "1001", "true", "2", "10", "10", "1", "3.5.0",
-                       "24.6 kB", ""]
+    assert rows[0] == [
+        cluster.urls[0],
+        "1001",
+        "true",
+        "2",
+        "10",
+        "10",
+        "1",
+        "3.5.0",
+        "24.6 kB",
+        "",
+    ]
     assert rows[1][:3] == [cluster.urls[1], "1002", "false"]
     assert rows[3][0] == dead and rows[3][-1] == "cannot connect: connection refused"
     assert err == f"Error: {dead}: cannot connect: connection refused\n"
@@ -151,8 +187,9 @@ def test_unreachable_cluster_is_a_one_line_error(capsys):
 
 
 def test_server_error_is_a_one_line_error(cluster, capsys):
-    cluster.nodes[0].script.append(Fail(400, 3, "etcdserver: request is too large",
-                                        path="/v3/kv/put"))
+    cluster.nodes[0].script.append(
+        Fail(400, 3, "etcdserver: request is too large", path="/v3/kv/put")
+    )
     status, out, err = cli(capsys, "put", "k", "v", f"--endpoints={cluster.urls[0]}")
     assert status == 1 and out == ""
     assert err == "Error: put 'k': etcdserver: request is too large\n"
@@ -173,10 +210,16 @@ def test_put_reads_the_value_from_stdin(cluster, capsys, monkeypatch):
     assert json.loads(out)["kvs"][0]["value"] == "line 1\nline 2\n"
 
 
-@pytest.mark.parametrize("argv", [
-    ["get"], ["get", "k", "--limit", "-1"], ["put", "k", "v", "--lease", "xyz"],
-    ["get", "k", "--timeout", "0"], ["status", "--bogus"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get"],
+        ["get", "k", "--limit", "-1"],
+        ["put", "k", "v", "--lease", "xyz"],
+        ["get", "k", "--timeout", "0"],
+        ["status", "--bogus"],
+    ],
+)
 def test_bad_usage_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli_client.main(argv)

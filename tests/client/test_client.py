@@ -83,14 +83,21 @@ def test_round_trip_every_call(cluster):
             d = await c.delete("nothing")
             assert d.deleted == 0 and d.revision == 6
 
-            t = await c.txn(Txn().when(Cmp.version("lock") == 0)
-                            .then(Op.put("lock", "me"), Op.get("lock"))
-                            .otherwise(Op.get("lock")))
+            t = await c.txn(
+                Txn()
+                .when(Cmp.version("lock") == 0)
+                .then(Op.put("lock", "me"), Op.get("lock"))
+                .otherwise(Op.get("lock"))
+            )
             assert t.succeeded and t.revision == 7
             assert t.responses[0].revision == 7
             assert t.responses[1].kvs[0].value == b"me"
-            t = await c.txn(Txn().when(Cmp.version("lock") == 0).then(Op.put("lock", "you"))
-                            .otherwise(Op.get("lock")))
+            t = await c.txn(
+                Txn()
+                .when(Cmp.version("lock") == 0)
+                .then(Op.put("lock", "you"))
+                .otherwise(Op.get("lock"))
+            )
             assert not t.succeeded and t.responses[0].kvs[0].value == b"me"
             t = await c.txn(Txn().when(Cmp.value("lock") == "me").then(Op.delete("lock")))
             assert t.succeeded and t.responses[0].deleted == 1
@@ -148,12 +155,23 @@ def test_sync_client_round_trip_and_threads(cluster):
 
 
 def test_sync_client_signatures_match_async():
-    for name in ("put", "get", "range", "delete", "txn", "compact", "status", "statuses",
-                 "member_list", "find_leader"):
+    for name in (
+        "put",
+        "get",
+        "range",
+        "delete",
+        "txn",
+        "compact",
+        "status",
+        "statuses",
+        "member_list",
+        "find_leader",
+    ):
         sync_params = list(inspect.signature(getattr(Client, name)).parameters.values())
         async_params = list(inspect.signature(getattr(AsyncClient, name)).parameters.values())
-        assert [(p.name, p.kind, p.default) for p in sync_params] == \
-               [(p.name, p.kind, p.default) for p in async_params], name
+        assert [(p.name, p.kind, p.default) for p in sync_params] == [
+            (p.name, p.kind, p.default) for p in async_params
+        ], name
 
 
 def test_sync_client_works_inside_a_running_event_loop(cluster):
@@ -251,7 +269,8 @@ def test_leader_change_is_followed(cluster):
             assert c.leader_endpoint == cluster.nodes[1].url
             # n2 steps down ("leader changed" for the request in flight), n3 takes over.
             cluster.nodes[1].script.append(
-                Fail(503, 14, "etcdserver: leader changed", path="/v3/kv/put"))
+                Fail(503, 14, "etcdserver: leader changed", path="/v3/kv/put")
+            )
             cluster.set_leader(2)
             assert (await c.put("k", "3")).revision == 4
             assert c.leader_endpoint == cluster.nodes[2].url
@@ -304,8 +323,9 @@ def test_retries_are_bounded_and_end_with_the_last_error():
     cluster = FakeCluster(size=1).start()
     try:
         for _ in range(10):
-            cluster.nodes[0].script.append(Fail(503, 14, "etcdserver: no leader",
-                                                path="/v3/kv/put"))
+            cluster.nodes[0].script.append(
+                Fail(503, 14, "etcdserver: no leader", path="/v3/kv/put")
+            )
         with Client(cluster.urls, retries=3, **FAST) as c, pytest.raises(NoLeaderError) as e:
             c.put("k", "v")
         assert len(cluster.nodes[0].kv_requests()) == 4  # first try + 3 retries
@@ -391,11 +411,18 @@ def test_compaction_confirmed_by_a_retry_succeeds():
 # No retry for failures a retry cannot fix
 
 
-@pytest.mark.parametrize("fail,error", [
-    (Fail(400, 3, "etcdserver: key is not provided", path="/v3/kv/put"), InvalidArgumentError),
-    (Fail(400, 11, "etcdserver: mvcc: required revision has been compacted",
-          path="/v3/kv/put"), CompactedError),
-])
+@pytest.mark.parametrize(
+    "fail,error",
+    [
+        (Fail(400, 3, "etcdserver: key is not provided", path="/v3/kv/put"), InvalidArgumentError),
+        (
+            Fail(
+                400, 11, "etcdserver: mvcc: required revision has been compacted", path="/v3/kv/put"
+            ),
+            CompactedError,
+        ),
+    ],
+)
 def test_client_errors_are_not_retried(cluster, fail, error):
     cluster.nodes[0].script.append(fail)
     with Client(cluster.urls, **FAST) as c, pytest.raises(error) as e:
@@ -415,8 +442,9 @@ def test_server_validation_error_is_typed(cluster):
 def test_leader_changed_on_the_last_attempt_is_reported_as_such():
     cluster = FakeCluster(size=1).start()
     try:
-        cluster.nodes[0].script.append(Fail(503, 14, "etcdserver: leader changed",
-                                                      path="/v3/kv/put"))
+        cluster.nodes[0].script.append(
+            Fail(503, 14, "etcdserver: leader changed", path="/v3/kv/put")
+        )
         with Client(cluster.urls, retries=0, **FAST) as c, pytest.raises(LeaderChangedError):
             c.put("k", "v")
     finally:
@@ -438,8 +466,11 @@ def test_hung_endpoint_times_out_with_a_typed_error(blackhole):
 
 
 def test_hung_endpoint_is_skipped_for_a_live_one(cluster, blackhole):
-    with Client([blackhole.url, cluster.nodes[1].url], prefer_leader=False,
-                **dict(FAST, attempt_timeout_s=0.2)) as c:
+    with Client(
+        [blackhole.url, cluster.nodes[1].url],
+        prefer_leader=False,
+        **dict(FAST, attempt_timeout_s=0.2),
+    ) as c:
         for i in range(3):
             assert c.put(f"k{i}", "v").revision == 2 + i
     # Sticky: once the live endpoint answered, the hung one is not tried again.
@@ -450,8 +481,9 @@ def test_server_side_request_timeout_is_retried_then_typed():
     cluster = FakeCluster(size=1).start()
     try:
         for _ in range(3):
-            cluster.nodes[0].script.append(Fail(503, 14, "etcdserver: request timed out",
-                                                path="/v3/kv/put"))
+            cluster.nodes[0].script.append(
+                Fail(503, 14, "etcdserver: request timed out", path="/v3/kv/put")
+            )
         with Client(cluster.urls, retries=2, **FAST) as c, pytest.raises(RequestTimeoutError):
             c.put("k", "v")
         assert len(cluster.nodes[0].kv_requests()) == 3

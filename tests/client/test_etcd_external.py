@@ -56,19 +56,30 @@ def test_round_trip_against_etcd(etcd):
         c.put("ext/b", "\u00e9")
         kv = c.get("ext/a")
         assert (kv.value, kv.version, kv.create_revision, kv.mod_revision) == (
-            b"2", 2, first.revision, second.revision)
+            b"2",
+            2,
+            first.revision,
+            second.revision,
+        )
         r = c.range("ext/", prefix=True, limit=1, sort_order="descend")
         assert [x.key for x in r.kvs] == [b"ext/b"] and r.more and r.count == 2
         assert c.range("ext/", prefix=True, count_only=True).kvs == ()
         assert c.range("ext/", prefix=True, keys_only=True).kvs[0].value == b""
         assert c.range("ext/", prefix=True, serializable=True).count == 2
 
-        t = c.txn(Txn().when(Cmp.version("ext/lock") == 0, Cmp.value("ext/a") == "2")
-                  .then(Op.put("ext/lock", "me"), Op.get("ext/", prefix=True))
-                  .otherwise(Op.get("ext/lock")))
+        t = c.txn(
+            Txn()
+            .when(Cmp.version("ext/lock") == 0, Cmp.value("ext/a") == "2")
+            .then(Op.put("ext/lock", "me"), Op.get("ext/", prefix=True))
+            .otherwise(Op.get("ext/lock"))
+        )
         assert t.succeeded and t.responses[1].count == 3
-        t = c.txn(Txn().when(Cmp.version("ext/lock") == 0).then(Op.put("ext/lock", "you"))
-                  .otherwise(Op.get("ext/lock")))
+        t = c.txn(
+            Txn()
+            .when(Cmp.version("ext/lock") == 0)
+            .then(Op.put("ext/lock", "you"))
+            .otherwise(Op.get("ext/lock"))
+        )
         assert not t.succeeded and t.responses[0].kvs[0].value == b"me"
 
         d = c.delete("ext/", prefix=True, prev_kv=True)
@@ -98,6 +109,6 @@ def test_cli_against_etcd(etcd, capsys):
     assert cli_client.main(["get", "ext/cli", "--json", ep]) == 0
     assert cli_client.main(["status", ep]) == 0
     out = capsys.readouterr().out
-    doc = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    doc = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert doc["kvs"][0]["value"] == "v"
     assert "| true      |" in out  # the single member is the leader

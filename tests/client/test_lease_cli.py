@@ -70,7 +70,10 @@ def test_grant_prints_etcdctls_line_and_the_id_reads_back(api, capsys):
 def test_grant_with_an_id_in_hex_or_decimal_and_json(api, capsys):
     ep = f"--endpoints={api.url}"
     assert run(capsys, "lease", "grant", "5", "--id", "694d5765fc71500b", ep) == (
-        0, "lease 694d5765fc71500b granted with TTL(5s)\n", "")
+        0,
+        "lease 694d5765fc71500b granted with TTL(5s)\n",
+        "",
+    )
     status, out, _ = run(capsys, "lease", "grant", "7", "--id", "4660", "--json", ep)
     doc = json.loads(out)
     assert status == 0 and doc["id"] == 4660 and doc["id_hex"] == "0x0000000000001234"
@@ -90,7 +93,9 @@ def test_put_takes_the_lease_id_as_lease_grant_prints_it(api, capsys):
         status, out, _ = run(capsys, "lease", "timetolive", printed, "--keys", "--json", ep)
         assert status == 0 and json.loads(out)["keys"] == [key]
     assert {format_lease_id(i) for i in api.kv.lessor.leases().leases} >= {
-        "2d4fa20f72773001", "0x0000000000001234"}
+        "2d4fa20f72773001",
+        "0x0000000000001234",
+    }
     assert run(capsys, "put", "free", "v", "--lease", "0", ep)[0] == 0  # 0: no lease
 
 
@@ -109,10 +114,14 @@ def test_timetolive_with_keys_json_and_expired(api, capsys):
         c.put(b"k\xff", "v", lease=lease_id)
     status, out, _ = run(capsys, "lease", "timetolive", "694d5765fc71500b", "--keys", ep)
     assert status == 0
-    assert re.fullmatch(r"lease 694d5765fc71500b granted with TTL\(30s\), remaining\(\d+s\), "
-                        r"attached keys\(\[k1 k\\xff\]\)\n", out), out
-    status, out, _ = run(capsys, "lease", "timetolive", "0x694d5765fc71500b", "--keys",
-                         "--json", ep)
+    assert re.fullmatch(
+        r"lease 694d5765fc71500b granted with TTL\(30s\), remaining\(\d+s\), "
+        r"attached keys\(\[k1 k\\xff\]\)\n",
+        out,
+    ), out
+    status, out, _ = run(
+        capsys, "lease", "timetolive", "0x694d5765fc71500b", "--keys", "--json", ep
+    )
     doc = json.loads(out)
     assert doc["granted_ttl_s"] == 30 and not doc["expired"] and 0 <= doc["ttl_s"] <= 30
     assert doc["keys"] == ["k1", {"key": "a/8=", "encoding": "base64"}]
@@ -133,7 +142,9 @@ def test_list_and_revoke(api, capsys):
     status, out, _ = run(capsys, "lease", "list", "--json", ep)
     doc = json.loads(out)
     assert sorted(doc["ids"]) == [a, b] and sorted(doc["ids_hex"]) == [
-        "00000000000000a1", "00000000000000b2"]
+        "00000000000000a1",
+        "00000000000000b2",
+    ]
     assert run(capsys, "lease", "revoke", "a1", ep) == (0, "lease 00000000000000a1 revoked\n", "")
     status, out, _ = run(capsys, "lease", "revoke", str(b), "--json", ep)
     assert status == 0 and json.loads(out)["revoked"] is True and json.loads(out)["id"] == b
@@ -148,10 +159,12 @@ def test_keep_alive_once(api, capsys):
     ep = f"--endpoints={api.url}"
     grant(api, 20, 0xC3)
     assert run(capsys, "lease", "keep-alive", "c3", "--once", ep) == (
-        0, "lease 00000000000000c3 keepalived with TTL(20)\n", "")
+        0,
+        "lease 00000000000000c3 keepalived with TTL(20)\n",
+        "",
+    )
     status, out, _ = run(capsys, "lease", "keepalive", "195", "--once", "--json", ep)
-    assert status == 0 and json.loads(out) == {"id": 195, "id_hex": "00000000000000c3",
-                                               "ttl_s": 20}
+    assert status == 0 and json.loads(out) == {"id": 195, "id_hex": "00000000000000c3", "ttl_s": 20}
     status, out, err = run(capsys, "lease", "keep-alive", "0x99", "--once", ep)
     assert status == 1 and out == "" and "requested lease not found" in err
 
@@ -198,7 +211,8 @@ def test_keep_alive_exits_1_when_the_lease_is_lost(api):
         api.loop_thread.run(api.kv.lease_revoke(0xE5))
 
     args = cli.build_parser().parse_args(
-        ["lease", "keep-alive", "e5", "--json", "--endpoints", api.url])
+        ["lease", "keep-alive", "e5", "--json", "--endpoints", api.url]
+    )
     out, err = InterruptAfter(1, revoke), io.StringIO()
     assert cli_lease.cmd_keep_alive(args, out=out, err=err) == 1
     assert out.getvalue().splitlines() == ['{"id":229,"id_hex":"00000000000000e5","ttl_s":1}']
@@ -213,7 +227,12 @@ def keep_alive_process_until_ctrl_c(api, lease_id: int) -> None:
     env.pop("RAFTKV_ENDPOINTS", None)
     proc = subprocess.Popen(
         python_module("kvserver.cli", "lease", "keep-alive", name, "--endpoints", api.url),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -232,7 +251,10 @@ def keep_alive_process_until_ctrl_c(api, lease_id: int) -> None:
         for _ in range(3):  # the first refresh and two more
             line = lines.get(timeout=WAIT_S)
             assert line == f"lease {name} keepalived with TTL(2)\n", (
-                line, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+                line,
+                proc.poll(),
+                proc.stderr.read() if proc.poll() is not None else "",
+            )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(WAIT_S) == 130
         assert "Traceback" not in proc.stderr.read()
@@ -260,18 +282,21 @@ def test_ctrl_c_works_when_the_test_run_ignores_sigint(api):
         signal.signal(signal.SIGINT, previous)
 
 
-@pytest.mark.parametrize("argv", [
-    ["lease", "grant"],
-    ["lease", "grant", "-5"],
-    ["lease", "grant", "ten"],
-    ["lease", "grant", "5", "--id", "zz"],
-    ["lease", "revoke", "0"],
-    ["lease", "revoke", "-1"],
-    ["lease", "revoke", "0x8000000000000000"],
-    ["lease", "keep-alive"],
-    ["lease", "timetolive", "nope"],
-    ["lease"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["lease", "grant"],
+        ["lease", "grant", "-5"],
+        ["lease", "grant", "ten"],
+        ["lease", "grant", "5", "--id", "zz"],
+        ["lease", "revoke", "0"],
+        ["lease", "revoke", "-1"],
+        ["lease", "revoke", "0x8000000000000000"],
+        ["lease", "keep-alive"],
+        ["lease", "timetolive", "nope"],
+        ["lease"],
+    ],
+)
 def test_bad_usage_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
@@ -286,7 +311,6 @@ def test_registered_in_raftkv_and_endpoints_from_the_environment(api, capsys, mo
 
 
 def test_unreachable_cluster_is_a_one_line_error(capsys):
-    status, out, err = run(capsys, "lease", "list", f"--endpoints={dead_url()}",
-                           "--timeout", "0.5")
+    status, out, err = run(capsys, "lease", "list", f"--endpoints={dead_url()}", "--timeout", "0.5")
     assert status == 1 and out == "" and err.startswith("Error: lease list: ")
     assert err.count("\n") == 1

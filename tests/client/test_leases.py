@@ -69,8 +69,9 @@ class LeaseKV(LocalKV):
 
     async def lease_grant(self, ttl_s, lease_id=0, *, client_id=0, request_id=0):
         self._record("grant", client_id, request_id)
-        response = await super().lease_grant(ttl_s, lease_id, client_id=client_id,
-                                             request_id=request_id)
+        response = await super().lease_grant(
+            ttl_s, lease_id, client_id=client_id, request_id=request_id
+        )
         if self.slow_grants:
             self.slow_grants -= 1
             await asyncio.sleep(self.delay_s)
@@ -217,19 +218,22 @@ def test_unknown_leases_are_typed_errors(api):
         assert c.lease_leases().ids == (0x99,)
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.lease_grant(-1),
-    lambda c: c.lease_grant(1.5),
-    lambda c: c.lease_grant(True),
-    lambda c: c.lease_grant(5, lease_id=-3),
-    lambda c: c.lease_grant(5, lease_id=1 << 63),
-    lambda c: c.lease_revoke(0),
-    lambda c: c.lease_revoke("12"),
-    lambda c: c.lease_keepalive_once(-1),
-    lambda c: c.lease_time_to_live(1 << 64),
-    lambda c: c.keep_alive(0),
-    lambda c: c.keep_alive(5, interval_s=0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.lease_grant(-1),
+        lambda c: c.lease_grant(1.5),
+        lambda c: c.lease_grant(True),
+        lambda c: c.lease_grant(5, lease_id=-3),
+        lambda c: c.lease_grant(5, lease_id=1 << 63),
+        lambda c: c.lease_revoke(0),
+        lambda c: c.lease_revoke("12"),
+        lambda c: c.lease_keepalive_once(-1),
+        lambda c: c.lease_time_to_live(1 << 64),
+        lambda c: c.keep_alive(0),
+        lambda c: c.keep_alive(5, interval_s=0),
+    ],
+)
 def test_bad_input_fails_before_sending(api, call):
     with Client(api.url, **FAST) as c:
         with pytest.raises(ValueError):
@@ -278,12 +282,19 @@ def test_retryable_failures_are_retried_then_reported(api):
 
 
 def test_sync_signatures_match_async():
-    for name in ("lease_grant", "lease_revoke", "lease_keepalive_once", "lease_time_to_live",
-                 "lease_leases", "keep_alive"):
+    for name in (
+        "lease_grant",
+        "lease_revoke",
+        "lease_keepalive_once",
+        "lease_time_to_live",
+        "lease_leases",
+        "keep_alive",
+    ):
         sync_params = list(inspect.signature(getattr(Client, name)).parameters.values())
         async_params = list(inspect.signature(getattr(AsyncClient, name)).parameters.values())
-        assert [(p.name, p.kind, p.default) for p in sync_params] == \
-               [(p.name, p.kind, p.default) for p in async_params], name
+        assert [(p.name, p.kind, p.default) for p in sync_params] == [
+            (p.name, p.kind, p.default) for p in async_params
+        ], name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,8 +310,9 @@ def test_async_keep_alive_keeps_a_short_lease_past_its_ttl(api):
             refreshed: list[int] = []
             async with c.keep_alive(kept.id, on_refresh=refreshed.append) as ka:
                 assert isinstance(ka, KeepAlive) and ka.alive and ka.refreshes == 1
-                await async_wait_until(lambda: api.kv.lessor.is_expired(control.id),
-                                       "the control lease to expire")
+                await async_wait_until(
+                    lambda: api.kv.lessor.is_expired(control.id), "the control lease to expire"
+                )
                 assert not api.kv.lessor.is_expired(kept.id)
                 assert ka.alive and ka.error is None and ka.refreshes >= 2
                 assert (await c.lease_time_to_live(kept.id)).ttl_s >= 0
@@ -320,9 +332,9 @@ def test_sync_keep_alive_runs_on_the_clients_loop_thread(api):
         kept = c.lease_grant(1)
         control = c.lease_grant(1)
         before = threading.active_count()
-        with c.keep_alive(kept.id,
-                          on_refresh=lambda ttl: threads.add(threading.current_thread().name)
-                          ) as ka:
+        with c.keep_alive(
+            kept.id, on_refresh=lambda ttl: threads.add(threading.current_thread().name)
+        ) as ka:
             assert isinstance(ka, SyncKeepAlive) and ka.alive and ka.ttl_s == 1
             assert threading.active_count() == before  # no thread of its own
             wait_until(lambda: api.kv.lessor.is_expired(control.id), "the control to expire")
@@ -485,9 +497,17 @@ def test_keepalive_answer_lines():
     with pytest.raises(LeaseNotFoundError):
         leases_mod.decode_keepalive({"result": {**header, "ID": "5"}}, 5)
     with pytest.raises(NoLeaderError):
-        leases_mod.decode_keepalive({"error": {"grpc_code": 14, "http_code": 503,
-                                               "message": "etcdserver: no leader",
-                                               "http_status": "Service Unavailable"}}, 5)
+        leases_mod.decode_keepalive(
+            {
+                "error": {
+                    "grpc_code": 14,
+                    "http_code": 503,
+                    "message": "etcdserver: no leader",
+                    "http_status": "Service Unavailable",
+                }
+            },
+            5,
+        )
     with pytest.raises(InvalidArgumentError):
         leases_mod.decode_keepalive({"error": {"grpc_code": 3, "message": "bad"}}, 5)
     with pytest.raises(ClientError):
@@ -497,11 +517,17 @@ def test_keepalive_answer_lines():
 
 
 def test_answers_decode_etcds_shapes():
-    doc = json.loads('{"header":{"revision":"4"},"ID":"7587","TTL":"9","grantedTTL":"10",'
-                     '"keys":["YQ==","/w=="]}')
+    doc = json.loads(
+        '{"header":{"revision":"4"},"ID":"7587","TTL":"9","grantedTTL":"10","keys":["YQ==","/w=="]}'
+    )
     ttl = leases_mod.decode_time_to_live(doc)
     assert (ttl.id, ttl.ttl_s, ttl.granted_ttl_s, ttl.keys, ttl.revision) == (
-        7587, 9, 10, (b"a", b"\xff"), 4)
+        7587,
+        9,
+        10,
+        (b"a", b"\xff"),
+        4,
+    )
     assert leases_mod.decode_time_to_live({"ID": "1", "TTL": "-1"}).expired
     assert leases_mod.decode_leases({"leases": [{"ID": "1"}, {"ID": "2"}]}).ids == (1, 2)
     assert leases_mod.decode_leases({"header": {}}).ids == ()
@@ -509,15 +535,24 @@ def test_answers_decode_etcds_shapes():
         leases_mod.decode_grant({"TTL": "5"})  # no ID
 
 
-@pytest.mark.parametrize("text,value", [
-    ("694d5765fc71500b", 0x694D5765FC71500B), ("0x10", 16), ("10", 10), ("0X1f", 31),
-    (" 0xff ", 255), ("7fffffffffffffff", (1 << 63) - 1),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("694d5765fc71500b", 0x694D5765FC71500B),
+        ("0x10", 16),
+        ("10", 10),
+        ("0X1f", 31),
+        (" 0xff ", 255),
+        ("7fffffffffffffff", (1 << 63) - 1),
+    ],
+)
 def test_parse_lease_id(text, value):
     assert leases_mod.parse_lease_id(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "0", "-5", "0x", "xyz", "0x8000000000000000", "9223372036854775808", "1.5"])
+@pytest.mark.parametrize(
+    "text", ["", "0", "-5", "0x", "xyz", "0x8000000000000000", "9223372036854775808", "1.5"]
+)
 def test_parse_lease_id_refuses(text):
     with pytest.raises(ValueError):
         leases_mod.parse_lease_id(text)
@@ -551,11 +586,13 @@ def etcd(tmp_path_factory):
     require_program("etcd")
     with etcd_process(str(tmp_path_factory.mktemp("etcd")), name="e1") as proc:
         with Client(proc.url, timeout_s=1.0, retries=0) as probe:
+
             def has_leader() -> bool:
                 try:
                     return bool(probe.status().leader)
                 except ClientError:
                     return False
+
             wait_until(has_leader, f"etcd to elect itself; see {proc.log_path}", 20.0)
         yield proc.url
 
@@ -620,10 +657,10 @@ def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
                 survivors = [n for n in cluster.nodes if n.alive()]
                 wait_healthy(cluster, timeout_s=30, among=survivors)
                 refreshes = ka.refreshes
-                wait_until(lambda: ka.refreshes >= refreshes + 3, "refreshes via the new leader",
-                           30.0)
-                wait_until(lambda: c.get("dropped/a") is None, "the control lease to expire",
-                           30.0)
+                wait_until(
+                    lambda: ka.refreshes >= refreshes + 3, "refreshes via the new leader", 30.0
+                )
+                wait_until(lambda: c.get("dropped/a") is None, "the control lease to expire", 30.0)
                 assert ka.alive and ka.error is None
             assert c.get("held/a").value == b"v"
             assert not c.lease_time_to_live(lease.id).expired
@@ -653,7 +690,10 @@ def test_close_from_the_refresh_callback(api):
     with Client(api.url, **FAST) as c:
         lease = c.lease_grant(30)
         box: list[SyncKeepAlive] = []
-        ka = c.keep_alive(lease.id, interval_s=0.02,
-                          on_refresh=lambda ttl: box and box[0].refreshes >= 3 and box[0].close())
+        ka = c.keep_alive(
+            lease.id,
+            interval_s=0.02,
+            on_refresh=lambda ttl: box and box[0].refreshes >= 3 and box[0].close(),
+        )
         box.append(ka)
         assert ka.wait(DEADLINE_S) and not ka.alive and ka.error is None

@@ -32,7 +32,12 @@ class WatchProcess:
         env.pop("RAFTKV_ENDPOINTS", None)
         self.proc = subprocess.Popen(
             python_module("kvserver.cli", "watch", "--endpoints", url, *args),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -93,9 +98,19 @@ def test_json_lines(server):
     w = WatchProcess(server.urls[0], "k", "--rev", "2", "--json")
     try:
         first, second = json.loads(w.line()), json.loads(w.line())
-        assert first == {"type": "PUT", "revision": 2, "prev_kv": None, "kv": {
-            "key": "k", "value": "v1", "create_revision": 2, "mod_revision": 2, "version": 1,
-            "lease": 0}}
+        assert first == {
+            "type": "PUT",
+            "revision": 2,
+            "prev_kv": None,
+            "kv": {
+                "key": "k",
+                "value": "v1",
+                "create_revision": 2,
+                "mod_revision": 2,
+                "version": 1,
+                "lease": 0,
+            },
+        }
         assert second["kv"]["value"] == "v\u00e9" and second["revision"] == 3
         assert w.interrupt()[0] == 130
     finally:
@@ -120,8 +135,7 @@ def test_unreachable_endpoint_is_an_error_not_a_traceback(capsys):
     from kvserver.localcluster.launcher import free_ports
 
     (port,) = free_ports(1)
-    code = cli.main(["watch", "k", "--endpoints", f"http://127.0.0.1:{port}", "--timeout",
-                     "0.5"])
+    code = cli.main(["watch", "k", "--endpoints", f"http://127.0.0.1:{port}", "--timeout", "0.5"])
     assert code == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "connection refused" in err
@@ -134,7 +148,9 @@ def test_render_event():
     assert render_event(put, as_json=False) == "PUT a = 1 (revision 3; was 0)\n"
     tomb = WatchEvent(EventType.DELETE, KeyValue(b"a\n", b"", mod_revision=4))
     assert render_event(tomb, as_json=False) == "DELETE a\\n (revision 4)\n"
-    doc = json.loads(render_event(WatchEvent(EventType.PUT, KeyValue(b"\xff", b"x",
-                                                                       mod_revision=5)),
-                                  as_json=True))
+    doc = json.loads(
+        render_event(
+            WatchEvent(EventType.PUT, KeyValue(b"\xff", b"x", mod_revision=5)), as_json=True
+        )
+    )
     assert doc["kv"]["encoding"] == "base64" and doc["kv"]["key"] == "/w=="

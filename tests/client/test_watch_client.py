@@ -47,8 +47,10 @@ class Replicas:
         self.loop_thread = LoopThread()
         self.ports = [_free_port() for _ in range(n)]
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.kvs = [LocalKV(member_id=0x100 + i, client_url=url, watch_limits=watch_limits)
-                    for i, url in enumerate(self.urls)]
+        self.kvs = [
+            LocalKV(member_id=0x100 + i, client_url=url, watch_limits=watch_limits)
+            for i, url in enumerate(self.urls)
+        ]
         self.apps: list[web.Application] = []
         self.runners: list[web.AppRunner | None] = []
         self.set_leader(0)
@@ -159,16 +161,21 @@ def test_history_then_live_events_in_order_with_prev_kv(one):
     one.put("jobs/1", "queued")  # rev 2
     one.put("other", "x")  # rev 3, outside the prefix
     one.put("jobs/1", "running")  # rev 4
-    with Client(one.urls, **FAST) as c, \
-            c.watch("jobs/", prefix=True, start_revision=1, prev_kv=True) as w:
+    with (
+        Client(one.urls, **FAST) as c,
+        c.watch("jobs/", prefix=True, start_revision=1, prev_kv=True) as w,
+    ):
         first = take(w, 2)
         one.write(DeleteRangeRequest(b"jobs/1"))  # rev 5
         one.put("jobs/2", "queued")  # rev 6
         rest = take(w, 2)
     events = first + rest
     assert shape(events) == [
-        ("PUT", b"jobs/1", b"queued", 2), ("PUT", b"jobs/1", b"running", 4),
-        ("DELETE", b"jobs/1", b"", 5), ("PUT", b"jobs/2", b"queued", 6)]
+        ("PUT", b"jobs/1", b"queued", 2),
+        ("PUT", b"jobs/1", b"running", 4),
+        ("DELETE", b"jobs/1", b"", 5),
+        ("PUT", b"jobs/2", b"queued", 6),
+    ]
     assert events[0].prev_kv is None and events[1].prev_kv.value == b"queued"
     assert events[2].is_delete and events[2].prev_kv.value == b"running"
     assert events[2].kv.create_revision == 0 and events[2].kv.version == 0
@@ -319,8 +326,9 @@ def test_async_iterator(one):
     for i in range(3):
         one.put(f"a/{i}", str(i))
     events = asyncio.run(asyncio.wait_for(body(), WAIT_S))
-    assert [(e.type, e.key) for e in events] == [(EventType.PUT, f"a/{i}".encode())
-                                                for i in range(3)]
+    assert [(e.type, e.key) for e in events] == [
+        (EventType.PUT, f"a/{i}".encode()) for i in range(3)
+    ]
 
 
 class _GatedSession:
@@ -406,8 +414,12 @@ def test_the_iterators_work_against_a_real_etcd(tmp_path):
             c.put("e/1", "c")  # 4
             c.delete("e/2")  # 5
             rest = take(w, 2)
-        assert shape(first + rest) == [("PUT", b"e/1", b"a", 2), ("PUT", b"e/2", b"b", 3),
-                                       ("PUT", b"e/1", b"c", 4), ("DELETE", b"e/2", b"", 5)]
+        assert shape(first + rest) == [
+            ("PUT", b"e/1", b"a", 2),
+            ("PUT", b"e/2", b"b", 3),
+            ("PUT", b"e/1", b"c", 4),
+            ("DELETE", b"e/2", b"", 5),
+        ]
         assert rest[0].prev_kv.value == b"a" and rest[1].prev_kv.value == b"b"
         with c.watch("e/1") as w:  # from now on
             rev = c.put("e/1", "d").revision

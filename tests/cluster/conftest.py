@@ -13,8 +13,9 @@ def make_cluster(tmp_path, request):
     clusters = []
 
     def make(size=3, extra_args=(), start=True):
-        c = LocalCluster(str(tmp_path / f"c{len(clusters)}"), size=size,
-                         extra_args=[*FAST_TIMING, *extra_args])
+        c = LocalCluster(
+            str(tmp_path / f"c{len(clusters)}"), size=size, extra_args=[*FAST_TIMING, *extra_args]
+        )
         clusters.append(c)
         if start:
             c.start()

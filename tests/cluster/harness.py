@@ -19,11 +19,20 @@ def b64(data: bytes | str) -> str:
     return base64.b64encode(data).decode()
 
 
-def call(url: str, path: str, body: dict | None = None, timeout_s: float = 5.0,
-         headers: dict | None = None) -> tuple[int, dict]:
+def call(
+    url: str,
+    path: str,
+    body: dict | None = None,
+    timeout_s: float = 5.0,
+    headers: dict | None = None,
+) -> tuple[int, dict]:
     data = json.dumps(body or {}).encode()
-    req = urllib.request.Request(url + path, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url + path,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, json.loads(resp.read() or b"{}")
@@ -52,8 +61,7 @@ def put(url: str, key: str, value: str, **kw) -> int:
 
 
 def get(url: str, key: str, serializable: bool = False, **kw) -> str | None:
-    status, body = call(url, "/v3/kv/range", {"key": b64(key), "serializable": serializable},
-                        **kw)
+    status, body = call(url, "/v3/kv/range", {"key": b64(key), "serializable": serializable}, **kw)
     if status != 200:
         raise AssertionError(f"get {key} via {url}: {status} {body}")
     kvs = body.get("kvs", [])
@@ -62,12 +70,18 @@ def get(url: str, key: str, serializable: bool = False, **kw) -> str | None:
 
 def get_prefix(url: str, prefix: str, serializable: bool = False) -> dict[str, str]:
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    status, body = call(url, "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end),
-                                               "serializable": serializable}, timeout_s=10)
+    status, body = call(
+        url,
+        "/v3/kv/range",
+        {"key": b64(prefix), "range_end": b64(end), "serializable": serializable},
+        timeout_s=10,
+    )
     if status != 200:
         raise AssertionError(f"range {prefix} via {url}: {status} {body}")
-    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
-            for kv in body.get("kvs", [])}
+    return {
+        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+        for kv in body.get("kvs", [])
+    }
 
 
 def status(node: NodeProcess) -> dict | None:
@@ -106,8 +120,9 @@ def leader_of(cluster: LocalCluster, among: list[NodeProcess] | None = None) -> 
     return None
 
 
-def wait_healthy(cluster: LocalCluster, timeout_s: float = 20.0,
-                 among: list[NodeProcess] | None = None) -> NodeProcess:
+def wait_healthy(
+    cluster: LocalCluster, timeout_s: float = 20.0, among: list[NodeProcess] | None = None
+) -> NodeProcess:
     def ready():
         for n in among or cluster.nodes:
             if not n.alive():
@@ -115,6 +130,7 @@ def wait_healthy(cluster: LocalCluster, timeout_s: float = 20.0,
             if get_json_safe(n.client_url, "/health") != 200:
                 return None
         return leader_of(cluster, among)
+
     return wait_for(ready, timeout_s, "a healthy cluster with an agreed leader")
 
 

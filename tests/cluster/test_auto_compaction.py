@@ -20,29 +20,47 @@ def _compact_revisions(cluster) -> list[int | None]:
     return [(status(n) or {}).get("compact_revision") for n in cluster.nodes]
 
 
-@pytest.mark.parametrize("mode, retention, keep", [
-    ("revision", "5", 5),     # keep the last 5 revisions
-    ("periodic", "2s", 0),    # keep ~2 s: after writes stop, everything up to the last one
-])
+@pytest.mark.parametrize(
+    "mode, retention, keep",
+    [
+        ("revision", "5", 5),  # keep the last 5 revisions
+        ("periodic", "2s", 0),  # keep ~2 s: after writes stop, everything up to the last one
+    ],
+)
 def test_history_is_compacted_on_every_member(make_cluster, mode, retention, keep):
-    cluster = make_cluster(extra_args=[
-        "--auto-compaction-mode", mode, "--auto-compaction-retention", retention,
-        "--auto-compaction-check-interval", "200ms"])
+    cluster = make_cluster(
+        extra_args=[
+            "--auto-compaction-mode",
+            mode,
+            "--auto-compaction-retention",
+            retention,
+            "--auto-compaction-check-interval",
+            "200ms",
+        ]
+    )
     url = cluster.nodes[0].client_url
     last = 0
     for i in range(20):
         last = put(url, "ac/k", f"v{i}")
     target = last - keep
 
-    wait_for(lambda: _compact_revisions(cluster) == [target] * 3, 30,
-             f"compact revision {target} on every member")
+    wait_for(
+        lambda: _compact_revisions(cluster) == [target] * 3,
+        30,
+        f"compact revision {target} on every member",
+    )
     for node in cluster.nodes:
-        code, body = call(node.client_url, "/v3/kv/range",
-                          {"key": b64("ac/k"), "revision": str(target - 1),
-                           "serializable": True})
+        code, body = call(
+            node.client_url,
+            "/v3/kv/range",
+            {"key": b64("ac/k"), "revision": str(target - 1), "serializable": True},
+        )
         assert (code, body.get("error")) == (400, COMPACTED), node.name
-        code, body = call(node.client_url, "/v3/kv/range",
-                          {"key": b64("ac/k"), "revision": str(target), "serializable": True})
+        code, body = call(
+            node.client_url,
+            "/v3/kv/range",
+            {"key": b64("ac/k"), "revision": str(target), "serializable": True},
+        )
         assert code == 200 and body["kvs"][0]["mod_revision"] == str(target), node.name
     # nothing else changed: the current value is the last write
     code, body = call(url, "/v3/kv/range", {"key": b64("ac/k")})

@@ -39,8 +39,9 @@ class Writer:
         self.errors = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
-                         for t in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(threads)
+        ]
 
     def _run(self, t: int) -> None:
         i = 0
@@ -90,8 +91,11 @@ def test_put_and_get_through_every_node(make_cluster):
             assert get(node.client_url, f"key{i}") == f"value{i}"
     # a serializable read from any node converges to the same answer
     for node in cluster.nodes:
-        wait_for(lambda n=node: get(n.client_url, "key2", serializable=True) == "value2", 5,
-                 f"{node.name} to apply key2")
+        wait_for(
+            lambda n=node: get(n.client_url, "key2", serializable=True) == "value2",
+            5,
+            f"{node.name} to apply key2",
+        )
 
 
 @pytest.mark.slow
@@ -130,8 +134,9 @@ def test_whole_cluster_killed_and_restarted_keeps_every_acked_write(make_cluster
 
 @pytest.mark.slow
 def test_stopped_follower_catches_up_through_a_snapshot(make_cluster):
-    cluster = make_cluster(extra_args=["--snapshot-count", "50",
-                                       "--snapshot-catchup-entries", "10"])
+    cluster = make_cluster(
+        extra_args=["--snapshot-count", "50", "--snapshot-catchup-entries", "10"]
+    )
     lead = leader_of(cluster)
     follower = next(n for n in cluster.nodes if n is not lead)
     cluster.kill(follower, signal.SIGSTOP)
@@ -145,12 +150,16 @@ def test_stopped_follower_catches_up_through_a_snapshot(make_cluster):
         time.sleep(max(0.0, 5.0 - (time.monotonic() - stopped_at)))
     finally:
         cluster.kill(follower, signal.SIGCONT)
-    wait_for(lambda: get(follower.client_url, "snap/0799", serializable=True) == "v799", 20,
-             "the stopped follower to catch up")
+    wait_for(
+        lambda: get(follower.client_url, "snap/0799", serializable=True) == "v799",
+        20,
+        "the stopped follower to catch up",
+    )
     log = open(follower.log_path).read()
     assert "restored snapshot" in log, "the follower caught up without a snapshot"
-    assert get_prefix(follower.client_url, "snap/", serializable=True) == \
-        {f"snap/{i:04d}": f"v{i}" for i in range(800)}
+    assert get_prefix(follower.client_url, "snap/", serializable=True) == {
+        f"snap/{i:04d}": f"v{i}" for i in range(800)
+    }
 
 
 def _wal_records(wal_dir: str) -> list[dict]:
@@ -187,8 +196,7 @@ def test_torn_wal_tail_is_repaired_and_the_member_rejoins(make_cluster):
 
 
 @pytest.mark.slow
-def test_corrupt_wal_in_the_middle_refuses_to_start_with_file_offset_and_command(
-        make_cluster):
+def test_corrupt_wal_in_the_middle_refuses_to_start_with_file_offset_and_command(make_cluster):
     cluster = make_cluster()
     lead = leader_of(cluster)
     for i in range(30):

@@ -41,10 +41,10 @@ def test_restart_budget_backs_off_then_gives_up_then_forgets():
     for t in (0.0, 1.0, 2.0):
         delays.append(b.next_delay(t))
         b.record(t)
-    assert delays == [1.0, 2.0, 3.0]        # doubling, capped at max_backoff_s
-    assert b.next_delay(10.0) is None       # 3 restarts within 60 s: give up
-    assert b.next_delay(60.5) == 3.0        # the first left the window: 1 s * 2**2, capped
-    assert b.next_delay(200.0) == 1.0       # a member that stayed up starts from scratch
+    assert delays == [1.0, 2.0, 3.0]  # doubling, capped at max_backoff_s
+    assert b.next_delay(10.0) is None  # 3 restarts within 60 s: give up
+    assert b.next_delay(60.5) == 3.0  # the first left the window: 1 s * 2**2, capped
+    assert b.next_delay(200.0) == 1.0  # a member that stayed up starts from scratch
 
 
 def test_describe_exit_names_the_signal():
@@ -56,13 +56,31 @@ class ClusterUp:
     """A ``cluster up`` process and everything it printed (read by a thread, line by line)."""
 
     def __init__(self, data_dir: str, *extra: str):
-        def default_sigint():   # the test run may have inherited SIGINT as ignored
+        def default_sigint():  # the test run may have inherited SIGINT as ignored
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvserver.cli", "cluster", "up", "--nodes", "3",
-             "--base-port", "0", "--data-dir", data_dir, *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=default_sigint)
+            [
+                sys.executable,
+                "-m",
+                "kvserver.cli",
+                "cluster",
+                "up",
+                "--nodes",
+                "3",
+                "--base-port",
+                "0",
+                "--data-dir",
+                data_dir,
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            preexec_fn=default_sigint,
+        )
         self.lines: list[str] = []
         self._new: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -88,8 +106,9 @@ class ClusterUp:
             seen = len(self.lines)
             left = deadline - time.monotonic()
             if left <= 0 or (self.proc.poll() is not None and self._new.empty()):
-                raise AssertionError(f"no line matching {pattern.pattern!r}; output:\n"
-                                     f"{self.output()}")
+                raise AssertionError(
+                    f"no line matching {pattern.pattern!r}; output:\n{self.output()}"
+                )
             try:
                 self._new.get(timeout=min(left, 0.5))
             except queue.Empty:
@@ -101,8 +120,13 @@ class ClusterUp:
             m = NODE_LINE.match(line)
             if m:
                 name, pid, client, peer, log = m.groups()
-                self.nodes[name] = {"pid": int(pid), "url": client, "peer": peer, "log": log,
-                                    "command": self.lines[i + 1].strip()}
+                self.nodes[name] = {
+                    "pid": int(pid),
+                    "url": client,
+                    "peer": peer,
+                    "log": log,
+                    "command": self.lines[i + 1].strip(),
+                }
         assert sorted(self.nodes) == ["node1", "node2", "node3"], self.output()
 
     def urls(self, names=None) -> list[str]:
@@ -110,8 +134,11 @@ class ClusterUp:
 
     def wait_healthy(self, names=None, timeout_s: float = STARTUP_S) -> None:
         for url in self.urls(names):
-            wait_for(lambda u=url: get_json_safe(u, "/health") == 200, timeout_s,
-                     f"{url}/health 200\n{self.output()}")
+            wait_for(
+                lambda u=url: get_json_safe(u, "/health") == 200,
+                timeout_s,
+                f"{url}/health 200\n{self.output()}",
+            )
 
     def leader(self, names=None) -> str:
         """The name of the member every listed member names as leader."""
@@ -124,14 +151,16 @@ class ClusterUp:
             leaders = set()
             for name in names or self.nodes:
                 try:
-                    with urllib.request.urlopen(self.nodes[name]["url"] + "/v1/status",
-                                                timeout=2) as r:
+                    with urllib.request.urlopen(
+                        self.nodes[name]["url"] + "/v1/status", timeout=2
+                    ) as r:
                         st = json.loads(r.read())
                 except OSError:
                     return None
                 by_id[st["id"]] = name
                 leaders.add(st["leader"])
             return len(leaders) == 1 and leaders.pop()
+
         lead = wait_for(agreed, STARTUP_S, "an agreed leader")
         return by_id[lead]
 
@@ -144,7 +173,9 @@ class ClusterUp:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"cluster up ignored Ctrl-C for 60 s:\n{self.output()}") from None
+                raise AssertionError(
+                    f"cluster up ignored Ctrl-C for 60 s:\n{self.output()}"
+                ) from None
         return self.proc.returncode
 
 
@@ -159,6 +190,7 @@ def gone(pid: int) -> bool:
 
 def write_via(urls: list[str], key: str, value: str, timeout_s: float = 30.0) -> None:
     """Put through any of ``urls``, retrying (bounded) while a new leader is elected."""
+
     def attempt():
         for url in urls:
             try:
@@ -167,6 +199,7 @@ def write_via(urls: list[str], key: str, value: str, timeout_s: float = 30.0) ->
             except (AssertionError, OSError):
                 continue
         return False
+
     wait_for(attempt, timeout_s, f"put {key} through {urls}", interval_s=0.2)
 
 
@@ -176,9 +209,14 @@ def kill_leader_and_write(up: ClusterUp, tag: str) -> tuple[str, list[str]]:
     others = [n for n in up.nodes if n != victim]
     write_via(up.urls(), f"{tag}/before", "1")
     os.kill(up.nodes[victim]["pid"], signal.SIGKILL)
-    up.wait_line(re.compile(rf"^raftkv: {victim} \(pid \d+\) was killed by SIGKILL; the "
-                            "other members keep serving"), 30)
-    for i in range(5):   # writes continue through the other two
+    up.wait_line(
+        re.compile(
+            rf"^raftkv: {victim} \(pid \d+\) was killed by SIGKILL; the "
+            "other members keep serving"
+        ),
+        30,
+    )
+    for i in range(5):  # writes continue through the other two
         write_via(up.urls(others), f"{tag}/while-dead/{i}", str(i))
     assert up.leader(others) in others
     for url in up.urls(others):
@@ -194,8 +232,13 @@ def wait_caught_up(up: ClusterUp, name: str, key: str, value: str) -> None:
             return get(url, key, serializable=True, timeout_s=2.0) == value
         except (AssertionError, OSError):
             return False
-    wait_for(has_it, CATCH_UP_S, f"{name} to apply {key} (serializable read)\n{up.output()}",
-             interval_s=0.2)
+
+    wait_for(
+        has_it,
+        CATCH_UP_S,
+        f"{name} to apply {key} (serializable read)\n{up.output()}",
+        interval_s=0.2,
+    )
 
 
 @pytest.mark.slow
@@ -204,7 +247,7 @@ def test_a_killed_leader_is_restarted_and_catches_up(tmp_path):
     up = ClusterUp(str(tmp_path / "cluster"))
     pids = [n["pid"] for n in up.nodes.values()]
     try:
-        for node in up.nodes.values():   # each member's log starts with its exact command
+        for node in up.nodes.values():  # each member's log starts with its exact command
             with open(node["log"]) as f:
                 assert node["command"] in f.read(), node["log"]
             assert shlex.split(node["command"])[1] == "serve"
@@ -217,7 +260,7 @@ def test_a_killed_leader_is_restarted_and_catches_up(tmp_path):
         assert new_pid != up.nodes[victim]["pid"]
         wait_caught_up(up, victim, "a/while-dead/4", "4")
         up.wait_healthy()
-        write_via([up.nodes[victim]["url"]], "a/after", "ok")   # and it serves writes again
+        write_via([up.nodes[victim]["url"]], "a/after", "ok")  # and it serves writes again
         for url in up.urls(others):
             assert get(url, "a/after") == "ok"
         pids.append(new_pid)
@@ -236,18 +279,27 @@ def test_restart_no_prints_the_command_that_brings_the_member_back(tmp_path):
     try:
         mark = len(up.lines)
         victim, others = kill_leader_and_write(up, "b")
-        m = up.wait_line(re.compile(rf"^raftkv: {victim} is not restarted \(--restart no\); "
-                                    "start it again by hand with:"), 30, start=mark)
+        m = up.wait_line(
+            re.compile(
+                rf"^raftkv: {victim} is not restarted \(--restart no\); "
+                "start it again by hand with:"
+            ),
+            30,
+            start=mark,
+        )
         assert m
-        idx = next(i for i, line in enumerate(up.lines)
-                   if i >= mark and "is not restarted" in line)
+        idx = next(i for i, line in enumerate(up.lines) if i >= mark and "is not restarted" in line)
         command = up.lines[idx + 1].strip()
         assert command == up.nodes[victim]["command"]
         assert not any(RESTARTED.search(line) for line in up.lines[mark:])
         # The printed command, run as printed (from another directory), brings it back.
-        by_hand = subprocess.Popen(shlex.split(command), cwd=str(tmp_path),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
+        by_hand = subprocess.Popen(
+            shlex.split(command),
+            cwd=str(tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         wait_caught_up(up, victim, "b/while-dead/4", "4")
         up.wait_healthy()
         assert by_hand.poll() is None
@@ -265,32 +317,39 @@ def test_restart_no_prints_the_command_that_brings_the_member_back(tmp_path):
 
 def _crashing_cluster(tmp_path, code: int) -> LocalCluster:
     """Members whose program exits with ``code`` at once (``python -c ... serve <flags>``)."""
-    return LocalCluster(str(tmp_path / "c"), size=2,
-                        program=[sys.executable, "-c", f"import sys; sys.exit({code})"])
+    return LocalCluster(
+        str(tmp_path / "c"), size=2, program=[sys.executable, "-c", f"import sys; sys.exit({code})"]
+    )
 
 
 def test_supervisor_restarts_a_failing_member_within_its_budget_then_gives_up(tmp_path):
     out = io.StringIO()
     cluster = _crashing_cluster(tmp_path, 3)
-    sup = Supervisor(cluster, out=out, max_restarts=2, window_s=60.0, initial_backoff_s=0.01,
-                     max_backoff_s=0.02, poll_s=0.01)
+    sup = Supervisor(
+        cluster,
+        out=out,
+        max_restarts=2,
+        window_s=60.0,
+        initial_backoff_s=0.01,
+        max_backoff_s=0.02,
+        poll_s=0.01,
+    )
     sup.start()
     assert sup.run() == 1
     text = out.getvalue()
     for node in cluster.nodes:
         assert text.count(f"raftkv: {node.name} restarted") == 2, text
-        assert text.count(f"{node.name} (pid") == 3, text      # three exits reported
+        assert text.count(f"{node.name} (pid") == 3, text  # three exits reported
         assert f"{node.name} failed 2 times within 60 s; giving up" in text, text
         assert node.command_line() in text
-        with open(node.log_path) as f:   # one header per start, each with the command
+        with open(node.log_path) as f:  # one header per start, each with the command
             assert f.read().count(node.command_line()) == 3
     assert "exited with status 3" in text
     assert text.rstrip().endswith("no member is running and none will be restarted; exiting")
 
 
 @pytest.mark.parametrize("policy", ["on-failure", "no"])
-def test_supervisor_leaves_down_a_member_that_stopped_cleanly_or_under_restart_no(
-        tmp_path, policy):
+def test_supervisor_leaves_down_a_member_that_stopped_cleanly_or_under_restart_no(tmp_path, policy):
     out = io.StringIO()
     cluster = _crashing_cluster(tmp_path, 0 if policy == "on-failure" else 5)
     sup = Supervisor(cluster, restart=policy, out=out, initial_backoff_s=0.01, poll_s=0.01)

@@ -41,8 +41,9 @@ def keepalive_once(cluster, lease_id: int) -> int | None:
     (no TTL in the answer, as etcd), None if no member could answer."""
     for node in [n for n in cluster.nodes if n.alive()]:
         try:
-            code, body = call(node.client_url, "/v3/lease/keepalive", {"ID": str(lease_id)},
-                              timeout_s=2.0)
+            code, body = call(
+                node.client_url, "/v3/lease/keepalive", {"ID": str(lease_id)}, timeout_s=2.0
+            )
         except OSError:
             continue  # dead or unreachable: try the next member
         if code == 200 and "result" in body:
@@ -55,7 +56,7 @@ class KeepAlive:
 
     def __init__(self, cluster, lease_id: int, interval_s: float):
         self.cluster, self.lease_id, self.interval_s = cluster, lease_id, interval_s
-        self.acks: list[tuple[float, int]] = []   # (monotonic time, TTL answered)
+        self.acks: list[tuple[float, int]] = []  # (monotonic time, TTL answered)
         self.misses = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -88,12 +89,14 @@ def live_url(cluster) -> str:
 
 def time_to_live(cluster, lease_id: int) -> int:
     """The lease's remaining TTL as the leader reports it (-1: not found)."""
+
     def ask():
         lead = leader_of(cluster)
         if lead is None:
             return None
         code, body = call(lead.client_url, "/v3/lease/timetolive", {"ID": str(lease_id)})
         return (int(body["TTL"]),) if code == 200 else None  # a tuple: truthy even for 0
+
     return wait_for(ask, 20, "a time-to-live answer from the leader")[0]
 
 
@@ -102,8 +105,11 @@ def test_lease_kept_alive_across_a_leader_kill_is_not_expired(make_cluster):
     ttl_s, lease_id = 3, 0x1001
     grant(cluster, lease_id, ttl_s)
     for k in ("held/a", "held/b"):
-        code, body = call(live_url(cluster), "/v3/kv/put",
-                          {"key": b64(k), "value": b64("v"), "lease": str(lease_id)})
+        code, body = call(
+            live_url(cluster),
+            "/v3/kv/put",
+            {"key": b64(k), "value": b64("v"), "lease": str(lease_id)},
+        )
         assert code == 200, body
     holder = KeepAlive(cluster, lease_id, interval_s=ttl_s / 3).start()
     try:
@@ -117,10 +123,14 @@ def test_lease_kept_alive_across_a_leader_kill_is_not_expired(make_cluster):
         assert new is not old
         # Hold on for three TTLs after the kill: without keep-alives (or with a leader that
         # lost the refreshed deadlines) the lease would be gone long before.
-        wait_for(lambda: time.monotonic() - killed_at > 3 * ttl_s, 4 * ttl_s + SLACK_S,
-                 "three TTLs after the kill", interval_s=0.2)
+        wait_for(
+            lambda: time.monotonic() - killed_at > 3 * ttl_s,
+            4 * ttl_s + SLACK_S,
+            "three TTLs after the kill",
+            interval_s=0.2,
+        )
         after_kill = [ttl for t, ttl in holder.acks if t > killed_at]
-        assert len(after_kill) >= 3, holder.acks      # refreshed through the new leader
+        assert len(after_kill) >= 3, holder.acks  # refreshed through the new leader
         assert all(ttl == ttl_s for ttl in after_kill), holder.acks  # never "not found"
         for node in survivors:
             assert get(node.client_url, "held/a") == "v", node.name
@@ -132,12 +142,16 @@ def test_lease_kept_alive_across_a_leader_kill_is_not_expired(make_cluster):
 
 @pytest.mark.parametrize("kill_leader", [False, True], ids=["steady", "leader-killed"])
 def test_lease_of_a_stopped_holder_expires_within_ttl_plus_election_timeout(
-        make_cluster, kill_leader):
+    make_cluster, kill_leader
+):
     cluster = make_cluster()
     ttl_s, lease_id = 2, 0x2002
     grant(cluster, lease_id, ttl_s)
-    code, body = call(live_url(cluster), "/v3/kv/put",
-                      {"key": b64("gone/a"), "value": b64("v"), "lease": str(lease_id)})
+    code, body = call(
+        live_url(cluster),
+        "/v3/kv/put",
+        {"key": b64("gone/a"), "value": b64("v"), "lease": str(lease_id)},
+    )
     assert code == 200, body
     put(live_url(cluster), "gone/unleased", "stays")
     holder = KeepAlive(cluster, lease_id, interval_s=0.5).start()
@@ -156,10 +170,14 @@ def test_lease_of_a_stopped_holder_expires_within_ttl_plus_election_timeout(
             return False  # no leader yet (an election in progress): ask again
 
     deadline_s = ttl_s + ELECTION_TIMEOUT_S + SLACK_S
-    wait_for(deleted_everywhere, deadline_s - (time.monotonic() - last_refresh),
-             "the expired lease's key to be deleted on every live member", interval_s=0.1)
+    wait_for(
+        deleted_everywhere,
+        deadline_s - (time.monotonic() - last_refresh),
+        "the expired lease's key to be deleted on every live member",
+        interval_s=0.1,
+    )
     assert time.monotonic() - last_refresh <= deadline_s
     assert time_to_live(cluster, lease_id) == -1
-    assert keepalive_once(cluster, lease_id) == 0          # etcd: no TTL for a lost lease
+    assert keepalive_once(cluster, lease_id) == 0  # etcd: no TTL for a lost lease
     for node in survivors:
         assert get(node.client_url, "gone/unleased") == "stays"

@@ -34,8 +34,9 @@ def client(cid: int, cluster, history: History, stop: threading.Event) -> None:
             if rng.random() < 0.5:
                 value = f"{cid}-{n}"
                 with history.record(cid, kv.put(key, value)) as rec:
-                    code, body = call(url, "/v3/kv/put", {"key": b64(key), "value": b64(value)},
-                                      timeout_s=2)
+                    code, body = call(
+                        url, "/v3/kv/put", {"key": b64(key), "value": b64(value)}, timeout_s=2
+                    )
                     if code != 200:
                         raise OSError(f"put answered {code}")
                     rec.ok(kv.put_ok(int(body["header"]["revision"])))
@@ -56,8 +57,10 @@ def test_history_with_leader_kill_and_restart_is_linearizable(make_cluster):
     cluster = make_cluster()
     history = History()
     stop = threading.Event()
-    threads = [threading.Thread(target=client, args=(c, cluster, history, stop), daemon=True)
-               for c in range(6)]
+    threads = [
+        threading.Thread(target=client, args=(c, cluster, history, stop), daemon=True)
+        for c in range(6)
+    ]
     for t in threads:
         t.start()
     try:
@@ -67,8 +70,11 @@ def test_history_with_leader_kill_and_restart_is_linearizable(make_cluster):
             assert lead is not None
             cluster.kill(lead, signal.SIGKILL)
             count = len(history.operations())
-            wait_for(lambda c=count: len(history.operations()) >= c + 300, 30,
-                     "operations to continue after the kill")
+            wait_for(
+                lambda c=count: len(history.operations()) >= c + 300,
+                30,
+                "operations to continue after the kill",
+            )
             cluster.start_node(lead)
             wait_healthy(cluster)
     finally:

@@ -38,8 +38,11 @@ STEADY_TIMING = ["--election-timeout", "3000"]
 
 
 def _last_record_of(wal_dir: str, index: int) -> DumpRecord:
-    found = [r for r in dump(wal_dir) if isinstance(r, DumpRecord) and r.type == "entry"
-             and r.fields.get("index") == index]
+    found = [
+        r
+        for r in dump(wal_dir)
+        if isinstance(r, DumpRecord) and r.type == "entry" and r.fields.get("index") == index
+    ]
     assert found, f"no entry record with index {index} in {wal_dir}"
     return found[-1]
 
@@ -88,5 +91,5 @@ def test_follower_that_lost_acknowledged_entries_stops_loudly(make_cluster):
     cluster.start_node(follower)
     follower.proc.wait(timeout=60)
     assert follower.proc.returncode not in (0, None)
-    again = open(follower.log_path).read()[len(log):]
+    again = open(follower.log_path).read()[len(log) :]
     assert "lost raft log entries it had acknowledged" in again

@@ -30,9 +30,12 @@ SNAPSHOT_ARGS = ["--snapshot-count", "40", "--snapshot-catchup-entries", "5"]
 
 
 def cli(endpoints, *argv):
-    return subprocess.run([sys.executable, "-m", "kvserver.cli", "member", *argv,
-                           "--endpoints", ",".join(endpoints)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kvserver.cli", "member", *argv, "--endpoints", ",".join(endpoints)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def wait_exit(cluster, node, timeout_s=30.0):
@@ -55,9 +58,15 @@ def test_learner_joins_by_snapshot_promote_remove_kill_and_leader_removal(make_c
         new_id = added.member.id
 
         cluster.start_node(joiner)
-        wait_for(lambda: joiner.alive() and status(joiner) is not None
-                 and get_prefix(joiner.client_url, "k/", serializable=True) == data,
-                 60, "the learner to serve every key")
+        wait_for(
+            lambda: (
+                joiner.alive()
+                and status(joiner) is not None
+                and get_prefix(joiner.client_url, "k/", serializable=True) == data
+            ),
+            60,
+            "the learner to serve every key",
+        )
         assert status(joiner)["id"] == f"{new_id:x}" or status(joiner)["id"] == new_id
         assert "restored snapshot" in cluster.log_tail(joiner, 200)
 
@@ -65,6 +74,7 @@ def test_learner_joins_by_snapshot_promote_remove_kill_and_leader_removal(make_c
         def promoted():
             res = cli(cluster.endpoints, "promote", f"{new_id:x}")
             return res.returncode == 0 and res
+
         wait_for(promoted, 30, "the promotion", interval_s=0.3)
         listing = cli(cluster.endpoints, "list")
         assert listing.returncode == 0 and "node4" in listing.stdout
@@ -100,7 +110,12 @@ def test_learner_joins_by_snapshot_promote_remove_kill_and_leader_removal(make_c
         assert new_leader is not leader
         client.put("after/leader", "1")
         for n in rest:
-            wait_for(lambda n=n: get_prefix(n.client_url, "after/", serializable=True)
-                     == {"after/remove": "1", "after/kill": "1", "after/leader": "1"},
-                     20, f"{n.name} to have every write")
+            wait_for(
+                lambda n=n: (
+                    get_prefix(n.client_url, "after/", serializable=True)
+                    == {"after/remove": "1", "after/kill": "1", "after/leader": "1"}
+                ),
+                20,
+                f"{n.name} to have every write",
+            )
         assert leader_of(cluster, rest) is not None

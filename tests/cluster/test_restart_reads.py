@@ -22,12 +22,19 @@ pytestmark = pytest.mark.slow
 
 def _serializable_revision(url: str) -> int | None:
     try:
-        status, body = call(url, "/v3/kv/range", {"key": base64.b64encode(b"r/").decode(),
-                                                  "range_end": base64.b64encode(b"r0").decode(),
-                                                  "count_only": True, "serializable": True},
-                            timeout_s=2.0)
+        status, body = call(
+            url,
+            "/v3/kv/range",
+            {
+                "key": base64.b64encode(b"r/").decode(),
+                "range_end": base64.b64encode(b"r0").decode(),
+                "count_only": True,
+                "serializable": True,
+            },
+            timeout_s=2.0,
+        )
     except OSError:
-        return None   # not listening yet
+        return None  # not listening yet
     if status != 200:
         assert status == 503, (status, body)  # "still replaying its log": a clean refusal
         return None
@@ -38,13 +45,17 @@ def test_a_restarted_follower_never_serves_an_older_revision(make_cluster):
     c = make_cluster(3, extra_args=["--snapshot-count", "100000"])
     leader = wait_healthy(c)
     with Client(c.endpoints) as client:
-        for start in range(0, 20_000, 100):   # a log long enough that replay takes a while
-            client.txn(Txn().then(*[Op.put(f"r/{i:06d}", "x" * 32)
-                                    for i in range(start, start + 100)]))
+        for start in range(0, 20_000, 100):  # a log long enough that replay takes a while
+            client.txn(
+                Txn().then(*[Op.put(f"r/{i:06d}", "x" * 32) for i in range(start, start + 100)])
+            )
         before = client.put("r/last", "x").header.revision
     follower = next(n for n in c.nodes if n is not leader)
-    wait_for(lambda: (_serializable_revision(follower.client_url) or 0) >= before, 30,
-             "the follower to apply the last write")
+    wait_for(
+        lambda: (_serializable_revision(follower.client_url) or 0) >= before,
+        30,
+        "the follower to apply the last write",
+    )
     c.kill(follower, signal.SIGKILL)
     c.start_node(follower)
     seen: list[int] = []

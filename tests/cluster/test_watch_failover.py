@@ -23,15 +23,22 @@ pytestmark = pytest.mark.slow
 
 N_PUTS = 240
 KILL_AT = N_PUTS // 2
-CLIENT = dict(timeout_s=10.0, attempt_timeout_s=1.0, connect_timeout_s=0.5,
-              backoff_initial_s=0.02, backoff_max_s=0.2)
+CLIENT = dict(
+    timeout_s=10.0,
+    attempt_timeout_s=1.0,
+    connect_timeout_s=0.5,
+    backoff_initial_s=0.02,
+    backoff_max_s=0.2,
+)
 
 
 def test_prefix_watch_survives_leader_kill_and_sees_each_commit_once(make_cluster):
     cluster = make_cluster(3)
     leader = wait_healthy(cluster)
-    with Client(cluster.endpoints, **CLIENT) as watch_client, \
-            Client(cluster.endpoints, **CLIENT) as writer:
+    with (
+        Client(cluster.endpoints, **CLIENT) as watch_client,
+        Client(cluster.endpoints, **CLIENT) as writer,
+    ):
         watch = watch_client.watch("w/", prefix=True, reconnect_timeout_s=30)
         assert watch.endpoint == leader.client_url  # so the kill breaks this very stream
         first_rev = watch.next_revision
@@ -74,10 +81,13 @@ def test_prefix_watch_survives_leader_kill_and_sees_each_commit_once(make_cluste
     assert all(ev.is_put for ev in events)
     assert len(committed) >= len(acked) + 1
     assert {f"w/{i:04d}".encode() for i in range(N_PUTS)} >= {k for _, k, _ in committed} - {
-        b"w/~end"}
+        b"w/~end"
+    }
     assert {a.encode() for a in acked} <= {k for _, k, _ in committed}
     assert got == committed  # every committed put once, in revision order, nothing else
     assert got[0][0] >= first_rev and got[-1][0] == sentinel
     assert watch.reconnects >= 1 and watch.endpoint != leader.client_url
-    print(f"{len(got)} events, {len(acked)} acked puts, {len(failed)} with unknown outcome, "
-          f"{watch.reconnects} reconnect(s)")
+    print(
+        f"{len(got)} events, {len(acked)} acked puts, {len(failed)} with unknown outcome, "
+        f"{watch.reconnects} reconnect(s)"
+    )

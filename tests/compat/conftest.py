@@ -59,8 +59,7 @@ def raftkv_backend(root: str, extra_args: tuple[str, ...] = ()) -> Iterator[Back
 
         def follower() -> str:
             lead = leader()
-            return next(n.client_url for n in cluster.nodes
-                        if n.alive() and n.client_url != lead)
+            return next(n.client_url for n in cluster.nodes if n.alive() and n.client_url != lead)
 
         yield Backend("raftkv", cluster.endpoints, leader, follower)
         ok = True

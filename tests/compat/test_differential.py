@@ -94,13 +94,13 @@ class Generator:
         if r < 0.4:
             return {"key": b64(k)}
         if r < 0.6:
-            return {"key": b64(k), "range_end": b64(_next_key(k))}       # prefix
+            return {"key": b64(k), "range_end": b64(_next_key(k))}  # prefix
         if r < 0.75:
             other = self.key()
-            return {"key": b64(k), "range_end": b64(other)}               # maybe empty
+            return {"key": b64(k), "range_end": b64(other)}  # maybe empty
         if r < 0.9:
-            return {"key": b64(k), "range_end": b64("\0")}                # k and after
-        return {"key": b64("\0"), "range_end": b64("\0")}                 # everything
+            return {"key": b64(k), "range_end": b64("\0")}  # k and after
+        return {"key": b64("\0"), "range_end": b64("\0")}  # everything
 
     def value(self) -> str:
         v = self.rng.choice(VALUES)
@@ -162,8 +162,12 @@ class Generator:
             body["keys_only"] = True
         if self.maybe(0.3):
             body["revision"] = str(self.revision())
-        for name in ("min_mod_revision", "max_mod_revision", "min_create_revision",
-                     "max_create_revision"):
+        for name in (
+            "min_mod_revision",
+            "max_mod_revision",
+            "min_create_revision",
+            "max_create_revision",
+        ):
             if self.maybe(0.08):
                 body[name] = rng.randint(0, self.rev + 1)
         if self.maybe(0.2):
@@ -173,8 +177,10 @@ class Generator:
     def compare(self) -> dict[str, Any]:
         rng = self.rng
         target = rng.choice(["VERSION", "CREATE", "MOD", "VALUE", "LEASE"])
-        c: dict[str, Any] = {"target": target,
-                             "result": rng.choice(["EQUAL", "GREATER", "LESS", "NOT_EQUAL"])}
+        c: dict[str, Any] = {
+            "target": target,
+            "result": rng.choice(["EQUAL", "GREATER", "LESS", "NOT_EQUAL"]),
+        }
         c.update(self.key_range() if self.maybe(0.3) else {"key": b64(self.key())})
         if target == "VERSION":
             c["version"] = rng.randint(0, 3)
@@ -230,36 +236,42 @@ class Generator:
         if r < 0.5 and self.rev > self.compact_rev + 1:
             rev = self.rng.randint(self.compact_rev + 1, self.rev)
         elif r < 0.7:
-            rev = self.compact_rev                      # already compacted
+            rev = self.compact_rev  # already compacted
         elif r < 0.85:
-            rev = self.rev + self.rng.randint(1, 5)     # future
+            rev = self.rev + self.rng.randint(1, 5)  # future
         else:
             rev = max(0, self.compact_rev - 1)
         return {"revision": str(rev)}
 
     def bad(self) -> tuple[str, str]:
         k = b64(self.key())
-        return self.rng.choice([
-            ("/v3/kv/put", json.dumps({"value": b64("x")})),                 # no key
-            ("/v3/kv/put", json.dumps({"key": "", "value": b64("x")})),
-            ("/v3/kv/range", json.dumps({"key": ""})),
-            ("/v3/kv/deleterange", json.dumps({})),
-            ("/v3/kv/put", json.dumps({"key": "@@@"})),                      # base64
-            ("/v3/kv/put", json.dumps({"key": 5})),                          # type
-            ("/v3/kv/put", '{"key": '),                                      # JSON
-            ("/v3/kv/range", json.dumps({"key": k, "limit": "x"})),
-            ("/v3/kv/range", json.dumps({"key": k, "sort_order": "UP"})),
-            ("/v3/kv/txn", json.dumps({"success": [{}]})),
-            ("/v3/kv/txn", json.dumps({"compare": [{"target": "MOD", "result": "EQUAL"}]})),
-            ("/v3/kv/txn", json.dumps({"success": [{"request_put": {"key": k}},
-                                                   {"request_put": {"key": k}}]})),
-            ("/v3/kv/txn", json.dumps({"success": [{"request_put": {"key": k}}] * 129})),
-            ("/v3/kv/compaction", json.dumps({"revision": "-1"})),
-            ("/v3/lease/grant", json.dumps({"TTL": "9000000001", "ID": 5})),
-            ("/v3/lease/grant", json.dumps({"TTL": "abc"})),
-            ("/v3/lease/revoke", json.dumps({"ID": 424242})),
-            ("/v3/lease/revoke", json.dumps({})),
-        ])
+        return self.rng.choice(
+            [
+                ("/v3/kv/put", json.dumps({"value": b64("x")})),  # no key
+                ("/v3/kv/put", json.dumps({"key": "", "value": b64("x")})),
+                ("/v3/kv/range", json.dumps({"key": ""})),
+                ("/v3/kv/deleterange", json.dumps({})),
+                ("/v3/kv/put", json.dumps({"key": "@@@"})),  # base64
+                ("/v3/kv/put", json.dumps({"key": 5})),  # type
+                ("/v3/kv/put", '{"key": '),  # JSON
+                ("/v3/kv/range", json.dumps({"key": k, "limit": "x"})),
+                ("/v3/kv/range", json.dumps({"key": k, "sort_order": "UP"})),
+                ("/v3/kv/txn", json.dumps({"success": [{}]})),
+                ("/v3/kv/txn", json.dumps({"compare": [{"target": "MOD", "result": "EQUAL"}]})),
+                (
+                    "/v3/kv/txn",
+                    json.dumps(
+                        {"success": [{"request_put": {"key": k}}, {"request_put": {"key": k}}]}
+                    ),
+                ),
+                ("/v3/kv/txn", json.dumps({"success": [{"request_put": {"key": k}}] * 129})),
+                ("/v3/kv/compaction", json.dumps({"revision": "-1"})),
+                ("/v3/lease/grant", json.dumps({"TTL": "9000000001", "ID": 5})),
+                ("/v3/lease/grant", json.dumps({"TTL": "abc"})),
+                ("/v3/lease/revoke", json.dumps({"ID": 424242})),
+                ("/v3/lease/revoke", json.dumps({})),
+            ]
+        )
 
     def lease_request(self) -> tuple[str, dict[str, Any]]:
         r = self.rng.random()
@@ -331,8 +343,11 @@ def _normalize(path: str, status: int, body: Any) -> Any:
     if status != 200:
         if isinstance(body, dict) and "result" not in body:
             message = body.get("error", body.get("message", ""))
-            return (status, body.get("code"),
-                    message if str(message).startswith("etcdserver:") else "")
+            return (
+                status,
+                body.get("code"),
+                message if str(message).startswith("etcdserver:") else "",
+            )
         return (status, body)
     body = _strip_header(body)
     if path.endswith("/lease/leases") and isinstance(body, dict) and "leases" in body:
@@ -346,10 +361,10 @@ def _normalize(path: str, status: int, body: Any) -> Any:
     return (status, body)
 
 
-async def _post(session: aiohttp.ClientSession, url: str, path: str,
-                data: str) -> tuple[int, Any]:
-    async with session.post(url + path, data=data,
-                            headers={"Content-Type": "application/json"}) as r:
+async def _post(session: aiohttp.ClientSession, url: str, path: str, data: str) -> tuple[int, Any]:
+    async with session.post(
+        url + path, data=data, headers={"Content-Type": "application/json"}
+    ) as r:
         text = await r.text()
         try:
             return r.status, _parse(path, text)
@@ -365,8 +380,9 @@ async def run_sequence(seed: int, etcd_url: str, targets) -> None:  # noqa: ANN0
         for step in range(STEPS):
             path, data = gen.next()
             decoded = json.loads(data) if data.startswith("{") and data.endswith("}") else {}
-            gen.last_compaction = int(decoded.get("revision", 0) or 0) \
-                if path.endswith("compaction") else 0
+            gen.last_compaction = (
+                int(decoded.get("revision", 0) or 0) if path.endswith("compaction") else 0
+            )
             gen.last_lease = int(decoded.get("ID", 0) or 0) if "lease" in path else 0
             theirs_raw = await _post(session, etcd_url, path, data)
             ours_raw = await _post(session, targets(path, data), path, data)
@@ -375,7 +391,8 @@ async def run_sequence(seed: int, etcd_url: str, targets) -> None:  # noqa: ANN0
             ours = _normalize(path, *ours_raw)
             assert ours == theirs, (
                 f"seed {seed} step {step}: POST {path} {data}\n"
-                f"  etcd:   {theirs_raw}\n  raftkv: {ours_raw}")
+                f"  etcd:   {theirs_raw}\n  raftkv: {ours_raw}"
+            )
             seen.update(_outcomes(path, *theirs_raw))
     # The sequence exercised what it is meant to (a generator bug must not make it vacuous).
     missing = [what for what in EXPECTED_OUTCOMES if not seen[what]]
@@ -383,9 +400,17 @@ async def run_sequence(seed: int, etcd_url: str, targets) -> None:  # noqa: ANN0
 
 
 EXPECTED_OUTCOMES = (
-    "compaction ok", "compaction out-of-range", "range out-of-range", "range more",
-    "txn succeeded", "txn failed", "put prev_kv", "delete deleted", "lease grant ok",
-    "lease exists", "invalid-argument",
+    "compaction ok",
+    "compaction out-of-range",
+    "range out-of-range",
+    "range more",
+    "txn succeeded",
+    "txn failed",
+    "put prev_kv",
+    "delete deleted",
+    "lease grant ok",
+    "lease exists",
+    "invalid-argument",
 )
 
 

@@ -77,16 +77,36 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("role-add-app", "/v3/auth/role/add", {"name": "app"}, None),
     ("role-add-dup", "/v3/auth/role/add", {"name": "app"}, None),
     ("role-add-empty", "/v3/auth/role/add", {"name": ""}, None),
-    ("role-grant-prefix", "/v3/auth/role/grant",
-     {"name": "app", "perm": perm("READWRITE", "app/", "app0")}, None),
-    ("role-grant-key-read", "/v3/auth/role/grant",
-     {"name": "app", "perm": perm("READ", "r")}, None),
-    ("role-grant-range-write", "/v3/auth/role/grant",
-     {"name": "app", "perm": perm("WRITE", "w1", "w9")}, None),
-    ("role-grant-key-read2", "/v3/auth/role/grant",
-     {"name": "app", "perm": perm("READ", "r2")}, None),
-    ("role-grant-missing-role", "/v3/auth/role/grant",
-     {"name": "nope", "perm": perm("READ", "x")}, None),
+    (
+        "role-grant-prefix",
+        "/v3/auth/role/grant",
+        {"name": "app", "perm": perm("READWRITE", "app/", "app0")},
+        None,
+    ),
+    (
+        "role-grant-key-read",
+        "/v3/auth/role/grant",
+        {"name": "app", "perm": perm("READ", "r")},
+        None,
+    ),
+    (
+        "role-grant-range-write",
+        "/v3/auth/role/grant",
+        {"name": "app", "perm": perm("WRITE", "w1", "w9")},
+        None,
+    ),
+    (
+        "role-grant-key-read2",
+        "/v3/auth/role/grant",
+        {"name": "app", "perm": perm("READ", "r2")},
+        None,
+    ),
+    (
+        "role-grant-missing-role",
+        "/v3/auth/role/grant",
+        {"name": "nope", "perm": perm("READ", "x")},
+        None,
+    ),
     ("role-get-app", "/v3/auth/role/get", {"role": "app"}, None),
     ("role-get-missing", "/v3/auth/role/get", {"role": "nope"}, None),
     ("role-add-ops", "/v3/auth/role/add", {"name": "ops"}, None),
@@ -101,29 +121,31 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("user-get-alice", "/v3/auth/user/get", {"name": "alice"}, None),
     ("user-revoke-ops", "/v3/auth/user/revoke", {"name": "alice", "role": "ops"}, None),
     ("user-revoke-not-granted", "/v3/auth/user/revoke", {"name": "alice", "role": "ops"}, None),
-    ("user-revoke-missing-user", "/v3/auth/user/revoke", {"name": "nobody", "role": "ops"},
-     None),
+    ("user-revoke-missing-user", "/v3/auth/user/revoke", {"name": "nobody", "role": "ops"}, None),
     ("role-revoke-key", "/v3/auth/role/revoke", {"role": "app", "key": b64("r2")}, None),
-    ("role-revoke-not-granted", "/v3/auth/role/revoke", {"role": "app", "key": b64("zz")},
-     None),
-    ("role-revoke-missing-role", "/v3/auth/role/revoke", {"role": "nope", "key": b64("r")},
-     None),
+    ("role-revoke-not-granted", "/v3/auth/role/revoke", {"role": "app", "key": b64("zz")}, None),
+    ("role-revoke-missing-role", "/v3/auth/role/revoke", {"role": "nope", "key": b64("r")}, None),
     ("role-delete-ops", "/v3/auth/role/delete", {"role": "ops"}, None),
     ("role-delete-missing", "/v3/auth/role/delete", {"role": "ops"}, None),
-    ("user-changepw-missing", "/v3/auth/user/changepw", {"name": "nobody", "password": "p"},
-     None),
+    ("user-changepw-missing", "/v3/auth/user/changepw", {"name": "nobody", "password": "p"}, None),
     ("seed-key", "/v3/kv/put", {"key": b64("other"), "value": b64("x")}, None),
     ("enable", "/v3/auth/enable", {}, None),
     ("enable-again", "/v3/auth/enable", {}, None),
     # --- auth on ----------------------------------------------------------------------------
-    ("authenticate-wrong-password", "/v3/auth/authenticate",
-     {"name": "alice", "password": "wrong"}, None),
-    ("authenticate-unknown-user", "/v3/auth/authenticate",
-     {"name": "nobody", "password": "x"}, None),
-    ("authenticate-root", "/v3/auth/authenticate", {"name": "root", "password": "rootpw"},
-     None),
-    ("authenticate-alice", "/v3/auth/authenticate", {"name": "alice", "password": "alicepw"},
-     None),
+    (
+        "authenticate-wrong-password",
+        "/v3/auth/authenticate",
+        {"name": "alice", "password": "wrong"},
+        None,
+    ),
+    (
+        "authenticate-unknown-user",
+        "/v3/auth/authenticate",
+        {"name": "nobody", "password": "x"},
+        None,
+    ),
+    ("authenticate-root", "/v3/auth/authenticate", {"name": "root", "password": "rootpw"}, None),
+    ("authenticate-alice", "/v3/auth/authenticate", {"name": "alice", "password": "alicepw"}, None),
     ("authenticate-bob", "/v3/auth/authenticate", {"name": "bob", "password": "bobpw"}, None),
     ("status-root", "/v3/auth/status", {}, "root"),
     ("range-no-token", "/v3/kv/range", {"key": b64("app/1")}, None),
@@ -134,45 +156,77 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("user-list-forged", "/v3/auth/user/list", {}, "forged"),
     ("alice-put-in-prefix", "/v3/kv/put", {"key": b64("app/1"), "value": b64("v1")}, "alice"),
     ("alice-range-in-prefix", "/v3/kv/range", {"key": b64("app/1")}, "alice"),
-    ("alice-range-prefix", "/v3/kv/range", {"key": b64("app/"), "range_end": b64("app0")},
-     "alice"),
-    ("alice-range-wider", "/v3/kv/range", {"key": b64("app/"), "range_end": b64("app1")},
-     "alice"),
+    ("alice-range-prefix", "/v3/kv/range", {"key": b64("app/"), "range_end": b64("app0")}, "alice"),
+    ("alice-range-wider", "/v3/kv/range", {"key": b64("app/"), "range_end": b64("app1")}, "alice"),
     ("alice-range-outside", "/v3/kv/range", {"key": b64("other")}, "alice"),
     ("alice-range-all", "/v3/kv/range", {"key": b64("\0"), "range_end": b64("\0")}, "alice"),
     ("alice-put-outside", "/v3/kv/put", {"key": b64("other"), "value": b64("no")}, "alice"),
     ("alice-read-key", "/v3/kv/range", {"key": b64("r")}, "alice"),
-    ("alice-put-read-only-key", "/v3/kv/put", {"key": b64("r"), "value": b64("no")},
-     "alice"),
+    ("alice-put-read-only-key", "/v3/kv/put", {"key": b64("r"), "value": b64("no")}, "alice"),
     ("alice-read-revoked-key", "/v3/kv/range", {"key": b64("r2")}, "alice"),
     ("alice-put-write-range", "/v3/kv/put", {"key": b64("w5"), "value": b64("ok")}, "alice"),
     ("alice-range-write-only", "/v3/kv/range", {"key": b64("w5")}, "alice"),
-    ("alice-put-range-end-excluded", "/v3/kv/put", {"key": b64("w9"), "value": b64("no")},
-     "alice"),
-    ("alice-txn-inside", "/v3/kv/txn", {
-        "compare": [{"key": b64("app/1"), "target": "VERSION", "result": "GREATER",
-                     "version": "0"}],
-        "success": [{"request_put": {"key": b64("app/2"), "value": b64("t")}}],
-        "failure": [{"request_range": {"key": b64("app/1")}}]}, "alice"),
-    ("alice-txn-put-outside", "/v3/kv/txn", {
-        "success": [{"request_put": {"key": b64("app/3"), "value": b64("t")}},
-                    {"request_put": {"key": b64("other"), "value": b64("t")}}]}, "alice"),
-    ("alice-txn-compare-outside", "/v3/kv/txn", {
-        "compare": [{"key": b64("other"), "target": "VERSION", "result": "GREATER",
-                     "version": "0"}],
-        "success": [{"request_put": {"key": b64("app/4"), "value": b64("t")}}]}, "alice"),
-    ("alice-txn-failure-branch-outside", "/v3/kv/txn", {
-        "compare": [{"key": b64("app/1"), "target": "VERSION", "result": "GREATER",
-                     "version": "0"}],
-        "success": [{"request_put": {"key": b64("app/5"), "value": b64("t")}}],
-        "failure": [{"request_delete_range": {"key": b64("other")}}]}, "alice"),
-    ("alice-txn-nested-outside", "/v3/kv/txn", {
-        "success": [{"request_txn": {
-            "success": [{"request_range": {"key": b64("other")}}]}}]}, "alice"),
+    ("alice-put-range-end-excluded", "/v3/kv/put", {"key": b64("w9"), "value": b64("no")}, "alice"),
+    (
+        "alice-txn-inside",
+        "/v3/kv/txn",
+        {
+            "compare": [
+                {"key": b64("app/1"), "target": "VERSION", "result": "GREATER", "version": "0"}
+            ],
+            "success": [{"request_put": {"key": b64("app/2"), "value": b64("t")}}],
+            "failure": [{"request_range": {"key": b64("app/1")}}],
+        },
+        "alice",
+    ),
+    (
+        "alice-txn-put-outside",
+        "/v3/kv/txn",
+        {
+            "success": [
+                {"request_put": {"key": b64("app/3"), "value": b64("t")}},
+                {"request_put": {"key": b64("other"), "value": b64("t")}},
+            ]
+        },
+        "alice",
+    ),
+    (
+        "alice-txn-compare-outside",
+        "/v3/kv/txn",
+        {
+            "compare": [
+                {"key": b64("other"), "target": "VERSION", "result": "GREATER", "version": "0"}
+            ],
+            "success": [{"request_put": {"key": b64("app/4"), "value": b64("t")}}],
+        },
+        "alice",
+    ),
+    (
+        "alice-txn-failure-branch-outside",
+        "/v3/kv/txn",
+        {
+            "compare": [
+                {"key": b64("app/1"), "target": "VERSION", "result": "GREATER", "version": "0"}
+            ],
+            "success": [{"request_put": {"key": b64("app/5"), "value": b64("t")}}],
+            "failure": [{"request_delete_range": {"key": b64("other")}}],
+        },
+        "alice",
+    ),
+    (
+        "alice-txn-nested-outside",
+        "/v3/kv/txn",
+        {"success": [{"request_txn": {"success": [{"request_range": {"key": b64("other")}}]}}]},
+        "alice",
+    ),
     ("alice-delete-in-prefix", "/v3/kv/deleterange", {"key": b64("app/2")}, "alice"),
     ("alice-delete-outside", "/v3/kv/deleterange", {"key": b64("other")}, "alice"),
-    ("alice-delete-wide", "/v3/kv/deleterange", {"key": b64("app/"), "range_end": b64("b")},
-     "alice"),
+    (
+        "alice-delete-wide",
+        "/v3/kv/deleterange",
+        {"key": b64("app/"), "range_end": b64("b")},
+        "alice",
+    ),
     ("bob-range-no-roles", "/v3/kv/range", {"key": b64("app/1")}, "bob"),
     ("alice-user-list", "/v3/auth/user/list", {}, "alice"),
     ("alice-user-add", "/v3/auth/user/add", {"name": "eve", "password": "x"}, "alice"),
@@ -184,14 +238,17 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("root-role-get-app", "/v3/auth/role/get", {"role": "app"}, "root"),
     ("root-delete-root-user", "/v3/auth/user/delete", {"name": "root"}, "root"),
     ("root-revoke-root-role", "/v3/auth/user/revoke", {"name": "root", "role": "root"}, "root"),
-    ("root-changepw-alice", "/v3/auth/user/changepw", {"name": "alice", "password": "new"},
-     "root"),
+    ("root-changepw-alice", "/v3/auth/user/changepw", {"name": "alice", "password": "new"}, "root"),
     ("alice-old-token-after-changepw", "/v3/kv/range", {"key": b64("app/1")}, "alice"),
     ("root-delete-bob", "/v3/auth/user/delete", {"name": "bob"}, "root"),
     ("bob-token-after-delete", "/v3/kv/range", {"key": b64("app/1")}, "bob"),
     ("root-delete-missing-user", "/v3/auth/user/delete", {"name": "bob"}, "root"),
-    ("root-role-revoke-prefix", "/v3/auth/role/revoke",
-     {"role": "app", "key": b64("app/"), "range_end": b64("app0")}, "root"),
+    (
+        "root-role-revoke-prefix",
+        "/v3/auth/role/revoke",
+        {"role": "app", "key": b64("app/"), "range_end": b64("app0")},
+        "root",
+    ),
     ("root-role-delete-app", "/v3/auth/role/delete", {"role": "app"}, "root"),
     ("root-user-get-alice", "/v3/auth/user/get", {"name": "alice"}, "root"),
     ("disable-no-token", "/v3/auth/disable", {}, None),
@@ -205,33 +262,47 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str | None]] = [
 # ``test_known_difference``: when the difference goes away the case XPASSes and fails.
 KNOWN: dict[str, str] = {
     "status-initial": "/v3/auth/status is etcd 3.5's (AuthStatus RPC); the reference is "
-                      "etcd 3.4, which answers 404; raftkv follows 3.5",
+    "etcd 3.4, which answers 404; raftkv follows 3.5",
     "status-root": "same as status-initial (etcd 3.4 has no /v3/auth/status)",
     "status-after-disable": "same as status-initial (etcd 3.4 has no /v3/auth/status)",
     "alice-txn-nested-outside": "etcd 3.4 does not check the operations of a nested txn "
-                                "(checkTxnReqsPermission skips request_txn), so a user reads "
-                                "outside its range; raftkv checks every key a txn touches at "
-                                "any depth (issue 12: 'txn (every key it touches)') and "
-                                "answers etcd's permission denied",
+    "(checkTxnReqsPermission skips request_txn), so a user reads "
+    "outside its range; raftkv checks every key a txn touches at "
+    "any depth (issue 12: 'txn (every key it touches)') and "
+    "answers etcd's permission denied",
 }
 
 
 # What etcd must answer at some steps, so a script bug (a step failing the same way on both)
 # cannot make the comparison vacuous.
 ETCD_STATUS: dict[str, int] = {
-    "enable-no-root": 412, "enable-root-without-role": 412, "enable": 200,
-    "authenticate-wrong-password": 400, "authenticate-alice": 200,
-    "range-no-token": 400, "range-forged-token": 401, "alice-put-in-prefix": 200,
-    "alice-range-outside": 403, "alice-txn-put-outside": 403,
-    "alice-txn-compare-outside": 403, "alice-delete-outside": 403, "alice-user-add": 403,
-    "alice-put-write-range": 200, "alice-range-write-only": 403, "disable-root": 200,
+    "enable-no-root": 412,
+    "enable-root-without-role": 412,
+    "enable": 200,
+    "authenticate-wrong-password": 400,
+    "authenticate-alice": 200,
+    "range-no-token": 400,
+    "range-forged-token": 401,
+    "alice-put-in-prefix": 200,
+    "alice-range-outside": 403,
+    "alice-txn-put-outside": 403,
+    "alice-txn-compare-outside": 403,
+    "alice-delete-outside": 403,
+    "alice-user-add": 403,
+    "alice-put-write-range": 200,
+    "alice-range-write-only": 403,
+    "disable-root": 200,
     "root-range-outside": 200,
 }
 
 
 def post(url: str, path: str, body: dict, token: str | None) -> tuple[int, Any]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     if token:
         req.add_header("Authorization", token)
     try:
@@ -247,9 +318,16 @@ def post(url: str, path: str, body: dict, token: str | None) -> tuple[int, Any]:
 
 def _sorted_lists(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {k: (sorted(v) if k in ("users", "roles") and isinstance(v, list)
-                    and all(isinstance(x, str) for x in v) else _sorted_lists(v))
-                for k, v in obj.items()}
+        return {
+            k: (
+                sorted(v)
+                if k in ("users", "roles")
+                and isinstance(v, list)
+                and all(isinstance(x, str) for x in v)
+                else _sorted_lists(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [_sorted_lists(x) for x in obj]
     return obj
@@ -258,9 +336,14 @@ def _sorted_lists(obj: Any) -> Any:
 def _strip(obj: Any) -> Any:
     """Keep only ``revision`` of every header (nested ones included)."""
     if isinstance(obj, dict):
-        return {k: ({hk: hv for hk, hv in v.items() if hk == "revision"}
-                    if k == "header" and isinstance(v, dict) else _strip(v))
-                for k, v in obj.items()}
+        return {
+            k: (
+                {hk: hv for hk, hv in v.items() if hk == "revision"}
+                if k == "header" and isinstance(v, dict)
+                else _strip(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [_strip(x) for x in obj]
     return obj
@@ -282,8 +365,7 @@ def normalize(path: str, status: int, body: Any) -> Any:
 def run_script(etcd_url: str, raftkv_url: str) -> list[str]:
     """Run ``SCRIPT`` on both; returns the names of the steps that differ (with both
     answers in the message list) — the caller decides against ``KNOWN``."""
-    tokens: dict[str, dict[str, str]] = {"etcd": {"forged": FORGED},
-                                         "raftkv": {"forged": FORGED}}
+    tokens: dict[str, dict[str, str]] = {"etcd": {"forged": FORGED}, "raftkv": {"forged": FORGED}}
     diffs: list[str] = []
     for name, path, body, label in SCRIPT:
         answers = {}
@@ -298,8 +380,10 @@ def run_script(etcd_url: str, raftkv_url: str) -> list[str]:
             assert answers["etcd"][0] == ETCD_STATUS[name], (name, answers["etcd"])
         theirs, ours = (normalize(path, *answers[s]) for s in ("etcd", "raftkv"))
         if theirs != ours:
-            diffs.append(f"{name}: POST {path} {json.dumps(body)} token={label}\n"
-                         f"  etcd:   {answers['etcd']}\n  raftkv: {answers['raftkv']}")
+            diffs.append(
+                f"{name}: POST {path} {json.dumps(body)} token={label}\n"
+                f"  etcd:   {answers['etcd']}\n  raftkv: {answers['raftkv']}"
+            )
     return diffs
 
 
@@ -314,8 +398,7 @@ def diffs(tmp_path_factory) -> dict[str, str]:
     """The script run once on both systems: step name -> the difference (empty: none)."""
     root = tmp_path_factory.mktemp("diff-auth")
     (root / "etcd").mkdir()
-    with etcd_process(str(root / "etcd")) as etcd, \
-            raftkv_backend(str(root / "raftkv")) as backend:
+    with etcd_process(str(root / "etcd")) as etcd, raftkv_backend(str(root / "raftkv")) as backend:
         found = run_script(etcd.url, backend.leader_url())
     return {d.split(":", 1)[0]: d for d in found}
 
@@ -325,8 +408,12 @@ def test_auth_requests_match_etcd(diffs) -> None:
     assert not unexpected, "raftkv differs from etcd:\n" + "\n".join(unexpected)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-    for name, reason in KNOWN.items()])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
+        for name, reason in KNOWN.items()
+    ],
+)
 def test_known_difference(diffs, name) -> None:
     assert name not in diffs, diffs[name]

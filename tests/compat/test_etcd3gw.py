@@ -47,7 +47,10 @@ def test_put_get_get_prefix_delete(backend):
     assert c.get("kv/missing") == []
     got = c.get_prefix("kv/")
     assert [(meta["key"], value) for value, meta in got] == [
-        (b"kv/a", b"1"), (b"kv/b", b"2"), (b"kv/c/d", b"3")]
+        (b"kv/a", b"1"),
+        (b"kv/b", b"2"),
+        (b"kv/c/d", b"3"),
+    ]
     value, meta = c.get("kv/a", metadata=True)[0]
     assert value == b"1" and meta["version"] == "1"
     assert int(meta["create_revision"]) == int(meta["mod_revision"]) > 1
@@ -60,7 +63,7 @@ def test_put_get_get_prefix_delete(backend):
     assert [meta["key"] for _, meta in desc] == [b"kv/c/d", b"kv/b", b"kv/a"]
     assert c.get("kv/", range_end="kv0", limit=1) == [b"1b"]
     assert c.delete("kv/a") is True
-    assert c.delete("kv/a") is False          # nothing deleted: no "deleted" field
+    assert c.delete("kv/a") is False  # nothing deleted: no "deleted" field
     assert c.get("kv/a") == []
     assert c.delete_prefix("kv/") is True
     assert c.get_prefix("kv/") == []
@@ -76,16 +79,19 @@ def test_transaction_compare_success_failure(backend):
     enc = base64.b64encode
     k64 = enc(_b(key)).decode()
     assert c.create(key, "v1") is True
-    assert c.create(key, "other") is False        # exists: CREATE == 0 fails
+    assert c.create(key, "other") is False  # exists: CREATE == 0 fails
     assert c.replace(key, "v1", "v2") is True
     assert c.replace(key, "v1", "v3") is False
     assert c.get(key) == [b"v2"]
     txn = {
-        "compare": [{"key": k64, "result": "EQUAL", "target": "VALUE",
-                     "value": enc(b"v2").decode()},
-                    {"key": k64, "result": "GREATER", "target": "VERSION", "version": 1}],
-        "success": [{"request_put": {"key": k64, "value": enc(b"v3").decode()}},
-                    {"request_range": {"key": k64}}],
+        "compare": [
+            {"key": k64, "result": "EQUAL", "target": "VALUE", "value": enc(b"v2").decode()},
+            {"key": k64, "result": "GREATER", "target": "VERSION", "version": 1},
+        ],
+        "success": [
+            {"request_put": {"key": k64, "value": enc(b"v3").decode()}},
+            {"request_range": {"key": k64}},
+        ],
         "failure": [{"request_range": {"key": k64}}],
     }
     result = c.transaction(txn)
@@ -100,8 +106,7 @@ def test_transaction_compare_success_failure(backend):
     assert result["responses"][0]["response_range"]["kvs"][0]["value"] == kv["value"]
     # a txn that breaks etcd's rules is refused with 400 (etcd3gw: Etcd3Exception)
     with pytest.raises(exceptions.Etcd3Exception) as err:
-        c.transaction({"success": [{"request_put": {"key": k64}},
-                                   {"request_put": {"key": k64}}]})
+        c.transaction({"success": [{"request_put": {"key": k64}}, {"request_put": {"key": k64}}]})
     assert "duplicate key given in txn request" in err.value.detail_text
 
 
@@ -118,15 +123,14 @@ def test_lease_grant_refresh_revoke_with_attached_keys(backend):
     _, meta = c.get("lease/a", metadata=True)[0]
     assert int(meta["lease"]) == lease.id
     assert lease.revoke() is True
-    assert c.get_prefix("lease/") and [m["key"] for _, m in c.get_prefix("lease/")] == [
-        b"lease/c"]
-    assert lease.ttl() == -1                 # etcd: TTL -1 for a lease that is gone
-    assert lease.refresh() == -1             # etcd: no TTL in the keep-alive answer
+    assert c.get_prefix("lease/") and [m["key"] for _, m in c.get_prefix("lease/")] == [b"lease/c"]
+    assert lease.ttl() == -1  # etcd: TTL -1 for a lease that is gone
+    assert lease.refresh() == -1  # etcd: no TTL in the keep-alive answer
     with pytest.raises(exceptions.Etcd3Exception) as err:
-        lease.revoke()                       # etcd: 404 requested lease not found
+        lease.revoke()  # etcd: 404 requested lease not found
     assert "requested lease not found" in err.value.detail_text
     with pytest.raises(exceptions.Etcd3Exception):
-        c.put("lease/d", "4", lease=lease)   # a put naming an unknown lease
+        c.put("lease/d", "4", lease=lease)  # a put naming an unknown lease
     assert c.get("lease/d") == []
 
 
@@ -146,12 +150,12 @@ def test_lock_two_contenders_release_and_expiry(backend):
     first = c.lock("job-42", ttl=3)
     second = c.lock("job-42", ttl=3)
     assert first.acquire() is True
-    assert second.acquire() is False              # held: the second contender fails
+    assert second.acquire() is False  # held: the second contender fails
     assert first.is_acquired() and not second.is_acquired()
     assert first.release() is True
     assert not first.is_acquired()
-    assert second.release() is False              # not the holder: nothing deleted
-    assert second.acquire() is True               # free again: the second one gets it
+    assert second.release() is False  # not the holder: nothing deleted
+    assert second.acquire() is True  # free again: the second one gets it
     assert second.is_acquired()
     assert first.release() is False
     assert second.release() is True
@@ -161,14 +165,18 @@ def test_lock_two_contenders_release_and_expiry(backend):
     holder, waiter = c.lock("job-43", ttl=3), c.lock("job-43", ttl=3)
     assert holder.acquire() is True
     start = time.monotonic()
-    while time.monotonic() - start < 4.5:          # 1.5 x TTL, refreshed every 0.5 s
+    while time.monotonic() - start < 4.5:  # 1.5 x TTL, refreshed every 0.5 s
         assert holder.refresh() == 3
         time.sleep(0.5)
     assert holder.is_acquired() and waiter.acquire() is False
     stopped = time.monotonic()
-    wait_for(waiter.acquire, 3 + backend.election_timeout_s + EXPIRY_SLACK_S,
-             "the lock to be free after the holder stopped refreshing", interval_s=0.2)
-    assert time.monotonic() - stopped > 1.0        # the lease outlived its last refresh
+    wait_for(
+        waiter.acquire,
+        3 + backend.election_timeout_s + EXPIRY_SLACK_S,
+        "the lock to be free after the holder stopped refreshing",
+        interval_s=0.2,
+    )
+    assert time.monotonic() - stopped > 1.0  # the lease outlived its last refresh
     assert waiter.is_acquired() and not holder.is_acquired()
     assert waiter.release() is True
 
@@ -178,12 +186,15 @@ def test_status_and_version(backend):
     status = c.status()
     assert set(status) >= {"header", "version", "dbSize", "leader", "raftIndex", "raftTerm"}
     assert int(status["header"]["revision"]) >= 1
-    assert c.api_path == "/v3/"                     # discovered from GET /version
+    assert c.api_path == "/v3/"  # discovered from GET /version
 
 
 def _watch_answers_501(url: str) -> bool:
-    req = urllib.request.Request(url + "/v3/watch", data=json.dumps(
-        {"create_request": {"key": "AA=="}}).encode(), method="POST")
+    req = urllib.request.Request(
+        url + "/v3/watch",
+        data=json.dumps({"create_request": {"key": "AA=="}}).encode(),
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(req, timeout=2) as resp:
             return resp.status == 501
@@ -213,10 +224,13 @@ def test_watch_prefix_sees_puts_and_deletes_in_order(backend):
         c.put("w/a", "3")
         c.delete("w/a")
         wait_for(lambda: len(seen) >= 4, 10, "four watch events")
-        got = [(ev.get("type", "PUT"), ev["kv"]["key"], ev["kv"].get("value", b""))
-               for ev in seen]
-        assert got == [("PUT", b"w/a", b"1"), ("PUT", b"w/b", b"2"), ("PUT", b"w/a", b"3"),
-                       ("DELETE", b"w/a", b"")]
+        got = [(ev.get("type", "PUT"), ev["kv"]["key"], ev["kv"].get("value", b"")) for ev in seen]
+        assert got == [
+            ("PUT", b"w/a", b"1"),
+            ("PUT", b"w/b", b"2"),
+            ("PUT", b"w/a", b"3"),
+            ("DELETE", b"w/a", b""),
+        ]
         revs = [int(ev["kv"]["mod_revision"]) for ev in seen]
         assert revs == sorted(revs) and len(set(revs)) == 4
     finally:
@@ -230,10 +244,14 @@ def test_lease_keepalive_through_a_follower(backend):
     (raftkv forwards to the leader's client URL: wait until every member has published it.)"""
     lease = backend.client(backend.leader_url()).lease(ttl=30)
     c = backend.client(backend.follower_url())
-    wait_for(lambda: all(m.get("clientURLs") for m in c.members()), 10,
-             "every member's client URLs in a follower's member list")
+    wait_for(
+        lambda: all(m.get("clientURLs") for m in c.members()),
+        10,
+        "every member's client URLs in a follower's member list",
+    )
     assert c.put("fl/a", "1", lease=c.lease(ttl=30)) is True
     from etcd3gw.lease import Lease
+
     assert Lease(lease.id, client=c).refresh() == 30
     assert 0 < Lease(lease.id, client=c).ttl() <= 30
 

@@ -29,8 +29,12 @@ def _b64(text: str) -> str:
 
 
 def post(url: str, path: str, body: dict, token: str | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     if token:
         req.add_header("Authorization", token)
     try:
@@ -57,8 +61,13 @@ def test_user_restricted_to_a_prefix_through_etcd3gw(backend) -> None:  # type: 
         ("/v3/auth/user/add", {"name": "root", "password": "rootpw"}),
         ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
         ("/v3/auth/role/add", {"name": "app"}),
-        ("/v3/auth/role/grant", {"name": "app", "perm": {
-            "permType": "READWRITE", "key": _b64("app/"), "range_end": _b64("app0")}}),
+        (
+            "/v3/auth/role/grant",
+            {
+                "name": "app",
+                "perm": {"permType": "READWRITE", "key": _b64("app/"), "range_end": _b64("app0")},
+            },
+        ),
         ("/v3/auth/user/add", {"name": "alice", "password": "alicepw"}),
         ("/v3/auth/user/grant", {"user": "alice", "role": "app"}),
     ]
@@ -75,9 +84,10 @@ def test_user_restricted_to_a_prefix_through_etcd3gw(backend) -> None:  # type: 
         root = out["token"]
         status, out = post(url, "/v3/auth/authenticate", {"name": "alice", "password": "no"})
         assert (status, out["error"]) == (
-            400, "etcdserver: authentication failed, invalid user ID or password")
-        status, out = post(url, "/v3/auth/authenticate",
-                           {"name": "alice", "password": "alicepw"})
+            400,
+            "etcdserver: authentication failed, invalid user ID or password",
+        )
+        status, out = post(url, "/v3/auth/authenticate", {"name": "alice", "password": "alicepw"})
         alice = out["token"]
         for member_url in {url, backend.follower_url()}:
             c = client_with_token(backend, member_url, alice)

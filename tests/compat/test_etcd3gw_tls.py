@@ -35,30 +35,59 @@ class TLSBackend:
 
     def client(self, with_cert: bool = True):
         import etcd3gw
+
         host, port = self.url.removeprefix("https://").split(":")
         opts = {"cert_cert": self.cert.cert, "cert_key": self.cert.key} if with_cert else {}
-        return etcd3gw.client(host=host, port=int(port), protocol="https",
-                              ca_cert=self.pki.ca_file, timeout=10, **opts)
+        return etcd3gw.client(
+            host=host,
+            port=int(port),
+            protocol="https",
+            ca_cert=self.pki.ca_file,
+            timeout=10,
+            **opts,
+        )
 
 
 def _tls_flags(pki: PKI, server) -> list[str]:
-    return ["--cert-file", server.cert, "--key-file", server.key,
-            "--trusted-ca-file", pki.ca_file, "--client-cert-auth"]
+    return [
+        "--cert-file",
+        server.cert,
+        "--key-file",
+        server.key,
+        "--trusted-ca-file",
+        pki.ca_file,
+        "--client-cert-auth",
+    ]
 
 
 @contextlib.contextmanager
 def _raftkv(root: str, pki: PKI, server, client) -> Iterator[str]:
-    cluster = LocalCluster(root, size=3, scheme="https",
-                           extra_args=[*RAFTKV_TIMING, *_tls_flags(pki, server),
-                                       "--peer-cert-file", server.cert,
-                                       "--peer-key-file", server.key,
-                                       "--peer-trusted-ca-file", pki.ca_file,
-                                       "--peer-client-cert-auth"])
+    cluster = LocalCluster(
+        root,
+        size=3,
+        scheme="https",
+        extra_args=[
+            *RAFTKV_TIMING,
+            *_tls_flags(pki, server),
+            "--peer-cert-file",
+            server.cert,
+            "--peer-key-file",
+            server.key,
+            "--peer-trusted-ca-file",
+            pki.ca_file,
+            "--peer-client-cert-auth",
+        ],
+    )
     cluster.start()
     ok = False
     try:
-        with Client(cluster.endpoints, ca_file=pki.ca_file, cert_file=client.cert,
-                    key_file=client.key, timeout_s=5) as c:
+        with Client(
+            cluster.endpoints,
+            ca_file=pki.ca_file,
+            cert_file=client.cert,
+            key_file=client.key,
+            timeout_s=5,
+        ) as c:
             deadline = time.monotonic() + 60
             while True:  # bounded: until the three have a leader and a write commits
                 dead = [n.name for n in cluster.nodes if not n.alive()]
@@ -82,8 +111,9 @@ def _raftkv(root: str, pki: PKI, server, client) -> Iterator[str]:
 def _etcd(root: str, pki: PKI, server, client) -> Iterator[str]:
     ctx = ssl.create_default_context(cafile=pki.ca_file)
     ctx.load_cert_chain(client.cert, client.key)
-    with etcd_process(root, extra_args=tuple(_tls_flags(pki, server)), client_scheme="https",
-                      ssl_context=ctx) as etcd:
+    with etcd_process(
+        root, extra_args=tuple(_tls_flags(pki, server)), client_scheme="https", ssl_context=ctx
+    ) as etcd:
         yield etcd.url
 
 
@@ -149,8 +179,14 @@ def test_watch_over_tls(backend):
 def test_a_client_without_a_certificate_is_refused(backend):
     import etcd3gw.exceptions
     import requests
+
     c = backend.client(with_cert=False)
-    with pytest.raises((etcd3gw.exceptions.ConnectionFailedError,
-                        requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+    with pytest.raises(
+        (
+            etcd3gw.exceptions.ConnectionFailedError,
+            requests.exceptions.SSLError,
+            requests.exceptions.ConnectionError,
+        )
+    ):
         c.put("tls/nocert", "x")
     assert backend.client().get("tls/nocert") == []

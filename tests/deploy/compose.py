@@ -41,12 +41,12 @@ from tests.conftest import external_required, require_program
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
 UP = ["bash", os.path.join(DEPLOY, "up.sh")]
-UP_MISSING_PREREQUISITE = 3           # deploy/up.sh's exit status for "cannot run here"
+UP_MISSING_PREREQUISITE = 3  # deploy/up.sh's exit status for "cannot run here"
 REGISTRY_BASE_IMAGE = "python:3.11-slim"
 OFFLINE_BASE_IMAGE = "raftkv-base:bookworm"
 APP_IMAGE = "raftkv:pytest"
 SERVICES = ("raftkv1", "raftkv2", "raftkv3")
-PROJECT_PREFIX = "raftkvtest"      # + <pid of the test run> + "x" + random hex
+PROJECT_PREFIX = "raftkvtest"  # + <pid of the test run> + "x" + random hex
 BUILD_TIMEOUT_S = 1200
 UP_TIMEOUT_S = 120.0
 
@@ -59,22 +59,36 @@ def _unavailable(reason: str):
 
 def docker_command() -> str:
     docker = require_program("docker", "Docker Engine")
-    probe = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [docker, "info", "--format", "{{.ServerVersion}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if probe.returncode != 0:
         _unavailable(f"the Docker daemon does not answer: {probe.stderr.strip()[:200]}")
     return docker
 
 
-def run(cmd: list[str], timeout_s: float = 120, env: dict | None = None,
-        check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                          env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+def run(
+    cmd: list[str], timeout_s: float = 120, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
     if check and proc.returncode == UP_MISSING_PREREQUISITE and cmd[:2] == UP:
         _unavailable(f"deploy/up.sh cannot run here: {proc.stderr.strip()[-300:]}")
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
@@ -90,25 +104,43 @@ def base_image_env(docker: str) -> dict[str, str]:
         if not _image_exists(docker, base):
             _unavailable(f"RAFTKV_TEST_BASE_IMAGE={base} is not a local image")
         return {"RAFTKV_BASE_IMAGE": base}
-    if (os.geteuid() != 0 and not _image_exists(docker, REGISTRY_BASE_IMAGE)
-            and not _image_exists(docker, OFFLINE_BASE_IMAGE)):
+    if (
+        os.geteuid() != 0
+        and not _image_exists(docker, REGISTRY_BASE_IMAGE)
+        and not _image_exists(docker, OFFLINE_BASE_IMAGE)
+    ):
         # up.sh would try a pull and then sudo debootstrap: no password prompts in tests.
-        _unavailable(f"neither {REGISTRY_BASE_IMAGE} nor {OFFLINE_BASE_IMAGE} is a local "
-                     "image, and building the offline one (debootstrap) needs root")
+        _unavailable(
+            f"neither {REGISTRY_BASE_IMAGE} nor {OFFLINE_BASE_IMAGE} is a local "
+            "image, and building the offline one (debootstrap) needs root"
+        )
     return {}
 
 
 def remove_stale_projects(docker: str) -> None:
     """``down -v`` compose projects left by test runs whose process is gone (a run that was
     killed before its cleanup), so their containers stop holding ports and CPU."""
-    proc = run([docker, "ps", "-a", "--filter", "label=com.docker.compose.project",
-                "--format", '{{.Label "com.docker.compose.project"}}'], check=False)
+    proc = run(
+        [
+            docker,
+            "ps",
+            "-a",
+            "--filter",
+            "label=com.docker.compose.project",
+            "--format",
+            '{{.Label "com.docker.compose.project"}}',
+        ],
+        check=False,
+    )
     for project in sorted(set(proc.stdout.split())):
         match = re.fullmatch(rf"{PROJECT_PREFIX}(\d+)x[0-9a-f]+", project)
         if not match or _alive(int(match.group(1))):
             continue
-        run([*UP, "down", "-v", "--remove-orphans", "-t", "5"], check=False,
-            env={**os.environ, "RAFTKV_IMAGE": APP_IMAGE, "COMPOSE_PROJECT_NAME": project})
+        run(
+            [*UP, "down", "-v", "--remove-orphans", "-t", "5"],
+            check=False,
+            env={**os.environ, "RAFTKV_IMAGE": APP_IMAGE, "COMPOSE_PROJECT_NAME": project},
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -121,8 +153,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def http(method: str, url: str, body: bytes | None = None, timeout_s: float = 5.0,
-         context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+def http(
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    timeout_s: float = 5.0,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
@@ -143,8 +180,10 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
         if value:
             return value
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
-                         + (f" (last error: {last_exc!r})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f} s waiting for {what}"
+        + (f" (last error: {last_exc!r})" if last_exc else "")
+    )
 
 
 @dataclass
@@ -152,13 +191,14 @@ class ComposeCluster:
     docker: str
     project: str
     env: dict[str, str]
-    urls: dict[str, str]                       # service -> http://127.0.0.1:<published port>
+    urls: dict[str, str]  # service -> http://127.0.0.1:<published port>
     containers: dict[str, str] = field(default_factory=dict)  # service -> container id
     acked: dict[str, str] = field(default_factory=dict)  # every acknowledged write, by tests
     ssl_context: ssl.SSLContext | None = None  # the TLS profile: trusts its CA
 
-    def compose_run(self, *args: str, timeout_s: float = 180,
-                    check: bool = True) -> subprocess.CompletedProcess:
+    def compose_run(
+        self, *args: str, timeout_s: float = 180, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """``deploy/up.sh ARGS`` (a compose command) in this cluster's project."""
         return run([*UP, *args], timeout_s=timeout_s, env=self.env, check=check)
 
@@ -166,21 +206,28 @@ class ComposeCluster:
         return run([self.docker, *args], timeout_s=timeout_s)
 
     def inspect(self, service: str, template: str) -> str:
-        return self.docker_run("inspect", "-f", template,
-                               self.containers[service]).stdout.strip()
+        return self.docker_run("inspect", "-f", template, self.containers[service]).stdout.strip()
 
     def status(self, service: str, timeout_s: float = 2.0) -> dict | None:
         try:
-            code, body = http("GET", self.urls[service] + "/v1/status", timeout_s=timeout_s,
-                              context=self.ssl_context)
+            code, body = http(
+                "GET",
+                self.urls[service] + "/v1/status",
+                timeout_s=timeout_s,
+                context=self.ssl_context,
+            )
         except OSError:
             return None
         return json.loads(body) if code == 200 else None
 
     def healthy(self, service: str) -> bool:
         try:
-            return http("GET", self.urls[service] + "/health", timeout_s=2.0,
-                        context=self.ssl_context)[0] == 200
+            return (
+                http(
+                    "GET", self.urls[service] + "/health", timeout_s=2.0, context=self.ssl_context
+                )[0]
+                == 200
+            )
         except OSError:
             return False
 
@@ -190,6 +237,7 @@ class ComposeCluster:
 
     def leader(self, among=SERVICES, timeout_s: float = 60.0) -> str:
         """The service name of the leader that every member in ``among`` agrees on."""
+
         def agreed():
             statuses = [self.status(s) for s in among]
             if any(st is None or not st.get("leader") for st in statuses):
@@ -199,6 +247,7 @@ class ComposeCluster:
                 return None
             names = {m["id"]: m["name"] for m in statuses[0]["members"]}
             return names.get(leaders.pop())
+
         return wait_for(agreed, timeout_s, f"one leader agreed by {', '.join(among)}")
 
     def logs(self) -> str:
@@ -207,17 +256,24 @@ class ComposeCluster:
 
 
 @contextlib.contextmanager
-def compose_cluster(docker: str, image: str, extra_env: dict[str, str] | None = None,
-                    tls_dir: str | None = None):
+def compose_cluster(
+    docker: str, image: str, extra_env: dict[str, str] | None = None, tls_dir: str | None = None
+):
     """``deploy/up.sh up`` (build, start, wait healthy) as a unique project; ``down -v`` at
     the end. Yields the cluster and how long ``up.sh up`` took (seconds). With ``tls_dir``:
     the TLS profile (``RAFTKV_TLS=1``, certificates made by up.sh in ``tls_dir``), https
     URLs, and ``ssl_context`` trusting ``tls_dir/ca.pem`` once up.sh has made it."""
     project = f"{PROJECT_PREFIX}{os.getpid()}x{secrets.token_hex(3)}"
     ports = free_ports(len(SERVICES))
-    env = {**os.environ, **(extra_env or {}), "RAFTKV_IMAGE": image,
-           "RAFTKV_PUBLISH_ADDR": "127.0.0.1", "RAFTKV_CLUSTER_TOKEN": project,
-           "COMPOSE_PROJECT_NAME": project, "RAFTKV_UP_TIMEOUT_S": str(int(UP_TIMEOUT_S))}
+    env = {
+        **os.environ,
+        **(extra_env or {}),
+        "RAFTKV_IMAGE": image,
+        "RAFTKV_PUBLISH_ADDR": "127.0.0.1",
+        "RAFTKV_CLUSTER_TOKEN": project,
+        "COMPOSE_PROJECT_NAME": project,
+        "RAFTKV_UP_TIMEOUT_S": str(int(UP_TIMEOUT_S)),
+    }
     scheme = "http"
     if tls_dir is not None:
         env.update(RAFTKV_TLS="1", RAFTKV_TLS_DIR=tls_dir)
@@ -233,14 +289,13 @@ def compose_cluster(docker: str, image: str, extra_env: dict[str, str] | None = 
         proc = cluster.compose_run("up", timeout_s=BUILD_TIMEOUT_S)
         up_s = time.monotonic() - start
         if tls_dir is not None:
-            cluster.ssl_context = ssl.create_default_context(
-                cafile=os.path.join(tls_dir, "ca.pem"))
+            cluster.ssl_context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.pem"))
         print(f"deploy/up.sh up: {up_s:.1f} s\n{proc.stderr[-2000:]}")
         for service in SERVICES:
             cid = cluster.compose_run("ps", "-q", service).stdout.strip()
             assert cid, f"compose created no container for {service}"
             cluster.containers[service] = cid
-        cluster.wait_healthy()   # up.sh waited too; this checks it did
+        cluster.wait_healthy()  # up.sh waited too; this checks it did
         yield cluster, up_s
         ok = True
     finally:

@@ -32,8 +32,7 @@ from tests.deploy.compose import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external,
-              pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external, pytest.mark.timeout(1800)]
 
 WRITES_WHILE_DOWN = 20
 
@@ -41,7 +40,7 @@ WRITES_WHILE_DOWN = 20
 @pytest.fixture(scope="module")
 def cluster():
     docker = docker_command()
-    remove_stale_projects(docker)   # before the build: they hold the old image
+    remove_stale_projects(docker)  # before the build: they hold the old image
     with compose_cluster(docker, APP_IMAGE, base_image_env(docker)) as (c, up_s):
         print(f"deploy/up.sh up (build + start + healthy): {up_s:.1f} s")
         yield c
@@ -50,8 +49,9 @@ def cluster():
 def put(url: str, key: str, value: str, timeout_s: float = 5.0) -> bool:
     """True when the write was acknowledged (200); False on an error or no answer."""
     try:
-        code, _ = http("PUT", f"{url}/v1/kv/{quote(key, safe='')}", value.encode(),
-                       timeout_s=timeout_s)
+        code, _ = http(
+            "PUT", f"{url}/v1/kv/{quote(key, safe='')}", value.encode(), timeout_s=timeout_s
+        )
     except OSError:
         return False
     return code == 200
@@ -100,8 +100,9 @@ def write_until(c, services, prefix: str, count: int, timeout_s: float = 60.0) -
             failures += 1
         return done >= count
 
-    wait_for(step, timeout_s, f"{count} acknowledged writes via {', '.join(services)}",
-             interval_s=0.05)
+    wait_for(
+        step, timeout_s, f"{count} acknowledged writes via {', '.join(services)}", interval_s=0.05
+    )
     return failures
 
 
@@ -116,8 +117,11 @@ def test_image_runs_unprivileged_with_a_named_data_volume_and_a_healthcheck(clus
         assert data[0]["Name"].endswith(f"{service}-data"), data[0]["Name"]
         assert c.inspect(service, "{{.HostConfig.RestartPolicy.Name}}") == "unless-stopped"
         # The image's HEALTHCHECK (deploy/healthcheck.py against /health) reports healthy.
-        wait_for(lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
-                 90, f"docker health of {service} to be healthy")
+        wait_for(
+            lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
+            90,
+            f"docker health of {service} to be healthy",
+        )
 
 
 def test_every_member_accepts_writes_and_serves_linearizable_reads(cluster):
@@ -139,20 +143,26 @@ def test_killed_leader_writes_continue_and_it_catches_up_after_restart(cluster):
     survivors = [s for s in SERVICES if s != leader]
     c.docker_run("kill", c.containers[leader])
     # A `docker kill` is a manual stop: the restart policy leaves the member down.
-    wait_for(lambda: c.inspect(leader, "{{.State.Running}}") == "false", 30,
-             f"{leader}'s container to stop")
+    wait_for(
+        lambda: c.inspect(leader, "{{.State.Running}}") == "false",
+        30,
+        f"{leader}'s container to stop",
+    )
 
     write_until(c, survivors, "after-leader-kill", WRITES_WHILE_DOWN)
     new_leader = c.leader(among=survivors)
     assert new_leader in survivors
-    for service in survivors:   # linearizable reads: every acknowledged write, on both
+    for service in survivors:  # linearizable reads: every acknowledged write, on both
         assert has_all(c.urls[service], c.acked, serializable=False), service
 
     c.docker_run("start", c.containers[leader])
     c.wait_healthy([leader])
     # Its own state machine (a local read) catches up with every acknowledged write.
-    wait_for(lambda: has_all(c.urls[leader], c.acked, serializable=True), 60,
-             f"{leader} to apply every acknowledged write")
+    wait_for(
+        lambda: has_all(c.urls[leader], c.acked, serializable=True),
+        60,
+        f"{leader} to apply every acknowledged write",
+    )
     assert has_all(c.urls[leader], c.acked, serializable=False)
 
 
@@ -161,7 +171,7 @@ def test_paused_follower_writes_continue_and_it_catches_up_when_resumed(cluster)
     leader = c.leader()
     follower = next(s for s in SERVICES if s != leader)
     others = [s for s in SERVICES if s != follower]
-    c.docker_run("pause", c.containers[follower])   # every process frozen (cgroup freezer)
+    c.docker_run("pause", c.containers[follower])  # every process frozen (cgroup freezer)
     try:
         assert c.inspect(follower, "{{.State.Paused}}") == "true"
         write_until(c, others, "while-paused", WRITES_WHILE_DOWN)
@@ -169,8 +179,11 @@ def test_paused_follower_writes_continue_and_it_catches_up_when_resumed(cluster)
             assert has_all(c.urls[service], c.acked, serializable=False), service
     finally:
         c.docker_run("unpause", c.containers[follower])
-    wait_for(lambda: has_all(c.urls[follower], c.acked, serializable=True), 60,
-             f"{follower} to apply every acknowledged write after unpause")
+    wait_for(
+        lambda: has_all(c.urls[follower], c.acked, serializable=True),
+        60,
+        f"{follower} to apply every acknowledged write after unpause",
+    )
     c.wait_healthy()
     assert c.leader() in SERVICES
 
@@ -182,16 +195,23 @@ def test_crashed_member_is_restarted_by_the_restart_policy(cluster):
     before = int(c.inspect(victim, "{{.RestartCount}}"))
     pid = int(c.inspect(victim, "{{.State.Pid}}"))
     try:
-        os.kill(pid, signal.SIGKILL)   # a crash, not a `docker stop`/`kill`: policy applies
+        os.kill(pid, signal.SIGKILL)  # a crash, not a `docker stop`/`kill`: policy applies
     except (ProcessLookupError, PermissionError) as exc:
-        pytest.skip(f"the engine's processes are not visible from here (remote or rootless "
-                    f"Docker): {exc}")
-    wait_for(lambda: int(c.inspect(victim, "{{.RestartCount}}")) > before, 60,
-             f"docker to restart {victim}")
+        pytest.skip(
+            f"the engine's processes are not visible from here (remote or rootless Docker): {exc}"
+        )
+    wait_for(
+        lambda: int(c.inspect(victim, "{{.RestartCount}}")) > before,
+        60,
+        f"docker to restart {victim}",
+    )
     put_acked(c, leader, "after-crash", "still here")
     c.wait_healthy([victim])
-    wait_for(lambda: has_all(c.urls[victim], c.acked, serializable=True), 60,
-             f"{victim} to apply every acknowledged write after its restart")
+    wait_for(
+        lambda: has_all(c.urls[victim], c.acked, serializable=True),
+        60,
+        f"{victim} to apply every acknowledged write after its restart",
+    )
 
 
 def test_whole_cluster_stop_and_start_keeps_every_acknowledged_write(cluster):

@@ -30,23 +30,30 @@ from tests.deploy.compose import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external,
-              pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external, pytest.mark.timeout(1800)]
 
 
 def test_tls_profile_put_get_over_https_with_the_ca(tmp_path):
-    pytest.importorskip("cryptography")   # up.sh makes the certificates with it
+    pytest.importorskip("cryptography")  # up.sh makes the certificates with it
     docker = docker_command()
     remove_stale_projects(docker)
     tls_dir = str(tmp_path / "tls")
     with compose_cluster(docker, APP_IMAGE, base_image_env(docker), tls_dir=tls_dir) as (c, _):
         assert sorted(os.listdir(tls_dir)) == [
-            "ca.pem", "client-key.pem", "client.pem", "member-key.pem", "member.pem"]
+            "ca.pem",
+            "client-key.pem",
+            "client.pem",
+            "member-key.pem",
+            "member.pem",
+        ]
         ctx = c.ssl_context
         assert all(url.startswith("https://") for url in c.urls.values())
         for service in SERVICES:
-            wait_for(lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
-                     90, f"docker health of {service} (https, verified with the CA)")
+            wait_for(
+                lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
+                90,
+                f"docker health of {service} (https, verified with the CA)",
+            )
         leader = c.leader()
         first = c.urls[SERVICES[0]]
         code, body = http("PUT", f"{first}/v1/kv/tls-key", b"over-https", context=ctx)

@@ -5,8 +5,7 @@ from kvserver.membership.registry import parse_initial_cluster
 from kvserver.server.config import ServerConfig
 
 
-def configs(tmp_path, prefix: str = "m", token: str = "inproc",
-            **overrides) -> list[ServerConfig]:
+def configs(tmp_path, prefix: str = "m", token: str = "inproc", **overrides) -> list[ServerConfig]:
     """Three members on free loopback ports with fast ticks (20 ms heartbeat, 200 ms
     election), data under ``tmp_path``; ``overrides`` are further ``ServerConfig`` fields."""
     ports = free_ports(6)
@@ -16,10 +15,20 @@ def configs(tmp_path, prefix: str = "m", token: str = "inproc",
     for i in range(3):
         client = (f"http://127.0.0.1:{ports[2 * i]}",)
         peer = (f"http://127.0.0.1:{ports[2 * i + 1]}",)
-        out.append(ServerConfig(
-            name=f"{prefix}{i}", data_dir=str(tmp_path / f"{prefix}{i}"),
-            listen_client_urls=client, advertise_client_urls=client, listen_peer_urls=peer,
-            initial_advertise_peer_urls=peer, initial_cluster=initial,
-            initial_cluster_token=token, heartbeat_interval_ms=20, election_timeout_ms=200,
-            members=members, **overrides))
+        out.append(
+            ServerConfig(
+                name=f"{prefix}{i}",
+                data_dir=str(tmp_path / f"{prefix}{i}"),
+                listen_client_urls=client,
+                advertise_client_urls=client,
+                listen_peer_urls=peer,
+                initial_advertise_peer_urls=peer,
+                initial_cluster=initial,
+                initial_cluster_token=token,
+                heartbeat_interval_ms=20,
+                election_timeout_ms=200,
+                members=members,
+                **overrides,
+            )
+        )
     return out

@@ -25,10 +25,20 @@ from kvserver.server.compactor import (
 from kvserver.server.config import add_server_flags, config_from_args
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("0", 0.0), ("1h", 3600.0), ("30m", 1800.0), ("90s", 90.0), ("500ms", 0.5),
-    ("1h30m", 5400.0), ("1.5h", 5400.0), ("2m0.5s", 120.5), ("10us", 1e-5),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("0", 0.0),
+        ("1h", 3600.0),
+        ("30m", 1800.0),
+        ("90s", 90.0),
+        ("500ms", 0.5),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("2m0.5s", 120.5),
+        ("10us", 1e-5),
+    ],
+)
 def test_parse_duration_like_go(text, seconds):
     assert parse_duration_s(text) == pytest.approx(seconds)
 
@@ -40,17 +50,22 @@ def test_parse_duration_refuses_garbage(text):
 
 
 def test_parse_flags_with_etcd_meanings():
-    assert AutoCompaction.parse("periodic", "0").enabled is False       # etcd's default
+    assert AutoCompaction.parse("periodic", "0").enabled is False  # etcd's default
     assert AutoCompaction.parse("revision", "0").enabled is False
-    assert AutoCompaction.parse("periodic", "2").period_s == 7200.0      # bare number: hours
+    assert AutoCompaction.parse("periodic", "2").period_s == 7200.0  # bare number: hours
     assert AutoCompaction.parse("periodic", "30m").period_s == 1800.0
     rev = AutoCompaction.parse("revision", "1000", "200ms")
     assert (rev.retention_revisions, rev.check_interval_s, rev.enabled) == (1000, 0.2, True)
     assert AutoCompaction.parse("revision", "5").check_interval_s == 300.0  # etcd: 5 min
-    for mode, retention, interval in [("daily", "1", None), ("revision", "1h", None),
-                                      ("revision", "-5", None), ("periodic", "1x", None),
-                                      ("periodic", "-1", None), ("revision", "5", "0"),
-                                      ("revision", "5", "soon")]:
+    for mode, retention, interval in [
+        ("daily", "1", None),
+        ("revision", "1h", None),
+        ("revision", "-5", None),
+        ("periodic", "1x", None),
+        ("periodic", "-1", None),
+        ("revision", "5", "0"),
+        ("revision", "5", "soon"),
+    ]:
         with pytest.raises(ValueError, match="--auto-compaction"):
             AutoCompaction.parse(mode, retention, interval)
 
@@ -63,8 +78,14 @@ def _cfg(*argv: str, environ=None):
 
 def test_server_flags_and_environment_twins():
     assert _cfg().auto_compaction.enabled is False
-    cfg = _cfg("--auto-compaction-mode", "revision", "--auto-compaction-retention", "100",
-               "--auto-compaction-check-interval", "1s")
+    cfg = _cfg(
+        "--auto-compaction-mode",
+        "revision",
+        "--auto-compaction-retention",
+        "100",
+        "--auto-compaction-check-interval",
+        "1s",
+    )
     assert cfg.auto_compaction == AutoCompaction("revision", 100, 0.0, 1.0)
     env = {"RAFTKV_AUTO_COMPACTION_RETENTION": "1h"}
     assert _cfg(environ=env).auto_compaction.period_s == 3600.0
@@ -77,13 +98,13 @@ def test_server_flags_and_environment_twins():
 def test_revision_policy_keeps_last_n_revisions():
     p = RevisionPolicy(retention=10, interval_s=300)
     assert p.tick_interval_s == 300
-    assert p.on_tick(0, 5, True) is None          # rev - N <= 0: nothing to drop yet
+    assert p.on_tick(0, 5, True) is None  # rev - N <= 0: nothing to drop yet
     assert p.on_tick(300, 15, True) == 5
     p.done(5, ok=True)
-    assert p.on_tick(600, 15, True) is None       # no new revisions: not again
-    assert p.on_tick(900, 40, False) is None      # follower: paused
+    assert p.on_tick(600, 15, True) is None  # no new revisions: not again
+    assert p.on_tick(900, 40, False) is None  # follower: paused
     assert p.on_tick(1200, 40, True) == 30
-    p.done(30, ok=False)                          # failed: retried at the next check
+    p.done(30, ok=False)  # failed: retried at the next check
     assert p.on_tick(1500, 41, True) == 31
 
 
@@ -106,12 +127,12 @@ def test_periodic_policy_long_period_compacts_hourly_keeping_the_whole_period():
     # etcd: retention 2h -> compact every hour, each time at the oldest of the last 21 samples
     # (one every 6 min): the revision of 2 h 6 min before
     p = PeriodicPolicy(7200.0, now_s=0.0, revision=1)
-    assert p.tick_interval_s == pytest.approx(360.0)     # 1h / 10
+    assert p.tick_interval_s == pytest.approx(360.0)  # 1h / 10
     compactions = []
     t = 0.0
     while t < 4 * 3600:
         t += 360.0
-        rev = p.on_tick(t, int(t), True)                   # revision == seconds since start
+        rev = p.on_tick(t, int(t), True)  # revision == seconds since start
         if rev is not None:
             compactions.append((round(t), rev))
             p.done(rev, True, t)
@@ -145,21 +166,26 @@ def test_compactor_compacts_through_the_given_path_only_as_leader():
         store.compact(rev)  # raises CompactedError for an already compacted revision
 
     async def main():
-        c = Compactor(AutoCompaction("revision", 3, 0.0, 1.0), revision=lambda: store.revision,
-                      is_leader=lambda: leader[0], compact=compact,
-                      is_compacted_error=lambda e: isinstance(e, CompactedError), clock=clock)
+        c = Compactor(
+            AutoCompaction("revision", 3, 0.0, 1.0),
+            revision=lambda: store.revision,
+            is_leader=lambda: leader[0],
+            compact=compact,
+            is_compacted_error=lambda e: isinstance(e, CompactedError),
+            clock=clock,
+        )
         for i in range(10):
-            store.put(b"k", b"%d" % i)                     # revision 11
+            store.put(b"k", b"%d" % i)  # revision 11
         assert await c.tick() == 8
         assert store.compact_revision == 8
         assert store.range(b"k", revision=8).kvs[0].value == b"6"
         leader[0] = False
         store.put(b"k", b"x")
-        assert await c.tick() is None                        # follower: nothing proposed
+        assert await c.tick() is None  # follower: nothing proposed
         leader[0] = True
-        store.compact(9)                                     # someone compacted further
-        assert await c.tick() == 9                           # 12 - 3 = 9: "already compacted"
-        assert c.policy.last_compacted == 9                  # ... counts as done
+        store.compact(9)  # someone compacted further
+        assert await c.tick() == 9  # 12 - 3 = 9: "already compacted"
+        assert c.policy.last_compacted == 9  # ... counts as done
         assert calls == [8, 9] and c.compactions == 2
 
     asyncio.run(main())
@@ -177,11 +203,16 @@ def test_compactor_retries_after_a_failure():
             raise err
 
     async def main():
-        c = Compactor(AutoCompaction("revision", 10, 0.0, 1.0), revision=lambda: 50,
-                      is_leader=lambda: True, compact=compact, clock=clock)
+        c = Compactor(
+            AutoCompaction("revision", 10, 0.0, 1.0),
+            revision=lambda: 50,
+            is_leader=lambda: True,
+            compact=compact,
+            clock=clock,
+        )
         assert await c.tick() is None and c.compactions == 0
         assert await c.tick() == 40 and c.compactions == 1
-        assert await c.tick() is None                        # done: not again
+        assert await c.tick() is None  # done: not again
         assert calls == [40, 40]
 
     asyncio.run(main())
@@ -193,9 +224,12 @@ def test_compactor_loop_runs_and_stops():
         store.put(b"k", b"%d" % i)
 
     async def main():
-        c = Compactor(AutoCompaction("revision", 2, 0.0, 0.01), revision=lambda: store.revision,
-                      is_leader=lambda: True,
-                      compact=lambda rev: asyncio.sleep(0, store.compact(rev)))
+        c = Compactor(
+            AutoCompaction("revision", 2, 0.0, 0.01),
+            revision=lambda: store.revision,
+            is_leader=lambda: True,
+            compact=lambda rev: asyncio.sleep(0, store.compact(rev)),
+        )
         c.start()
         deadline = asyncio.get_running_loop().time() + 5
         while c.compactions == 0 and asyncio.get_running_loop().time() < deadline:

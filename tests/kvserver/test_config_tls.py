@@ -34,9 +34,15 @@ def _cfg(*argv: str) -> ServerConfig:
 
 def _flags(client: str = "http", peer: str = "http", **override) -> list[str]:
     c, p = f"{client}://127.0.0.1:2379", f"{peer}://127.0.0.1:2380"
-    flags = {"--listen-client-urls": c, "--advertise-client-urls": c,
-             "--listen-peer-urls": p, "--initial-advertise-peer-urls": p,
-             "--initial-cluster": f"n1={p}", "--name": "n1", **override}
+    flags = {
+        "--listen-client-urls": c,
+        "--advertise-client-urls": c,
+        "--listen-peer-urls": p,
+        "--initial-advertise-peer-urls": p,
+        "--initial-cluster": f"n1={p}",
+        "--name": "n1",
+        **override,
+    }
     return [x for kv in flags.items() for x in kv]
 
 
@@ -46,18 +52,22 @@ def test_plain_http_urls_pass():
     assert cfg.listen_client_urls == ("http://127.0.0.1:2379",)
 
 
-@pytest.mark.parametrize("flag, url, kind", [
-    ("--listen-client-urls", "https://127.0.0.1:2379", "client"),
-    ("--advertise-client-urls", "https://10.0.0.1:2379", "client"),
-    ("--listen-peer-urls", "https://127.0.0.1:2380", "peer"),
-])
+@pytest.mark.parametrize(
+    "flag, url, kind",
+    [
+        ("--listen-client-urls", "https://127.0.0.1:2379", "client"),
+        ("--advertise-client-urls", "https://10.0.0.1:2379", "client"),
+        ("--listen-peer-urls", "https://127.0.0.1:2380", "peer"),
+    ],
+)
 def test_one_https_url_is_refused_naming_flag_url_and_cert_flags(flag, url, kind):
     with pytest.raises(ClusterConfigError) as info:
         _cfg(*_flags(**{flag: url}))
     message = str(info.value)
     assert message.startswith(f"{flag} {url}:")
-    assert ("--cert-file and --key-file" if kind == "client"
-            else "--peer-cert-file and --peer-key-file") in message
+    assert (
+        "--cert-file and --key-file" if kind == "client" else "--peer-cert-file and --peer-key-file"
+    ) in message
     assert "plain HTTP" in message
 
 
@@ -70,8 +80,7 @@ def test_https_advertised_peer_url_is_refused():
 
 def test_https_url_of_another_member_is_refused():
     with pytest.raises(ClusterConfigError, match="--initial-cluster https://127.0.0.1:3380"):
-        _cfg(*_flags(**{"--initial-cluster":
-                        "n1=http://127.0.0.1:2380,n2=https://127.0.0.1:3380"}))
+        _cfg(*_flags(**{"--initial-cluster": "n1=http://127.0.0.1:2380,n2=https://127.0.0.1:3380"}))
 
 
 def test_a_config_built_in_code_is_checked_too():
@@ -84,14 +93,31 @@ def test_serve_with_an_https_client_url_exits_2_with_the_message(tmp_path):
     client, peer = free_ports(2)
     url = f"https://127.0.0.1:{client}"
     proc = subprocess.run(
-        [sys.executable, "-m", "kvserver.cli", "serve", "--data-dir", str(tmp_path / "d"),
-         "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}"],
-        capture_output=True, text=True, timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")})
+        [
+            sys.executable,
+            "-m",
+            "kvserver.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")},
+    )
     assert proc.returncode == 2, proc.stderr
-    assert f"--listen-client-urls {url}: TLS key/cert (--cert-file and --key-file (or " \
+    assert (
+        f"--listen-client-urls {url}: TLS key/cert (--cert-file and --key-file (or "
         f"--auto-tls)) must be provided for client url {url} with HTTPS scheme" in proc.stderr
+    )
     assert "serving clients" not in proc.stdout + proc.stderr
     assert not (tmp_path / "d").exists()  # refused before touching the data dir

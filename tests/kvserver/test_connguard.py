@@ -23,8 +23,9 @@ from kvserver.api.http.common import LIMITS_KEY, ApiLimits
 from kvserver.api.http.connguard import ConnectionGuard, ConnectionLimits, raise_nofile_limit
 from kvserver.localcluster.launcher import free_ports
 
-LIMITS = ConnectionLimits(max_connections=20, header_timeout_s=0.5, body_timeout_s=0.5,
-                          idle_timeout_s=1.0)
+LIMITS = ConnectionLimits(
+    max_connections=20, header_timeout_s=0.5, body_timeout_s=0.5, idle_timeout_s=1.0
+)
 
 
 def _sync(case):
@@ -33,7 +34,9 @@ def _sync(case):
         async def bounded():
             async with asyncio.timeout(60):
                 await case(*args, **kwargs)
+
         asyncio.run(bounded())
+
     return run
 
 
@@ -134,10 +137,26 @@ def test_a_member_cuts_off_1000_trickling_connections_and_keeps_serving(tmp_path
     log_path = tmp_path / "member.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kvserver.cli", "serve", "--data-dir",
-             str(tmp_path / "d"), "--listen-client-urls", c, "--advertise-client-urls", c,
-             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "kvserver.cli",
+                "serve",
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--listen-client-urls",
+                c,
+                "--advertise-client-urls",
+                c,
+                "--listen-peer-urls",
+                p,
+                "--initial-advertise-peer-urls",
+                p,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     socks = []
     try:
         _wait(lambda: _health(c) == 200, 60, "the member healthy")

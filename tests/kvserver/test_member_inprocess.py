@@ -54,26 +54,30 @@ def test_writes_through_a_follower_and_linearizable_reads_everywhere(tmp_path):
             follower = next(m for m in members if m is not leader)
             resp = await kv(follower).put(PutRequest(b"job/1", b"running"))
             assert resp.header.member_id == follower.member_id
-            await asyncio.gather(*(kv(m).put(PutRequest(b"job/%d" % i, b"done"))
-                                   for i, m in enumerate(members * 10)))
+            await asyncio.gather(
+                *(kv(m).put(PutRequest(b"job/%d" % i, b"done")) for i, m in enumerate(members * 10))
+            )
             for m in members:
                 got = await kv(m).range(RangeRequest(b"job/", prefix_range_end(b"job/")))
                 assert got.count == 30 and got.header.revision == resp.header.revision + 30
         finally:
             await stop_all(members)
+
     run(scenario())
 
 
 def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
     """Proposals arriving while a Ready is being written share the next Ready and its one
     fsync (DESIGN §8: one fsync per batch, not per request)."""
+
     async def scenario():
         members = await start_all(configs(tmp_path))
         try:
             leader = await wait_leader(members)
             before = dict(leader.storage.stats())
-            await asyncio.gather(*(kv(leader).put(PutRequest(b"k%d" % i, b"v"))
-                                   for i in range(400)))
+            await asyncio.gather(
+                *(kv(leader).put(PutRequest(b"k%d" % i, b"v")) for i in range(400))
+            )
             after = leader.storage.stats()
             entries = after["wal_entries"] - before["wal_entries"]
             syncs = after["wal_syncs"] - before["wal_syncs"]
@@ -81,6 +85,7 @@ def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
             assert syncs * 4 <= entries, f"{syncs} fsyncs for {entries} entries"
         finally:
             await stop_all(members)
+
     run(scenario())
 
 
@@ -103,6 +108,7 @@ def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
             assert {kv.key: kv.value for kv in got.kvs}[b"r119"] == b"119"
         finally:
             await stop_all(members)
+
     run(scenario())
 
 
@@ -131,6 +137,7 @@ def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_path):
             assert got.count == 100
         finally:
             await stop_all(members)
+
     run(scenario())
 
 
@@ -145,18 +152,24 @@ def test_peer_garbage_does_not_stop_a_member(tmp_path, bad):
             await wait_leader(members)
             m = members[0]
             url = m.cfg.listen_peer_urls[0] + "/raft/stream"
-            headers = {"X-Raftkv-Cluster-Id": str(m.cluster_id),
-                       "X-Raftkv-From": str(members[1].member_id)}
+            headers = {
+                "X-Raftkv-Cluster-Id": str(m.cluster_id),
+                "X-Raftkv-From": str(members[1].member_id),
+            }
             async with aiohttp.ClientSession() as s:
                 async with s.ws_connect(url, headers=headers) as ws:
                     await ws.send_bytes(bad)
                     msg = await ws.receive(timeout=5)
-                    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
-                                        aiohttp.WSMsgType.CLOSING)
+                    assert msg.type in (
+                        aiohttp.WSMsgType.CLOSE,
+                        aiohttp.WSMsgType.CLOSED,
+                        aiohttp.WSMsgType.CLOSING,
+                    )
                 wrong = dict(headers, **{"X-Raftkv-Cluster-Id": "12345"})
                 async with s.get(url, headers=wrong) as resp:
                     assert resp.status == 412
             await kv(m).put(PutRequest(b"still", b"alive"))
         finally:
             await stop_all(members)
+
     run(scenario())

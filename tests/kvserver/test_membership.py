@@ -9,13 +9,13 @@ import pytest
 
 from kvserver.kvpb.kv import PutRequest
 from kvserver.kvpb.service_errors import ServiceError
+from kvserver.membership import registry as ms
 from kvserver.membership.registry import (
     Member,
     MemberRegistry,
     frame_members,
     split_members_frame,
 )
-from kvserver.membership import registry as ms
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.node import Node
 from raft import ConfChange, ConfChangeType, ConfState
@@ -36,7 +36,7 @@ def ctx(m: Member) -> bytes:
 def bootstrapped() -> MemberRegistry:
     reg = MemberRegistry([A, B, C])
     for i, m in enumerate((A, B, C)):
-        reg.apply(ConfChange(ConfChangeType.ADD_NODE, m.id), cs([1, 2, 3][:i + 1]))
+        reg.apply(ConfChange(ConfChangeType.ADD_NODE, m.id), cs([1, 2, 3][: i + 1]))
     return reg
 
 
@@ -76,8 +76,12 @@ def test_a_change_raft_ignored_is_ignored_too():
 
 def test_snapshot_round_trip_and_frame():
     reg = bootstrapped()
-    reg.apply(ConfChange(ConfChangeType.ADD_LEARNER_NODE, 9,
-                         ctx(Member(9, "", ("http://h:9",), (), True))), cs([1, 2, 3], [9]))
+    reg.apply(
+        ConfChange(
+            ConfChangeType.ADD_LEARNER_NODE, 9, ctx(Member(9, "", ("http://h:9",), (), True))
+        ),
+        cs([1, 2, 3], [9]),
+    )
     reg.apply(ConfChange(ConfChangeType.REMOVE_NODE, 2), cs([1, 3], [9]))
     blob = reg.snapshot()
     other = MemberRegistry()
@@ -124,11 +128,14 @@ def test_node_frames_the_registry_in_front_of_the_state_machine():
     sm.store.apply(PutRequest(b"k", b"v"))
     reg = bootstrapped()
     node = Node.__new__(Node)  # only the snapshot-data helpers are exercised
-    node.sm, node.members = sm, ms.MembershipService(
-        registry=reg, local_id=1, cluster_id=5, name="a", client_urls=())
+    node.sm, node.members = (
+        sm,
+        ms.MembershipService(registry=reg, local_id=1, cluster_id=5, name="a", client_urls=()),
+    )
     image = frame_members(reg.snapshot()) + b"".join(sm.snapshot_chunks())
-    fresh = ms.MembershipService(registry=MemberRegistry(), local_id=1, cluster_id=5,
-                                 name="a", client_urls=())
+    fresh = ms.MembershipService(
+        registry=MemberRegistry(), local_id=1, cluster_id=5, name="a", client_urls=()
+    )
     node.members = fresh
     node.restore_snapshot_data(image, cs([1, 2, 3]))
     assert fresh.registry.list() == reg.list()
@@ -142,8 +149,9 @@ def test_node_frames_the_registry_in_front_of_the_state_machine():
 def _registry(started=(1, 2, 3), voters=(1, 2, 3), learners=()):
     reg = MemberRegistry()
     for mid in (*voters, *learners):
-        reg.members[mid] = Member(mid, f"m{mid}" if mid in started else "",
-                                  (f"http://h:{mid}",), (), mid in learners)
+        reg.members[mid] = Member(
+            mid, f"m{mid}" if mid in started else "", (f"http://h:{mid}",), (), mid in learners
+        )
     return reg
 
 
@@ -159,13 +167,15 @@ def test_add_checks():
     ms.check_add(reg, ("http://h:9",), False, 9, ok)
     assert _err(ms.check_add, reg, ("http://h:1",), True, 9, ok) == ms.MSG_PEER_URL_EXIST
     assert _err(ms.check_add, reg, ("http://h:9",), False, 1, ok) == ms.MSG_MEMBER_EXIST
-    assert _err(ms.check_add, _registry(started=(1,)), ("http://h:9",), False, 9, ok) == \
-        ms.MSG_NOT_ENOUGH_STARTED
-    assert _err(ms.check_add, reg, ("http://h:9",), True, 9, lambda m: m != 2) == \
-        ms.MSG_UNHEALTHY
+    assert (
+        _err(ms.check_add, _registry(started=(1,)), ("http://h:9",), False, 9, ok)
+        == ms.MSG_NOT_ENOUGH_STARTED
+    )
+    assert _err(ms.check_add, reg, ("http://h:9",), True, 9, lambda m: m != 2) == ms.MSG_UNHEALTHY
     with_learner = _registry(voters=(1, 2, 3), learners=(4,))
-    assert _err(ms.check_add, with_learner, ("http://h:9",), True, 9, ok) == \
-        ms.MSG_TOO_MANY_LEARNERS
+    assert (
+        _err(ms.check_add, with_learner, ("http://h:9",), True, 9, ok) == ms.MSG_TOO_MANY_LEARNERS
+    )
     ms.check_add(_registry(voters=(1,), started=(1,)), ("http://h:9",), False, 9, ok)
     assert _err(ms.check_peer_urls, ["ftp://x"]) == ms.MSG_BAD_URLS
     assert _err(ms.check_peer_urls, []) == ms.MSG_BAD_URLS
@@ -177,8 +187,9 @@ def test_remove_checks():
     ms.check_remove(reg, 2, 1, ok, ok)
     assert _err(ms.check_remove, reg, 7, 1, ok, ok) == ms.MSG_MEMBER_NOT_FOUND
     # 2 of 3 started; removing a started one leaves 1 of 2: not enough
-    assert _err(ms.check_remove, _registry(started=(1, 2)), 2, 1, ok, ok) == \
-        ms.MSG_NOT_ENOUGH_STARTED
+    assert (
+        _err(ms.check_remove, _registry(started=(1, 2)), 2, 1, ok, ok) == ms.MSG_NOT_ENOUGH_STARTED
+    )
     # one voter down: removing another connected voter would leave no quorum connected
     down = lambda m: m != 3  # noqa: E731
     assert _err(ms.check_remove, reg, 2, 1, down, ok) == ms.MSG_UNHEALTHY
@@ -194,13 +205,16 @@ def test_promote_checks():
     assert _err(ms.check_promote, reg, 4, None, 100) == ms.MSG_LEARNER_NOT_READY
     assert _err(ms.check_promote, reg, 1, 100, 100) == ms.MSG_NOT_LEARNER
     assert _err(ms.check_promote, reg, 8, 100, 100) == ms.MSG_MEMBER_NOT_FOUND
-    assert _err(ms.check_promote, _registry(started=(1,), learners=(4,)), 4, 100, 100) == \
-        ms.MSG_NOT_ENOUGH_STARTED
+    assert (
+        _err(ms.check_promote, _registry(started=(1,), learners=(4,)), 4, 100, 100)
+        == ms.MSG_NOT_ENOUGH_STARTED
+    )
 
 
 def test_wal_identity(tmp_path):
     import wal
     from kvserver.server.node_storage import encode_metadata
+
     assert ms.read_wal_identity(str(tmp_path / "none")) is None
     w = wal.create(str(tmp_path / "wal"), encode_metadata(0xABC, 0xDEF))
     w.close()
@@ -212,8 +226,10 @@ def test_discovery_refuses_an_unknown_member_and_gives_up_in_time():
         with pytest.raises(ms.ClusterConfigError, match="no other member"):
             await ms.discover_cluster(("http://h:1",), ["http://h:1"])
         with pytest.raises(ms.ClusterConfigError, match="cannot reach"):
-            await ms.discover_cluster(("http://127.0.0.1:1",), ["http://127.0.0.1:9"],
-                                      timeout_s=0.3)
+            await ms.discover_cluster(
+                ("http://127.0.0.1:1",), ["http://127.0.0.1:9"], timeout_s=0.3
+            )
+
     asyncio.run(scenario())
 
 
@@ -231,8 +247,7 @@ def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypat
     async def members(request):
         answers["count"] += 1
         listed = old + ([ms.Member(9, "me", me)] if answers["count"] >= 3 else [])
-        return web.json_response({"cluster_id": "77",
-                                  "members": [m.to_json() for m in listed]})
+        return web.json_response({"cluster_id": "77", "members": [m.to_json() for m in listed]})
 
     async def scenario():
         app = web.Application()
@@ -242,7 +257,8 @@ def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypat
             got = await ms.discover_cluster(me, [url], timeout_s=10)
             assert got[0] == 9 and got[1] == 77 and answers["count"] == 3
             monkeypatch.setattr(ms, "NOT_LISTED_GRACE_S", 0.5)
-            answers["count"] = -10**9   # never listed from now on
+            answers["count"] = -(10**9)  # never listed from now on
             with pytest.raises(ms.ClusterConfigError, match="not in the cluster's member list"):
                 await ms.discover_cluster(me, [url], timeout_s=10)
+
     asyncio.run(scenario())

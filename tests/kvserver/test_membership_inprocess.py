@@ -14,8 +14,8 @@ from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from kvserver.kvpb.service_errors import ServiceError
 from kvserver.localcluster.launcher import free_ports
-from kvserver.membership.registry import parse_initial_cluster
 from kvserver.membership import registry as ms
+from kvserver.membership.registry import parse_initial_cluster
 from kvserver.server.config import ServerConfig
 
 TOKEN = "inproc-members"
@@ -29,15 +29,25 @@ def configs(tmp_path, n=3, joiners=1, **overrides):
     def cfg(i, count, state):
         initial = ",".join(f"m{j}={peers[j]}" for j in range(count))
         return ServerConfig(
-            name=f"m{i}", data_dir=str(tmp_path / f"m{i}"), listen_client_urls=(clients[i],),
-            advertise_client_urls=(clients[i],), listen_peer_urls=(peers[i],),
-            initial_advertise_peer_urls=(peers[i],), initial_cluster=initial,
-            initial_cluster_token=TOKEN, heartbeat_interval_ms=20, election_timeout_ms=200,
+            name=f"m{i}",
+            data_dir=str(tmp_path / f"m{i}"),
+            listen_client_urls=(clients[i],),
+            advertise_client_urls=(clients[i],),
+            listen_peer_urls=(peers[i],),
+            initial_advertise_peer_urls=(peers[i],),
+            initial_cluster=initial,
+            initial_cluster_token=TOKEN,
+            heartbeat_interval_ms=20,
+            election_timeout_ms=200,
             initial_cluster_state=state,
-            members=tuple(parse_initial_cluster(initial, TOKEN)), **overrides)
+            members=tuple(parse_initial_cluster(initial, TOKEN)),
+            **overrides,
+        )
 
-    return ([cfg(i, n, "new") for i in range(n)],
-            [cfg(n + k, n + k + 1, "existing") for k in range(joiners)])
+    return (
+        [cfg(i, n, "new") for i in range(n)],
+        [cfg(n + k, n + k + 1, "existing") for k in range(joiners)],
+    )
 
 
 async def until(predicate, what, timeout_s=15.0):
@@ -67,8 +77,8 @@ async def retry(call, timeout_s=15.0):
             return await call()
         except ServiceError as exc:
             if loop.time() >= deadline or not (
-                    exc.retryable or exc.message in (ms.MSG_LEARNER_NOT_READY,
-                                                     ms.MSG_UNHEALTHY)):
+                exc.retryable or exc.message in (ms.MSG_LEARNER_NOT_READY, ms.MSG_UNHEALTHY)
+            ):
                 raise
         await asyncio.sleep(0.05)
 
@@ -90,15 +100,24 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             for i in range(60):
                 await leader.kv.put(PutRequest(b"k/%03d" % i, b"v%d" % i))
             # everyone published its name and client URLs through the leader
-            await until(lambda: all(m.client_urls for m in leader.membership.registry.list()),
-                        "client URLs of the initial members")
+            await until(
+                lambda: all(m.client_urls for m in leader.membership.registry.list()),
+                "client URLs of the initial members",
+            )
             # the registry is replicated state: identical everywhere once applied
-            await until(lambda: all(m.membership.registry.list()
-                                    == leader.membership.registry.list() for m in members),
-                        "identical registries")
+            await until(
+                lambda: all(
+                    m.membership.registry.list() == leader.membership.registry.list()
+                    for m in members
+                ),
+                "identical registries",
+            )
 
-            resp = await retry(lambda: leader.kv.member_add(
-                list(join_cfg.initial_advertise_peer_urls), is_learner=True))
+            resp = await retry(
+                lambda: leader.kv.member_add(
+                    list(join_cfg.initial_advertise_peer_urls), is_learner=True
+                )
+            )
             new_id = resp.member.id
             assert resp.member.is_learner and resp.member.name == ""
             assert {m.id for m in resp.members} == {m.member_id for m in members} | {new_id}
@@ -112,16 +131,24 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             joiner = Member(join_cfg)
             await joiner.start()
             assert joiner.member_id == new_id and joiner.cluster_id == leader.cluster_id
-            await until(lambda: joiner.node.applied >= leader.node.applied
-                        and joiner.node.snapshot_index > 0, "the learner to catch up")
-            got = await joiner.kv.range(RangeRequest(b"k/", prefix_range_end(b"k/"),
-                                                     serializable=True))
+            await until(
+                lambda: (
+                    joiner.node.applied >= leader.node.applied and joiner.node.snapshot_index > 0
+                ),
+                "the learner to catch up",
+            )
+            got = await joiner.kv.range(
+                RangeRequest(b"k/", prefix_range_end(b"k/"), serializable=True)
+            )
             assert got.count == 60
             # the learner received a snapshot: it knows every member from it
-            assert {m.id for m in joiner.membership.registry.list()} == \
-                {m.id for m in leader.membership.registry.list()}
-            await until(lambda: leader.membership.registry.get(new_id).name == join_cfg.name,
-                        "the learner's name to be published")
+            assert {m.id for m in joiner.membership.registry.list()} == {
+                m.id for m in leader.membership.registry.list()
+            }
+            await until(
+                lambda: leader.membership.registry.get(new_id).name == join_cfg.name,
+                "the learner's name to be published",
+            )
             assert joiner.kv.status().is_learner
 
             await retry(lambda: leader.kv.member_promote(new_id))
@@ -173,8 +200,9 @@ def test_the_leader_removes_itself_and_hands_over(tmp_path):
             await leader.stop()
             resp = await new.kv.put(PutRequest(b"k", b"v"))
             assert resp.header.revision >= 2
-            assert [m.id for m in new.membership.registry.list()] == \
-                sorted(m.member_id for m in rest)
+            assert [m.id for m in new.membership.registry.list()] == sorted(
+                m.member_id for m in rest
+            )
         finally:
             for m in members:
                 await m.stop()

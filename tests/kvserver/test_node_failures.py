@@ -51,12 +51,18 @@ class _SM:
 
 def _follower() -> Node:
     storage = _Storage()
-    raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000,
-                         heartbeat_tick=1))
+    raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000, heartbeat_tick=1))
     raw.bootstrap([1, 2, 3])  # log: indexes 1..3, committed
-    return Node(raw=raw, node_id=1, storage=storage, state_machine=_SM(),
-                send=lambda msgs: None, options=NodeOptions(heartbeat_interval_s=10),
-                applied=0, conf_state=ConfState(voters=(1, 2, 3)))
+    return Node(
+        raw=raw,
+        node_id=1,
+        storage=storage,
+        state_machine=_SM(),
+        send=lambda msgs: None,
+        options=NodeOptions(heartbeat_interval_s=10),
+        applied=0,
+        conf_state=ConfState(voters=(1, 2, 3)),
+    )
 
 
 def _heartbeat(commit: int) -> Message:
@@ -65,12 +71,15 @@ def _heartbeat(commit: int) -> Message:
 
 def _sync(case):
     """Run an async test case in its own event loop, bounded in time."""
+
     @functools.wraps(case)
     def run(*args, **kwargs):
         async def bounded():
             async with asyncio.timeout(60):
                 await case(*args, **kwargs)
+
         asyncio.run(bounded())
+
     return run
 
 
@@ -108,8 +117,9 @@ async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
     try:
         # A MsgApp makes the leader known; it does not check the commit index against what
         # we acknowledged, so it does not make the follower healthy.
-        node.receive([Message(type=MessageType.MsgApp, to=1, frm=2, term=1, log_term=1,
-                              index=3, commit=3)])
+        node.receive(
+            [Message(type=MessageType.MsgApp, to=1, frm=2, term=1, log_term=1, index=3, commit=3)]
+        )
         await _until(lambda: node.leader == 2, "the leader known")
         assert node.health_problem() == "RAFT LEADER NOT CONFIRMED"
         node.receive([_heartbeat(3)])
@@ -133,8 +143,13 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
     try:
         with caplog.at_level(logging.ERROR, logger="kvserver.server.node"):
             node.receive([_heartbeat(99)])
-            await _until(lambda: node.health_problem() != "RAFT LEADER NOT CONFIRMED"
-                         and node.health_problem() != "", "the failure recorded")
+            await _until(
+                lambda: (
+                    node.health_problem() != "RAFT LEADER NOT CONFIRMED"
+                    and node.health_problem() != ""
+                ),
+                "the failure recorded",
+            )
         assert node.health_problem() == "RAFT LOOP FAILING: ValueError: boom"
         assert any("dropped message" in r.getMessage() for r in caplog.records)
         node.receive([_heartbeat(3)])
@@ -166,6 +181,7 @@ def test_failure_message_of_a_full_disk_names_the_file_and_what_to_free():
     from kvserver.assembly.member import failure_message
     from kvserver.server.config import ServerConfig
     from wal.errors import WalFailedError
+
     cfg = ServerConfig(name="n1", data_dir="/data/n1")
     try:
         try:
@@ -173,9 +189,9 @@ def test_failure_message_of_a_full_disk_names_the_file_and_what_to_free():
         except OSError as exc:
             raise WalFailedError("writing /data/n1/member/wal/0.wal: No space left") from exc
     except WalFailedError as exc:
-        message = failure_message(cfg, 0xab, exc)
+        message = failure_message(cfg, 0xAB, exc)
     assert "stopped: the disk is full: writing /data/n1/member/wal/0.wal" in message
     assert "Free space on the file system holding /data/n1" in message
     assert "--max-snapshots/--max-wals" in message
-    lost = failure_message(cfg, 0xab, CommitOutOfRangeError(9, 8))
+    lost = failure_message(cfg, 0xAB, CommitOutOfRangeError(9, 8))
     assert "lost raft log entries" in lost and "/data/n1" in lost

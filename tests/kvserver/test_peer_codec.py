@@ -18,12 +18,26 @@ from raft import ConfState, Entry, EntryType, Message, MessageType, Snapshot, Sn
 u64 = st.integers(0, (1 << 64) - 1)
 ids = st.lists(u64, max_size=4).map(lambda xs: tuple(sorted(xs)))
 entries = st.builds(Entry, u64, u64, st.sampled_from(list(EntryType)), st.binary(max_size=64))
-snapshots = st.builds(Snapshot, st.binary(max_size=64), st.builds(
-    SnapshotMetadata, st.builds(ConfState, ids, ids, ids, ids, st.booleans()), u64, u64))
+snapshots = st.builds(
+    Snapshot,
+    st.binary(max_size=64),
+    st.builds(SnapshotMetadata, st.builds(ConfState, ids, ids, ids, ids, st.booleans()), u64, u64),
+)
 messages = st.builds(
-    Message, st.sampled_from(list(MessageType)), u64, u64, u64, u64, u64,
-    st.lists(entries, max_size=4).map(tuple), u64, st.none() | snapshots, st.booleans(), u64,
-    st.binary(max_size=16))
+    Message,
+    st.sampled_from(list(MessageType)),
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    st.lists(entries, max_size=4).map(tuple),
+    u64,
+    st.none() | snapshots,
+    st.booleans(),
+    u64,
+    st.binary(max_size=16),
+)
 
 
 @given(messages)
@@ -46,10 +60,17 @@ def test_garbage_bytes_raise_only_peer_message_error(junk):
             pass
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1)
-                    | st.binary(max_size=8)
-                    | st.text(max_size=8), lambda inner: st.lists(inner, max_size=13),
-                    max_leaves=40))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(-(1 << 63), (1 << 64) - 1)
+        | st.binary(max_size=8)
+        | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=13),
+        max_leaves=40,
+    )
+)
 @settings(max_examples=60)
 def test_wellformed_msgpack_of_the_wrong_shape_is_rejected_cleanly(value):
     data = msgpack.packb(value, use_bin_type=True)
@@ -60,12 +81,15 @@ def test_wellformed_msgpack_of_the_wrong_shape_is_rejected_cleanly(value):
             pass
 
 
-@pytest.mark.parametrize("fields, why", [
-    ([99, 1, 2, 0, 0, 0, [], 0, None, False, 0, b""], "unknown type"),
-    ([3, -1, 2, 0, 0, 0, [], 0, None, False, 0, b""], "negative id"),
-    ([3, 1, 2, 0, 0, 0, [[1, 1, 0, "text"]], 0, None, False, 0, b""], "str entry data"),
-    ([3, 1, 2, 0, 0, 0, [], 0, None, 1, 0, b""], "reject not a bool"),
-])
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ([99, 1, 2, 0, 0, 0, [], 0, None, False, 0, b""], "unknown type"),
+        ([3, -1, 2, 0, 0, 0, [], 0, None, False, 0, b""], "negative id"),
+        ([3, 1, 2, 0, 0, 0, [[1, 1, 0, "text"]], 0, None, False, 0, b""], "str entry data"),
+        ([3, 1, 2, 0, 0, 0, [], 0, None, 1, 0, b""], "reject not a bool"),
+    ],
+)
 def test_specific_bad_messages(fields, why):
     with pytest.raises(PeerMessageError):
         decode_message(msgpack.packb(fields, use_bin_type=True))

@@ -37,19 +37,31 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             lagging.node.receive = lambda msgs: None
             live = [m for m in members if m is not lagging]
 
-            resp = await retry(lambda: leader.kv.member_add(
-                list(join_cfg.initial_advertise_peer_urls), is_learner=True))
+            resp = await retry(
+                lambda: leader.kv.member_add(
+                    list(join_cfg.initial_advertise_peer_urls), is_learner=True
+                )
+            )
             joiner = Member(join_cfg)
             everyone.append(joiner)
             await joiner.start()
             live.append(joiner)
             await until(lambda: joiner.node.applied >= leader.node.applied, "the learner")
             await retry(lambda: leader.kv.member_promote(resp.member.id))
-            await until(lambda: joiner.member_id in joiner.node.conf_state.voters,
-                        "the promotion applied on the joiner")
+            await until(
+                lambda: joiner.member_id in joiner.node.conf_state.voters,
+                "the promotion applied on the joiner",
+            )
             # hand leadership to the newcomer (what a forwarded transfer request does)
-            leader.node.receive([Message(type=MessageType.MsgTransferLeader,
-                                         to=leader.member_id, frm=joiner.member_id)])
+            leader.node.receive(
+                [
+                    Message(
+                        type=MessageType.MsgTransferLeader,
+                        to=leader.member_id,
+                        frm=joiner.member_id,
+                    )
+                ]
+            )
             await until(lambda: leader_of(live) is joiner, "the newcomer leading")
             for i in range(5):
                 await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
@@ -58,11 +70,17 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             restarted = Member(initial[down_at])
             everyone[down_at] = restarted
             await restarted.start()
-            await until(lambda: restarted.node.leader == joiner.member_id
-                        and restarted.node.applied >= joiner.node.applied,
-                        "the restarted member to follow the newcomer", timeout_s=20)
-            got = await restarted.kv.range(RangeRequest(b"k/", prefix_range_end(b"k/"),
-                                                        serializable=True))
+            await until(
+                lambda: (
+                    restarted.node.leader == joiner.member_id
+                    and restarted.node.applied >= joiner.node.applied
+                ),
+                "the restarted member to follow the newcomer",
+                timeout_s=20,
+            )
+            got = await restarted.kv.range(
+                RangeRequest(b"k/", prefix_range_end(b"k/"), serializable=True)
+            )
             assert got.count == 5
             assert joiner.member_id in {m.id for m in restarted.membership.registry.list()}
         finally:

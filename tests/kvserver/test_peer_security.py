@@ -46,12 +46,14 @@ def forged_payload() -> bytes:
 
 
 async def attack(member: Member, sender: int, messages: list[Message]) -> str:
-    return await attack_url(member.cfg.listen_peer_urls[0], member.cluster_id, sender,
-                            member.member_id, messages)
+    return await attack_url(
+        member.cfg.listen_peer_urls[0], member.cluster_id, sender, member.member_id, messages
+    )
 
 
-async def attack_url(peer_url: str, cluster_id: int, sender: int, to: int,
-                     messages: list[Message]) -> str:
+async def attack_url(
+    peer_url: str, cluster_id: int, sender: int, to: int, messages: list[Message]
+) -> str:
     """Open a stream to ``peer_url`` as ``sender`` and send ``messages`` in one frame.
     Returns ``refused <status>``, ``closed`` (the member closed the stream after the frame)
     or ``open`` (it took the frame and kept the stream)."""
@@ -68,8 +70,12 @@ async def attack_url(peer_url: str, cluster_id: int, sender: int, to: int,
                     frame = await ws.receive()
             except TimeoutError:
                 return "open"
-            return "closed" if frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
-                                              aiohttp.WSMsgType.CLOSING) else "open"
+            return (
+                "closed"
+                if frame.type
+                in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+                else "open"
+            )
 
 
 async def wait_leader(members, timeout_s=15.0) -> Member:
@@ -125,6 +131,7 @@ def run(scenario):
     async def main():
         async with asyncio.timeout(90):
             await scenario()
+
     asyncio.run(main())
 
 
@@ -133,14 +140,16 @@ def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplo
         cfgs, members, leader = await cluster(tmp_path)
         try:
             term = leader.node.term
-            prop = Message(type=MT.MsgProp, to=0, frm=STRANGER,
-                           entries=(Entry(0, 0, data=forged_payload()),))
+            prop = Message(
+                type=MT.MsgProp, to=0, frm=STRANGER, entries=(Entry(0, 0, data=forged_payload()),)
+            )
             outcomes = []
             with caplog.at_level(logging.WARNING, logger="kvserver.rafthttp.transport"):
                 for m in members:
                     for _ in range(3):  # refusals are logged, but rate-limited
-                        outcomes.append(await attack(
-                            m, STRANGER, [dataclasses.replace(prop, to=m.member_id)]))
+                        outcomes.append(
+                            await attack(m, STRANGER, [dataclasses.replace(prop, to=m.member_id)])
+                        )
             await assert_unharmed(members, leader, term)
             assert outcomes == ["refused 404"] * 9, outcomes
             refusals = [r for r in caplog.records if "sender not found" in r.getMessage()]
@@ -152,17 +161,21 @@ def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplo
                 task = m.transport._vouch_task
                 if task is not None:
                     await task
-                assert await attack(m, STRANGER, [dataclasses.replace(
-                    prop, to=m.member_id)]) == "refused 404"
+                assert (
+                    await attack(m, STRANGER, [dataclasses.replace(prop, to=m.member_id)])
+                    == "refused 404"
+                )
                 assert not m.transport._vouched
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)
 
 
 def test_heartbeats_of_a_higher_term_from_a_stranger_depose_no_leader(tmp_path):
     """term + 1000 and 2**64 - 1 (the value that left the cluster leaderless forever)."""
+
     async def scenario():
         cfgs, members, leader = await cluster(tmp_path)
         try:
@@ -170,8 +183,9 @@ def test_heartbeats_of_a_higher_term_from_a_stranger_depose_no_leader(tmp_path):
             outcomes = []
             for forged_term in (term + 1000, (1 << 64) - 1):
                 for m in members:
-                    hb = Message(type=MT.MsgHeartbeat, to=m.member_id, frm=STRANGER,
-                                 term=forged_term)
+                    hb = Message(
+                        type=MT.MsgHeartbeat, to=m.member_id, frm=STRANGER, term=forged_term
+                    )
                     outcomes.append(await attack(m, STRANGER, [hb]))
             await assert_unharmed(members, leader, term)
             assert outcomes == ["refused 404"] * 6, outcomes
@@ -179,6 +193,7 @@ def test_heartbeats_of_a_higher_term_from_a_stranger_depose_no_leader(tmp_path):
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)
 
 
@@ -190,9 +205,16 @@ def test_a_forged_append_from_a_stranger_makes_no_follower_diverge(tmp_path):
             f = next(m for m in members if m is not leader)
             log = f.node.raw.raft.log
             last = log.last_index()
-            app = Message(type=MT.MsgApp, to=f.member_id, frm=STRANGER, term=term + 1,
-                          log_term=log.last_term(), index=last, commit=last + 1,
-                          entries=(Entry(term + 1, last + 1, data=forged_payload()),))
+            app = Message(
+                type=MT.MsgApp,
+                to=f.member_id,
+                frm=STRANGER,
+                term=term + 1,
+                log_term=log.last_term(),
+                index=last,
+                commit=last + 1,
+                entries=(Entry(term + 1, last + 1, data=forged_payload()),),
+            )
             outcome = await attack(f, STRANGER, [app])
             await assert_unharmed(members, leader, term)
             assert outcome == "refused 404"
@@ -200,6 +222,7 @@ def test_a_forged_append_from_a_stranger_makes_no_follower_diverge(tmp_path):
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)
 
 
@@ -207,23 +230,31 @@ def test_impossible_values_under_a_members_id_are_dropped_and_the_stream_closed(
     """Until peer TLS, anyone can claim a member's ID; impossible values still get nowhere:
     a term past the bound (2**64 - 1 overflowed the pre-vote term before), an appended entry
     of a term above the message's, a message whose ``from`` is not the stream's sender."""
+
     async def scenario():
         cfgs, members, leader = await cluster(tmp_path)
         try:
             term = leader.node.term
             f = next(m for m in members if m is not leader)
             other = next(m for m in members if m is not leader and m is not f)
-            hb = Message(type=MT.MsgHeartbeat, to=leader.member_id, frm=f.member_id,
-                         term=(1 << 64) - 1)
+            hb = Message(
+                type=MT.MsgHeartbeat, to=leader.member_id, frm=f.member_id, term=(1 << 64) - 1
+            )
             outcomes = [await attack(leader, f.member_id, [hb])]
             log = f.node.raw.raft.log
             last = log.last_index()
-            app = Message(type=MT.MsgApp, to=f.member_id, frm=leader.member_id, term=term,
-                          log_term=log.last_term(), index=last, commit=last + 1,
-                          entries=(Entry(term + 1, last + 1, data=forged_payload()),))
+            app = Message(
+                type=MT.MsgApp,
+                to=f.member_id,
+                frm=leader.member_id,
+                term=term,
+                log_term=log.last_term(),
+                index=last,
+                commit=last + 1,
+                entries=(Entry(term + 1, last + 1, data=forged_payload()),),
+            )
             outcomes.append(await attack(f, leader.member_id, [app]))
-            spoofed = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=STRANGER,
-                              term=term + 1000)
+            spoofed = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=STRANGER, term=term + 1000)
             outcomes.append(await attack(f, other.member_id, [spoofed]))
             await assert_unharmed(members, leader, term)
             assert outcomes == ["closed"] * 3, outcomes
@@ -231,18 +262,19 @@ def test_impossible_values_under_a_members_id_are_dropped_and_the_stream_closed(
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)
 
 
-def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_running(
-        tmp_path, caplog):
+def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_running(tmp_path, caplog):
     async def scenario():
         cfgs, members, leader = await cluster(tmp_path)
         try:
             f = next(m for m in members if m is not leader)
             sender = leader.transport._peers[f.member_id]
-            bad = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=leader.member_id,
-                          term=1 << 64)  # msgpack raises OverflowError
+            bad = Message(
+                type=MT.MsgHeartbeat, to=f.member_id, frm=leader.member_id, term=1 << 64
+            )  # msgpack raises OverflowError
             with caplog.at_level(logging.ERROR, logger="kvserver.rafthttp.transport"):
                 leader.transport.send([bad])
                 resp = await leader.node.sm.put(PutRequest(b"next", b"1"))
@@ -250,33 +282,46 @@ def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_runnin
             assert got.count == 1 and got.header.revision == resp.header.revision
             assert not sender.task.done(), "the peer sender task ended"
             assert sender.connected
-            assert any("cannot be encoded" in r.getMessage() and r.exc_info
-                       for r in caplog.records), [r.getMessage() for r in caplog.records]
+            assert any(
+                "cannot be encoded" in r.getMessage() and r.exc_info for r in caplog.records
+            ), [r.getMessage() for r in caplog.records]
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)
 
 
-@pytest.mark.parametrize("headers", [
-    {FROM_HEADER: str(STRANGER)},
-    {TO_HEADER: "12345"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {FROM_HEADER: str(STRANGER)},
+        {TO_HEADER: "12345"},
+    ],
+)
 def test_snapshot_requests_get_the_same_checks(tmp_path, headers):
     """``POST /raft/snapshot`` from a stranger: 404; meant for another member: 412."""
+
     async def scenario():
         cfgs, members, leader = await cluster(tmp_path)
         try:
             f = next(m for m in members if m is not leader)
-            base = {CLUSTER_HEADER: str(f.cluster_id), FROM_HEADER: str(leader.member_id),
-                    TO_HEADER: str(f.member_id)}
+            base = {
+                CLUSTER_HEADER: str(f.cluster_id),
+                FROM_HEADER: str(leader.member_id),
+                TO_HEADER: str(f.member_id),
+            }
             async with aiohttp.ClientSession() as session:
-                async with session.post(f.cfg.listen_peer_urls[0] + "/raft/snapshot",
-                                        data=b"\0\0\0\1\x90", headers={**base, **headers}) as r:
+                async with session.post(
+                    f.cfg.listen_peer_urls[0] + "/raft/snapshot",
+                    data=b"\0\0\0\1\x90",
+                    headers={**base, **headers},
+                ) as r:
                     status, text = r.status, await r.text()
             want = (404, "sender not found") if FROM_HEADER in headers else (412, "to field")
-            assert (status, text[:len(want[1])]) == want, (status, text)
+            assert (status, text[: len(want[1])]) == want, (status, text)
         finally:
             for m in members:
                 await m.stop()
+
     run(scenario)

@@ -38,8 +38,9 @@ def revision_and_count(url: str, key: str) -> tuple[int, int]:
 
 
 def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
-    c = LocalCluster(str(tmp_path), extra_args=["--heartbeat-interval", "50",
-                                                "--election-timeout", "500"])
+    c = LocalCluster(
+        str(tmp_path), extra_args=["--heartbeat-interval", "50", "--election-timeout", "500"]
+    )
     try:
         c.start()
         leader = wait_healthy(c, timeout_s=60)
@@ -59,18 +60,55 @@ def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
 
         outcomes = []
         for mid, node in by_id.items():
-            outcomes.append(send(node, STRANGER, mid, [Message(
-                type=MT.MsgProp, to=mid, frm=STRANGER,
-                entries=(Entry(0, 0, data=forged_payload()),))]))
+            outcomes.append(
+                send(
+                    node,
+                    STRANGER,
+                    mid,
+                    [
+                        Message(
+                            type=MT.MsgProp,
+                            to=mid,
+                            frm=STRANGER,
+                            entries=(Entry(0, 0, data=forged_payload()),),
+                        )
+                    ],
+                )
+            )
             for forged_term in (term + 1000, (1 << 64) - 1):
-                outcomes.append(send(node, STRANGER, mid, [Message(
-                    type=MT.MsgHeartbeat, to=mid, frm=STRANGER, term=forged_term)]))
-        outcomes.append(send(follower, STRANGER, follower_id, [Message(
-            type=MT.MsgApp, to=follower_id, frm=STRANGER, term=term + 1, log_term=term,
-            index=last, commit=last + 1,
-            entries=(Entry(term + 1, last + 1, data=forged_payload()),))]))
-        impersonated = send(leader, follower_id, leader_id, [Message(
-            type=MT.MsgHeartbeat, to=leader_id, frm=follower_id, term=(1 << 64) - 1)])
+                outcomes.append(
+                    send(
+                        node,
+                        STRANGER,
+                        mid,
+                        [Message(type=MT.MsgHeartbeat, to=mid, frm=STRANGER, term=forged_term)],
+                    )
+                )
+        outcomes.append(
+            send(
+                follower,
+                STRANGER,
+                follower_id,
+                [
+                    Message(
+                        type=MT.MsgApp,
+                        to=follower_id,
+                        frm=STRANGER,
+                        term=term + 1,
+                        log_term=term,
+                        index=last,
+                        commit=last + 1,
+                        entries=(Entry(term + 1, last + 1, data=forged_payload()),),
+                    )
+                ],
+            )
+        )
+        impersonated = send(
+            leader,
+            follower_id,
+            leader_id,
+            [Message(type=MT.MsgHeartbeat, to=leader_id, frm=follower_id, term=(1 << 64) - 1)],
+        )
 
         # the harm first (so the old code fails on what went wrong), then the refusals
         for n in c.nodes:

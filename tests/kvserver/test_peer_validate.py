@@ -50,14 +50,31 @@ def test_every_message_of_simulated_clusters_passes(monkeypatch):
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert not refused, refused[:5]
     # the run must have exercised the interesting types, or passing means little
-    for t in (MT.MsgApp, MT.MsgAppResp, MT.MsgHeartbeat, MT.MsgPreVote, MT.MsgVote,
-              MT.MsgSnap, MT.MsgProp, MT.MsgReadIndex, MT.MsgReadIndexResp):
+    for t in (
+        MT.MsgApp,
+        MT.MsgAppResp,
+        MT.MsgHeartbeat,
+        MT.MsgPreVote,
+        MT.MsgVote,
+        MT.MsgSnap,
+        MT.MsgProp,
+        MT.MsgReadIndex,
+        MT.MsgReadIndexResp,
+    ):
         assert seen.get(t, 0) > 0, (t, seen)
 
 
 def app(**kw) -> Message:
-    base = dict(type=MT.MsgApp, to=LOCAL, frm=PEER, term=5, log_term=4, index=10, commit=10,
-                entries=(Entry(5, 11, data=b"x"), Entry(5, 12, data=b"y")))
+    base = dict(
+        type=MT.MsgApp,
+        to=LOCAL,
+        frm=PEER,
+        term=5,
+        log_term=4,
+        index=10,
+        commit=10,
+        entries=(Entry(5, 11, data=b"x"), Entry(5, 12, data=b"y")),
+    )
     return Message(**{**base, **kw})
 
 
@@ -78,10 +95,14 @@ BAD = [
     (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=0), "term 0"),
     (Message(type=MT.MsgHup, to=LOCAL, frm=PEER, term=3), "local-only"),
     (Message(type=MT.MsgCheckQuorum, to=LOCAL, frm=PEER, term=3), "local-only"),
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, entries=(Entry(3, 1),)),
-     "no entries"),
-    (Message(type=MT.MsgProp, to=LOCAL, frm=9, entries=(Entry(0, 0, data=b"p"),)),
-     "not in the cluster"),
+    (
+        Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, entries=(Entry(3, 1),)),
+        "no entries",
+    ),
+    (
+        Message(type=MT.MsgProp, to=LOCAL, frm=9, entries=(Entry(0, 0, data=b"p"),)),
+        "not in the cluster",
+    ),
     (Message(type=MT.MsgProp, to=LOCAL, frm=PEER, term=7, entries=(Entry(0, 0),)), "no term"),
     (Message(type=MT.MsgProp, to=LOCAL, frm=PEER), "without entries"),
     (Message(type=MT.MsgProp, to=LOCAL, frm=PEER, entries=(Entry(3, 8),)), "assigns"),
@@ -93,15 +114,23 @@ BAD = [
     (app(entries=(Entry(5, 11), Entry(4, 12))), "want 5..5"),
     (app(log_term=6), "previous entry"),
     (app(index=MAX_TERM, entries=(Entry(5, MAX_TERM + 1),)), "above"),
-    (app(entries=tuple(Entry(5, 11 + i) for i in range(MAX_ENTRIES_PER_MESSAGE + 1))),
-     "more than"),
+    (app(entries=tuple(Entry(5, 11 + i) for i in range(MAX_ENTRIES_PER_MESSAGE + 1))), "more than"),
     (Message(type=MT.MsgVote, to=LOCAL, frm=PEER, term=3, log_term=4, index=9), "campaign"),
     (Message(type=MT.MsgSnap, to=LOCAL, frm=PEER, term=5), "snapshot"),
     (Message(type=MT.MsgApp, to=LOCAL, frm=PEER, term=5, snapshot=SNAP), "snapshot"),
     (Message(type=MT.MsgSnap, to=LOCAL, frm=PEER, term=3, snapshot=SNAP), "snapshot term"),
-    (Message(type=MT.MsgSnap, to=LOCAL, frm=PEER, term=5, snapshot=dataclasses.replace(
-        SNAP, metadata=dataclasses.replace(SNAP.metadata, conf_state=ConfState((0, 2))))),
-     "id 0"),
+    (
+        Message(
+            type=MT.MsgSnap,
+            to=LOCAL,
+            frm=PEER,
+            term=5,
+            snapshot=dataclasses.replace(
+                SNAP, metadata=dataclasses.replace(SNAP.metadata, conf_state=ConfState((0, 2)))
+            ),
+        ),
+        "id 0",
+    ),
 ]
 
 
@@ -111,14 +140,18 @@ def test_impossible_messages_are_refused(m, why):
         check(m)
 
 
-@pytest.mark.parametrize("value", [
-    [0] * (MAX_ENTRIES_PER_MESSAGE + 1),   # more messages in a batch than any sender makes
-    [{b"k": b"v"}],                        # the format has no maps
-    [["text"]],                            # nor strings
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        [0] * (MAX_ENTRIES_PER_MESSAGE + 1),  # more messages in a batch than any sender makes
+        [{b"k": b"v"}],  # the format has no maps
+        [["text"]],  # nor strings
+    ],
+)
 def test_decoding_is_bounded_before_objects_are_built(value):
     import msgpack
 
     from kvserver.rafthttp.codec import PeerMessageError
+
     with pytest.raises(PeerMessageError, match="exceeds max_"):  # msgpack's own limits
         decode_batch(msgpack.packb(value, use_bin_type=True))

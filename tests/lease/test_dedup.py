@@ -45,8 +45,9 @@ IDS_HEADERS = ("X-Raftkv-Client-Id", "X-Raftkv-Request-Id")
 
 def grant_entry(lessor: Lessor, gen, ttl_s=10, lease_id=0, cid=CID, rid=1) -> bytes:
     """What a member proposes for a client's grant (ID chosen at propose time)."""
-    req = lessor.prepare_grant(LeaseGrantRequest(ttl_s, lease_id), gen,
-                               client_id=cid, request_id=rid)
+    req = lessor.prepare_grant(
+        LeaseGrantRequest(ttl_s, lease_id), gen, client_id=cid, request_id=rid
+    )
     return encode_lease_entry(req, cid, rid)
 
 
@@ -189,8 +190,9 @@ def test_snapshot_restore_keeps_the_table_and_its_order():
     assert failed.error == LeaseNotFoundError()
     lessor.apply(LeaseGrantRequest(-1, 8), 2, 2)  # an InvalidArgumentError outcome
     blob = lessor.snapshot()
-    other = Lessor(store=MVCCStore(), clock=FakeClock(), dedup_ids_per_client=2,
-                   dedup_max_clients=2)
+    other = Lessor(
+        store=MVCCStore(), clock=FakeClock(), dedup_ids_per_client=2, dedup_max_clients=2
+    )
     other.restore(blob)
     assert other.snapshot() == blob
     assert other.dedup.export() == lessor.dedup.export()
@@ -209,28 +211,28 @@ def test_snapshot_restore_keeps_the_table_and_its_order():
 def test_version_1_snapshot_restores_with_an_empty_table():
     lessor, _, _ = make()
     lessor.apply(LeaseGrantRequest(10, 5), CID, 1)
-    old = msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1,
-                         "leases": [[3, 20, 0]]})
+    old = msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[3, 20, 0]]})
     lessor.restore(old)
     assert lessor.exists(3) and not lessor.exists(5) and len(lessor.dedup) == 0
 
 
 def _v2(dedup):
-    return msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 2,
-                          "leases": [[1, 5, 0]], "dedup": dedup})
+    return msgpack.packb(
+        {"magic": "raftkv-lease-snapshot", "version": 2, "leases": [[1, 5, 0]], "dedup": dedup}
+    )
 
 
 @pytest.mark.parametrize(
     "blob",
     [
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 2, "leases": []}),
-        _v2([[0, []]]),                            # client 0 is never remembered
-        _v2([[1, []], [1, []]]),                   # a client twice
-        _v2([[1, [[1, [2, 3]], [1, [2, 3]]]]]),    # a request id twice
-        _v2([[1, [[1, [9, 3]]]]]),                 # unknown outcome
-        _v2([[1, [[1, [1, 3, 4]]]]]),              # short grant outcome
-        _v2([[1, [[1, [0, "nope", "x"]]]]]),       # unknown error tag
-        _v2([[-1, [[1, [2, 3]]]]]),                # negative client id
+        _v2([[0, []]]),  # client 0 is never remembered
+        _v2([[1, []], [1, []]]),  # a client twice
+        _v2([[1, [[1, [2, 3]], [1, [2, 3]]]]]),  # a request id twice
+        _v2([[1, [[1, [9, 3]]]]]),  # unknown outcome
+        _v2([[1, [[1, [1, 3, 4]]]]]),  # short grant outcome
+        _v2([[1, [[1, [0, "nope", "x"]]]]]),  # unknown error tag
+        _v2([[-1, [[1, [2, 3]]]]]),  # negative client id
         _v2("x"),
     ],
 )
@@ -325,13 +327,11 @@ def test_api_same_grant_and_revoke_twice_with_the_same_headers():
             status, second = await api.post("/v3/lease/grant", {"TTL": 30}, headers=h2)
             assert status == 200 and second["ID"] != first["ID"]
             status, listed = await api.post("/v3/lease/leases", {})
-            assert sorted(x["ID"] for x in listed["leases"]) == sorted(
-                [first["ID"], second["ID"]])
+            assert sorted(x["ID"] for x in listed["leases"]) == sorted([first["ID"], second["ID"]])
             h3 = dict(zip(IDS_HEADERS, ("12", "3"), strict=True))
             revoked = await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3)
             assert revoked[0] == 200
-            assert await api.post("/v3/lease/revoke", {"ID": first["ID"]},
-                                  headers=h3) == revoked
+            assert await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3) == revoked
             # without ids a retry is a new request: not found
             status, body = await api.post("/v3/lease/revoke", {"ID": first["ID"]})
             assert status == 404 and body["error"] == "etcdserver: requested lease not found"
@@ -374,8 +374,7 @@ def test_replicas_with_retries_stay_identical_also_when_one_restores_midway(seed
     rng = random.Random(seed)
     leader, _, _ = make(primary=True, dedup_ids_per_client=3, dedup_max_clients=2)
     follower, _, _ = make(primary=False, dedup_ids_per_client=3, dedup_max_clients=2)
-    late = Lessor(store=MVCCStore(), clock=FakeClock(), dedup_ids_per_client=3,
-                  dedup_max_clients=2)
+    late = Lessor(store=MVCCStore(), clock=FakeClock(), dedup_ids_per_client=3, dedup_max_clients=2)
     entries = []
     for _ in range(120):
         cid, rid, lid = rng.choice([0, 1, 2, 3]), rng.randint(1, 5), rng.randint(1, 4)

@@ -129,8 +129,9 @@ def test_ttl_bounds():
         lessor.prepare_grant(LeaseGrantRequest(-1, 1))
     assert neg.value.http_status == 400 and "negative" in str(neg.value)
     # the applied side re-checks what reaches the log
-    assert isinstance(lessor.apply(LeaseGrantRequest(MAX_LEASE_TTL_S + 1, 9)).error,
-                      LeaseTTLTooLargeError)
+    assert isinstance(
+        lessor.apply(LeaseGrantRequest(MAX_LEASE_TTL_S + 1, 9)).error, LeaseTTLTooLargeError
+    )
     assert isinstance(lessor.apply(LeaseGrantRequest(0, 9)).error, InvalidArgumentError)
     assert isinstance(lessor.apply(LeaseGrantRequest(5, 0)).error, LeaseNotFoundError)
     assert isinstance(lessor.apply(LeaseGrantRequest(5, 1 << 63)).error, InvalidArgumentError)
@@ -295,7 +296,10 @@ def test_snapshot_round_trip_keeps_ttls_and_checkpoints_and_comes_back_as_follow
     other = Lessor(store=MVCCStore(), clock=FakeClock())
     other.restore(blob)
     assert [(i.lease_id, i.ttl_s, i.remaining_ttl_s) for i in map(other.lookup, (1, 2, 3))] == [
-        (1, 600, 400), (2, 20, 0), (3, 10, 0)]
+        (1, 600, 400),
+        (2, 20, 0),
+        (3, 10, 0),
+    ]
     assert other.snapshot() == blob
     assert not other.is_primary and other.lookup(1).expiry == float("inf")
     assert other.expired() == []
@@ -316,8 +320,9 @@ def test_snapshot_round_trip_keeps_ttls_and_checkpoints_and_comes_back_as_follow
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[1, 5]]}),
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[0, 5, 0]]}),
         msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[1, 0, 0]]}),
-        msgpack.packb({"magic": "raftkv-lease-snapshot", "version": 1,
-                       "leases": [[1, 5, 0], [1, 6, 0]]}),
+        msgpack.packb(
+            {"magic": "raftkv-lease-snapshot", "version": 1, "leases": [[1, 5, 0], [1, 6, 0]]}
+        ),
     ],
 )
 def test_damaged_snapshot_is_refused_and_changes_nothing(blob):
@@ -403,6 +408,10 @@ def test_replicated_part_is_deterministic_whatever_the_role_and_clock(seed):
             entry = encode_lease_entry(op)
             a, b = leader.apply_entry(entry), follower.apply_entry(entry)
         assert (a.response, a.error, a.events, a.revision) == (
-            b.response, b.error, b.events, b.revision)
+            b.response,
+            b.error,
+            b.events,
+            b.revision,
+        )
     assert leader.snapshot() == follower.snapshot()
     assert b"".join(lstore.serialize()) == b"".join(fstore.serialize())

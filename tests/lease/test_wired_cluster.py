@@ -81,8 +81,10 @@ def test_follower_refuses_keepalive_with_retryable_not_leader(tmp_path):
             leader = await wait_promoted(members)
             lease = (await kv(leader).lease_grant(30)).lease_id
             follower = next(m for m in members if m is not leader)
-            for call in (kv(follower).lease_keepalive(lease),
-                         kv(follower).lease_time_to_live(lease)):
+            for call in (
+                kv(follower).lease_keepalive(lease),
+                kv(follower).lease_time_to_live(lease),
+            ):
                 with pytest.raises(ServiceError) as err:
                     await call
                 assert err.value.grpc_code == GrpcCode.UNAVAILABLE and err.value.retryable
@@ -167,8 +169,9 @@ def test_snapshot_carries_the_lease_table_and_restore_rebinds_the_store():
     assert dst.lessor.exists(7) and dst.lessor.lookup(7).ttl_s == 30
     assert dst.store.keys_with_lease(7) == [b"k"]
     # the restored store asks the restored lessor: an unknown lease is refused
-    assert isinstance(dst.apply(3, encode_entry(PutRequest(b"x", b"", lease=8))),
-                      LeaseNotFoundError)
+    assert isinstance(
+        dst.apply(3, encode_entry(PutRequest(b"x", b"", lease=8))), LeaseNotFoundError
+    )
     assert dst.apply(4, encode_entry(PutRequest(b"x", b"", lease=7))).header.revision == 3
     # a snapshot from before leases (the bare MVCC stream) restores an empty table
     old = member(3)
@@ -187,24 +190,26 @@ def test_lease_routes_over_http_on_real_members(tmp_path):
             lurl = leader.cfg.advertise_client_urls[0]
             furl = follower.cfg.advertise_client_urls[0]
             async with aiohttp.ClientSession() as http:
+
                 async def post(url, path, body):
                     async with http.post(url + path, json=body) as resp:
-                        return resp.status, resp.headers.get("Transfer-Encoding"), \
-                            await resp.text()
+                        return resp.status, resp.headers.get("Transfer-Encoding"), await resp.text()
 
                 status, _, text = await post(furl, "/v3/lease/grant", {"TTL": 30})
                 assert status == 200
                 lease = json.loads(text)["ID"]
-                status, _, _ = await post(lurl, "/v3/kv/put",
-                                          {"key": "aw==", "value": "dg==", "lease": lease})
+                status, _, _ = await post(
+                    lurl, "/v3/kv/put", {"key": "aw==", "value": "dg==", "lease": lease}
+                )
                 assert status == 200
                 status, chunked, text = await post(lurl, "/v3/lease/keepalive", {"ID": lease})
                 assert (status, chunked, text.count("\n")) == (200, "chunked", 1)
                 assert json.loads(text)["result"]["TTL"] == "30"
                 status, _, text = await post(furl, "/v3/lease/keepalive", {"ID": lease})
                 assert status == 503 and json.loads(text)["error"] == "etcdserver: not leader"
-                status, _, text = await post(lurl, "/v3/lease/timetolive",
-                                             {"ID": lease, "keys": True})
+                status, _, text = await post(
+                    lurl, "/v3/lease/timetolive", {"ID": lease, "keys": True}
+                )
                 assert status == 200 and json.loads(text)["keys"] == ["aw=="]
                 status, _, text = await post(furl, "/v3/kv/lease/leases", {})
                 assert json.loads(text)["leases"] == [{"ID": lease}]

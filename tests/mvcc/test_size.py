@@ -35,20 +35,24 @@ def test_empty_store_is_zero_and_each_record_counts_key_value_overhead():
     assert (store.history_size, store.db_size_bytes) == (0, 0)
     store.put(b"k", b"vvv")
     assert store.db_size_bytes == 1 + 3 + RECORD_OVERHEAD_BYTES
-    store.put(b"k", b"")                       # a second version of the same key
+    store.put(b"k", b"")  # a second version of the same key
     assert store.db_size_bytes == 2 * (1 + RECORD_OVERHEAD_BYTES) + 3
-    store.delete_range(b"k")                   # a tombstone is a record too
+    store.delete_range(b"k")  # a tombstone is a record too
     assert store.history_size == 3
-    store.compact(store.revision)              # everything of the deleted key goes
+    store.compact(store.revision)  # everything of the deleted key goes
     assert (store.history_size, store.db_size_bytes) == (0, 0)
 
 
 ops = st.one_of(
-    st.tuples(st.just("put"), st.sampled_from(KEYS), st.binary(max_size=30),
-              st.sampled_from([0, 0, 7])),
+    st.tuples(
+        st.just("put"), st.sampled_from(KEYS), st.binary(max_size=30), st.sampled_from([0, 0, 7])
+    ),
     st.tuples(st.just("delete"), st.sampled_from(KEYS), st.sampled_from([b"", b"c", b"\0"])),
-    st.tuples(st.just("txn"), st.lists(st.sampled_from(KEYS), max_size=3, unique=True),
-              st.binary(max_size=10)),
+    st.tuples(
+        st.just("txn"),
+        st.lists(st.sampled_from(KEYS), max_size=3, unique=True),
+        st.binary(max_size=10),
+    ),
     st.tuples(st.just("compact"), st.integers(min_value=-3, max_value=1)),
     st.tuples(st.just("revoke"), st.just(7)),
     st.tuples(st.just("restore"), st.sampled_from([64, 4096])),

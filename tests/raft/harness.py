@@ -262,9 +262,7 @@ class Cluster:
 
     def applied_data(self, node_id: int) -> list[bytes]:
         return [
-            e.data
-            for e in self.peers[node_id].applied
-            if e.type == EntryType.NORMAL and e.data
+            e.data for e in self.peers[node_id].applied if e.type == EntryType.NORMAL and e.data
         ]
 
     def log_entries(self, node_id: int) -> list[Entry]:

@@ -92,8 +92,13 @@ def test_unstable_stable_to(entries, offset, snapshot, index, term, want_offset,
         (ents((5, 1)), 5, ents((5, 2), (6, 2)), 5, ents((5, 2), (6, 2))),  # replace all
         (ents((5, 1)), 5, ents((4, 2), (5, 2), (6, 2)), 4, ents((4, 2), (5, 2), (6, 2))),
         (ents((5, 1), (6, 1), (7, 1)), 5, ents((6, 2)), 5, ents((5, 1), (6, 2))),  # truncate
-        (ents((5, 1), (6, 1), (7, 1)), 5, ents((7, 2), (8, 2)), 5,
-         ents((5, 1), (6, 1), (7, 2), (8, 2))),
+        (
+            ents((5, 1), (6, 1), (7, 1)),
+            5,
+            ents((7, 2), (8, 2)),
+            5,
+            ents((5, 1), (6, 1), (7, 2), (8, 2)),
+        ),
     ],
 )
 def test_unstable_truncate_and_append(entries, offset, to_append, want_offset, want):
@@ -324,7 +329,11 @@ def test_pending_conf_changes_counts_conf_entries():
     from raft import EntryType
 
     log = new_log(
-        unstable=[Entry(1, 1), Entry(1, 2, EntryType.CONF_CHANGE), Entry(1, 3, EntryType.CONF_CHANGE_V2)]
+        unstable=[
+            Entry(1, 1),
+            Entry(1, 2, EntryType.CONF_CHANGE),
+            Entry(1, 3, EntryType.CONF_CHANGE_V2),
+        ]
     )
     assert log.pending_conf_changes(1, 4) == 2
     assert log.pending_conf_changes(3, 3) == 0

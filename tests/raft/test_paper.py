@@ -340,9 +340,7 @@ def test_5_3_follower_applies_entries_the_leader_reports_committed(entries, comm
     """§5.3: "Once a follower learns that a log entry is committed, it applies the entry to
     its local state machine (in log order)"."""
     c = Cluster([1, 2, 3])
-    c.node(1).step(
-        Message(MT.MsgApp, to=1, frm=2, term=1, entries=tuple(entries), commit=commit)
-    )
+    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=1, entries=tuple(entries), commit=commit))
     drain(c, 1)
     want = min(commit, len(entries))
     assert c.raft(1).log.committed == want
@@ -419,7 +417,9 @@ def test_5_3_follower_deletes_conflicting_entries_and_appends_new_ones(
     )
     drain(c, 1)
     assert c.log_terms(1) == want_log
-    assert [(i, c.peers[1].storage.term(i)) for i in range(1, c.peers[1].storage.last_index() + 1)] == want_log
+    assert [
+        (i, c.peers[1].storage.term(i)) for i in range(1, c.peers[1].storage.last_index() + 1)
+    ] == want_log
 
 
 FIGURE_7_LEADER = [1, 1, 1, 4, 4, 5, 5, 6, 6, 6]
@@ -525,8 +525,13 @@ def test_5_4_2_figure_8_an_old_term_entry_on_a_majority_can_still_be_overwritten
     overwrite index 2 everywhere. (e) Once an entry of S1's own term is on a majority, S5
     can no longer win."""
     ids = [1, 2, 3, 4, 5]
-    logs = {1: [Entry(1, 1), Entry(2, 2)], 2: [Entry(1, 1), Entry(2, 2)],
-            3: [Entry(1, 1), Entry(2, 2)], 4: [Entry(1, 1)], 5: [Entry(1, 1), Entry(3, 2)]}
+    logs = {
+        1: [Entry(1, 1), Entry(2, 2)],
+        2: [Entry(1, 1), Entry(2, 2)],
+        3: [Entry(1, 1), Entry(2, 2)],
+        4: [Entry(1, 1)],
+        5: [Entry(1, 1), Entry(3, 2)],
+    }
     hs = {i: HardState(term=3, commit=1) for i in ids}
     c = Cluster(ids, logs=logs, hard_states=hs)
     c.isolate(5)

@@ -89,9 +89,7 @@ def test_must_sync_for_entries_and_term_or_vote_changes_only():
     rd = c.process_ready(2)
     assert rd.hard_state == HardState(1, 1, 0) and not rd.entries and rd.must_sync
     c.queue.clear()
-    c.node(2).step(
-        Message(MT.MsgApp, to=2, frm=1, term=1)
-    )
+    c.node(2).step(Message(MT.MsgApp, to=2, frm=1, term=1))
     c.node(2).step(Message(MT.MsgHeartbeat, to=2, frm=1, term=1, commit=0))
     rd = c.process_ready(2)
     assert rd.hard_state is None  # unchanged

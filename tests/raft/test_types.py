@@ -56,8 +56,16 @@ def test_message_str():
         entries=(Entry(3, 18, data=b"x"),),
     )
     assert str(m) == '1->2 MsgApp Term:3 Log:3/17 Commit:16 Entries:[3/18 EntryNormal "x"]'
-    r = Message(type=MessageType.MsgAppResp, to=1, frm=2, term=3, index=9, reject=True,
-                reject_hint=5, log_term=2)
+    r = Message(
+        type=MessageType.MsgAppResp,
+        to=1,
+        frm=2,
+        term=3,
+        index=9,
+        reject=True,
+        reject_hint=5,
+        log_term=2,
+    )
     assert str(r) == "2->1 MsgAppResp Term:3 Log:2/9 Rejected (Hint: 5)"
     snap = Snapshot(metadata=SnapshotMetadata(ConfState(voters=(1, 2)), index=5, term=2))
     s = Message(type=MessageType.MsgSnap, to=2, frm=1, term=3, snapshot=snap)
@@ -70,7 +78,10 @@ def test_state_strs():
     assert str(ReadState(4, b"ctx")) == 'Index:4 RequestCtx:"ctx"'
     assert str(Ready()) == "<empty Ready>"
     rd = Ready(hard_state=HardState(1, 1, 0), entries=(Entry(1, 1),), must_sync=True)
-    assert str(rd) == 'Ready MustSync=true:\nHardState Term:1 Vote:1 Commit:0\nEntries:\n1/1 EntryNormal ""'
+    assert (
+        str(rd)
+        == 'Ready MustSync=true:\nHardState Term:1 Vote:1 Commit:0\nEntries:\n1/1 EntryNormal ""'
+    )
 
 
 def test_values_are_frozen_and_slotted():
@@ -91,7 +102,7 @@ def test_conf_change_encoding_matches_etcd_bytes():
     assert ConfChange(ConfChangeType.ADD_NODE, 2).encode() == bytes.fromhex("080010001802")
     # {ID: 7, Type: RemoveNode, NodeID: 300, Context: "ab"}
     cc = ConfChange(ConfChangeType.REMOVE_NODE, 300, context=b"ab", id=7)
-    assert cc.encode() == bytes.fromhex("0807" "1001" "18ac02" "22026162")
+    assert cc.encode() == bytes.fromhex("0807100118ac0222026162")
     assert ConfChange.decode(cc.encode()) == cc
 
 
@@ -108,7 +119,11 @@ def test_conf_change_roundtrip(t, node_id, ctx, cc_id):
 
 def test_conf_change_decode_skips_unknown_fields_and_rejects_garbage():
     base = ConfChange(ConfChangeType.ADD_LEARNER_NODE, 5).encode()
-    unknown = bytes.fromhex("2807") + bytes.fromhex("3a0178") + bytes.fromhex("4101020304050607 08".replace(" ", ""))
+    unknown = (
+        bytes.fromhex("2807")
+        + bytes.fromhex("3a0178")
+        + bytes.fromhex("4101020304050607 08".replace(" ", ""))
+    )
     assert ConfChange.decode(base + unknown) == ConfChange(ConfChangeType.ADD_LEARNER_NODE, 5)
     for bad in (b"\x08", b"\x22\x05ab", b"\x10\x09", b"\x0b", bytes([0x80] * 11)):
         with pytest.raises(ConfChangeError):

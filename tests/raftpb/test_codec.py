@@ -23,7 +23,8 @@ def test_record_bytes_match_etcd_golden_new_wal():
     assert raftpb.encode_record(4, 0, None) == bytes.fromhex("08041000")
     meta_crc = raftpb.crc32c(b"somedata")
     assert raftpb.encode_record(1, meta_crc, b"somedata") == bytes.fromhex(
-        "08011085d4fda0071a08736f6d6564617461")
+        "08011085d4fda0071a08736f6d6564617461"
+    )
     snap = raftpb.encode_wal_snapshot(raftpb.WalSnapshot())
     crc = raftpb.crc32c(snap, meta_crc)
     assert crc == 0x18206D80
@@ -57,23 +58,35 @@ def test_wal_snapshot_round_trip(ws):
     assert raftpb.decode_wal_snapshot(raftpb.encode_wal_snapshot(ws)) == ws
 
 
-@given(st.builds(raftpb.Snapshot, st.none() | st.binary(),
-                 st.builds(raftpb.SnapshotMetadata, conf_states, u64, u64)))
+@given(
+    st.builds(
+        raftpb.Snapshot,
+        st.none() | st.binary(),
+        st.builds(raftpb.SnapshotMetadata, conf_states, u64, u64),
+    )
+)
 def test_snapshot_round_trip(snap):
     assert raftpb.decode_snapshot(raftpb.encode_snapshot(snap)) == snap
 
 
 @given(st.integers(0, 5), st.integers(0, (1 << 32) - 1), st.none() | st.binary())
 def test_record_round_trip(rtype, crc, data):
-    assert raftpb.decode_record(raftpb.encode_record(rtype, crc, data)) == \
-        raftpb.Record(rtype, crc, data)
+    assert raftpb.decode_record(raftpb.encode_record(rtype, crc, data)) == raftpb.Record(
+        rtype, crc, data
+    )
 
 
 @given(st.binary(max_size=64))
 def test_decoders_never_raise_anything_but_decode_error(junk):
     """Garbage in gives a DecodeError or some value — never another exception type."""
-    for decode in (raftpb.decode_record, raftpb.decode_entry, raftpb.decode_hard_state,
-                   raftpb.decode_snapshot, raftpb.decode_wal_snapshot, raftpb.decode_snap_file):
+    for decode in (
+        raftpb.decode_record,
+        raftpb.decode_entry,
+        raftpb.decode_hard_state,
+        raftpb.decode_snapshot,
+        raftpb.decode_wal_snapshot,
+        raftpb.decode_snap_file,
+    ):
         try:
             decode(junk)
         except raftpb.DecodeError:

@@ -110,17 +110,14 @@ class SafetyChecker:
                 self.max_committed = entry.index
         elif want != entry:
             raise SafetyViolation(
-                f"committed entry changed: node {node} has {entry} committed, "
-                f"it was {want}"
+                f"committed entry changed: node {node} has {entry} committed, it was {want}"
             )
 
     # -- state machines -----------------------------------------------------------------
     def apply(self, node: int, applied: int, commit: int, entry: Entry, chain: int) -> None:
         """``applied`` is the node's applied index before this entry, ``chain`` after it."""
         if entry.index != applied + 1:
-            raise SafetyViolation(
-                f"node {node} applied {entry} after {applied}: not contiguous"
-            )
+            raise SafetyViolation(f"node {node} applied {entry} after {applied}: not contiguous")
         if entry.index > commit:
             raise SafetyViolation(f"node {node} applied {entry} beyond its commit {commit}")
         self.commit(node, entry)

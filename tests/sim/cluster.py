@@ -228,8 +228,10 @@ class Cluster:
             self._start(self.nodes[nid])
         for c in self.clients:
             self._at(self.rng.randrange(1, 3 * TICK_SLOTS), self._client_next, c)
-        self._at(self.rng.randrange(sc.nemesis_min_ticks, sc.nemesis_max_ticks) * TICK_SLOTS,
-                 self._nemesis)
+        self._at(
+            self.rng.randrange(sc.nemesis_min_ticks, sc.nemesis_max_ticks) * TICK_SLOTS,
+            self._nemesis,
+        )
         fault_end = sc.fault_ticks * TICK_SLOTS
         self._at(fault_end, self._begin_liveness)
         deadline = fault_end + sc.liveness_ticks * TICK_SLOTS
@@ -335,8 +337,10 @@ class Cluster:
         n.crash_point = None
         self.dirty.add(n.id)
         if self.log:
-            self._say(f"node {n.id} starts (incarnation {n.incarnation}) term={hs.term} "
-                      f"vote={hs.vote} commit={hs.commit} snap={snap_index} last={last}")
+            self._say(
+                f"node {n.id} starts (incarnation {n.incarnation}) term={hs.term} "
+                f"vote={hs.vote} commit={hs.commit} snap={snap_index} last={last}"
+            )
         self._at(self.now + self.rng.randrange(1, n.tick_slots + 1), self._tick, n, n.incarnation)
 
     def _crash(self, n: SimNode, where: str = "") -> None:
@@ -558,8 +562,10 @@ class Cluster:
             if c.rid == rid:
                 self.history.read_done(rid, op, rev)
                 if self.log:
-                    self._say(f"client {cid} read {rid} {key!r} at node {n.id} "
-                              f"(index {index}) -> op {op} rev {rev}")
+                    self._say(
+                        f"client {cid} read {rid} {key!r} at node {n.id} "
+                        f"(index {index}) -> op {op} rev {rev}"
+                    )
                 self._client_idle(c)
         n.ready_reads = keep
 
@@ -612,9 +618,7 @@ class Cluster:
         """
         hs = n.disk.hard_state
         if hs is None or hs.term < m.term:
-            raise ContractViolation(
-                f"node {n.id} sent {m} but its durable hard state is {hs}"
-            )
+            raise ContractViolation(f"node {n.id} sent {m} but its durable hard state is {hs}")
         if hs.term > m.term:
             return
         if m.type == _VOTE_RESP:
@@ -844,8 +848,10 @@ class Cluster:
         else:
             nid = rng.choice(down)
             self._start(self.nodes[nid])
-        self._at(self.now + rng.randrange(sc.nemesis_min_ticks, sc.nemesis_max_ticks + 1)
-                 * TICK_SLOTS, self._nemesis)
+        self._at(
+            self.now + rng.randrange(sc.nemesis_min_ticks, sc.nemesis_max_ticks + 1) * TICK_SLOTS,
+            self._nemesis,
+        )
 
     def _partition(self, side: set[int]) -> None:
         other = [i for i in self.members if i not in side]
@@ -882,9 +888,7 @@ class Cluster:
         cs = ln.conf_state
         j = self.joining
         if j is not None and j not in cs.voters:
-            kind = (
-                ConfChangeType.ADD_NODE if j in cs.learners else ConfChangeType.ADD_LEARNER_NODE
-            )
+            kind = ConfChangeType.ADD_NODE if j in cs.learners else ConfChangeType.ADD_LEARNER_NODE
             self._propose_conf_change(ln, ConfChange(kind, j))
             return
         self.joining = None

@@ -74,7 +74,11 @@ def test_replay_does_not_depend_on_hash_randomization():
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
         out = subprocess.run(
             [sys.executable, "-m", "tests.sim", "--seed", "7", "--nodes", "5", "--verbose"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert "digest=" in out.stdout, out.stdout + out.stderr
         outputs.add(out.stdout)

@@ -51,20 +51,28 @@ def main() -> None:
     args = parser.parse_args()
     for mib in args.mib:
         payload = os.urandom(mib << 20)
-        snapshot = raftpb.Snapshot(data=payload, metadata=raftpb.SnapshotMetadata(
-            conf_state=raftpb.ConfState(voters=(1, 2, 3)), index=1000, term=2))
+        snapshot = raftpb.Snapshot(
+            data=payload,
+            metadata=raftpb.SnapshotMetadata(
+                conf_state=raftpb.ConfState(voters=(1, 2, 3)), index=1000, term=2
+            ),
+        )
         for busy in (False, True):
             with tempfile.TemporaryDirectory(dir=args.dir) as d:
                 s = Snapshotter(d)
                 loaded = {}
                 save_s, save_stall = _max_stall_ms(
-                    lambda s=s, snapshot=snapshot: s.save_snap(snapshot), busy)
+                    lambda s=s, snapshot=snapshot: s.save_snap(snapshot), busy
+                )
                 load_s, load_stall = _max_stall_ms(
-                    lambda s=s, loaded=loaded: loaded.setdefault("x", s.load()), busy)
+                    lambda s=s, loaded=loaded: loaded.setdefault("x", s.load()), busy
+                )
                 assert loaded["x"] == snapshot
-            print(f"{mib:5d} MiB, main thread {'busy' if busy else 'idle'}:  "
-                  f"save {mib / save_s:6.1f} MiB/s (worst main-thread delay {save_stall:5.1f} ms)"
-                  f"  load {mib / load_s:6.1f} MiB/s (worst delay {load_stall:5.1f} ms)")
+            print(
+                f"{mib:5d} MiB, main thread {'busy' if busy else 'idle'}:  "
+                f"save {mib / save_s:6.1f} MiB/s (worst main-thread delay {save_stall:5.1f} ms)"
+                f"  load {mib / load_s:6.1f} MiB/s (worst delay {load_stall:5.1f} ms)"
+            )
 
 
 if __name__ == "__main__":

@@ -5,15 +5,18 @@ import raftpb
 _DEFAULT = object()
 
 
-def make_snapshot(index: int, term: int = 1, data=_DEFAULT,
-                  voters: tuple[int, ...] = (1, 2, 3)) -> raftpb.Snapshot:
+def make_snapshot(
+    index: int, term: int = 1, data=_DEFAULT, voters: tuple[int, ...] = (1, 2, 3)
+) -> raftpb.Snapshot:
     """A snapshot at (index, term); ``data`` defaults to a text naming them (None is kept)."""
     if data is _DEFAULT:
         data = f"state as of {term}/{index}".encode()
     return raftpb.Snapshot(
         data=data,
-        metadata=raftpb.SnapshotMetadata(conf_state=raftpb.ConfState(voters=voters),
-                                         index=index, term=term))
+        metadata=raftpb.SnapshotMetadata(
+            conf_state=raftpb.ConfState(voters=voters), index=index, term=term
+        ),
+    )
 
 
 def reference_file_bytes(snapshot: raftpb.Snapshot) -> bytes:

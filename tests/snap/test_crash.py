@@ -28,8 +28,13 @@ CRASH_EXIT_CODE = 17
 
 def _spawn(code: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
 
 
 # Each crash point replaces one os function, in the child, by one that dies on its n-th call
@@ -73,8 +78,9 @@ OLD = "0000000000000001-0000000000000005.snap"
 NEW = "0000000000000001-0000000000000006.snap"
 
 
-@pytest.mark.parametrize("point", ["before-write", "mid-write", "before-file-fsync",
-                                   "before-rename", "before-dir-fsync"])
+@pytest.mark.parametrize(
+    "point", ["before-write", "mid-write", "before-file-fsync", "before-rename", "before-dir-fsync"]
+)
 def test_crash_at_each_step_of_a_save(tmp_path, point):
     child = _spawn(CRASH_CHILD, str(tmp_path), point)
     _, err = child.communicate(timeout=60)

@@ -44,8 +44,7 @@ def test_snap_files_written_by_etcd_load_and_reencode_identically(tmp_path):
     assert snapper.snap_names() == sorted(etcd_files, reverse=True)
     newest = snapper.load()
     newest_name = parse_snap_name(snapper.snap_names()[0])
-    assert (newest.metadata.term, newest.metadata.index) == (newest_name.term,
-                                                             newest_name.index)
+    assert (newest.metadata.term, newest.metadata.index) == (newest_name.term, newest_name.index)
     assert newest.metadata.index >= 200  # etcd snapshots every 100 applied entries
     assert len(newest.metadata.conf_state.voters) == 1 and newest.metadata.conf_state.voters[0]
     json.loads(newest.data)  # etcd 3.4 puts its v2 store, as JSON, in the snapshot data

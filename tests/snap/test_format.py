@@ -29,12 +29,18 @@ def test_golden_bytes_of_a_small_snapshot(tmp_path):
     always written, index=2, term=3). The CRC comes from an independent bitwise CRC-32C."""
     snapshot = make_snapshot(index=5, term=2, data=b"hello", voters=(1, 2, 3))
     inner = bytes.fromhex(
-        "0a05" "68656c6c6f"                      # data = "hello"
-        "120e" "0a08" "080108020803" "2800"      # metadata: conf_state{voters 1,2,3; auto_leave}
-        "1005" "1802")                           #   index 5, term 2
+        "0a05"
+        "68656c6c6f"  # data = "hello"
+        "120e"
+        "0a08"
+        "080108020803"
+        "2800"  # metadata: conf_state{voters 1,2,3; auto_leave}
+        "1005"
+        "1802"
+    )  #   index 5, term 2
     crc = crc32c_bitwise(inner)
     assert crc == raftpb.crc32c(inner)
-    expected = bytes.fromhex("08" "ac9988c509" "12" "17") + inner
+    expected = bytes.fromhex("08ac9988c5091217") + inner
     assert decode_varint(expected, 1)[0] == crc
     assert _file_bytes(tmp_path, snapshot) == expected
 
@@ -44,8 +50,11 @@ def test_file_name_is_term_then_index_in_16_hex_digits(tmp_path):
     assert os.path.basename(path) == "00000000000000ab-0000000000001234.snap"
 
 
-@pytest.mark.parametrize("data", [None, b"", b"x", os.urandom(3 * CHUNK_BYTES + 17)],
-                         ids=["none", "empty", "one-byte", "multi-chunk"])
+@pytest.mark.parametrize(
+    "data",
+    [None, b"", b"x", os.urandom(3 * CHUNK_BYTES + 17)],
+    ids=["none", "empty", "one-byte", "multi-chunk"],
+)
 def test_written_file_equals_etcd_savesnap_encoding(tmp_path, data):
     snapshot = make_snapshot(index=7, term=3, data=data, voters=(1, 0xFFFFFFFFFFFFFFFF))
     written = _file_bytes(tmp_path, snapshot)
@@ -58,11 +67,11 @@ def test_written_file_equals_etcd_savesnap_encoding(tmp_path, data):
 
 def test_layout_is_crc_varint_then_length_delimited_data(tmp_path):
     written = _file_bytes(tmp_path, make_snapshot(index=9, term=4, data=b"z" * 300))
-    assert written[0] == 0x08                     # field 1, wire type 0 (varint)
+    assert written[0] == 0x08  # field 1, wire type 0 (varint)
     crc, pos = decode_varint(written, 1)
-    assert written[pos] == 0x12                   # field 2, wire type 2 (length-delimited)
+    assert written[pos] == 0x12  # field 2, wire type 2 (length-delimited)
     length, pos = decode_varint(written, pos + 1)
-    assert pos + length == len(written)           # nothing after the data field
+    assert pos + length == len(written)  # nothing after the data field
     assert crc == crc32c_bitwise(written[pos:])
 
 
@@ -98,12 +107,14 @@ def test_reader_accepts_other_valid_field_orders_and_unknown_fields(tmp_path):
     variants = {
         "inner-reversed": uint_field(1, crc) + bytes_field(2, inner_reversed),
         "outer-reversed": bytes_field(2, inner_reversed) + uint_field(1, crc),
-        "unknown-outer-field": uint_field(1, crc) + bytes_field(2, inner_reversed)
+        "unknown-outer-field": uint_field(1, crc)
+        + bytes_field(2, inner_reversed)
         + uint_field(15, 99),
     }
     inner = raftpb.encode_snapshot(snapshot)
     variants["unknown-inner-field"] = (
-        lambda b: uint_field(1, raftpb.crc32c(b)) + bytes_field(2, b))(inner + uint_field(9, 1))
+        lambda b: uint_field(1, raftpb.crc32c(b)) + bytes_field(2, b)
+    )(inner + uint_field(9, 1))
     for label, content in variants.items():
         d = tmp_path / label
         d.mkdir()

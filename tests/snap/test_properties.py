@@ -25,12 +25,14 @@ ids = st.lists(u64, max_size=4).map(tuple)
 conf_states = st.builds(raftpb.ConfState, ids, ids, ids, ids, st.booleans())
 datas = st.none() | st.binary(max_size=2000)
 snapshots = st.builds(
-    raftpb.Snapshot, datas,
-    st.builds(raftpb.SnapshotMetadata, conf_states,
-              st.integers(min_value=1, max_value=(1 << 64) - 1), u64))
+    raftpb.Snapshot,
+    datas,
+    st.builds(
+        raftpb.SnapshotMetadata, conf_states, st.integers(min_value=1, max_value=(1 << 64) - 1), u64
+    ),
+)
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -42,8 +44,9 @@ def test_save_load_round_trip(snapshot):
         with open(path, "rb") as f:
             assert f.read() == reference_file_bytes(snapshot)
         md = snapshot.metadata
-        assert s.load_newest_available([raftpb.WalSnapshot(index=md.index, term=md.term)]) \
-            == snapshot
+        assert (
+            s.load_newest_available([raftpb.WalSnapshot(index=md.index, term=md.term)]) == snapshot
+        )
 
 
 @SETTINGS
@@ -64,8 +67,10 @@ def test_arbitrary_bytes_never_crash_the_reader(content):
 
 
 @SETTINGS
-@given(snapshots, st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)),
-                           min_size=1, max_size=4))
+@given(
+    snapshots,
+    st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)), min_size=1, max_size=4),
+)
 def test_mutated_file_is_rejected_or_unchanged(snapshot, edits):
     content = bytearray(reference_file_bytes(snapshot))
     for pos, xor in edits:
@@ -90,8 +95,8 @@ class SnapDirModel(RuleBasedStateMachine):
         self._tmp = tempfile.TemporaryDirectory()
         self.snapper = Snapshotter(self._tmp.name)
         self.files: dict[tuple[int, int], bytes] = {}  # (term, index) -> data, intact files
-        self.corrupt: set[tuple[int, int]] = set()      # files present but damaged
-        self.wal: set[tuple[int, int]] = {(0, 0)}       # (term, index) of WAL snapshot records
+        self.corrupt: set[tuple[int, int]] = set()  # files present but damaged
+        self.wal: set[tuple[int, int]] = {(0, 0)}  # (term, index) of WAL snapshot records
         self.next_index = 1
 
     def teardown(self):
@@ -105,8 +110,9 @@ class SnapDirModel(RuleBasedStateMachine):
         term = max([t for t, _ in self.files] + [t for t, _ in self.corrupt] + [1]) + term_bump
         key = (term, self.next_index)
         self.next_index += 1
-        self.snapper.save_snap(raftpb.Snapshot(
-            data=data, metadata=raftpb.SnapshotMetadata(index=key[1], term=key[0])))
+        self.snapper.save_snap(
+            raftpb.Snapshot(data=data, metadata=raftpb.SnapshotMetadata(index=key[1], term=key[0]))
+        )
         self.files[key] = data
         if with_wal:  # False: crashed between save_snap and the WAL record
             self.wal.add(key)
@@ -143,8 +149,9 @@ class SnapDirModel(RuleBasedStateMachine):
         wal_snaps = [raftpb.WalSnapshot(index=i, term=t) for t, i in self.wal]
         candidates = sorted((set(self.files) | self.corrupt) & self.wal, reverse=True)
         expected = next((k for k in candidates if k in self.files), None)
-        quarantined = [k for k in candidates if k in self.corrupt
-                       and (expected is None or k > expected)]
+        quarantined = [
+            k for k in candidates if k in self.corrupt and (expected is None or k > expected)
+        ]
         if expected is None:
             try:
                 self.snapper.load_newest_available(wal_snaps)
@@ -166,7 +173,10 @@ class SnapDirModel(RuleBasedStateMachine):
         assert sorted(self.snapper.snap_names()) == expected
 
 
-SnapDirModel.TestCase.settings = settings(max_examples=60, stateful_step_count=25,
-                                          deadline=None,
-                                          suppress_health_check=[HealthCheck.too_slow])
+SnapDirModel.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 test_snap_dir_model = SnapDirModel.TestCase

@@ -52,6 +52,7 @@ def snapper(tmp_path) -> Snapshotter:
 
 # --- round trips ---------------------------------------------------------------------------
 
+
 def test_save_then_load_round_trips(snapper):
     snapshot = make_snapshot(index=42, term=3, voters=(1, 2, 3))
     snapper.save_snap(snapshot)
@@ -115,24 +116,35 @@ def test_concurrent_saves_from_threads_all_land_intact(snapper):
 
 # --- names ---------------------------------------------------------------------------------
 
+
 def test_snap_names_are_newest_first_and_ignore_other_files(snapper):
     for term, index in [(1, 5), (2, 3), (1, 20), (2, 10)]:
         snapper.save_snap(make_snapshot(index=index, term=term))
     d = snapper.dir_path
-    for other in ["db", "notes.txt", "x.snap", "0000000000000009-000000000000000A.snap",
-                  "0000000000000009-0000000000000009.snap.broken", "00000009-00000009.snap",
-                  "0000000000000009-0000000000000009.snap.orig"]:
+    for other in [
+        "db",
+        "notes.txt",
+        "x.snap",
+        "0000000000000009-000000000000000A.snap",
+        "0000000000000009-0000000000000009.snap.broken",
+        "00000009-00000009.snap",
+        "0000000000000009-0000000000000009.snap.orig",
+    ]:
         with open(os.path.join(d, other), "wb") as f:
             f.write(b"not a snapshot")
     before = sorted(os.listdir(d))
     assert snapper.snap_names() == [
-        "0000000000000002-000000000000000a.snap", "0000000000000002-0000000000000003.snap",
-        "0000000000000001-0000000000000014.snap", "0000000000000001-0000000000000005.snap"]
+        "0000000000000002-000000000000000a.snap",
+        "0000000000000002-0000000000000003.snap",
+        "0000000000000001-0000000000000014.snap",
+        "0000000000000001-0000000000000005.snap",
+    ]
     assert snapper.load().metadata.index == 10
     assert sorted(os.listdir(d)) == before  # the junk was never read, nothing renamed
 
 
 # --- matching the WAL ----------------------------------------------------------------------
+
 
 def test_snapshot_without_a_wal_record_is_skipped_and_left_alone(snapper):
     """A crash after save_snap but before the WAL snapshot record leaves a newer file that the
@@ -141,8 +153,10 @@ def test_snapshot_without_a_wal_record_is_skipped_and_left_alone(snapper):
     snapper.save_snap(older)
     snapper.save_snap(newer)
     assert snapper.load_newest_available(wal_records((0, 0), (10, 2))) == older
-    assert snapper.snap_names() == ["0000000000000002-0000000000000014.snap",
-                                    "0000000000000002-000000000000000a.snap"]
+    assert snapper.snap_names() == [
+        "0000000000000002-0000000000000014.snap",
+        "0000000000000002-000000000000000a.snap",
+    ]
     assert snapper.load() == newer
 
 
@@ -160,6 +174,7 @@ def test_no_snapshot_errors(snapper):
 
 
 # --- corruption: quarantine and fall back --------------------------------------------------
+
 
 def _two_snapshots(snapper):
     older, newer = make_snapshot(index=10, term=1), make_snapshot(index=20, term=1)
@@ -189,8 +204,9 @@ def test_truncated_file_renames_to_broken_and_uses_the_older(snapper):
     assert os.path.exists(newer_path + ".broken")
 
 
-@pytest.mark.parametrize("content", [b"", bytes.fromhex("08001200")],
-                         ids=["zero-length", "no-raft-bytes"])
+@pytest.mark.parametrize(
+    "content", [b"", bytes.fromhex("08001200")], ids=["zero-length", "no-raft-bytes"]
+)
 def test_empty_file_or_empty_record_is_broken(snapper, content):
     older, newer_path = _two_snapshots(snapper)
     with open(newer_path, "wb") as f:
@@ -253,6 +269,7 @@ def test_every_single_bit_flip_is_detected(tmp_path):
 
 # --- errors that are not about the bytes ---------------------------------------------------
 
+
 def test_unreadable_entry_propagates_and_is_not_quarantined(snapper):
     """An I/O error says nothing about the snapshot's bytes: refuse loudly, rename nothing
     (here a directory in place of the newest file stands for an unreadable file)."""
@@ -282,6 +299,7 @@ def test_size_limit_refuses_without_quarantine(tmp_path):
 
 # --- failed saves --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("step", ["fsync", "replace", "write"])
 def test_failed_save_leaves_no_file_and_no_temp(snapper, monkeypatch, step):
     older = make_snapshot(index=10)
@@ -290,8 +308,9 @@ def test_failed_save_leaves_no_file_and_no_temp(snapper, monkeypatch, step):
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device (injected)")
 
-    monkeypatch.setattr(f"snap.snapshotter.os.{step}" if step != "write"
-                        else "snap.codec.os.write", fail)
+    monkeypatch.setattr(
+        f"snap.snapshotter.os.{step}" if step != "write" else "snap.codec.os.write", fail
+    )
     with pytest.raises(OSError, match="injected"):
         snapper.save_snap(make_snapshot(index=20))
     monkeypatch.undo()
@@ -300,6 +319,7 @@ def test_failed_save_leaves_no_file_and_no_temp(snapper, monkeypatch, step):
 
 
 # --- temp files and purge ------------------------------------------------------------------
+
 
 def test_opening_removes_only_our_temp_leftovers(snapper):
     d = snapper.dir_path
@@ -344,5 +364,8 @@ def test_purge_leaves_broken_and_foreign_files(snapper):
         with open(os.path.join(d, name), "wb") as f:
             f.write(b"keep me")
     snapper.purge(keep=1)
-    assert sorted(os.listdir(d)) == ["0000000000000001-0000000000000000.snap.broken",
-                                     "0000000000000001-0000000000000003.snap", "db"]
+    assert sorted(os.listdir(d)) == [
+        "0000000000000001-0000000000000000.snap.broken",
+        "0000000000000001-0000000000000003.snap",
+        "db",
+    ]

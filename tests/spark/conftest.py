@@ -37,15 +37,19 @@ def spark():
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2,3]").appName("raftkv-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("raftkv-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     from kvserver.spark import register
+
     register(session)
     yield session
     session.stop()
@@ -57,8 +61,9 @@ def raftkv_cluster(tmp_path_factory):
 
     A test that kills or pauses members must leave the cluster healthy again (restart what it
     killed) or use ``make_spark_cluster`` for a private one."""
-    c = LocalCluster(str(tmp_path_factory.mktemp("spark-cluster")), size=3,
-                     extra_args=list(FAST_TIMING))
+    c = LocalCluster(
+        str(tmp_path_factory.mktemp("spark-cluster")), size=3, extra_args=list(FAST_TIMING)
+    )
     c.start()
     try:
         wait_healthy(c)
@@ -75,8 +80,9 @@ def make_spark_cluster(tmp_path):
     clusters = []
 
     def make(size=3, extra_args=()):
-        c = LocalCluster(str(tmp_path / f"c{len(clusters)}"), size=size,
-                         extra_args=[*FAST_TIMING, *extra_args])
+        c = LocalCluster(
+            str(tmp_path / f"c{len(clusters)}"), size=size, extra_args=[*FAST_TIMING, *extra_args]
+        )
         clusters.append(c)
         c.start()
         wait_healthy(c)

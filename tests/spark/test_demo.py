@@ -47,8 +47,7 @@ def assert_committed_once(client, cfg, out_dir, reference):
     assert b'"status": "done"' in state and f'"days_done": {cfg.days}'.encode() in state
 
 
-def test_second_run_continues_where_the_first_stopped(spark, raftkv_cluster, tmp_path,
-                                                      reference):
+def test_second_run_continues_where_the_first_stopped(spark, raftkv_cluster, tmp_path, reference):
     cfg = demo.DemoConfig(table="resume", **CFG)
     out = str(tmp_path / "out")
     lines = []
@@ -63,13 +62,18 @@ def test_second_run_continues_where_the_first_stopped(spark, raftkv_cluster, tmp
         assert_committed_once(client, cfg, out, reference)
         assert any("2 of 5 days already committed" in line for line in lines)
         with pytest.raises(ValueError, match="was started with"):
-            demo.run(spark, client, out, demo.DemoConfig(table="resume", days=6, seed=11,
-                                                         events_per_day=3000), say=lines.append)
+            demo.run(
+                spark,
+                client,
+                out,
+                demo.DemoConfig(table="resume", days=6, seed=11, events_per_day=3000),
+                say=lines.append,
+            )
 
 
-def test_committed_but_unrenamed_day_is_recovered_and_debris_removed(spark, raftkv_cluster,
-                                                                     tmp_path, reference,
-                                                                     monkeypatch):
+def test_committed_but_unrenamed_day_is_recovered_and_debris_removed(
+    spark, raftkv_cluster, tmp_path, reference, monkeypatch
+):
     cfg = demo.DemoConfig(table="recover", **CFG)
     out = str(tmp_path / "out")
     real_finish = demo._finish
@@ -98,11 +102,13 @@ def test_committed_but_unrenamed_day_is_recovered_and_debris_removed(spark, raft
         assert_committed_once(client, cfg, out, reference)
 
 
-def test_run_that_lost_its_lock_is_refused_and_its_output_never_published(spark, raftkv_cluster,
-                                                                         tmp_path, reference):
+def test_run_that_lost_its_lock_is_refused_and_its_output_never_published(
+    spark, raftkv_cluster, tmp_path, reference
+):
     cfg = demo.DemoConfig(table="fenced", **CFG)
     out = str(tmp_path / "out")
     with Client(raftkv_cluster.endpoints, timeout_s=30) as client:
+
         def say(line):
             if "committed as version 1 " in line:  # someone deletes the lock key now
                 client.delete(b"__raftkv/locks/demo/fenced/", prefix=True)
@@ -110,21 +116,24 @@ def test_run_that_lost_its_lock_is_refused_and_its_output_never_published(spark,
         with pytest.raises(FencedOutError):
             demo.run(spark, client, out, cfg, say=say)
         assert CommitLog(client, cfg.table).next_version() == 2
-        assert sorted(os.listdir(out)) == [demo.STAGING, f"day={cfg.day(0)}",
-                                           f"day={cfg.day(1)}"]
+        assert sorted(os.listdir(out)) == [demo.STAGING, f"day={cfg.day(0)}", f"day={cfg.day(1)}"]
         result = demo.run(spark, client, out, cfg, say=lambda line: None)
         assert result.committed == [2, 3, 4]
         assert_committed_once(client, cfg, out, reference)
 
 
 def test_leader_sigkilled_mid_run_every_day_committed_once_output_as_without_faults(
-        spark, make_spark_cluster, tmp_path, reference):
+    spark, make_spark_cluster, tmp_path, reference
+):
     cluster = make_spark_cluster()
     cfg = demo.DemoConfig(table="chaos", **CFG)
     out = str(tmp_path / "out")
     outcome = {}
-    with Client(cluster.endpoints, timeout_s=30) as client, \
-            Client(cluster.endpoints, timeout_s=30) as observer:
+    with (
+        Client(cluster.endpoints, timeout_s=30) as client,
+        Client(cluster.endpoints, timeout_s=30) as observer,
+    ):
+
         def body():
             try:
                 outcome["result"] = demo.run(spark, client, out, cfg, say=lambda line: None)
@@ -134,8 +143,7 @@ def test_leader_sigkilled_mid_run_every_day_committed_once_output_as_without_fau
         t = threading.Thread(target=body)
         t.start()
         log = CommitLog(observer, cfg.table)
-        wait_for(lambda: log.next_version() >= 2 or "error" in outcome, 180,
-                 "two days committed")
+        wait_for(lambda: log.next_version() >= 2 or "error" in outcome, 180, "two days committed")
         leader = wait_for(lambda: leader_of(cluster), 30, "a leader")
         cluster.kill(leader)  # SIGKILL, mid-run
         t.join(300)
@@ -148,13 +156,26 @@ def test_leader_sigkilled_mid_run_every_day_committed_once_output_as_without_fau
 
 def test_one_command_run_and_status(raftkv_cluster, tmp_path):
     out = str(tmp_path / "cli-out")
-    args = [sys.executable, "-m", "kvserver.spark.demo", "--endpoints",
-            ",".join(raftkv_cluster.endpoints), "--out", out, "--table", "cli", "--days", "2",
-            "--events-per-day", "500"]
+    args = [
+        sys.executable,
+        "-m",
+        "kvserver.spark.demo",
+        "--endpoints",
+        ",".join(raftkv_cluster.endpoints),
+        "--out",
+        out,
+        "--table",
+        "cli",
+        "--days",
+        "2",
+        "--events-per-day",
+        "500",
+    ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "done: committed 2 day(s) now, 2/2 in all" in done.stdout
-    status = subprocess.run([*args, "--status"], capture_output=True, text=True, timeout=120,
-                            cwd=ROOT)
+    status = subprocess.run(
+        [*args, "--status"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert status.returncode == 0
     assert '"status": "done"' in status.stdout and "version 1: day 2024-01-02" in status.stdout

@@ -18,9 +18,15 @@ def write_inputs(path, files):
 
 
 def run_query(spark, src, ckpt, fn):
-    q = (spark.readStream.schema("n long").option("maxFilesPerTrigger", 1).json(src)
-         .writeStream.foreachBatch(fn).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.schema("n long")
+        .option("maxFilesPerTrigger", 1)
+        .json(src)
+        .writeStream.foreachBatch(fn)
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(240)
     assert q.exception() is None
 
@@ -36,8 +42,7 @@ def forget_last_commit(ckpt):
     return last
 
 
-def test_batch_replayed_after_restart_from_checkpoint_is_skipped(spark, raftkv_cluster,
-                                                                  tmp_path):
+def test_batch_replayed_after_restart_from_checkpoint_is_skipped(spark, raftkv_cluster, tmp_path):
     src = str(tmp_path / "in")
     write_inputs(src, 3)
     calls = []  # (batch id, rows) each time the user's function runs
@@ -61,8 +66,9 @@ def test_batch_replayed_after_restart_from_checkpoint_is_skipped(spark, raftkv_c
         assert invoked == [0, 1, 2, last]  # Spark did replay the batch
         assert [b for b, _ in calls] == [0, 1, 2]  # the user's function ran once per batch
         assert sink.skipped == [last]
-        assert sorted(n for _, rows in calls for n in rows) == [i * 10 + j for i in range(3)
-                                                                for j in range(3)]
+        assert sorted(n for _, rows in calls for n in rows) == [
+            i * 10 + j for i in range(3) for j in range(3)
+        ]
 
         # The control: the same replay without the wrapper runs the function again.
         plain = []

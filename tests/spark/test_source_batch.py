@@ -38,9 +38,10 @@ def load_prefix(kv, prefix: str) -> dict[str, tuple]:
 
 def put_many(kv, items: dict[str, bytes]) -> None:
     from kvserver.client import Op, Txn
+
     keys = sorted(items)
     for i in range(0, len(keys), 100):
-        kv.txn(Txn().then(*(Op.put(k, items[k]) for k in keys[i:i + 100])))
+        kv.txn(Txn().then(*(Op.put(k, items[k]) for k in keys[i : i + 100])))
 
 
 def no_markers(kv) -> bool:
@@ -72,8 +73,14 @@ def test_read_under_concurrent_writes_is_the_store_at_one_revision(spark, kv, op
     try:
         wait_for(lambda: done[0] >= 20, 30, "the concurrent writer to start")
         before = done[0]
-        df = (spark.read.format("raftkv").options(**opts).option("prefix", "pin/")
-              .option("numPartitions", "4").option("pageSize", "40").load())
+        df = (
+            spark.read.format("raftkv")
+            .options(**opts)
+            .option("prefix", "pin/")
+            .option("numPartitions", "4")
+            .option("pageSize", "40")
+            .load()
+        )
         rows = df.collect()
         during = done[0] - before
     finally:
@@ -83,8 +90,9 @@ def test_read_under_concurrent_writes_is_the_store_at_one_revision(spark, kv, op
     assert df.rdd.getNumPartitions() == 4
     pinned = max(r.mod_revision for r in rows)
     at_pinned = kv.range("pin/", prefix=True, revision=pinned).kvs
-    assert {r.key: (bytes(r.value), r.mod_revision, r.version) for r in rows} == \
-        {k.key.decode(): (k.value, k.mod_revision, k.version) for k in at_pinned}
+    assert {r.key: (bytes(r.value), r.mod_revision, r.version) for r in rows} == {
+        k.key.decode(): (k.value, k.mod_revision, k.version) for k in at_pinned
+    }
     assert len(rows) == len(keys)
 
 
@@ -93,9 +101,15 @@ def test_partitions_union_is_the_range_without_duplicates_over_many_pages(spark,
 
     items = {f"page/{i:05d}": f"value-{i}".encode() for i in range(3000)}
     put_many(kv, items)
-    df = (spark.read.format("raftkv").options(**opts).option("prefix", "page/")
-          .option("numPartitions", "5").option("pageSize", "97").option("valueFormat", "string")
-          .load())
+    df = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", "page/")
+        .option("numPartitions", "5")
+        .option("pageSize", "97")
+        .option("valueFormat", "string")
+        .load()
+    )
     rows = df.withColumn("part", spark_partition_id()).collect()
     assert len(rows) == len(items)
     assert {r.key: r.value.encode() for r in rows} == items  # no duplicate, none missing
@@ -114,8 +128,14 @@ def test_large_values_are_paged(spark, kv, opts):
     big = {f"big/{i:03d}": bytes([i]) * (100 * 1024) for i in range(40)}  # 4 MB in all
     for k, v in big.items():
         kv.put(k, v)
-    df = (spark.read.format("raftkv").options(**opts).option("prefix", "big/")
-          .option("numPartitions", "1").option("pageSize", "5").load())
+    df = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", "big/")
+        .option("numPartitions", "1")
+        .option("pageSize", "5")
+        .load()
+    )
     assert {r.key: bytes(r.value) for r in df.collect()} == big
 
 
@@ -123,23 +143,35 @@ def test_explicit_revision_reads_the_past(spark, kv, opts):
     first = kv.put("past/a", "1").revision
     kv.put("past/a", "2")
     kv.put("past/b", "3")
-    df = (spark.read.format("raftkv").options(**opts).option("prefix", "past/")
-          .option("revision", str(first)).option("valueFormat", "string").load())
+    df = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", "past/")
+        .option("revision", str(first))
+        .option("valueFormat", "string")
+        .load()
+    )
     assert [(r.key, r.value) for r in df.collect()] == [("past/a", "1")]
 
 
 def test_future_revision_is_refused(spark, kv, opts):
     now = kv.put("future/a", "1").revision
-    df = (spark.read.format("raftkv").options(**opts).option("prefix", "future/")
-          .option("revision", str(now + 1000)).load())
+    df = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", "future/")
+        .option("revision", str(now + 1000))
+        .load()
+    )
     with pytest.raises(Exception, match="above the store's current revision"):
         df.collect()
 
 
 def test_bad_options_are_refused_clearly(spark, opts):
     with pytest.raises(Exception, match="unknown option.*pagesiz"):
-        spark.read.format("raftkv").options(**opts).option("prefix", "x/") \
-            .option("pageSiz", "5").load().collect()
+        spark.read.format("raftkv").options(**opts).option("prefix", "x/").option(
+            "pageSiz", "5"
+        ).load().collect()
     with pytest.raises(Exception, match="give option prefix"):
         spark.read.format("raftkv").options(**opts).load().collect()
 
@@ -160,8 +192,14 @@ def test_write_applies_each_row_once_under_task_retries_within_txn_limits(spark,
     df = spark.createDataFrame(rows, "key string, value binary").repartition(4)
     sizes = [len(p) for p in df.rdd.glom().collect()]
     before = kv.range("retry/", prefix=True, limit=1).revision
-    (df.write.format("raftkv").options(**opts).mode("append")
-     .option("maxTxnOps", "12").option("testFailAfterTxns", "2").save())
+    (
+        df.write.format("raftkv")
+        .options(**opts)
+        .mode("append")
+        .option("maxTxnOps", "12")
+        .option("testFailAfterTxns", "2")
+        .save()
+    )
     after = kv.range("retry/", prefix=True, limit=1).revision
     stored = load_prefix(kv, "retry/")
     assert {k: v[0] for k, v in stored.items()} == {k: v for k, v in rows}
@@ -199,16 +237,19 @@ def test_write_respects_the_byte_limit_and_default_op_limit(spark, kv, opts):
     groups = txn_groups(kv, "lim/")
     assert sum(len(g) for g in groups.values()) == 640
     assert max(len(g) for g in groups.values()) <= 127
-    assert max(sum(len(k.key) + len(k.value) + 16 for k in g) for g in groups.values()) \
+    assert (
+        max(sum(len(k.key) + len(k.value) + 16 for k in g) for g in groups.values())
         <= DEFAULT_MAX_TXN_BYTES
+    )
     assert len(groups) == len(greedy_chunks(small + big, 127, DEFAULT_MAX_TXN_BYTES - 1024))
     assert no_markers(kv)
 
 
 def test_write_with_lease_and_string_values(spark, kv, opts):
     lease = kv.lease_grant(60)
-    df = spark.createDataFrame([("leased/a", "hello", lease.id)], "key string, value string, "
-                               "lease long")
+    df = spark.createDataFrame(
+        [("leased/a", "hello", lease.id)], "key string, value string, lease long"
+    )
     df.write.format("raftkv").options(**opts).mode("append").save()
     got = kv.get("leased/a")
     assert (got.value, got.lease) == (b"hello", lease.id)
@@ -219,15 +260,17 @@ def test_write_with_lease_and_string_values(spark, kv, opts):
 def test_stale_fencing_token_is_refused_and_nothing_is_applied(spark, kv, opts):
     token = kv.put("locks/table", "holder-1").revision  # create revision = fencing token
     fenced = {**opts, "fenceKey": "locks/table", "fenceToken": str(token)}
-    ok = spark.createDataFrame([(f"fenced/{i:03d}", b"1") for i in range(300)],
-                               "key string, value binary").repartition(2)
+    ok = spark.createDataFrame(
+        [(f"fenced/{i:03d}", b"1") for i in range(300)], "key string, value binary"
+    ).repartition(2)
     ok.write.format("raftkv").options(**fenced).mode("append").save()
     assert kv.range("fenced/", prefix=True, count_only=True).count == 300
 
-    kv.delete("locks/table")           # the lease expired ...
+    kv.delete("locks/table")  # the lease expired ...
     kv.put("locks/table", "holder-2")  # ... and another holder took the lock
-    late = spark.createDataFrame([(f"stale/{i:03d}", b"2") for i in range(300)],
-                                 "key string, value binary").repartition(2)
+    late = spark.createDataFrame(
+        [(f"stale/{i:03d}", b"2") for i in range(300)], "key string, value binary"
+    ).repartition(2)
     with pytest.raises(Exception, match="fenced out") as info:
         late.write.format("raftkv").options(**fenced).mode("append").save()
     assert f"fencing token {token}" in str(info.value)
@@ -242,8 +285,9 @@ def test_overwrite_and_bad_columns_are_refused(spark, opts):
     bad = spark.createDataFrame([("ow/a", b"1", 3)], "key string, value binary, extra int")
     with pytest.raises(Exception, match="unknown \\['extra'\\]"):
         bad.write.format("raftkv").options(**opts).mode("append").save()
-    marker = spark.createDataFrame([(DEFAULT_MARKER_PREFIX + "x", b"1")],
-                                   "key string, value binary")
+    marker = spark.createDataFrame(
+        [(DEFAULT_MARKER_PREFIX + "x", b"1")], "key string, value binary"
+    )
     with pytest.raises(Exception, match="under markerPrefix"):
         marker.write.format("raftkv").options(**opts).mode("append").save()
 
@@ -253,8 +297,14 @@ def test_compacted_revision_fails_naming_the_compact_revision(spark, kv, opts):
     kv.put("compacted/a", "2")
     compact_at = kv.put("compacted/b", "3").revision
     kv.compact(compact_at)
-    df = (spark.read.format("raftkv").options(**opts).option("prefix", "compacted/")
-          .option("revision", str(old)).load())
-    with pytest.raises(Exception, match=f"revision {old} has been compacted "
-                                        f"\\(compact revision {compact_at}"):
+    df = (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", "compacted/")
+        .option("revision", str(old))
+        .load()
+    )
+    with pytest.raises(
+        Exception, match=f"revision {old} has been compacted \\(compact revision {compact_at}"
+    ):
         df.collect()

@@ -39,8 +39,13 @@ def make_history(kv, prefix: str, tag: str) -> int:
         kv.put(f"{prefix}{tag}-{i}", f"{tag}{i}")
     kv.put(f"{prefix}{tag}-1", f"{tag}1-again")
     kv.delete(f"{prefix}{tag}-2")
-    kv.txn(Txn().then(Op.put(f"{prefix}{tag}-t1", "a"), Op.put(f"{prefix}{tag}-t2", "b"),
-                      Op.delete(f"{prefix}{tag}-3")))
+    kv.txn(
+        Txn().then(
+            Op.put(f"{prefix}{tag}-t1", "a"),
+            Op.put(f"{prefix}{tag}-t2", "b"),
+            Op.delete(f"{prefix}{tag}-3"),
+        )
+    )
     kv.delete(f"{prefix}{tag}-4")
     kv.put(f"{prefix}{tag}-4", "back")
     return kv.put(f"{prefix}{tag}-end", "end").revision
@@ -61,17 +66,22 @@ def expected_rows(events) -> dict[str, dict]:
         key = ev.kv.key.decode()
         put = ev.type is EventType.PUT
         rows[f"cfout/{ev.revision:010d}/{key}"] = {
-            "type": "PUT" if put else "DELETE", "key": key,
+            "type": "PUT" if put else "DELETE",
+            "key": key,
             "value": ev.kv.value.decode() if put else None,
             "prev": ev.prev_kv.value.decode() if ev.prev_kv is not None else None,
-            "create_revision": ev.kv.create_revision, "version": ev.kv.version,
-            "lease": ev.kv.lease}
+            "create_revision": ev.kv.create_revision,
+            "version": ev.kv.version,
+            "lease": ev.kv.lease,
+        }
     return rows
 
 
 def sink_rows(kv) -> dict[str, tuple]:
-    return {k.key.decode(): (json.loads(k.value), k.version)
-            for k in kv.range("cfout/", prefix=True).kvs}
+    return {
+        k.key.decode(): (json.loads(k.value), k.version)
+        for k in kv.range("cfout/", prefix=True).kvs
+    }
 
 
 def batch_ends(checkpoint: str) -> dict[int, int]:
@@ -87,27 +97,41 @@ def batch_ends(checkpoint: str) -> dict[int, int]:
 
 
 def test_changefeed_equals_history_across_restart_and_replay_and_never_wakes_itself(
-        spark, kv, opts, tmp_path):
+    spark, kv, opts, tmp_path
+):
     start = kv.put("cf/seed", "0").revision
     checkpoint = str(tmp_path / "checkpoint")
 
     def run():
-        feed = (spark.readStream.format("raftkv").options(**opts).option("changefeed", "true")
-                .option("prefix", "cf/").option("startingRevision", str(start))
-                .option("prevValue", "true").option("valueFormat", "string").load())
+        feed = (
+            spark.readStream.format("raftkv")
+            .options(**opts)
+            .option("changefeed", "true")
+            .option("prefix", "cf/")
+            .option("startingRevision", str(start))
+            .option("prevValue", "true")
+            .option("valueFormat", "string")
+            .load()
+        )
         out = feed.selectExpr(
             "concat('cfout/', lpad(cast(mod_revision as string), 10, '0'), '/', key) as key",
             "to_json(struct(type, key, value, prev_value as prev, create_revision, version, "
-            "lease), map('ignoreNullFields', 'false')) as value")
-        return (out.writeStream.format("raftkv").options(**opts)
-                .option("checkpointLocation", checkpoint)
-                .trigger(processingTime="200 milliseconds").start())
+            "lease), map('ignoreNullFields', 'false')) as value",
+        )
+        return (
+            out.writeStream.format("raftkv")
+            .options(**opts)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
 
     def wait_rows(n: int, query) -> None:
         def enough():
             if query.exception() is not None:
                 raise AssertionError(f"query failed: {query.exception()}")
             return len(sink_rows(kv)) >= n
+
         wait_for(enough, 120, f"{n} changefeed rows in the sink", interval_s=0.5)
 
     last1 = make_history(kv, "cf/", "one")
@@ -131,8 +155,11 @@ def test_changefeed_equals_history_across_restart_and_replay_and_never_wakes_its
     query = run()
     try:
         wait_rows(len(expect), query)
-        wait_for(lambda: os.path.exists(os.path.join(commits, str(newest))), 60,
-                 "the replayed batch to commit again")
+        wait_for(
+            lambda: os.path.exists(os.path.join(commits, str(newest))),
+            60,
+            "the replayed batch to commit again",
+        )
         # Writes outside the range (like the sink's own) make no batch; one more event does.
         kv.put("elsewhere/x", "1")
         last3 = kv.put("cf/after", "z").revision
@@ -186,11 +213,16 @@ def test_compacted_start_fails_clearly_or_skips_ahead(spark, kv, opts):
     kv.compact(compact_at)
 
     def run(name, **extra):
-        feed = (spark.readStream.format("raftkv").options(**opts).option("changefeed", "true")
-                .option("prefix", "cmp/").option("startingRevision", str(first))
-                .options(**extra).load())
-        return (feed.writeStream.format("memory").queryName(name)
-                .trigger(availableNow=True).start())
+        feed = (
+            spark.readStream.format("raftkv")
+            .options(**opts)
+            .option("changefeed", "true")
+            .option("prefix", "cmp/")
+            .option("startingRevision", str(first))
+            .options(**extra)
+            .load()
+        )
+        return feed.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
 
     query = run("cmp_fail")
     with pytest.raises(Exception, match=f"compact revision {compact_at}"):
@@ -198,5 +230,7 @@ def test_compacted_start_fails_clearly_or_skips_ahead(spark, kv, opts):
     query = run("cmp_skip", skipCompacted="true")
     assert query.awaitTermination(120) in (None, True)
     rows = spark.table("cmp_skip").collect()
-    assert sorted((r.key, r.mod_revision) for r in rows) == \
-        [("cmp/b", compact_at), ("cmp/c", compact_at + 1)]
+    assert sorted((r.key, r.mod_revision) for r in rows) == [
+        ("cmp/b", compact_at),
+        ("cmp/c", compact_at + 1),
+    ]

@@ -27,21 +27,25 @@ from tests.cluster.harness import wait_for, wait_healthy
 from tests.spark.conftest import FAST_TIMING
 from wal.segment import list_segments
 
-CLIENT_A, CLIENT_B = 0x1111_2222_3333_4444, 2**64 - 5   # the second one does not fit a long
+CLIENT_A, CLIENT_B = 0x1111_2222_3333_4444, 2**64 - 5  # the second one does not fit a long
 
 
 @pytest.fixture(scope="module")
 def wal_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("wal-table")
     archive = f"file://{root}/archive"
-    c = LocalCluster(str(root / "cluster"), size=3,
-                     extra_args=[*FAST_TIMING, "--archive-url", archive,
-                                 "--archive-interval", "100"])
+    c = LocalCluster(
+        str(root / "cluster"),
+        size=3,
+        extra_args=[*FAST_TIMING, "--archive-url", archive, "--archive-interval", "100"],
+    )
     c.start()
     try:
         wait_healthy(c)
-        with Client(c.endpoints, client_id=CLIENT_A) as a, \
-                Client(c.endpoints, client_id=CLIENT_B) as b:
+        with (
+            Client(c.endpoints, client_id=CLIENT_A) as a,
+            Client(c.endpoints, client_id=CLIENT_B) as b,
+        ):
             for i in range(40):
                 (a if i % 2 else b).put(f"t/{i:02d}", f"v{i}")
             a.delete("t/03")
@@ -50,8 +54,11 @@ def wal_run(tmp_path_factory):
             a.put("t/leased", "y", lease=lease.id)
             b.put("audit/who", "changed-it")
             last = a.put("t/last", "z").header.revision
-        wait_for(lambda: all(_applied(c, n, last) for n in c.nodes), timeout_s=30,
-                 what="every member applied the last put")
+        wait_for(
+            lambda: all(_applied(c, n, last) for n in c.nodes),
+            timeout_s=30,
+            what="every member applied the last put",
+        )
     finally:
         c.stop(timeout_s=30)
     return {"cluster": c, "archive": archive}
@@ -69,17 +76,35 @@ def _dump(dir_: str) -> list[dict]:
 
 
 def _key(rec: dict) -> tuple:
-    return (rec["segment"], rec["offset"], rec["type"], rec.get("index"), rec.get("term"),
-            rec.get("entry_type"), rec.get("vote") or None, rec.get("commit"))
+    return (
+        rec["segment"],
+        rec["offset"],
+        rec["type"],
+        rec.get("index"),
+        rec.get("term"),
+        rec.get("entry_type"),
+        rec.get("vote") or None,
+        rec.get("commit"),
+    )
 
 
 _ENTRY_TYPES = {"normal": 0, "conf_change": 1, "conf_change_v2": 2}
 
 
 def _spark_keys(rows) -> list[tuple]:
-    return sorted((r.segment, r["offset"], r.record_type, r["index"], r.term,
-                   None if r.entry_type is None else _ENTRY_TYPES[r.entry_type],
-                   None if r.vote is None else int(r.vote, 16), r.commit) for r in rows)
+    return sorted(
+        (
+            r.segment,
+            r["offset"],
+            r.record_type,
+            r["index"],
+            r.term,
+            None if r.entry_type is None else _ENTRY_TYPES[r.entry_type],
+            None if r.vote is None else int(r.vote, 16),
+            r.commit,
+        )
+        for r in rows
+    )
 
 
 def test_data_dir_rows_equal_wal_dump(spark, wal_run):
@@ -87,7 +112,7 @@ def test_data_dir_rows_equal_wal_dump(spark, wal_run):
     df = spark.read.format("raftkv-wal").load(node.data_dir)
     rows = df.collect()
     segments = list_segments(os.path.join(node.data_dir, "member", "wal"))
-    assert df.rdd.getNumPartitions() == len(segments)   # a partition per segment
+    assert df.rdd.getNumPartitions() == len(segments)  # a partition per segment
     dumped = _dump(node.data_dir)
     assert len(rows) == len(dumped) > 50
     assert _spark_keys(rows) == sorted(_key(d) for d in dumped)
@@ -103,8 +128,14 @@ def test_archive_rows_equal_wal_dump_of_every_member(spark, wal_run):
     assert len(by_member) == 3
     for node in c.nodes:
         dumped = _dump(node.data_dir)
-        member = next(r.member for r in spark.read.format("raftkv-wal").load(node.data_dir)
-                      .where("record_type = 'metadata'").limit(1).collect())
+        member = next(
+            r.member
+            for r in spark.read.format("raftkv-wal")
+            .load(node.data_dir)
+            .where("record_type = 'metadata'")
+            .limit(1)
+            .collect()
+        )
         assert _spark_keys(by_member[member]) == sorted(_key(d) for d in dumped), node.name
 
 
@@ -118,35 +149,59 @@ def test_committed_only_equals_the_wal_reader_and_answers_who(spark, wal_run):
         w.close()
     want = [(e.index, e.term) for e in entries if e.index <= hs.commit]
     for source in (node.data_dir, wal_run["archive"]):
-        df = (spark.read.format("raftkv-wal").option("committedOnly", "true")
-              .option("member", _member_of(spark, node.data_dir)).load(source))
+        df = (
+            spark.read.format("raftkv-wal")
+            .option("committedOnly", "true")
+            .option("member", _member_of(spark, node.data_dir))
+            .load(source)
+        )
         rows = df.collect()
         assert sorted((r["index"], r.term) for r in rows) == want, source
         assert {r.record_type for r in rows} == {"entry"}
-    who = (spark.read.format("raftkv-wal").option("committedOnly", "true").load(node.data_dir)
-           .where("operation = 'put' and array_contains(keys, 'audit/who')").collect())
+    who = (
+        spark.read.format("raftkv-wal")
+        .option("committedOnly", "true")
+        .load(node.data_dir)
+        .where("operation = 'put' and array_contains(keys, 'audit/who')")
+        .collect()
+    )
     assert len(who) == 1
     assert (int(who[0].client_id), who[0].request_id is not None) == (CLIENT_B, True)
     assert json.loads(who[0].request)["value"] == "changed-it"
     assert who[0]["index"] in {i for i, _ in want}
-    puts_by = {(int(r.client_id), r.keys[0]) for r in spark.read.format("raftkv-wal")
-               .option("committedOnly", "true").load(node.data_dir)
-               .where("operation = 'put'").collect()}
+    puts_by = {
+        (int(r.client_id), r.keys[0])
+        for r in spark.read.format("raftkv-wal")
+        .option("committedOnly", "true")
+        .load(node.data_dir)
+        .where("operation = 'put'")
+        .collect()
+    }
     assert (CLIENT_A, "t/01") in puts_by and (CLIENT_B, "t/00") in puts_by
-    ops = {r.operation for r in spark.read.format("raftkv-wal")
-           .option("committedOnly", "true").load(node.data_dir).collect()}
+    ops = {
+        r.operation
+        for r in spark.read.format("raftkv-wal")
+        .option("committedOnly", "true")
+        .load(node.data_dir)
+        .collect()
+    }
     assert {"put", "delete_range", "txn", "lease_grant", "empty"} <= ops
 
 
 def _member_of(spark, data_dir: str) -> str:
-    return (spark.read.format("raftkv-wal").load(data_dir)
-            .where("record_type = 'metadata'").limit(1).collect()[0].member)
+    return (
+        spark.read.format("raftkv-wal")
+        .load(data_dir)
+        .where("record_type = 'metadata'")
+        .limit(1)
+        .collect()[0]
+        .member
+    )
 
 
 def test_bad_option_and_missing_path_are_clear_errors(spark, tmp_path):
     with pytest.raises(Exception, match="unknown option"):
-        spark.read.format("raftkv-wal").option("commitedOnly", "true").load(
-            str(tmp_path)).collect()
+        spark.read.format("raftkv-wal").option("commitedOnly", "true").load(str(tmp_path)).collect()
     with pytest.raises(Exception, match="no WAL segment"):
         spark.read.format("raftkv-wal").load(str(tmp_path)).collect()
     with pytest.raises(Exception, match="absolute path"):

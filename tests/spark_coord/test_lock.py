@@ -61,8 +61,11 @@ def test_waiters_acquire_in_creation_order_one_at_a_time_with_increasing_tokens(
             t = threading.Thread(target=wait_turn, args=(i,))
             t.start()
             threads.append(t)
-            wait_for(lambda n=i + 1: queue_len(clients[0], locks[0]) == n, 20,
-                     f"{i + 1} keys in the queue")
+            wait_for(
+                lambda n=i + 1: queue_len(clients[0], locks[0]) == n,
+                20,
+                f"{i + 1} keys in the queue",
+            )
         assert order == []  # nobody gets past the holder
         locks[0].release()
         for i in (1, 2, 3):
@@ -192,8 +195,21 @@ def test_paused_driver_cannot_commit_after_the_lock_moved_on_and_is_told_why(mak
     endpoints = ",".join(cluster.endpoints)
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.spark_coord.driver", endpoints, "paused", "paused-table",
-         "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tests.spark_coord.driver",
+            endpoints,
+            "paused",
+            "paused-table",
+            "2",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         ready = json.loads(proc.stdout.readline())
         assert ready["ready"] and ready["version"] == 0

@@ -60,20 +60,32 @@ class PKI:
         ca_key = serialization.load_pem_private_key(self.ca.private_key_pem.bytes(), None)
         key = ec.generate_private_key(ec.SECP256R1())
         start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=10)
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-                .issuer_name(ca_cert.subject).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=1))
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH,
-                                                      ExtendedKeyUsageOID.SERVER_AUTH]), False)
-                .sign(ca_key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(start + datetime.timedelta(days=1))
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
+                ),
+                False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
         assert cert.not_valid_after_utc < datetime.datetime.now(datetime.UTC)
         paths = Pair(str(self.dir / f"{name}.pem"), str(self.dir / f"{name}-key.pem"))
         Path(paths.cert).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        Path(paths.key).write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
+        Path(paths.key).write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
         return paths
 
 
@@ -88,8 +100,14 @@ def other_pki(tmp_path) -> PKI:
     return PKI(tmp_path / "other-pki", name="other-ca")
 
 
-def cluster_configs(tmp_path, size: int = 1, client: str = "http", peer: str = "http",
-                    per_member: list[dict] | None = None, **overrides) -> list[ServerConfig]:
+def cluster_configs(
+    tmp_path,
+    size: int = 1,
+    client: str = "http",
+    peer: str = "http",
+    per_member: list[dict] | None = None,
+    **overrides,
+) -> list[ServerConfig]:
     """``size`` members on free loopback ports, fast ticks; ``overrides`` apply to all,
     ``per_member[i]`` to member i (e.g. a different certificate)."""
     ports = free_ports(2 * size)
@@ -99,12 +117,22 @@ def cluster_configs(tmp_path, size: int = 1, client: str = "http", peer: str = "
     for i in range(size):
         c = (f"{client}://127.0.0.1:{ports[2 * i]}",)
         p = (f"{peer}://127.0.0.1:{ports[2 * i + 1]}",)
-        out.append(ServerConfig(
-            name=f"t{i}", data_dir=str(tmp_path / f"t{i}"), listen_client_urls=c,
-            advertise_client_urls=c, listen_peer_urls=p, initial_advertise_peer_urls=p,
-            initial_cluster=initial, initial_cluster_token="tls-test",
-            heartbeat_interval_ms=20, election_timeout_ms=200, members=members,
-            **{**overrides, **((per_member or [{}] * size)[i])}))
+        out.append(
+            ServerConfig(
+                name=f"t{i}",
+                data_dir=str(tmp_path / f"t{i}"),
+                listen_client_urls=c,
+                advertise_client_urls=c,
+                listen_peer_urls=p,
+                initial_advertise_peer_urls=p,
+                initial_cluster=initial,
+                initial_cluster_token="tls-test",
+                heartbeat_interval_ms=20,
+                election_timeout_ms=200,
+                members=members,
+                **{**overrides, **((per_member or [{}] * size)[i])},
+            )
+        )
     return out
 
 

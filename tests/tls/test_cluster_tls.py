@@ -21,15 +21,22 @@ pytestmark = pytest.mark.slow
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTKV_")}
-    return subprocess.run([sys.executable, "-m", "kvserver.cli", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "kvserver.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_cluster_up_tls_forms_replicates_and_serves_the_cli(tmp_path):
     cluster = LocalCluster(str(tmp_path / "c"), size=3, tls=True)
     pki = cluster.pki
-    assert all(n.client_url.startswith("https://") and n.peer_url.startswith("https://")
-               for n in cluster.nodes)
+    assert all(
+        n.client_url.startswith("https://") and n.peer_url.startswith("https://")
+        for n in cluster.nodes
+    )
     assert os.stat(pki.server_key).st_mode & 0o077 == 0
     cluster.start()
     ok = False
@@ -55,8 +62,19 @@ def test_cluster_up_tls_forms_replicates_and_serves_the_cli(tmp_path):
         endpoints = ",".join(cluster.endpoints)
         put = _cli("put", "tls/cli", "ok", "--endpoints", endpoints, "--cacert", pki.ca_file)
         assert put.returncode == 0, put.stderr
-        got = _cli("get", "tls/cli", "--endpoints", endpoints, "--cacert", pki.ca_file,
-                   "--cert", pki.client_cert, "--key", pki.client_key, "--json")
+        got = _cli(
+            "get",
+            "tls/cli",
+            "--endpoints",
+            endpoints,
+            "--cacert",
+            pki.ca_file,
+            "--cert",
+            pki.client_cert,
+            "--key",
+            pki.client_key,
+            "--json",
+        )
         assert got.returncode == 0 and '"value": "ok"' in got.stdout, got.stderr
         untrusted = _cli("get", "tls/cli", "--endpoints", endpoints, "--timeout", "2")
         assert untrusted.returncode == 1 and "TLS handshake failed" in untrusted.stderr

@@ -21,8 +21,12 @@ from tests.tls.conftest import cluster_configs
 
 
 def _peer_flags(pki, pair) -> dict:
-    return {"peer_cert_file": pair.cert, "peer_key_file": pair.key,
-            "peer_trusted_ca_file": pki.ca_file, "peer_client_cert_auth": True}
+    return {
+        "peer_cert_file": pair.cert,
+        "peer_key_file": pair.key,
+        "peer_trusted_ca_file": pki.ca_file,
+        "peer_client_cert_auth": True,
+    }
 
 
 async def _wait(predicate, timeout_s: float, what: str):
@@ -65,8 +69,11 @@ def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, p
         for i in range(20):
             await follower.node.sm.put(PutRequest(b"k%d" % i, b"v"))
         target = leader.node.sm.store.revision
-        await _wait(lambda: all(m.node.sm.store.revision == target for m in members), 30,
-                    "every member at the leader's revision")
+        await _wait(
+            lambda: all(m.node.sm.store.revision == target for m in members),
+            30,
+            "every member at the leader's revision",
+        )
         got = await members[2].node.sm.range(RangeRequest(b"k0"))
         assert got.kvs[0].value == b"v"
 
@@ -75,8 +82,10 @@ def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, p
 
 def _peer_request(url: str, ctx: ssl.SSLContext) -> bytes:
     host, port = url.removeprefix("https://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as raw, \
-            ctx.wrap_socket(raw, server_hostname=host) as tls:
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname=host) as tls,
+    ):
         tls.sendall(b"GET /raft/members HTTP/1.1\r\nHost: x\r\n\r\n")
         return tls.recv(100)
 
@@ -85,8 +94,9 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
     good = pki.pair("member")
     rogue = other_pki.pair("rogue")
     per_member = [{}, {}, {"peer_cert_file": rogue.cert, "peer_key_file": rogue.key}]
-    cfgs = cluster_configs(tmp_path, size=3, peer="https", per_member=per_member,
-                           **_peer_flags(pki, good))
+    cfgs = cluster_configs(
+        tmp_path, size=3, peer="https", per_member=per_member, **_peer_flags(pki, good)
+    )
 
     async def scenario(members):
         good_members, bad = members[:2], members[2]
@@ -94,11 +104,17 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
         for i in range(10):
             await leader.node.sm.put(PutRequest(b"k%d" % i, b"v"))
         target = leader.node.sm.store.revision
-        await _wait(lambda: all(m.node.sm.store.revision == target for m in good_members),
-                    30, "both good members at the leader's revision")
+        await _wait(
+            lambda: all(m.node.sm.store.revision == target for m in good_members),
+            30,
+            "both good members at the leader's revision",
+        )
         # The rogue member tried all along (reconnecting with backoff) and got nothing.
-        await _wait(lambda: bad.transport.failures_by_peer or bad.node.term > 0, 10,
-                    "the rogue member to try")
+        await _wait(
+            lambda: bad.transport.failures_by_peer or bad.node.term > 0,
+            10,
+            "the rogue member to try",
+        )
         assert bad.node.sm.store.revision == 1
         assert not any(bad.transport.is_connected(m.member_id) for m in good_members)
         assert not any(m.transport.is_connected(bad.member_id) for m in good_members)
@@ -128,24 +144,35 @@ def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
 
     member = pki.pair("member")
     client = pki.pair("client")
-    cfgs = cluster_configs(tmp_path, size=3, client="https", cert_file=member.cert,
-                           key_file=member.key, trusted_ca_file=pki.ca_file,
-                           client_cert_auth=True)
+    cfgs = cluster_configs(
+        tmp_path,
+        size=3,
+        client="https",
+        cert_file=member.cert,
+        key_file=member.key,
+        trusted_ca_file=pki.ca_file,
+        client_cert_auth=True,
+    )
 
     async def scenario(members):
         leader = await _wait(lambda: _leader(members), 30, "a leader")
         follower = next(m for m in members if m is not leader)
-        await _wait(lambda: all(m.client_urls for m in follower.members), 30,
-                    "the follower to know every member's client URL")
+        await _wait(
+            lambda: all(m.client_urls for m in follower.members),
+            30,
+            "the follower to know every member's client URL",
+        )
         ctx = ssl.create_default_context(cafile=pki.ca_file)
         ctx.load_cert_chain(client.cert, client.key)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
-            async with http.post(leader.cfg.advertise_client_urls[0] + "/v3/lease/grant",
-                                 json={"TTL": 60}) as resp:
+            async with http.post(
+                leader.cfg.advertise_client_urls[0] + "/v3/lease/grant", json={"TTL": 60}
+            ) as resp:
                 assert resp.status == 200, await resp.text()
                 lease = (await resp.json())["ID"]
-            async with http.post(follower.cfg.advertise_client_urls[0]
-                                 + "/v3/lease/timetolive", json={"ID": lease}) as resp:
+            async with http.post(
+                follower.cfg.advertise_client_urls[0] + "/v3/lease/timetolive", json={"ID": lease}
+            ) as resp:
                 body = await resp.json()
                 assert resp.status == 200, body
         assert int(body["TTL"]) > 0

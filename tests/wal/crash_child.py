@@ -35,8 +35,10 @@ def batches(seed: int, round_no: int, last_index: int, last_term: int, commit: i
             start = rng.randint(commit + 1, last_index)  # a new leader rewrites the tail
             term += 1
         n = rng.randint(0, 12)
-        ents = [Entry(term=term, index=start + i,
-                      data=payload(start + i, term, rng.randint(1, 400))) for i in range(n)]
+        ents = [
+            Entry(term=term, index=start + i, data=payload(start + i, term, rng.randint(1, 400)))
+            for i in range(n)
+        ]
         if n:
             last_index = start + n - 1
         if rng.random() < 0.5:

@@ -26,7 +26,7 @@ class CountingSync:
         self.calls = 0
         self._lock = threading.Lock()
         self.hold_next = False
-        self.entered = threading.Event()   # set when a held sync is waiting
+        self.entered = threading.Event()  # set when a held sync is waiting
         self.release = threading.Event()
         self.fail_with: OSError | None = None
 

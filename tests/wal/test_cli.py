@@ -36,9 +36,16 @@ def test_dump_prints_every_record_as_a_table_and_as_json(ram_path, capsys):
     ents = [r for r in rows if r["type"] == "entry"]
     assert [r["index"] for r in ents] == list(range(1, 31))
     assert {r["segment"] for r in rows} == set(names)
-    assert rows[0] == {"segment": names[0], "offset": 0, "type": "crc", "crc": 0,
-                       "crc_ok": True, "record_bytes": 4, "data_bytes": None,
-                       "frame_bytes": 16}
+    assert rows[0] == {
+        "segment": names[0],
+        "offset": 0,
+        "type": "crc",
+        "crc": 0,
+        "crc_ok": True,
+        "record_bytes": 4,
+        "data_bytes": None,
+        "frame_bytes": 16,
+    }
 
 
 def test_verify_and_repair_a_torn_tail(ram_path, capsys):
@@ -61,8 +68,11 @@ def test_verify_and_repair_a_torn_tail(ram_path, capsys):
 
 
 def flip_entry(path, segment, nth=0):
-    rec = [r for r in dump(path) if isinstance(r, DumpRecord) and r.segment == segment
-           and r.type == "entry"][nth]
+    rec = [
+        r
+        for r in dump(path)
+        if isinstance(r, DumpRecord) and r.segment == segment and r.type == "entry"
+    ][nth]
     victim = os.path.join(path, segment)
     data = bytearray(open(victim, "rb").read())
     data[rec.offset + 30] ^= 0x04
@@ -109,8 +119,9 @@ def test_a_directory_without_a_wal_is_refused_alike_by_every_command(ram_path, c
         assert main(["wal", command, empty]) == 1
         out, err = capsys.readouterr()
         assert out == ""  # not even the dump's header
-        assert err == (f"error: {empty}: no WAL segment here, nor in {empty}/member/wal or "
-                       f"{empty}/wal\n")
+        assert err == (
+            f"error: {empty}: no WAL segment here, nor in {empty}/member/wal or {empty}/wal\n"
+        )
 
 
 def test_a_data_dir_or_member_dir_finds_its_member_wal(ram_path, capsys):

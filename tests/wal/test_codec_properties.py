@@ -38,7 +38,7 @@ def reference_scan(buf: bytes, snap_index: int = 0):
             if any(buf[pos:]):
                 raise RefBad(pos)
             break
-        word = int.from_bytes(buf[pos:pos + 8], "little")
+        word = int.from_bytes(buf[pos : pos + 8], "little")
         if word == 0:
             if not fresh and _intact_record_at(buf, pos + 8, crc):
                 raise RefBad(pos)  # a damaged (zeroed) length word, not the end of the data
@@ -50,7 +50,7 @@ def reference_scan(buf: bytes, snap_index: int = 0):
         if n < 4 or pos + 8 + n + pad > len(buf):
             raise RefBad(pos)
         try:
-            rec = raftpb.decode_record(buf[pos + 8:pos + 8 + n])
+            rec = raftpb.decode_record(buf[pos + 8 : pos + 8 + n])
         except raftpb.DecodeError:
             raise RefBad(pos) from None
         if rec.type == 4:
@@ -108,6 +108,7 @@ def reference_scan(buf: bytes, snap_index: int = 0):
 def _intact_record_at(buf: bytes, p: int, crc: int) -> bool:
     """A record with data, in etcd's field order, whose CRC continues ``crc``, at ``p``."""
     from raftpb.wire import decode_varint
+
     try:
         if buf[p] != 8 or buf[p + 1] not in (1, 2, 3, 5) or buf[p + 2] != 16:
             return False
@@ -117,7 +118,7 @@ def _intact_record_at(buf: bytes, p: int, crc: int) -> bool:
         n, q = decode_varint(buf, q + 1)
     except (IndexError, raftpb.DecodeError):
         return False
-    return q + n <= len(buf) and raftpb.crc32c(buf[q:q + n], crc) == c
+    return q + n <= len(buf) and raftpb.crc32c(buf[q : q + n], crc) == c
 
 
 def run_scan(buf: bytes, snap_index: int = 0):
@@ -146,23 +147,33 @@ def agree(buf: bytes, snap_index: int = 0):
 u64s = st.integers(0, U64)
 small = st.integers(1, 300)
 entries_st = st.builds(
-    Entry, term=st.one_of(small, st.integers(1, U64)), index=st.integers(1, 400),
+    Entry,
+    term=st.one_of(small, st.integers(1, U64)),
+    index=st.integers(1, 400),
     type=st.sampled_from([0, 0, 0, 1, 2]),
-    data=st.one_of(st.none(), st.binary(max_size=300))).filter(lambda e: not e.type or e.data)
+    data=st.one_of(st.none(), st.binary(max_size=300)),
+).filter(lambda e: not e.type or e.data)
 states = st.builds(HardState, term=st.integers(1, U64), vote=u64s, commit=u64s)
-snaps = st.builds(WalSnapshot, index=st.integers(0, 500), term=st.integers(0, 50),
-                  conf_state=st.none() | st.builds(ConfState, voters=st.lists(
-                      st.integers(1, 9), max_size=3).map(tuple)))
+snaps = st.builds(
+    WalSnapshot,
+    index=st.integers(0, 500),
+    term=st.integers(0, 50),
+    conf_state=st.none()
+    | st.builds(ConfState, voters=st.lists(st.integers(1, 9), max_size=3).map(tuple)),
+)
 
 
 def ops_st():
-    return st.lists(st.one_of(
-        st.tuples(st.just("entries"), st.lists(entries_st, min_size=1, max_size=4)),
-        st.tuples(st.just("state"), states),
-        st.tuples(st.just("snapshot"), snaps),
-        st.tuples(st.just("metadata"), st.just(b"meta")),
-        st.tuples(st.just("crc"), st.none()),
-    ), max_size=25)
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("entries"), st.lists(entries_st, min_size=1, max_size=4)),
+            st.tuples(st.just("state"), states),
+            st.tuples(st.just("snapshot"), snaps),
+            st.tuples(st.just("metadata"), st.just(b"meta")),
+            st.tuples(st.just("crc"), st.none()),
+        ),
+        max_size=25,
+    )
 
 
 def encode_ops(ops) -> bytes:
@@ -193,8 +204,10 @@ def test_scan_agrees_with_reference_on_our_encoding(ops, snap_index):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(entries_st, min_size=1, max_size=30))
 def test_entries_round_trip_through_our_encoder_and_scan(ents):
-    ents = [Entry(term=e.term, index=i + 1, type=e.type, data=e.data or None)
-            for i, e in enumerate(ents)]
+    ents = [
+        Entry(term=e.term, index=i + 1, type=e.type, data=e.data or None)
+        for i, e in enumerate(ents)
+    ]
     buf = encode_ops([("entries", ents)])
     got = run_scan(buf)
     assert got[0] == ents
@@ -202,6 +215,7 @@ def test_entries_round_trip_through_our_encoder_and_scan(ents):
 
 
 # --- non-canonical protobuf -------------------------------------------------------------------
+
 
 def overlong(value: int, extra: int) -> bytes:
     """A valid varint for ``value`` padded with ``extra`` redundant bytes (<= 10 in total)."""
@@ -264,6 +278,7 @@ def test_noncanonical_valid_encodings_decode_like_the_reference(data, count):
 
 # --- garbage ----------------------------------------------------------------------------------
 
+
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_fail_cleanly_and_at_the_same_frame(garbage):
@@ -283,14 +298,15 @@ def test_mutated_logs_fail_cleanly_and_at_the_same_frame(ops, data):
 
 # --- the CRC implementation ---------------------------------------------------------------
 
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=2000), st.integers(0, (1 << 32) - 1), st.integers(0, 50))
 def test_wal_crc_agrees_with_raftpb_reference_and_chains(data, prev, cut):
     from wal.crc import crc32c_update
+
     cut = min(cut, len(data))
     assert crc32c_update(data, prev) == raftpb.crc32c(data, prev)
-    assert crc32c_update(data[cut:], crc32c_update(data[:cut], prev)) == \
-        raftpb.crc32c(data, prev)
+    assert crc32c_update(data[cut:], crc32c_update(data[:cut], prev)) == raftpb.crc32c(data, prev)
     assert crc32c_update(memoryview(data)[cut:], prev) == raftpb.crc32c(data[cut:], prev)
 
 
@@ -300,13 +316,16 @@ def test_the_crcmod_fallback_can_be_forced_and_decodes_the_same(tmp_path):
     import os
     import subprocess
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("import sys, wal, wal.crc\n"
-            "from raftpb import Entry, HardState\n"
-            "assert wal.crc.IMPLEMENTATION == 'crcmod', wal.crc.IMPLEMENTATION\n"
-            "w = wal.open(sys.argv[1], prepare_ahead=False); w.read_all()\n"
-            "w.save(HardState(term=1), [Entry(term=1, index=4, data=b'from-crcmod')])\n"
-            "w.close()\n")
+    code = (
+        "import sys, wal, wal.crc\n"
+        "from raftpb import Entry, HardState\n"
+        "assert wal.crc.IMPLEMENTATION == 'crcmod', wal.crc.IMPLEMENTATION\n"
+        "w = wal.open(sys.argv[1], prepare_ahead=False); w.read_all()\n"
+        "w.save(HardState(term=1), [Entry(term=1, index=4, data=b'from-crcmod')])\n"
+        "w.close()\n"
+    )
     w = wal.create(tmp_path / "wal", b"m", segment_size_bytes=4096, prepare_ahead=False)
     w.save(HardState(term=1), [Entry(term=1, index=i, data=b"x" * i) for i in (1, 2, 3)])
     w.close()

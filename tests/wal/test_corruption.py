@@ -32,8 +32,10 @@ def build_single_segment(path) -> tuple[str, bytes, list[DumpRecord]]:
     index = 1
     for k, size in enumerate([40, 300, 17, 600, 5, 120, 64, 250]):
         n = 1 + k % 2
-        w.save(HardState(term=1 + k // 3, vote=1, commit=index - 1),
-               entries(index, index + n - 1, term=1 + k // 3, size=size))
+        w.save(
+            HardState(term=1 + k // 3, vote=1, commit=index - 1),
+            entries(index, index + n - 1, term=1 + k // 3, size=size),
+        )
         index += n
     w.close()
     seg = os.path.join(path, wal.segment_name(0, 0))
@@ -180,8 +182,11 @@ def test_damage_in_an_earlier_segment_names_that_segment(ram_path):
     assert len(names) >= 4
     victim = os.path.join(path, names[1])
     data = bytearray(open(victim, "rb").read())
-    rec = [r for r in dump(path) if isinstance(r, DumpRecord) and r.segment == names[1]
-           and r.type == "entry"][2]
+    rec = [
+        r
+        for r in dump(path)
+        if isinstance(r, DumpRecord) and r.segment == names[1] and r.type == "entry"
+    ][2]
     data[rec.offset + 40] ^= 0x10
     open(victim, "wb").write(bytes(data))
     w = wal.open(path, prepare_ahead=False)

@@ -50,24 +50,30 @@ def check_round(seed, round_no, log, hs, last_ack, last_sub, rec_hs, rec_log):
     cur_hs = hs
 
     def matches():
-        return (cur_hs == rec_hs and len(cur) == len(rec_log)
-                and (not cur or cur[-1] == rec_log[-1]) and cur == rec_log)
+        return (
+            cur_hs == rec_hs
+            and len(cur) == len(rec_log)
+            and (not cur or cur[-1] == rec_log[-1])
+            and cur == rec_log
+        )
 
     if last_ack < 0 and matches():
         return
     for j in range(last_sub + 1):
         b_hs, ents = next(gen)
         for e in ents:  # one record at a time: a crash can cut a batch between frames
-            del cur[e.index - 1:]
+            del cur[e.index - 1 :]
             cur.append(e)
             if j > last_ack and matches():
                 return
         cur_hs = b_hs
         if j >= last_ack and matches():
             return
-    raise AssertionError(f"round {round_no}: recovered log (last index "
-                         f"{rec_log[-1].index if rec_log else 0}, {rec_hs}) is not a state "
-                         f"the child passed through after ack {last_ack} (sub {last_sub})")
+    raise AssertionError(
+        f"round {round_no}: recovered log (last index "
+        f"{rec_log[-1].index if rec_log else 0}, {rec_hs}) is not a state "
+        f"the child passed through after ack {last_ack} (sub {last_sub})"
+    )
 
 
 def run_rounds(tmp_path, seed, rounds, modes=("save", "writer")):
@@ -79,8 +85,21 @@ def run_rounds(tmp_path, seed, rounds, modes=("save", "writer")):
     for round_no in range(rounds):
         mode = modes[round_no % len(modes)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.wal.crash_child", path, str(seed), str(round_no),
-             mode, str(SEGMENT_BYTES)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.wal.crash_child",
+                path,
+                str(seed),
+                str(round_no),
+                mode,
+                str(SEGMENT_BYTES),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         last_ack = last_sub = -1
         kill_after = rng.randint(1, 60)
         try:
@@ -135,21 +154,22 @@ def test_sigkill_while_appending_many_rounds(tmp_path, seed):
 def test_the_checker_rejects_lost_and_invented_entries():
     """check_round itself must be able to fail (a test that cannot fail is a defect)."""
     from raftpb import Entry
+
     gen = batches(9, 0, 0, 0, 0)
     log, hs = [], HardState()
     for _ in range(4):
         b_hs, ents = next(gen)
         for e in ents:
-            del log[e.index - 1:]
+            del log[e.index - 1 :]
             log.append(e)
         hs = b_hs
     assert log
     check_round(9, 0, [], HardState(), 3, 3, hs, log)
     with pytest.raises(AssertionError):
-        check_round(9, 0, [], HardState(), 3, 3, hs, log[:-1])         # lost
+        check_round(9, 0, [], HardState(), 3, 3, hs, log[:-1])  # lost
     invented = log + [Entry(term=log[-1].term, index=log[-1].index + 1, data=b"?")]
     with pytest.raises(AssertionError):
-        check_round(9, 0, [], HardState(), 3, 3, hs, invented)           # invented
+        check_round(9, 0, [], HardState(), 3, 3, hs, invented)  # invented
     changed = log[:-1] + [Entry(term=log[-1].term, index=log[-1].index, data=b"?")]
     with pytest.raises(AssertionError):
-        check_round(9, 0, [], HardState(), 3, 3, hs, changed)            # wrong entry
+        check_round(9, 0, [], HardState(), 3, 3, hs, changed)  # wrong entry

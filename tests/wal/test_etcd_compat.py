@@ -32,11 +32,22 @@ def _write_through_etcd(root: str) -> str:
             etcd.put(f"/walcompat/key-{i:04d}", f"value {i} " * 6)
         for i in range(0, KEYS, 10):
             etcd.post("/v3/kv/deleterange", {"key": b64(f"/walcompat/key-{i:04d}")})
-        txn = etcd.post("/v3/kv/txn", {
-            "compare": [{"key": b64("/walcompat/key-0001"), "target": "VERSION",
-                         "result": "EQUAL", "version": "1"}],
-            "success": [{"requestPut": {"key": b64("/walcompat/txn"),
-                                        "value": b64("from-txn")}}]})
+        txn = etcd.post(
+            "/v3/kv/txn",
+            {
+                "compare": [
+                    {
+                        "key": b64("/walcompat/key-0001"),
+                        "target": "VERSION",
+                        "result": "EQUAL",
+                        "version": "1",
+                    }
+                ],
+                "success": [
+                    {"requestPut": {"key": b64("/walcompat/txn"), "value": b64("from-txn")}}
+                ],
+            },
+        )
         assert txn.get("succeeded") is True, txn
     return etcd.data_dir
 
@@ -86,6 +97,7 @@ def test_wal_written_by_etcd_decodes_with_every_crc_checked(tmp_path):
     from raftpb import decode_entry, decode_hard_state, decode_wal_snapshot
     from wal import frame
     from wal.decoder import iter_raw_records
+
     for name in sorted(names):
         theirs = open(os.path.join(copy, name), "rb").read()
         ours = bytearray()
@@ -101,5 +113,5 @@ def test_wal_written_by_etcd_decodes_with_every_crc_checked(tmp_path):
                 crc = frame.append_snapshot(ours, decode_wal_snapshot(raw.data), crc)
             else:
                 crc = frame.append_metadata(ours, raw.data, crc)
-        assert len(ours) > 0 and theirs[:len(ours)] == bytes(ours), name
-        assert not any(theirs[len(ours):]), name  # then only preallocated zeros
+        assert len(ours) > 0 and theirs[: len(ours)] == bytes(ours), name
+        assert not any(theirs[len(ours) :]), name  # then only preallocated zeros

@@ -16,9 +16,15 @@ from raftpb import Entry, HardState, WalSnapshot
 from wal import frame
 
 GOLDEN_TESTNEW = bytes.fromhex(
-    "0400000000000084" "08041000" "00000000"
-    "1200000000000086" "08011085d4fda0071a08736f6d6564617461" "000000000000"
-    "0e00000000000082" "08051080db81c1011a0408001000" "0000"
+    "0400000000000084"
+    "08041000"
+    "00000000"
+    "1200000000000086"
+    "08011085d4fda0071a08736f6d6564617461"
+    "000000000000"
+    "0e00000000000082"
+    "08051080db81c1011a0408001000"
+    "0000"
 )
 
 
@@ -54,13 +60,16 @@ def test_golden_frames_from_the_frame_encoder():
     assert bytes(out) == GOLDEN_TESTNEW
 
 
-@pytest.mark.parametrize("entry", [
-    Entry(term=1, index=1),                                  # no data field at all
-    Entry(term=1, index=1, data=b"x"),
-    Entry(term=200, index=300, type=1, data=b"\x08\x00" * 70),
-    Entry(term=(1 << 63), index=(1 << 64) - 1, type=2, data=bytes(1000)),
-    Entry(term=5, index=16384, data=b"y" * 256),             # the benchmark's shape
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        Entry(term=1, index=1),  # no data field at all
+        Entry(term=1, index=1, data=b"x"),
+        Entry(term=200, index=300, type=1, data=b"\x08\x00" * 70),
+        Entry(term=(1 << 63), index=(1 << 64) - 1, type=2, data=bytes(1000)),
+        Entry(term=5, index=16384, data=b"y" * 256),  # the benchmark's shape
+    ],
+)
 def test_entry_frames_match_the_reference_encoding(entry):
     out = bytearray()
     crc = frame.append_entries(out, [entry], 0xDEADBEEF)
@@ -95,12 +104,15 @@ def test_length_words_our_encoder_never_writes_are_rejected(word):
         frame.decode_length_word(word)
 
 
-@pytest.mark.parametrize("bad", [
-    Entry(term=0, index=1, data=b"x"),      # term 0 is raft's dummy entry only
-    Entry(term=1, index=0, data=b"x"),
-    Entry(term=1, index=1, type=3, data=b"x"),
-    Entry(term=1, index=1, type=1),          # a conf change always carries data
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Entry(term=0, index=1, data=b"x"),  # term 0 is raft's dummy entry only
+        Entry(term=1, index=0, data=b"x"),
+        Entry(term=1, index=1, type=3, data=b"x"),
+        Entry(term=1, index=1, type=1),  # a conf change always carries data
+    ],
+)
 def test_entries_the_reader_would_reject_are_refused_at_save(tmp_path, bad):
     w = wal.create(tmp_path / "wal", b"m", segment_size_bytes=4096, prepare_ahead=False)
     with pytest.raises(ValueError):

@@ -32,8 +32,9 @@ def wait_until(predicate, timeout_s: float = 20.0) -> None:
 @pytest.fixture
 def setup(ram_path):
     sync = CountingSync()
-    w = wal.create(f"{ram_path}/wal", b"m", segment_size_bytes=1 << 22, sync_fn=sync,
-                   prepare_ahead=False)
+    w = wal.create(
+        f"{ram_path}/wal", b"m", segment_size_bytes=1 << 22, sync_fn=sync, prepare_ahead=False
+    )
     yield w, sync
     sync.release.set()
     w.close()
@@ -81,8 +82,7 @@ def test_public_save_from_many_threads_uses_few_fsyncs(setup):
     first.start()
     assert sync.entered.wait(20)
     # term changes must be synced; each thread writes its own, in any order
-    threads = [threading.Thread(target=w.save, args=(HardState(term=2 + k),))
-               for k in range(N)]
+    threads = [threading.Thread(target=w.save, args=(HardState(term=2 + k),)) for k in range(N)]
     for t in threads:
         t.start()
     wait_until(lambda: w._written_seq == N + 1)
@@ -95,7 +95,7 @@ def test_public_save_from_many_threads_uses_few_fsyncs(setup):
 def test_writer_batches_submissions_made_during_an_fsync(setup):
     w, sync = setup
     base = sync.calls
-    resolved = []       # (position, fsyncs done when it resolved)
+    resolved = []  # (position, fsyncs done when it resolved)
     lock = threading.Lock()
 
     def done(pos):
@@ -103,6 +103,7 @@ def test_writer_batches_submissions_made_during_an_fsync(setup):
             assert err is None
             with lock:
                 resolved.append((pos, sync.calls))
+
         return cb
 
     with GroupCommitWriter(w) as writer:
@@ -120,9 +121,9 @@ def test_writer_batches_submissions_made_during_an_fsync(setup):
         sync.release.set()
         wait_until(lambda: len(resolved) == N + 1)
         assert writer.batches == 2
-    assert [pos for pos, _ in resolved] == list(range(N + 1))      # in submission order
-    assert resolved[0][1] == base + 1                                # after the held fsync
-    assert all(calls == base + 2 for _, calls in resolved[1:])       # after the next one
+    assert [pos for pos, _ in resolved] == list(range(N + 1))  # in submission order
+    assert resolved[0][1] == base + 1  # after the held fsync
+    assert all(calls == base + 2 for _, calls in resolved[1:])  # after the next one
     assert sync.calls == base + 2
     w.close()
     r = wal.open(w.dir, prepare_ahead=False)
@@ -143,8 +144,9 @@ def test_asyncio_appenders_are_released_together(setup):
             first = asyncio.ensure_future(writer.append(HardState(term=1), entries(1, 1)))
             while not sync.entered.is_set():
                 await asyncio.sleep(0.001)
-            tasks = [asyncio.ensure_future(writer.append(None, entries(i, i)))
-                     for i in range(2, N + 2)]
+            tasks = [
+                asyncio.ensure_future(writer.append(None, entries(i, i))) for i in range(2, N + 2)
+            ]
             while writer.submissions < N + 1:
                 await asyncio.sleep(0)
             assert not any(t.done() for t in tasks)
@@ -203,7 +205,8 @@ def test_the_queue_is_bounded(setup):
         assert sync.entered.wait(20)
         futs = []
         producer = threading.Thread(
-            target=lambda: futs.extend(writer.submit(None, entries(i, i)) for i in range(2, 12)))
+            target=lambda: futs.extend(writer.submit(None, entries(i, i)) for i in range(2, 12))
+        )
         producer.start()
         wait_until(lambda: writer._space_waiters == 1)  # blocked: the queue holds 4
         assert len(writer._queue) == 4 and producer.is_alive()
@@ -228,8 +231,9 @@ def test_interval_policy_acknowledges_at_write_even_while_an_fsync_is_stuck(ram_
     """interval=<ms> trades durability for latency (documented loss window): appends do not
     wait for the background fsync, which still runs and covers them."""
     sync = CountingSync()
-    w = wal.create(f"{ram_path}/wal", b"m", sync_fn=sync, sync_policy="interval=5",
-                   prepare_ahead=False)
+    w = wal.create(
+        f"{ram_path}/wal", b"m", sync_fn=sync, sync_policy="interval=5", prepare_ahead=False
+    )
     try:
         with GroupCommitWriter(w) as writer:
             writer.submit(HardState(term=1), entries(1, 1)).result(20)
@@ -237,7 +241,7 @@ def test_interval_policy_acknowledges_at_write_even_while_an_fsync_is_stuck(ram_
             assert sync.entered.wait(20)  # the interval thread is inside a (held) fsync
             futs = [writer.submit(None, entries(i, i)) for i in range(2, 40)]
             for f in futs:
-                f.result(20)             # acknowledged although that fsync is stuck
+                f.result(20)  # acknowledged although that fsync is stuck
             calls = sync.calls
             sync.release.set()
             wait_until(lambda: sync.calls > calls)  # and the data gets synced afterwards

@@ -27,25 +27,29 @@ class WalModel(RuleBasedStateMachine):
         self.root = tempfile.mkdtemp(prefix="raftkv-wal-model-", dir=shm)
         self.path = os.path.join(self.root, "wal")
         self.w = None
-        self.log: list[Entry] = []        # invariant: log[i].index == i + 1
+        self.log: list[Entry] = []  # invariant: log[i].index == i + 1
         self.hs = HardState()
         self.term = 1
-        self.floor = WalSnapshot()        # the latest snapshot record saved
+        self.floor = WalSnapshot()  # the latest snapshot record saved
         self.reopens = 0
 
     @initialize(seg_size=st.integers(64, 700))
     def create(self, seg_size):
         self.seg_size = seg_size
-        self.w = wal.create(self.path, b"meta", segment_size_bytes=seg_size,
-                            prepare_ahead=False)
+        self.w = wal.create(self.path, b"meta", segment_size_bytes=seg_size, prepare_ahead=False)
 
     @rule(data=st.data(), n=st.integers(0, 6), with_hs=st.booleans())
     def save(self, data, n, with_hs):
         # Raft never rewrites committed entries: a save starts after the commit index
         first = data.draw(st.integers(self.hs.commit + 1, len(self.log) + 1), label="first")
-        new = [Entry(term=self.term, index=first + k,
-                     data=data.draw(st.none() | st.binary(min_size=1, max_size=40)))
-               for k in range(n)]
+        new = [
+            Entry(
+                term=self.term,
+                index=first + k,
+                data=data.draw(st.none() | st.binary(min_size=1, max_size=40)),
+            )
+            for k in range(n)
+        ]
         hs = None
         if with_hs:
             last = first + n - 1 if n else len(self.log)
@@ -55,7 +59,7 @@ class WalModel(RuleBasedStateMachine):
             return
         self.w.save(hs, new)
         if new:
-            self.log[first - 1:] = new
+            self.log[first - 1 :] = new
         if hs is not None:
             self.hs = hs
 
@@ -77,12 +81,13 @@ class WalModel(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.w.close()
-        self.w = wal.open(self.path, self.floor, segment_size_bytes=self.seg_size,
-                          prepare_ahead=False)
+        self.w = wal.open(
+            self.path, self.floor, segment_size_bytes=self.seg_size, prepare_ahead=False
+        )
         md, hs, ents = self.w.read_all()
         assert md == b"meta"
         assert hs == self.hs
-        assert ents == self.log[self.floor.index:]
+        assert ents == self.log[self.floor.index :]
         self.reopens += 1
 
     @invariant()

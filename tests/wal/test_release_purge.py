@@ -35,12 +35,14 @@ def seqs(w):
 def test_segments_are_named_by_the_index_they_may_hold(ram_path):
     w = one_entry_per_segment(f"{ram_path}/wal")
     assert segment_files(f"{ram_path}/wal") == [wal.segment_name(0, 0)] + [
-        wal.segment_name(k, k + 1) for k in range(1, 9)]
+        wal.segment_name(k, k + 1) for k in range(1, 9)
+    ]
     w.close()
 
 
-@pytest.mark.parametrize("index,kept_from", [(0, 0), (1, 0), (2, 0), (3, 1), (5, 3), (8, 6),
-                                             (9, 7), (10, 8), (1000, 8)])
+@pytest.mark.parametrize(
+    "index,kept_from", [(0, 0), (1, 0), (2, 0), (3, 1), (5, 3), (8, 6), (9, 7), (10, 8), (1000, 8)]
+)
 def test_release_lock_to_keeps_the_segment_containing_index(ram_path, index, kept_from):
     w = one_entry_per_segment(f"{ram_path}/wal")
     w.release_lock_to(index)
@@ -56,11 +58,12 @@ def test_purge_deletes_released_segments_beyond_the_newest_n(ram_path):
     w = one_entry_per_segment(path)
     w.save_snapshot(WalSnapshot(index=6, term=1))
     assert wal.purge(path, keep=1) == []  # nothing released yet
-    w.release_lock_to(6)                  # keeps seq 4 (index 5) and later
+    w.release_lock_to(6)  # keeps seq 4 (index 5) and later
     assert wal.purge(path, keep=0) == []  # 0 = keep everything
     removed = wal.purge(path, keep=1)
-    assert [os.path.basename(p) for p in removed] == [wal.segment_name(k, k + 1 if k else 0)
-                                                     for k in range(0, 3)]
+    assert [os.path.basename(p) for p in removed] == [
+        wal.segment_name(k, k + 1 if k else 0) for k in range(0, 3)
+    ]
     # (with 64-byte segments the snapshot record's append cut seq 9 too)
     assert [wal.parse_segment_name(n).seq for n in segment_files(path)] == list(range(3, 10))
     w.save(None, entries(9, 10))
@@ -78,8 +81,10 @@ def test_a_second_instance_cannot_open_a_wal_in_use(ram_path):
         wal.open(path)
     with pytest.raises(wal.LockedError):
         wal.repair(path)
-    code = ("import sys, wal\n"
-            "try:\n    wal.open(sys.argv[1])\nexcept wal.LockedError:\n    sys.exit(7)\n")
+    code = (
+        "import sys, wal\n"
+        "try:\n    wal.open(sys.argv[1])\nexcept wal.LockedError:\n    sys.exit(7)\n"
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root)
     assert subprocess.run([sys.executable, "-c", code, path], env=env).returncode == 7

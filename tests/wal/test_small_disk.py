@@ -39,6 +39,7 @@ MB = 1 << 20
 def _statvfs_with_free(free_bytes: int):
     def fake(path):
         return SimpleNamespace(f_bavail=free_bytes // 4096, f_frsize=4096)
+
     return fake
 
 
@@ -101,6 +102,7 @@ def test_a_full_disk_on_write_names_the_segment_and_the_free_space(monkeypatch, 
 def test_a_full_disk_on_fsync_names_the_segment(tmp_path):
     def sync(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     w = wal.create(str(tmp_path / "w"), b"meta", sync_fn=sync)
     try:
         with pytest.raises(wal.WalFailedError, match=f"syncing {w.segment_paths()[-1]}: No"):
@@ -118,8 +120,7 @@ def test_a_full_disk_while_preparing_the_next_segment_names_the_tmp_file(monkeyp
         return real_open(path, create=create)
 
     monkeypatch.setattr(wal.segment, "open_locked", open_locked)
-    w = wal.create(str(tmp_path / "w"), b"meta", segment_size_bytes=4096,
-                   prepare_ahead=False)
+    w = wal.create(str(tmp_path / "w"), b"meta", segment_size_bytes=4096, prepare_ahead=False)
     try:
         with pytest.raises(wal.WalFailedError) as info:
             w.save(None, entries(1, 64, size=128))  # crosses 4096 bytes: a cut
@@ -162,11 +163,13 @@ def test_repair_without_room_for_a_whole_copy_keeps_the_torn_bytes(monkeypatch, 
 
 def _end_of_data(d: str) -> int:
     from wal.dump import DumpRecord, dump
+
     last = [r for r in dump(d) if isinstance(r, DumpRecord)][-1]
     return last.offset + last.frame_bytes
 
 
 # --- a real 20 MB file system --------------------------------------------------------------
+
 
 @pytest.fixture
 def tiny_fs():
@@ -208,14 +211,31 @@ def _http(method: str, url: str, data: bytes | None = None) -> int:
 
 def _serve(data_dir: str, log_path: str) -> tuple[subprocess.Popen, str]:
     from kvserver.localcluster.launcher import free_ports
+
     client, peer = free_ports(2)
     c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     log = open(log_path, "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvserver.cli", "serve", "--data-dir", data_dir,
-         "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-         "--initial-advertise-peer-urls", p],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "kvserver.cli",
+            "serve",
+            "--data-dir",
+            data_dir,
+            "--listen-client-urls",
+            c,
+            "--advertise-client-urls",
+            c,
+            "--listen-peer-urls",
+            p,
+            "--initial-advertise-peer-urls",
+            p,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     deadline = time.monotonic() + 60
     while _http("GET", c + "/health") != 200:

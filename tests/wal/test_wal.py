@@ -87,7 +87,8 @@ def test_read_from_a_snapshot_keeps_only_later_entries(tmp_path):
     assert start.seq > 0
     w = wal.open(tmp_path / "wal", WalSnapshot(index=20, term=1), prepare_ahead=False)
     assert [os.path.basename(p) for p in w.segment_paths()] == [
-        n.name for n in names if n.seq >= start.seq]
+        n.name for n in names if n.seq >= start.seq
+    ]
     w.close()
 
 
@@ -141,6 +142,7 @@ def test_a_missing_middle_segment_is_detected(tmp_path):
 
 def _tail_crc(path) -> int:
     from wal.decoder import ScanState, scan
+
     st = ScanState(1 << 63)
     scan(open(path, "rb").read(), 0, st)
     return st.crc
@@ -155,6 +157,7 @@ def test_metadata_must_agree_across_segments(tmp_path):
     with open(first, "r+b") as f:  # close the segment like a cut does
         data = f.read()
         from wal.decoder import ScanState, scan
+
         end = scan(data, 0, ScanState(1 << 63))
         f.truncate(end)
     # a second segment whose CRC chain is valid but whose metadata is another node's
@@ -221,18 +224,18 @@ def test_save_fsyncs_only_when_etcd_must_sync_says_so(tmp_path):
     w = make(tmp_path, sync_fn=sync)
     base = sync.calls
     w.save(HardState(term=1, vote=1, commit=0), entries(1, 2))
-    assert sync.calls == base + 1                      # entries
+    assert sync.calls == base + 1  # entries
     w.save(HardState(term=1, vote=1, commit=2), [])
-    assert sync.calls == base + 1                      # commit only: no fsync
+    assert sync.calls == base + 1  # commit only: no fsync
     w.save(HardState(term=2, vote=0, commit=2), [])
-    assert sync.calls == base + 2                      # term changed
+    assert sync.calls == base + 2  # term changed
     w.save(HardState(term=2, vote=3, commit=2), [])
-    assert sync.calls == base + 3                      # vote changed
+    assert sync.calls == base + 3  # vote changed
     w.save(None, [])
     w.save(HardState(), [])
-    assert sync.calls == base + 3                      # nothing to write
+    assert sync.calls == base + 3  # nothing to write
     w.save(None, entries(3, 3), must_sync=False)
-    assert sync.calls == base + 3                      # the caller decides
+    assert sync.calls == base + 3  # the caller decides
     w.save(HardState(term=2, vote=3, commit=3), [], must_sync=True)
     assert sync.calls == base + 4
     w.save_snapshot(WalSnapshot(index=2, term=1))
@@ -263,14 +266,14 @@ def test_cut_names_the_next_segment_and_starts_it_with_crc_metadata_state(tmp_pa
     names = segment_files(tmp_path / "wal")
     assert names == [wal.segment_name(0, 0), wal.segment_name(1, 4)]
     first, second = (tmp_path / "wal" / n for n in names)
-    assert os.path.getsize(second) == size                 # preallocated
+    assert os.path.getsize(second) == size  # preallocated
     recs = [r for r in dump(tmp_path / "wal") if isinstance(r, DumpRecord)]
     assert all(r.crc_ok for r in recs)
     seg0 = [r for r in recs if r.segment == names[0]]
     seg1 = [r for r in recs if r.segment == names[1]]
     assert os.path.getsize(first) == seg0[-1].offset + seg0[-1].frame_bytes  # truncated
     assert [r.type for r in seg1] == ["crc", "metadata", "state", "entry"]
-    assert seg1[0].crc == seg0[-1].crc                     # the chain continues
+    assert seg1[0].crc == seg0[-1].crc  # the chain continues
     assert seg1[2].fields == {"term": 1, "vote": 1, "commit": 3}
     assert not [n for n in os.listdir(tmp_path / "wal") if n.endswith(".tmp")]
 
@@ -294,6 +297,7 @@ def test_bytes_after_the_end_of_data_are_zeroed_before_appending(tmp_path):
     w.close()
     data = open(path, "rb").read()
     from wal.decoder import ScanState, scan
+
     end = scan(data, 0, ScanState(1 << 63))
     # leftovers of an unsynced write beyond a zero length word (etcd's ZeroToEnd case)
     with open(path, "r+b") as f:
@@ -317,15 +321,20 @@ def test_valid_snapshot_entries_are_those_committed(tmp_path):
     w.save_snapshot(WalSnapshot(index=9, term=1))  # not committed yet
     w.close()
     assert wal.valid_snapshot_entries(tmp_path / "wal") == [
-        WalSnapshot(), WalSnapshot(index=5, term=1, conf_state=ConfState(voters=(1, 2)))]
-    assert wal.verify(tmp_path / "wal", WalSnapshot(index=5, term=1)) == HardState(term=1,
-                                                                                     commit=5)
+        WalSnapshot(),
+        WalSnapshot(index=5, term=1, conf_state=ConfState(voters=(1, 2))),
+    ]
+    assert wal.verify(tmp_path / "wal", WalSnapshot(index=5, term=1)) == HardState(term=1, commit=5)
 
 
 def test_entries_keep_type_and_absent_data(tmp_path):
     w = make(tmp_path)
-    ents = [Entry(term=1, index=1), Entry(term=1, index=2, type=1, data=b"cc"),
-            Entry(term=1, index=3, type=2, data=b"v2"), Entry(term=1, index=4, data=b"")]
+    ents = [
+        Entry(term=1, index=1),
+        Entry(term=1, index=2, type=1, data=b"cc"),
+        Entry(term=1, index=3, type=2, data=b"v2"),
+        Entry(term=1, index=4, data=b""),
+    ]
     w.save(HardState(term=1), ents)
     w.close()
     w, (_, _, got) = reopen(tmp_path)
@@ -335,18 +344,36 @@ def test_entries_keep_type_and_absent_data(tmp_path):
 
 # --- sync policies --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,want", [
-    ("always", SyncPolicy()), ("never", SyncPolicy(SyncMode.NEVER)),
-    ("interval=5", SyncPolicy(SyncMode.INTERVAL, 5)),
-    ("interval=250ms", SyncPolicy(SyncMode.INTERVAL, 250)),
-])
+
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("always", SyncPolicy()),
+        ("never", SyncPolicy(SyncMode.NEVER)),
+        ("interval=5", SyncPolicy(SyncMode.INTERVAL, 5)),
+        ("interval=250ms", SyncPolicy(SyncMode.INTERVAL, 250)),
+    ],
+)
 def test_sync_policy_parsing(text, want):
     assert SyncPolicy.parse(text) == want
     assert SyncPolicy.parse(str(want)) == want
 
 
-@pytest.mark.parametrize("text", ["", "off", "none", "0", "false", "NEVER", "interval=0",
-                                  "interval=", "interval=-1", "interval=999999"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "off",
+        "none",
+        "0",
+        "false",
+        "NEVER",
+        "interval=0",
+        "interval=",
+        "interval=-1",
+        "interval=999999",
+    ],
+)
 def test_never_is_only_selected_by_name_and_bad_policies_are_refused(text):
     with pytest.raises(ValueError):
         SyncPolicy.parse(text)

@@ -172,7 +172,8 @@ class Run:
             if t.prev_kv:
                 model = _prev_of(self.events, ev)
                 assert ev.prev_kv == model or (
-                    ev.prev_kv is None and ev.kv.mod_revision - 1 < self.store.compact_revision)
+                    ev.prev_kv is None and ev.kv.mod_revision - 1 < self.store.compact_revision
+                )
             else:
                 assert ev.prev_kv is None
         t.got.extend(resp.events)
@@ -219,15 +220,27 @@ def _prev_of(events, ev):
 
 
 _PUT_OP = st.tuples(st.just("put"), st.sampled_from(KEYS), st.booleans())
-_WATCH_OP = st.tuples(st.just("watch"), st.integers(0, 2), st.sampled_from(RANGES),
-                      st.sampled_from(["live", "live", "past", "future"]), st.integers(0, 6),
-                      st.sampled_from(FILTERS), st.booleans(), st.booleans())
+_WATCH_OP = st.tuples(
+    st.just("watch"),
+    st.integers(0, 2),
+    st.sampled_from(RANGES),
+    st.sampled_from(["live", "live", "past", "future"]),
+    st.integers(0, 6),
+    st.sampled_from(FILTERS),
+    st.booleans(),
+    st.booleans(),
+)
 _TAKE_OP = st.tuples(st.just("take"), st.integers(0, 30), st.sampled_from([1, 2, 5, 1000]))
-_DELETE_OP = st.tuples(st.just("delete"), st.sampled_from([(b"a", b""), (b"ab", b"b"),
-                                                             (b"b", b"\0"), (b"\0", b"\0")]),
-                       st.booleans())
-_TXN_OP = st.tuples(st.just("txn"), st.lists(st.sampled_from(KEYS), min_size=1, max_size=4,
-                                             unique=True), st.booleans())
+_DELETE_OP = st.tuples(
+    st.just("delete"),
+    st.sampled_from([(b"a", b""), (b"ab", b"b"), (b"b", b"\0"), (b"\0", b"\0")]),
+    st.booleans(),
+)
+_TXN_OP = st.tuples(
+    st.just("txn"),
+    st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True),
+    st.booleans(),
+)
 _BY_KIND = {
     "put": _PUT_OP,
     "txn": _TXN_OP,
@@ -242,15 +255,27 @@ _BY_KIND = {
     "snapshot": st.tuples(st.just("snapshot")),
 }
 # Mostly writes, watches and takes; disruptions now and then.
-_WEIGHTS = {"put": 8, "txn": 3, "delete": 3, "watch": 4, "take": 6, "compact": 1, "cancel": 1,
-            "flush": 1, "lose": 1, "tick": 1, "snapshot": 1}
+_WEIGHTS = {
+    "put": 8,
+    "txn": 3,
+    "delete": 3,
+    "watch": 4,
+    "take": 6,
+    "compact": 1,
+    "cancel": 1,
+    "flush": 1,
+    "lose": 1,
+    "tick": 1,
+    "snapshot": 1,
+}
 OPS = st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
-    _BY_KIND.__getitem__)
+    _BY_KIND.__getitem__
+)
 
 LIMITS = st.builds(
-    lambda buf, chunk, policy: WatchLimits(max_buffered_events=buf,
-                                           replay_chunk_events=min(chunk, buf),
-                                           on_overflow=policy),
+    lambda buf, chunk, policy: WatchLimits(
+        max_buffered_events=buf, replay_chunk_events=min(chunk, buf), on_overflow=policy
+    ),
     st.sampled_from([1, 2, 3, 1000]),
     st.sampled_from([1, 2, 3, 1000]),
     st.sampled_from(list(OverflowPolicy)),
@@ -288,8 +313,9 @@ def test_every_watcher_gets_exactly_its_events_once_in_order(limits, ops):
                 start = max(1, current - offset)
             else:
                 start = current + 1 + offset // 2
-            req_args = dict(start_revision=start, prev_kv=prev_kv, filters=filters,
-                            progress_notify=progress)
+            req_args = dict(
+                start_revision=start, prev_kv=prev_kv, filters=filters, progress_notify=progress
+            )
             if where == 2:
                 w = run.hub.create(key, end, **req_args)
                 stream = w._stream
@@ -297,11 +323,13 @@ def test_every_watcher_gets_exactly_its_events_once_in_order(limits, ops):
                 from kvserver.watch.hub import WatchCreateRequest
 
                 stream = run.streams[where]
-                w = stream.create(WatchCreateRequest(key, end, start, progress, tuple(filters),
-                                                     prev_kv))
+                w = stream.create(
+                    WatchCreateRequest(key, end, start, progress, tuple(filters), prev_kv)
+                )
             assert w is not None
-            t = Tracked(w, stream, start if start > 0 else current + 1, key, end,
-                        tuple(filters), prev_kv)
+            t = Tracked(
+                w, stream, start if start > 0 else current + 1, key, end, tuple(filters), prev_kv
+            )
             run.tracked.append(t)
             if where == 2:
                 run.private.append(t)

@@ -104,7 +104,10 @@ def test_prev_kv_only_when_asked_live_and_replayed():
     for w in (live_prev, env.hub.create(b"k", start_revision=1, prev_kv=True)):
         evs = [e for r in drain(w) for e in r.events]
         assert [(e.kv.value, e.prev_kv.value if e.prev_kv else None) for e in evs] == [
-            (b"1", None), (b"2", b"1"), (b"", b"2")]
+            (b"1", None),
+            (b"2", b"1"),
+            (b"", b"2"),
+        ]
     for w in (live_plain, env.hub.create(b"k", start_revision=1)):
         assert all(e.prev_kv is None for r in drain(w) for e in r.events)
 
@@ -237,7 +240,11 @@ def test_negative_start_revision_is_refused_like_etcd():
     assert stream.create(WatchCreateRequest(b"k", start_revision=-1)) is None
     (resp,) = drain(stream)
     assert (resp.created, resp.canceled, resp.watch_id, resp.cancel_reason) == (
-        True, True, -1, MSG_COMPACTED)
+        True,
+        True,
+        -1,
+        MSG_COMPACTED,
+    )
     with pytest.raises(WatchCreateError) as exc:
         env.hub.create(b"k", start_revision=-5)
     assert str(exc.value) == MSG_COMPACTED
@@ -261,8 +268,13 @@ def test_stream_ids_refusals_and_cancel():
     assert c.watch_id == 1
     assert s.create(WatchCreateRequest(b"d")) is None  # a fourth watcher in this stream
     reasons = [r.cancel_reason for r in drain(s) if r.canceled]
-    assert reasons == [MSG_DUPLICATE_WATCH_ID, MSG_EMPTY_WATCHER_RANGE, MSG_EMPTY_WATCHER_RANGE,
-                       "raftkv: watch_id must not be negative", MSG_TOO_MANY_WATCHERS]
+    assert reasons == [
+        MSG_DUPLICATE_WATCH_ID,
+        MSG_EMPTY_WATCHER_RANGE,
+        MSG_EMPTY_WATCHER_RANGE,
+        "raftkv: watch_id must not be negative",
+        MSG_TOO_MANY_WATCHERS,
+    ]
     other = env.hub.open_stream()
     assert other.create(WatchCreateRequest(b"a")).watch_id == 0  # ids are per stream
     env.put(b"a")
@@ -271,7 +283,9 @@ def test_stream_ids_refusals_and_cancel():
     env.put(b"a")
     got = drain(s)
     assert [(r.watch_id, r.canceled, events_of([r])) for r in got] == [
-        (7, False, [(PUT, b"b", 3)]), (0, True, [])]
+        (7, False, [(PUT, b"b", 3)]),
+        (0, True, []),
+    ]
     assert got[-1].header.revision == env.store.revision - 1
     assert set(s.watchers) == {1, 7} and env.hub.watcher_count == 3
 
@@ -345,8 +359,9 @@ def test_one_revision_larger_than_the_bound_still_gets_through():
 
 
 def test_resync_policy_catches_a_slow_watcher_up_from_history_exactly():
-    limits = WatchLimits(max_buffered_events=4, replay_chunk_events=3,
-                         on_overflow=OverflowPolicy.RESYNC)
+    limits = WatchLimits(
+        max_buffered_events=4, replay_chunk_events=3, on_overflow=OverflowPolicy.RESYNC
+    )
     env = Env(limits)
     w = env.hub.create(b"k", prev_kv=True)
     for i in range(50):
@@ -357,7 +372,8 @@ def test_resync_policy_catches_a_slow_watcher_up_from_history_exactly():
     evs = [e for r in got for e in r.events]
     assert [e.kv.mod_revision for e in evs] == list(range(2, 52))
     assert [e.prev_kv.value if e.prev_kv else None for e in evs] == [None] + [
-        b"%d" % i for i in range(49)]
+        b"%d" % i for i in range(49)
+    ]
     assert w.synced
     env.put(b"k")
     assert events_of(drain(w)) == [(PUT, b"k", 52)]
@@ -409,7 +425,12 @@ def test_stream_progress_request_comes_after_queued_events_and_needs_all_synced(
     assert s.request_progress()
     got = drain(s)
     assert [(r.watch_id, r.created, len(r.events)) for r in got] == [
-        (0, True, 0), (1, True, 0), (0, False, 1), (1, False, 1), (-1, False, 0)]
+        (0, True, 0),
+        (1, True, 0),
+        (0, False, 1),
+        (1, False, 1),
+        (-1, False, 0),
+    ]
     assert got[-1].is_progress_notify and got[-1].header.revision == 3
     s.create(WatchCreateRequest(b"a", start_revision=1))  # replaying
     assert not s.request_progress()
@@ -456,7 +477,11 @@ def test_reset_to_a_restored_store_continues_from_its_history():
     env.put(b"k", b"4")  # rev 5 applied after the snapshot
     evs = [e for r in drain(w) for e in r.events]
     assert [(e.kv.mod_revision, e.kv.value) for e in evs] == [
-        (2, b"1"), (3, b"2"), (4, b"3"), (5, b"4")]
+        (2, b"1"),
+        (3, b"2"),
+        (4, b"3"),
+        (5, b"4"),
+    ]
     assert evs[1].prev_kv == KeyValue(b"k", b"1", 2, 2, 1)
     assert w.synced and env.hub.revision == 5
 

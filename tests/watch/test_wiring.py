@@ -53,8 +53,7 @@ def drain(stream) -> list:
 
 
 def events_of(responses) -> list[tuple[str, bytes, int]]:
-    return [(ev.type.name, ev.kv.key, ev.kv.mod_revision)
-            for r in responses for ev in r.events]
+    return [(ev.type.name, ev.kv.key, ev.kv.mod_revision) for r in responses for ev in r.events]
 
 
 def test_applied_writes_and_lease_revokes_are_notified_in_order():
@@ -68,8 +67,11 @@ def test_applied_writes_and_lease_revokes_are_notified_in_order():
     apply(PutRequest(b"b", b"1"), client_id=7, request_id=1)  # duplicate: nothing
     apply(DeleteRangeRequest(b"zz"))  # deletes nothing: no revision
     apply(PutRequest(b"", b"x"))  # refused: nothing
-    apply(TxnRequest(success=(RequestOp.of(PutRequest(b"c", b"1")),
-                              RequestOp.of(PutRequest(b"d", b"1")))))  # rev 4, two events
+    apply(
+        TxnRequest(
+            success=(RequestOp.of(PutRequest(b"c", b"1")), RequestOp.of(PutRequest(b"d", b"1")))
+        )
+    )  # rev 4, two events
     apply(CompactionRequest(3))  # no events
     apply(LeaseGrantRequest(60, 99))
     apply(PutRequest(b"e", b"1", lease=99))  # rev 5
@@ -79,8 +81,15 @@ def test_applied_writes_and_lease_revokes_are_notified_in_order():
     apply(LeaseRevokeRequest(100))  # no keys: no revision
     got = drain(stream)
     assert events_of(got) == [
-        ("PUT", b"a", 2), ("PUT", b"b", 3), ("PUT", b"c", 4), ("PUT", b"d", 4),
-        ("PUT", b"e", 5), ("PUT", b"f", 6), ("DELETE", b"e", 7), ("DELETE", b"f", 7)]
+        ("PUT", b"a", 2),
+        ("PUT", b"b", 3),
+        ("PUT", b"c", 4),
+        ("PUT", b"d", 4),
+        ("PUT", b"e", 5),
+        ("PUT", b"f", 6),
+        ("DELETE", b"e", 7),
+        ("DELETE", b"f", 7),
+    ]
     assert [r.revision for r in got] == [2, 3, 4, 5, 6, 7]  # one response per revision
     assert kv.watch_hub.revision == kv.store.revision == 7
     assert kv.watch_hub.stats["gaps"] == 0

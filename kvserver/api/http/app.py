@@ -119,8 +119,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return _render(request, *parts)
 
 
-def build_client_app(service: KVService, metrics: Metrics, *,
-                     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> web.Application:
+def build_client_app(
+    service: KVService, metrics: Metrics, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+) -> web.Application:
     """The client HTTP API of one node (see the module docstring)."""
     limits = ApiLimits.for_max_request(max_request_bytes)
     app = web.Application(

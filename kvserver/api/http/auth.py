@@ -81,7 +81,7 @@ def auth_service(request: web.Request) -> Any:
 def _tail(path: str) -> str | None:
     for prefix in ("/v3beta", "/v3"):
         if path.startswith(prefix + "/"):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return None
 
 
@@ -99,7 +99,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     user = auth.user_for(header) if header else (cert_user(request) or auth.user_for(None))
     request[USER_KEY] = user
     if tail is None or tail.startswith(_ROOT_V3_PREFIXES):
-        auth.check_admin(user)   # /v1/kv, member changes, maintenance: root only
+        auth.check_admin(user)  # /v1/kv, member changes, maintenance: root only
     return await handler(request)
 
 
@@ -113,7 +113,7 @@ def cert_user(request: web.Request) -> str | None:
     """The common name of the client's verified certificate, or None (no TLS, no certificate:
     the listener only asks for one with --client-cert-auth, and then verifies it)."""
     if FORWARDED_HEADER in request.headers:
-        return None   # the forwarding member's certificate, not the client's
+        return None  # the forwarding member's certificate, not the client's
     transport = request.transport
     cert = transport.get_extra_info("peercert") if transport is not None else None
     if not cert:
@@ -149,6 +149,7 @@ def check_lease_revoke(request: web.Request, lease_id: int) -> None:
 
 
 # --- body decoding ----------------------------------------------------------------------------
+
 
 def _invalid(message: str) -> ServiceError:
     return ServiceError(GrpcCode.INVALID_ARGUMENT, "raftkv: " + message)
@@ -207,6 +208,7 @@ def _perm_type(raw: Any) -> PermType:
 
 # --- rendering --------------------------------------------------------------------------------
 
+
 def _answer(request: web.Request, fields: dict[str, Any] | None = None) -> web.Response:
     st = request.app[SERVICE_KEY].status()
     h = ResponseHeader(st.cluster_id, st.member_id, st.revision, st.raft_term)
@@ -225,6 +227,7 @@ def _perm_json(p: Permission) -> dict[str, Any]:
 
 
 # --- handlers ---------------------------------------------------------------------------------
+
 
 def _auth(request: web.Request) -> Any:
     auth = auth_service(request)
@@ -308,7 +311,7 @@ async def user_changepw(request: web.Request) -> web.Response:
     obj = await _body(request, _PW_FIELDS)
     auth = _admin(request)
     name, password = _str(obj, "name"), _password(obj)
-    auth.user_roles(name)   # user name not found: before spending a hash
+    auth.user_roles(name)  # user name not found: before spending a hash
     await auth.propose(UserChangePassword(name, await auth.hash_password(password)))
     return _answer(request)
 
@@ -363,15 +366,17 @@ async def role_grant(request: web.Request) -> web.Response:
     ptype = _perm_type(raw.get("permType", raw.get("perm_type")))
     key = _bytes(raw, "key")
     range_end = _bytes(raw, "range_end") or _bytes(raw, "rangeEnd")
-    return await _change(request, RoleGrantPermission(_str(obj, "name"),
-                                                      Permission(ptype, key, range_end)))
+    return await _change(
+        request, RoleGrantPermission(_str(obj, "name"), Permission(ptype, key, range_end))
+    )
 
 
 async def role_revoke(request: web.Request) -> web.Response:
     obj = await _body(request, ("role", "key", "range_end", "rangeEnd"))
     range_end = _bytes(obj, "range_end") or _bytes(obj, "rangeEnd")
-    return await _change(request, RoleRevokePermission(_str(obj, "role"), _bytes(obj, "key"),
-                                                       range_end))
+    return await _change(
+        request, RoleRevokePermission(_str(obj, "role"), _bytes(obj, "key"), range_end)
+    )
 
 
 ROUTES = (

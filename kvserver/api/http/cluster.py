@@ -58,8 +58,10 @@ def _uint64(obj: dict[str, Any], name: str) -> int:
     elif type(raw) is str and _DECIMAL.fullmatch(raw):
         value = int(raw)
     else:
-        raise _invalid(f'field "{name}": expected a 64-bit unsigned integer (a JSON integer '
-                       f"or a decimal string)")
+        raise _invalid(
+            f'field "{name}": expected a 64-bit unsigned integer (a JSON integer '
+            f"or a decimal string)"
+        )
     if not 0 <= value <= _UINT64_MAX:
         raise _invalid(f'field "{name}": {value} is out of the uint64 range')
     return value

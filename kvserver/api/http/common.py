@@ -125,8 +125,7 @@ def request_size_bytes(req: object) -> int:
         for c in req.compare:  # type: ignore[attr-defined]
             size += len(c.key) + len(c.value) + len(c.range_end) + _MESSAGE_OVERHEAD_BYTES
         for op in req.success + req.failure:  # type: ignore[attr-defined]
-            inner = (op.request_put or op.request_range or op.request_delete_range
-                     or op.request_txn)
+            inner = op.request_put or op.request_range or op.request_delete_range or op.request_txn
             size += request_size_bytes(inner) if inner is not None else 2
         return size
     return _MESSAGE_OVERHEAD_BYTES
@@ -153,10 +152,10 @@ def rest_error_body(code: int, message: str) -> bytes:
     return dumps({"error": message, "code": name}).encode("ascii")
 
 
-def json_response(body: bytes, status: int = 200,
-                  headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=body, status=status, headers=headers,
-                        content_type=JSON_CONTENT_TYPE)
+def json_response(
+    body: bytes, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(body=body, status=status, headers=headers, content_type=JSON_CONTENT_TYPE)
 
 
 def _uint64_header(name: str, value: str) -> int:

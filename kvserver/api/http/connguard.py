@@ -56,9 +56,9 @@ class _Conn(asyncio.Protocol):
         self.inner = inner
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.active = 0          # requests of this connection inside a handler
+        self.active = 0  # requests of this connection inside a handler
         self.admitted = False
-        self.idle = False        # between requests, no byte of the next one yet
+        self.idle = False  # between requests, no byte of the next one yet
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -159,8 +159,8 @@ class ConnectionGuard:
     def __init__(self, limits: ConnectionLimits = ConnectionLimits()):
         self.limits = limits
         self.open: dict[asyncio.BaseTransport, _Conn] = {}
-        self.refused = 0      # connections closed at once: max_connections were open
-        self.timed_out = 0    # connections closed: no request headers in time
+        self.refused = 0  # connections closed at once: max_connections were open
+        self.timed_out = 0  # connections closed: no request headers in time
         self.slow_bodies = 0  # requests answered 408: body not received in time
 
     def runner(self, app: web.Application, **kwargs) -> web.AppRunner:
@@ -176,8 +176,11 @@ class ConnectionGuard:
         try:
             declared = request.content_length
             limits = request.app.get(LIMITS_KEY)
-            if (declared and not request.path.endswith("/watch")
-                    and (limits is None or declared <= limits.max_body_bytes)):
+            if (
+                declared
+                and not request.path.endswith("/watch")
+                and (limits is None or declared <= limits.max_body_bytes)
+            ):
                 try:
                     async with asyncio.timeout(self.limits.body_timeout_s):
                         await request.read()  # cached: the handler's read gets it at once
@@ -190,8 +193,12 @@ class ConnectionGuard:
                 conn.request_finished()
 
     def stats(self) -> dict:
-        return {"open": len(self.open), "refused": self.refused, "timed_out": self.timed_out,
-                "slow_bodies": self.slow_bodies}
+        return {
+            "open": len(self.open),
+            "refused": self.refused,
+            "timed_out": self.timed_out,
+            "slow_bodies": self.slow_bodies,
+        }
 
 
 def _body_timeout_response(request: web.Request, timeout_s: float) -> web.Response:
@@ -199,8 +206,11 @@ def _body_timeout_response(request: web.Request, timeout_s: float) -> web.Respon
     may still come and must not be read as the next request."""
     message = f"raftkv: request body not received within {timeout_s:g} s"
     code = int(GrpcCode.DEADLINE_EXCEEDED)
-    body = (rest_error_body(code, message) if request.path.startswith("/v1/")
-            else etcd_error_body(code, message))
+    body = (
+        rest_error_body(code, message)
+        if request.path.startswith("/v1/")
+        else etcd_error_body(code, message)
+    )
     resp = json_response(body, 408)
     resp.force_close()
     return resp
@@ -218,6 +228,5 @@ def raise_nofile_limit() -> tuple[int, int]:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError) as exc:  # e.g. a container's stricter limit
-            log.warning("could not raise the open-file limit from %d to %d: %s", soft,
-                        target, exc)
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
     return soft, hard

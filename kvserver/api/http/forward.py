@@ -57,14 +57,15 @@ async def to_leader(request: web.Request, body: bytes, refused: ServiceError) ->
     ssl_context = request.app.get(FORWARD_SSL_KEY)
     try:
         async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
-                connector=aiohttp.TCPConnector(
-                    ssl=True if ssl_context is None else ssl_context)) as session:
-            async with session.post(url + request.path, data=body,
-                                    headers=_forward_headers(request)) as resp:
+            timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
+            connector=aiohttp.TCPConnector(ssl=True if ssl_context is None else ssl_context),
+        ) as session:
+            async with session.post(
+                url + request.path, data=body, headers=_forward_headers(request)
+            ) as resp:
                 payload = await resp.read()
-                return web.Response(body=payload, status=resp.status,
-                                    content_type=JSON_CONTENT_TYPE)
+                return web.Response(
+                    body=payload, status=resp.status, content_type=JSON_CONTENT_TYPE
+                )
     except (aiohttp.ClientError, OSError, TimeoutError):
         raise refused from None
-

@@ -146,46 +146,72 @@ _MSG, _REP = _Kind.MESSAGE, _Kind.REPEATED
 
 _MESSAGES: dict[str, _Message] = {
     "RangeRequest": _message(
-        RangeRequest, {"key": b""},
-        _Field("key", _BY), _Field("range_end", _BY),
-        _Field("limit", _INT), _Field("revision", _INT),
-        _Field("sort_order", _ENUM, SortOrder), _Field("sort_target", _ENUM, SortTarget),
-        _Field("serializable", _BOOL), _Field("keys_only", _BOOL), _Field("count_only", _BOOL),
-        _Field("min_mod_revision", _INT), _Field("max_mod_revision", _INT),
-        _Field("min_create_revision", _INT), _Field("max_create_revision", _INT),
+        RangeRequest,
+        {"key": b""},
+        _Field("key", _BY),
+        _Field("range_end", _BY),
+        _Field("limit", _INT),
+        _Field("revision", _INT),
+        _Field("sort_order", _ENUM, SortOrder),
+        _Field("sort_target", _ENUM, SortTarget),
+        _Field("serializable", _BOOL),
+        _Field("keys_only", _BOOL),
+        _Field("count_only", _BOOL),
+        _Field("min_mod_revision", _INT),
+        _Field("max_mod_revision", _INT),
+        _Field("min_create_revision", _INT),
+        _Field("max_create_revision", _INT),
     ),
     "PutRequest": _message(
-        PutRequest, {"key": b""},
-        _Field("key", _BY), _Field("value", _BY), _Field("lease", _INT), _Field("prev_kv", _BOOL),
-        _Field("ignore_value", _BOOL), _Field("ignore_lease", _BOOL),
+        PutRequest,
+        {"key": b""},
+        _Field("key", _BY),
+        _Field("value", _BY),
+        _Field("lease", _INT),
+        _Field("prev_kv", _BOOL),
+        _Field("ignore_value", _BOOL),
+        _Field("ignore_lease", _BOOL),
     ),
     "DeleteRangeRequest": _message(
-        DeleteRangeRequest, {"key": b""},
-        _Field("key", _BY), _Field("range_end", _BY), _Field("prev_kv", _BOOL),
+        DeleteRangeRequest,
+        {"key": b""},
+        _Field("key", _BY),
+        _Field("range_end", _BY),
+        _Field("prev_kv", _BOOL),
     ),
     "Compare": _message(
-        Compare, {"result": CompareResult.EQUAL, "target": CompareTarget.VERSION, "key": b""},
-        _Field("result", _ENUM, CompareResult), _Field("target", _ENUM, CompareTarget),
-        _Field("key", _BY), _Field("version", _INT), _Field("create_revision", _INT),
-        _Field("mod_revision", _INT), _Field("value", _BY), _Field("lease", _INT),
+        Compare,
+        {"result": CompareResult.EQUAL, "target": CompareTarget.VERSION, "key": b""},
+        _Field("result", _ENUM, CompareResult),
+        _Field("target", _ENUM, CompareTarget),
+        _Field("key", _BY),
+        _Field("version", _INT),
+        _Field("create_revision", _INT),
+        _Field("mod_revision", _INT),
+        _Field("value", _BY),
+        _Field("lease", _INT),
         _Field("range_end", _BY),
     ),
     "RequestOp": _message(
-        RequestOp, {},
+        RequestOp,
+        {},
         _Field("request_range", _MSG, message="RangeRequest"),
         _Field("request_put", _MSG, message="PutRequest"),
         _Field("request_delete_range", _MSG, message="DeleteRangeRequest"),
         _Field("request_txn", _MSG, message="TxnRequest"),
     ),
     "TxnRequest": _message(
-        TxnRequest, {},
+        TxnRequest,
+        {},
         _Field("compare", _REP, message="Compare"),
         _Field("success", _REP, message="RequestOp"),
         _Field("failure", _REP, message="RequestOp"),
     ),
     "CompactionRequest": _message(
-        CompactionRequest, {"revision": 0},
-        _Field("revision", _INT), _Field("physical", _BOOL),
+        CompactionRequest,
+        {"revision": 0},
+        _Field("revision", _INT),
+        _Field("physical", _BOOL),
     ),
 }
 
@@ -252,8 +278,10 @@ def _enum(raw: Any, enum: type[IntEnum], path: str) -> int:
         member = enum.__members__.get(raw)
         if member is None:
             names = ", ".join(enum.__members__)
-            raise _invalid(f'field "{path}": unknown value {_show(raw)} for enum '
-                           f"{enum.__name__} (one of {names}, or its number)")
+            raise _invalid(
+                f'field "{path}": unknown value {_show(raw)} for enum '
+                f"{enum.__name__} (one of {names}, or its number)"
+            )
         return member
     if kind is int and _INT32_MIN <= raw <= _INT32_MAX:
         try:
@@ -293,17 +321,19 @@ def _decode(obj: Any, spec: _Message, path: str, depth: int) -> Any:
             kwargs[f.attr] = _decode(raw, _MESSAGES[f.message], f"{path}{name}.", sub_depth)
         else:  # REPEATED
             if type(raw) is not list:
-                raise _invalid(f'field "{path}{name}": expected a JSON array, '
-                               f"got {_json_type(raw)}")
+                raise _invalid(
+                    f'field "{path}{name}": expected a JSON array, got {_json_type(raw)}'
+                )
             item_spec = _MESSAGES[f.message]
             kwargs[f.attr] = tuple(
-                _decode(item, item_spec, f"{path}{name}[{i}].", depth)
-                for i, item in enumerate(raw)
+                _decode(item, item_spec, f"{path}{name}[{i}].", depth) for i, item in enumerate(raw)
             )
     if spec.cls is RequestOp and len(kwargs) > 1:
         # etcd's jsonpb silently keeps one member of the oneof; refusing is clearer.
-        raise _invalid(f'field "{path[:-1]}": a txn operation must set exactly one of '
-                       "request_range, request_put, request_delete_range, request_txn")
+        raise _invalid(
+            f'field "{path[:-1]}": a txn operation must set exactly one of '
+            "request_range, request_put, request_delete_range, request_txn"
+        )
     return spec.cls(**kwargs)
 
 
@@ -628,9 +658,11 @@ def status_response(s: NodeStatus) -> dict[str, Any]:
         out["dbSizeInUse"] = str(s.db_size_bytes)  # no free pages in an in-memory store
     if s.is_learner:
         out["isLearner"] = True
-    if s.archive_lag_entries is not None:   # not etcd's: its clients ignore unknown fields
-        out["raftkvArchive"] = {"lagEntries": str(s.archive_lag_entries),
-                                "lagSeconds": round(s.archive_lag_seconds or 0.0, 3)}
+    if s.archive_lag_entries is not None:  # not etcd's: its clients ignore unknown fields
+        out["raftkvArchive"] = {
+            "lagEntries": str(s.archive_lag_entries),
+            "lagSeconds": round(s.archive_lag_seconds or 0.0, 3),
+        }
     return out
 
 

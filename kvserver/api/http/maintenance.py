@@ -39,7 +39,7 @@ from kvserver.mvcc.snapshot import serialize
 
 log = logging.getLogger(__name__)
 
-LINE_BLOB_BYTES = 256 * 1024   # blob bytes per response line (etcd sends 32 KiB)
+LINE_BLOB_BYTES = 256 * 1024  # blob bytes per response line (etcd sends 32 KiB)
 
 
 def capture(service) -> tuple[dict, object]:
@@ -57,16 +57,23 @@ def capture(service) -> tuple[dict, object]:
     # snapshot carries, first, so a restored member starts with them (b"": auth never used).
     auth_frame = auth.snapshot_frame() if auth is not None else b""
     view = store.capture()
-    header = {"revision": store.revision, "compact_revision": store.compact_revision,
-              "raft_index": node.applied, "raft_term": node.term,
-              "cluster_id": f"{service.cluster_id:x}", "member_id": f"{service.member_id:x}",
-              "keys": store.key_count, "created_unix": round(time.time(), 3)}
+    header = {
+        "revision": store.revision,
+        "compact_revision": store.compact_revision,
+        "raft_index": node.applied,
+        "raft_term": node.term,
+        "cluster_id": f"{service.cluster_id:x}",
+        "member_id": f"{service.member_id:x}",
+        "keys": store.key_count,
+        "created_unix": round(time.time(), 3),
+    }
 
     def chunks():
         if auth_frame:
             yield auth_frame
         yield frame_snapshot(lease_blob)
         yield from serialize(view, LINE_BLOB_BYTES)
+
     return header, chunks()
 
 
@@ -80,8 +87,9 @@ def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
 async def snapshot(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
     file_header, image = capture(service)
-    resp_header = ResponseHeader(service.cluster_id, service.member_id,
-                                 file_header["revision"], file_header["raft_term"])
+    resp_header = ResponseHeader(
+        service.cluster_id, service.member_id, file_header["revision"], file_header["raft_term"]
+    )
     estimate = max(1, int(getattr(service.store, "db_size_bytes", 0)))
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
@@ -93,8 +101,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
             pending += piece
             if len(pending) >= LINE_BLOB_BYTES:
                 sent += len(pending)
-                await response.write(_line(resp_header, max(1, estimate - sent),
-                                           bytes(pending)))
+                await response.write(_line(resp_header, max(1, estimate - sent), bytes(pending)))
                 pending.clear()
                 await asyncio.sleep(0)  # serializing must not hold the loop
         await response.write(_line(resp_header, 0, bytes(pending)))
@@ -102,9 +109,14 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
         raise
     except Exception as exc:
         log.exception("snapshot stream failed")
-        err = {"error": {"grpc_code": int(GrpcCode.INTERNAL), "http_code": 500,
-                         "message": f"raftkv: snapshot failed: {exc}",
-                         "http_status": "Internal Server Error"}}
+        err = {
+            "error": {
+                "grpc_code": int(GrpcCode.INTERNAL),
+                "http_code": 500,
+                "message": f"raftkv: snapshot failed: {exc}",
+                "http_status": "Internal Server Error",
+            }
+        }
         await response.write((json.dumps(err) + "\n").encode())
     await response.write_eof()
     return response

@@ -82,9 +82,16 @@ def status_json(s: NodeStatus) -> dict[str, Any]:
         "is_learner": s.is_learner,
         "version": s.version,
         "etcd_version": ETCD_VERSION,
-        **({} if s.archive_lag_entries is None else {"archive": {
-            "lag_entries": s.archive_lag_entries,
-            "lag_seconds": round(s.archive_lag_seconds or 0.0, 3)}}),
+        **(
+            {}
+            if s.archive_lag_entries is None
+            else {
+                "archive": {
+                    "lag_entries": s.archive_lag_entries,
+                    "lag_seconds": round(s.archive_lag_seconds or 0.0, 3),
+                }
+            }
+        ),
         "members": [
             {
                 "id": _hex(m.id),
@@ -100,8 +107,9 @@ def status_json(s: NodeStatus) -> dict[str, Any]:
 
 async def node_status(request: web.Request) -> web.Response:
     status = request.app[SERVICE_KEY].status()
-    return json_response(dumps(status_json(status)).encode("ascii"), 200,
-                         {REVISION_HEADER: str(status.revision)})
+    return json_response(
+        dumps(status_json(status)).encode("ascii"), 200, {REVISION_HEADER: str(status.revision)}
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

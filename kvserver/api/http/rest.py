@@ -85,7 +85,7 @@ def _key(request: web.Request) -> bytes:
     if cut >= 0:
         raw = raw[:cut]
     if raw.startswith(KV_PREFIX):
-        return unquote_to_bytes(raw[len(KV_PREFIX):])
+        return unquote_to_bytes(raw[len(KV_PREFIX) :])
     return request.match_info.get("key", "").encode("utf-8")  # /v1/kv, or an absolute URL
 
 
@@ -106,8 +106,7 @@ def _int_param(query: MultiMapping[str], name: str) -> int:
     if value is None:
         return 0
     if _INT.fullmatch(value) is None or not 0 <= int(value) <= _INT64_MAX:
-        raise _invalid(f"query parameter {name} must be a non-negative integer, "
-                       f"got {value[:40]!r}")
+        raise _invalid(f"query parameter {name} must be a non-negative integer, got {value[:40]!r}")
     return int(value)
 
 
@@ -177,18 +176,22 @@ async def get_key(request: web.Request) -> web.StreamResponse:
     if not resp.kvs:
         return _not_found(key, read_revision)
     kv = resp.kvs[0]
-    return web.Response(body=kv.value, headers={
-        "Content-Type": "application/octet-stream",
-        REVISION_HEADER: str(read_revision),
-        "X-Raftkv-Create-Revision": str(kv.create_revision),
-        "X-Raftkv-Mod-Revision": str(kv.mod_revision),
-        "X-Raftkv-Version": str(kv.version),
-        "X-Raftkv-Lease": str(kv.lease),
-    })
+    return web.Response(
+        body=kv.value,
+        headers={
+            "Content-Type": "application/octet-stream",
+            REVISION_HEADER: str(read_revision),
+            "X-Raftkv-Create-Revision": str(kv.create_revision),
+            "X-Raftkv-Mod-Revision": str(kv.mod_revision),
+            "X-Raftkv-Version": str(kv.version),
+            "X-Raftkv-Lease": str(kv.lease),
+        },
+    )
 
 
-async def _get_prefix(request: web.Request, key: bytes, revision: int,
-                      serializable: bool) -> web.Response:
+async def _get_prefix(
+    request: web.Request, key: bytes, revision: int, serializable: bool
+) -> web.Response:
     query = request.query
     limit = _int_param(query, "limit")
     keys_only = _flag(query, "keys_only")
@@ -196,20 +199,36 @@ async def _get_prefix(request: web.Request, key: bytes, revision: int,
     if encoding not in ("text", "base64"):
         raise _invalid(f"query parameter encoding must be text or base64, got {encoding[:40]!r}")
     if key:
-        req = RangeRequest(key, prefix_range_end(key), limit=limit, revision=revision,
-                           serializable=serializable, keys_only=keys_only)
+        req = RangeRequest(
+            key,
+            prefix_range_end(key),
+            limit=limit,
+            revision=revision,
+            serializable=serializable,
+            keys_only=keys_only,
+        )
     else:  # every key: [\0, \0) in etcd's range notation means "all keys >= \0"
-        req = RangeRequest(b"\0", b"\0", limit=limit, revision=revision,
-                           serializable=serializable, keys_only=keys_only)
+        req = RangeRequest(
+            b"\0",
+            b"\0",
+            limit=limit,
+            revision=revision,
+            serializable=serializable,
+            keys_only=keys_only,
+        )
     validate_request(req)
     resp = await request.app[SERVICE_KEY].range(req)
     base64_only = encoding == "base64"
     items = [kv_json(kv, base64_only=base64_only, keys_only=keys_only) for kv in resp.kvs]
-    return json_response(dumps(items).encode("ascii"), 200, {
-        REVISION_HEADER: str(resp.header.revision),
-        COUNT_HEADER: str(resp.count),
-        MORE_HEADER: "true" if resp.more else "false",
-    })
+    return json_response(
+        dumps(items).encode("ascii"),
+        200,
+        {
+            REVISION_HEADER: str(resp.header.revision),
+            COUNT_HEADER: str(resp.count),
+            MORE_HEADER: "true" if resp.more else "false",
+        },
+    )
 
 
 async def delete_key(request: web.Request) -> web.Response:
@@ -223,7 +242,8 @@ async def delete_key(request: web.Request) -> web.Response:
     req = DeleteRangeRequest(key, prefix_range_end(key) if prefix else b"", prev_kv)
     validate_request(req)
     resp = await request.app[SERVICE_KEY].delete_range(
-        req, client_id=client_id, request_id=request_id)
+        req, client_id=client_id, request_id=request_id
+    )
     revision = resp.header.revision
     if not prefix and resp.deleted == 0:
         return _not_found(key, revision)

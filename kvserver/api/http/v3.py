@@ -50,20 +50,37 @@ from .common import (
 PREFIXES = ("/v3", "/v3beta")
 
 # Paths (after the /v3 prefix) served here, and etcd gateway paths that are not built yet.
-IMPLEMENTED = frozenset({
-    "/kv/range", "/kv/put", "/kv/deleterange", "/kv/txn", "/kv/compaction",
-    "/maintenance/status",
-    "/lease/grant", "/lease/revoke", "/lease/keepalive", "/lease/timetolive", "/lease/leases",
-    "/kv/lease/revoke", "/kv/lease/timetolive", "/kv/lease/leases",
-    "/watch",
-    *(path for path, _ in cluster.ROUTES),
-    *(path for path, _ in auth.ROUTES),
-})
-UNIMPLEMENTED = frozenset({
-    "/maintenance/alarm", "/maintenance/defragment", "/maintenance/hash",
-    "/maintenance/hashkv", "/maintenance/transfer-leadership",
-    "/maintenance/downgrade",
-})
+IMPLEMENTED = frozenset(
+    {
+        "/kv/range",
+        "/kv/put",
+        "/kv/deleterange",
+        "/kv/txn",
+        "/kv/compaction",
+        "/maintenance/status",
+        "/lease/grant",
+        "/lease/revoke",
+        "/lease/keepalive",
+        "/lease/timetolive",
+        "/lease/leases",
+        "/kv/lease/revoke",
+        "/kv/lease/timetolive",
+        "/kv/lease/leases",
+        "/watch",
+        *(path for path, _ in cluster.ROUTES),
+        *(path for path, _ in auth.ROUTES),
+    }
+)
+UNIMPLEMENTED = frozenset(
+    {
+        "/maintenance/alarm",
+        "/maintenance/defragment",
+        "/maintenance/hash",
+        "/maintenance/hashkv",
+        "/maintenance/transfer-leadership",
+        "/maintenance/downgrade",
+    }
+)
 
 
 async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def]
@@ -93,7 +110,8 @@ async def kv_delete_range(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
     req = await _decoded(request, gj.decode_delete_range)
     resp = await request.app[SERVICE_KEY].delete_range(
-        req, client_id=client_id, request_id=request_id)
+        req, client_id=client_id, request_id=request_id
+    )
     return json_response(gj.encode_delete_range(resp))
 
 
@@ -127,7 +145,8 @@ async def lease_grant(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
     ttl_s, lease_id = gj.decode_lease_grant(await _body(request))
     resp = await request.app[SERVICE_KEY].lease_grant(
-        ttl_s, lease_id, client_id=client_id, request_id=request_id)
+        ttl_s, lease_id, client_id=client_id, request_id=request_id
+    )
     return json_response(gj.encode_lease_grant(resp))
 
 
@@ -136,7 +155,8 @@ async def lease_revoke(request: web.Request) -> web.Response:
     lease_id = gj.decode_lease_id(await _body(request))
     auth.check_lease_revoke(request, lease_id)  # write permission on every attached key
     resp = await request.app[SERVICE_KEY].lease_revoke(
-        lease_id, client_id=client_id, request_id=request_id)
+        lease_id, client_id=client_id, request_id=request_id
+    )
     return json_response(gj.encode_lease_revoke(resp))
 
 
@@ -165,8 +185,10 @@ async def _keepalive_one(service, lease_id: int) -> LeaseKeepAliveResponse:  # t
         # etcd's gRPC layer: a not-found lease is an answer with TTL 0, not a stream error.
         header = service.status()
         return LeaseKeepAliveResponse(
-            ResponseHeader(header.cluster_id, header.member_id, header.revision,
-                           header.raft_term), lease_id, 0)
+            ResponseHeader(header.cluster_id, header.member_id, header.revision, header.raft_term),
+            lease_id,
+            0,
+        )
 
 
 async def lease_keepalive(request: web.Request) -> web.StreamResponse:
@@ -191,9 +213,19 @@ async def lease_keepalive(request: web.Request) -> web.StreamResponse:
             if parts is None:
                 raise
             code, message, status = parts
-            await response.write(gj.encode({"error": {
-                "grpc_code": code, "http_code": status, "message": message,
-                "http_status": HTTPStatus(status).phrase}}) + b"\n")
+            await response.write(
+                gj.encode(
+                    {
+                        "error": {
+                            "grpc_code": code,
+                            "http_code": status,
+                            "message": message,
+                            "http_status": HTTPStatus(status).phrase,
+                        }
+                    }
+                )
+                + b"\n"
+            )
             break
         await response.write(line)
     await response.write_eof()
@@ -205,12 +237,14 @@ async def fallback(request: web.Request) -> web.Response:
     tail = "/" + request.match_info["tail"]
     where = f"{request.method} {request.path}"
     if tail in IMPLEMENTED:
-        raise HTTPStatusError(GrpcCode.UNIMPLEMENTED,
-                              f"raftkv: method not allowed: {where} (use POST)", 405)
+        raise HTTPStatusError(
+            GrpcCode.UNIMPLEMENTED, f"raftkv: method not allowed: {where} (use POST)", 405
+        )
     if tail in UNIMPLEMENTED:
         if request.method != "POST":
-            raise HTTPStatusError(GrpcCode.UNIMPLEMENTED,
-                                  f"raftkv: method not allowed: {where} (use POST)", 405)
+            raise HTTPStatusError(
+                GrpcCode.UNIMPLEMENTED, f"raftkv: method not allowed: {where} (use POST)", 405
+            )
         raise ServiceError(GrpcCode.UNIMPLEMENTED, f"raftkv: not implemented yet: {where}")
     raise HTTPStatusError(GrpcCode.NOT_FOUND, f"raftkv: no such endpoint: {where}", 404)
 

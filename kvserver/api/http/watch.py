@@ -245,15 +245,26 @@ class _ObjectReader:
 
 _FILTERS = {"NOPUT": WatchFilter.NOPUT, "NODELETE": WatchFilter.NODELETE}
 _CREATE_FIELDS = {  # proto name -> kind
-    "key": "bytes", "range_end": "bytes", "start_revision": "int", "progress_notify": "bool",
-    "filters": "filters", "prev_kv": "bool", "watch_id": "int", "fragment": "bool",
+    "key": "bytes",
+    "range_end": "bytes",
+    "start_revision": "int",
+    "progress_notify": "bool",
+    "filters": "filters",
+    "prev_kv": "bool",
+    "watch_id": "int",
+    "fragment": "bool",
 }
-_CREATE_NAMES = {**{name: name for name in _CREATE_FIELDS},
-                 **{gj._lower_camel(name): name for name in _CREATE_FIELDS}}
+_CREATE_NAMES = {
+    **{name: name for name in _CREATE_FIELDS},
+    **{gj._lower_camel(name): name for name in _CREATE_FIELDS},
+}
 _REQUEST_NAMES = {
-    "create_request": "create", "createRequest": "create",
-    "cancel_request": "cancel", "cancelRequest": "cancel",
-    "progress_request": "progress", "progressRequest": "progress",
+    "create_request": "create",
+    "createRequest": "create",
+    "cancel_request": "cancel",
+    "cancelRequest": "cancel",
+    "progress_request": "progress",
+    "progressRequest": "progress",
 }
 
 
@@ -265,16 +276,19 @@ def _filters(raw: Any, path: str) -> tuple[WatchFilter, ...]:
         if type(item) is str:
             f = _FILTERS.get(item)
             if f is None:
-                raise _invalid(f'field "{path}[{i}]": unknown value {gj._show(item)} for enum '
-                               "FilterType (one of NOPUT, NODELETE, or its number)")
+                raise _invalid(
+                    f'field "{path}[{i}]": unknown value {gj._show(item)} for enum '
+                    "FilterType (one of NOPUT, NODELETE, or its number)"
+                )
         elif type(item) is int:
             try:
                 f = WatchFilter(item)
             except ValueError:
                 continue  # etcd ignores filter numbers it does not know
         else:
-            raise _invalid(f'field "{path}[{i}]": expected an enum name or number, '
-                           f"got {gj._show(item)}")
+            raise _invalid(
+                f'field "{path}[{i}]": expected an enum name or number, got {gj._show(item)}'
+            )
         if f not in out:
             out.append(f)
     return tuple(out)
@@ -320,13 +334,16 @@ def decode_watch_request(obj: Any) -> tuple[str, Any] | None:
     if type(obj) is not dict:
         raise _invalid(f"body: expected a JSON object, got {gj._json_type(obj)}")
     found: list[tuple[str, str, Any]] = [
-        (_REQUEST_NAMES[name], name, raw) for name, raw in obj.items()
-        if name in _REQUEST_NAMES and raw is not None]
+        (_REQUEST_NAMES[name], name, raw)
+        for name, raw in obj.items()
+        if name in _REQUEST_NAMES and raw is not None
+    ]
     if not found:
         return None
     if len(found) > 1:
-        raise _invalid("a watch request must set only one of create_request, cancel_request, "
-                       "progress_request")
+        raise _invalid(
+            "a watch request must set only one of create_request, cancel_request, progress_request"
+        )
     kind, name, raw = found[0]
     if kind == "create":
         return kind, _decode_create(raw, name)
@@ -337,8 +354,9 @@ def decode_watch_request(obj: Any) -> tuple[str, Any] | None:
     return kind, None
 
 
-def _apply_request(stream: WatchStream, request: tuple[str, Any] | None,
-                   session: _Session | None = None) -> None:
+def _apply_request(
+    stream: WatchStream, request: tuple[str, Any] | None, session: _Session | None = None
+) -> None:
     if request is None:
         return
     kind, arg = request
@@ -388,19 +406,30 @@ def watch_response_fields(resp: WatchResponse) -> dict[str, Any]:
     return out
 
 
-def encode_watch_line(resp: WatchResponse, cluster_id: int, member_id: int,
-                      raft_term: int) -> bytes:
+def encode_watch_line(
+    resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
+) -> bytes:
     """``{"result": <WatchResponse>}`` and a newline, the header completed."""
-    header = gj.header_json(ResponseHeader(cluster_id, member_id, resp.header.revision,
-                                           raft_term))
+    header = gj.header_json(ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term))
     fields = watch_response_fields(resp)
     text = '{"result":{"header":' + header + ("," + dumps(fields)[1:] if fields else "}")
     return (text + "}\n").encode("ascii")
 
 
 def error_line(code: int, message: str, http_status: int) -> bytes:
-    return dumps({"error": {"grpc_code": code, "http_code": http_status, "message": message,
-                            "http_status": HTTPStatus(http_status).phrase}}).encode() + b"\n"
+    return (
+        dumps(
+            {
+                "error": {
+                    "grpc_code": code,
+                    "http_code": http_status,
+                    "message": message,
+                    "http_status": HTTPStatus(http_status).phrase,
+                }
+            }
+        ).encode()
+        + b"\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,8 +458,7 @@ async def _read_requests(reader: _ObjectReader, session: _Session) -> None:
     stream.close_input()
 
 
-async def _write_responses(response: web.StreamResponse, session: _Session,
-                           service: Any) -> None:
+async def _write_responses(response: web.StreamResponse, session: _Session, service: Any) -> None:
     stream = session.stream
     cluster_id, member_id = service.cluster_id, service.member_id
     async for resp in stream:
@@ -464,13 +492,11 @@ async def watch(request: web.Request) -> web.StreamResponse:
     reader_task: asyncio.Task | None = None
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
-    unsubscribe = session.auth.on_change(session.recheck) if session.user is not None \
-        else None
+    unsubscribe = session.auth.on_change(session.recheck) if session.user is not None else None
     try:
         _apply_request(stream, first_request, session)
         await response.prepare(request)
-        reader_task = asyncio.get_running_loop().create_task(
-            _read_requests(reader, session))
+        reader_task = asyncio.get_running_loop().create_task(_read_requests(reader, session))
         try:
             await _write_responses(response, session, service)
             if session.error is not None:

@@ -100,7 +100,8 @@ __all__ = [
 OVERWRITE_REFUSAL = (
     "the raftkv data source does not support mode('overwrite'): replacing a prefix "
     "atomically would take one txn for the whole prefix, and txns are limited to 128 "
-    "operations; use mode('append') (puts), and delete keys yourself if you must")
+    "operations; use mode('append') (puts), and delete keys yourself if you must"
+)
 
 
 class RaftKVDataSource(DataSource):
@@ -119,8 +120,10 @@ class RaftKVDataSource(DataSource):
     def reader(self, schema) -> RaftKVReader:
         o = parse(self.options)
         if o.changefeed:
-            raise OptionError("option changefeed=true is for spark.readStream; a batch read "
-                              "has the key/value columns")
+            raise OptionError(
+                "option changefeed=true is for spark.readStream; a batch read "
+                "has the key/value columns"
+            )
         return RaftKVReader(o)
 
     def writer(self, schema, overwrite: bool) -> RaftKVWriter:
@@ -132,10 +135,12 @@ class RaftKVDataSource(DataSource):
     def streamReader(self, schema) -> RaftKVStreamReader:
         o = parse(self.options)
         if not o.changefeed:
-            raise OptionError("a streaming read of raftkv is its changefeed: add "
-                              ".option('changefeed', 'true') (it gives the columns type, key, "
-                              "value, ...; Spark asks for the schema before it says the read "
-                              "is a stream)")
+            raise OptionError(
+                "a streaming read of raftkv is its changefeed: add "
+                ".option('changefeed', 'true') (it gives the columns type, key, "
+                "value, ...; Spark asks for the schema before it says the read "
+                "is a stream)"
+            )
         check_outside_markers(o)
         return RaftKVStreamReader(o)
 

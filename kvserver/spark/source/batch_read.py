@@ -40,8 +40,10 @@ KV_COLUMNS = ("key", "value", "create_revision", "mod_revision", "version", "lea
 
 def kv_schema(value_string: bool) -> str:
     value = "string" if value_string else "binary"
-    return (f"key string, value {value}, create_revision long, mod_revision long, "
-            f"version long, lease long")
+    return (
+        f"key string, value {value}, create_revision long, mod_revision long, "
+        f"version long, lease long"
+    )
 
 
 class KeyRangePartition(InputPartition):
@@ -55,16 +57,16 @@ class KeyRangePartition(InputPartition):
         self.revision = revision
 
     def __repr__(self) -> str:
-        return (f"KeyRangePartition({self.index}, {self.start!r}, {self.end!r}, "
-                f"rev={self.revision})")
+        return f"KeyRangePartition({self.index}, {self.start!r}, {self.end!r}, rev={self.revision})"
 
 
 def decode_key(key: bytes) -> str:
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"key {key!r} is not UTF-8; the raftkv data source reads keys as "
-                         f"strings") from None
+        raise ValueError(
+            f"key {key!r} is not UTF-8; the raftkv data source reads keys as strings"
+        ) from None
 
 
 def decode_value(key: bytes, value: bytes, as_string: bool):
@@ -73,8 +75,10 @@ def decode_value(key: bytes, value: bytes, as_string: bool):
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"the value of key {key!r} is not UTF-8 (valueFormat=string); read "
-                         f"with valueFormat=binary") from None
+        raise ValueError(
+            f"the value of key {key!r} is not UTF-8 (valueFormat=string); read "
+            f"with valueFormat=binary"
+        ) from None
 
 
 def plan(o: SourceOptions) -> list[KeyRangePartition]:
@@ -90,8 +94,9 @@ def plan(o: SourceOptions) -> list[KeyRangePartition]:
             return [KeyRangePartition(0, o.key, o.range_end, revision)]
         splits = split_points(client, o, revision)
     bounds = [o.key, *splits, o.range_end]
-    return [KeyRangePartition(i, bounds[i], bounds[i + 1], revision)
-            for i in range(len(bounds) - 1)]
+    return [
+        KeyRangePartition(i, bounds[i], bounds[i + 1], revision) for i in range(len(bounds) - 1)
+    ]
 
 
 def split_points(client, o: SourceOptions, revision: int) -> list[bytes]:
@@ -99,8 +104,9 @@ def split_points(client, o: SourceOptions, revision: int) -> list[bytes]:
     try:
         total = client.range(o.key, o.range_end, revision=revision, count_only=True).count
     except CompactedError:
-        raise CompactedRevisionError("raftkv batch read", revision,
-                                     compact_revision_of(client, o.key, revision)) from None
+        raise CompactedRevisionError(
+            "raftkv batch read", revision, compact_revision_of(client, o.key, revision)
+        ) from None
     parts = min(o.num_partitions, max(total, 1))
     if parts <= 1:
         return []
@@ -129,13 +135,19 @@ def read_partition(o: SourceOptions, part: KeyRangePartition):
         start = part.start
         while True:
             try:
-                res = client.range(start, part.end or None, revision=part.revision,
-                                   limit=0 if part.end == b"" else o.page_size)
+                res = client.range(
+                    start,
+                    part.end or None,
+                    revision=part.revision,
+                    limit=0 if part.end == b"" else o.page_size,
+                )
             except CompactedError:
                 raise CompactedRevisionError(
-                    "raftkv batch read", part.revision,
+                    "raftkv batch read",
+                    part.revision,
                     compact_revision_of(client, o.key, part.revision),
-                    "the store was compacted past the read's pinned revision") from None
+                    "the store was compacted past the read's pinned revision",
+                ) from None
             if res.kvs:
                 kvs = res.kvs
                 cols = [
@@ -147,9 +159,13 @@ def read_partition(o: SourceOptions, part: KeyRangePartition):
                     [kv.lease for kv in kvs],
                 ]
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(cols[0], pa.string()),
-                     pa.array(cols[1], pa.string() if o.value_string else pa.binary()),
-                     *(pa.array(c, pa.int64()) for c in cols[2:])], names=names)
+                    [
+                        pa.array(cols[0], pa.string()),
+                        pa.array(cols[1], pa.string() if o.value_string else pa.binary()),
+                        *(pa.array(c, pa.int64()) for c in cols[2:]),
+                    ],
+                    names=names,
+                )
             if not res.more or not res.kvs or part.end == b"":
                 return
             start = res.kvs[-1].key + b"\0"

@@ -49,9 +49,12 @@ def check_write_schema(schema) -> None:
     missing = [n for n in ("key", "value") if n not in names]
     extra = [n for n in names if n not in ("key", "value", "lease")]
     if missing or extra:
-        raise ValueError(f"the raftkv data source writes columns key, value and optionally "
-                         f"lease; got {names}" + (f" (missing {missing})" if missing else "")
-                         + (f" (unknown {extra})" if extra else ""))
+        raise ValueError(
+            f"the raftkv data source writes columns key, value and optionally "
+            f"lease; got {names}"
+            + (f" (missing {missing})" if missing else "")
+            + (f" (unknown {extra})" if extra else "")
+        )
 
 
 class ChunkCommitMessage(WriterCommitMessage):
@@ -93,8 +96,15 @@ class RaftKVWriter(DataSourceArrowWriter):
         partition = ctx.partitionId()
         rows = chunks.rows_from_arrow(iterator, self.o.marker_prefix)
         with open_client(self.o) as client:
-            result = chunks.write_chunks(client, self.o, rows, self.scope, partition,
-                                         self.fence, fail_after(self.o, ctx.attemptNumber()))
+            result = chunks.write_chunks(
+                client,
+                self.o,
+                rows,
+                self.scope,
+                partition,
+                self.fence,
+                fail_after(self.o, ctx.attemptNumber()),
+            )
         return ChunkCommitMessage(partition, result, self.scope)
 
     def commit(self, messages) -> None:

@@ -72,8 +72,10 @@ READ_TIMEOUT_FLOOR_S = 60.0
 def changefeed_schema(o: SourceOptions) -> str:
     value = "string" if o.value_string else "binary"
     prev = f", prev_value {value}" if o.prev_value else ""
-    return (f"type string, key string, value {value}{prev}, create_revision long, "
-            f"mod_revision long, version long, lease long")
+    return (
+        f"type string, key string, value {value}{prev}, create_revision long, "
+        f"mod_revision long, version long, lease long"
+    )
 
 
 class ChangePartition(InputPartition):
@@ -98,16 +100,24 @@ async def collect_events(o: SourceOptions, start: int, end: int) -> list:
             except WatchCompactedError as err:
                 if not o.skip_compacted or err.compact_revision <= first:
                     raise CompactedRevisionError(
-                        "raftkv changefeed", first, err.compact_revision,
+                        "raftkv changefeed",
+                        first,
+                        err.compact_revision,
                         "restart the query from a newer checkpoint or startingRevision, or "
-                        "set skipCompacted=true to skip the lost history") from None
-                log.warning("raftkv changefeed: history %d..%d compacted; skipping to %d",
-                            first, err.compact_revision - 1, err.compact_revision)
+                        "set skipCompacted=true to skip the lost history",
+                    ) from None
+                log.warning(
+                    "raftkv changefeed: history %d..%d compacted; skipping to %d",
+                    first,
+                    err.compact_revision - 1,
+                    err.compact_revision,
+                )
                 first = err.compact_revision
 
 
-async def _collect(client: AsyncClient, key, range_end, first: int, end: int,
-                   prev_kv: bool) -> list:
+async def _collect(
+    client: AsyncClient, key, range_end, first: int, end: int, prev_kv: bool
+) -> list:
     watch = client.watch(key, range_end, start_revision=first, prev_kv=prev_kv)
     out: list = []
     try:
@@ -141,8 +151,7 @@ def event_rows(o: SourceOptions, events: list):
         row = ["PUT" if is_put else "DELETE", decode_key(kv.key), value]
         if o.prev_value:
             prev = ev.prev_kv
-            row.append(None if prev is None else decode_value(prev.key, prev.value,
-                                                              o.value_string))
+            row.append(None if prev is None else decode_value(prev.key, prev.value, o.value_string))
         row += [kv.create_revision, kv.mod_revision, kv.version, kv.lease]
         rows.append(tuple(row))
     return rows
@@ -159,8 +168,9 @@ class _RangeWatcher:
         self._client = open_client(o)
         self._watch = None
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="raftkv-changefeed-watch",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="raftkv-changefeed-watch", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -176,8 +186,11 @@ class _RangeWatcher:
                 except WatchCompactedError as err:
                     if not self._o.skip_compacted or err.compact_revision <= first:
                         raise CompactedRevisionError(
-                            "raftkv changefeed", first, err.compact_revision,
-                            "set skipCompacted=true to skip the lost history") from None
+                            "raftkv changefeed",
+                            first,
+                            err.compact_revision,
+                            "set skipCompacted=true to skip the lost history",
+                        ) from None
                     first = err.compact_revision
         except BaseException as exc:  # reported by the next latestOffset call
             if not self._stopped.is_set():
@@ -219,9 +232,12 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return resolved
             # Stored once: every process (a replay of batch 0 after a restart) resolves alike.
             key = self.o.marker_prefix + f"source/{self.o.source_name}/startingRevision".encode()
-            res = client.txn(Txn().when(Cmp.version(key) == 0)
-                             .then(Op.put(key, str(resolved)))
-                             .otherwise(Op.get(key)))
+            res = client.txn(
+                Txn()
+                .when(Cmp.version(key) == 0)
+                .then(Op.put(key, str(resolved)))
+                .otherwise(Op.get(key))
+            )
             if res.succeeded:
                 return resolved
             return int(res.responses[0].kvs[0].value)  # type: ignore[union-attr]
@@ -246,8 +262,14 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         with open_client(self.o) as client:
-            res = client.range(self.o.key, self.o.range_end or None, limit=1, keys_only=True,
-                               sort_order=SortOrder.DESCEND, sort_target=SortTarget.MOD)
+            res = client.range(
+                self.o.key,
+                self.o.range_end or None,
+                limit=1,
+                keys_only=True,
+                sort_order=SortOrder.DESCEND,
+                sort_target=SortTarget.MOD,
+            )
         self._target = res.kvs[0].mod_revision if res.kvs else 0
 
     # -- batches -------------------------------------------------------------------------------
@@ -268,9 +290,11 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             events = asyncio.run(bounded())
         except TimeoutError:
-            raise TimeoutError(f"raftkv changefeed: the events of revisions "
-                               f"{partition.start + 1}..{partition.end} did not all arrive "
-                               f"within {timeout_s:g} s") from None
+            raise TimeoutError(
+                f"raftkv changefeed: the events of revisions "
+                f"{partition.start + 1}..{partition.end} did not all arrive "
+                f"within {timeout_s:g} s"
+            ) from None
         return iter(event_rows(self.o, events))
 
     def commit(self, end: dict) -> None:

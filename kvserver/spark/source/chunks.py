@@ -42,10 +42,10 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
-    applied: int   # chunks this attempt applied
-    skipped: int   # chunks found already applied (marker present)
-    rows: int      # rows in the task
-    txns: int      # transactions sent
+    applied: int  # chunks this attempt applied
+    skipped: int  # chunks found already applied (marker present)
+    rows: int  # rows in the task
+    txns: int  # transactions sent
 
 
 def _as_bytes(v, what: str) -> bytes:
@@ -65,20 +65,25 @@ def rows_from_arrow(batches: Iterable, marker_prefix: bytes) -> list[Row]:
         names = batch.schema.names
         keys = batch.column(names.index("key")).to_pylist()
         values = batch.column(names.index("value")).to_pylist()
-        leases = (batch.column(names.index("lease")).to_pylist() if "lease" in names
-                  else [0] * len(keys))
+        leases = (
+            batch.column(names.index("lease")).to_pylist() if "lease" in names else [0] * len(keys)
+        )
         for k, v, lease in zip(keys, values, leases, strict=True):
             if k is None:
                 raise ValueError("column key: a null key cannot be written")
             if v is None:
-                raise ValueError(f"column value: null value for key {k!r} (delete is not a "
-                                 f"write of the raftkv data source)")
+                raise ValueError(
+                    f"column value: null value for key {k!r} (delete is not a "
+                    f"write of the raftkv data source)"
+                )
             kb = _as_bytes(k, "key")
             if not kb:
                 raise ValueError("column key: an empty key cannot be written")
             if kb.startswith(marker_prefix):
-                raise ValueError(f"key {kb!r} is under markerPrefix {marker_prefix!r}, which "
-                                 f"the data source keeps for its own markers")
+                raise ValueError(
+                    f"key {kb!r} is under markerPrefix {marker_prefix!r}, which "
+                    f"the data source keeps for its own markers"
+                )
             out.append(Row(kb, _as_bytes(v, "value"), int(lease or 0)))
     return out
 
@@ -88,8 +93,9 @@ def chunk(rows: list[Row], o: SourceOptions) -> Iterator[list[Row]]:
     rows = sorted(rows, key=lambda r: r.key)
     for a, b in zip(rows, rows[1:], strict=False):
         if a.key == b.key:
-            raise ValueError(f"key {a.key!r} appears twice in one write task; write one row "
-                             f"per key")
+            raise ValueError(
+                f"key {a.key!r} appears twice in one write task; write one row per key"
+            )
     max_puts = o.max_txn_ops - 1
     budget = o.max_txn_bytes - 1024  # the marker put and the compares
     current: list[Row] = []
@@ -97,8 +103,9 @@ def chunk(rows: list[Row], o: SourceOptions) -> Iterator[list[Row]]:
     for r in rows:
         need = len(r.key) + len(r.value) + PUT_OVERHEAD_BYTES
         if need > budget:
-            raise ValueError(f"the row for key {r.key!r} ({need} bytes) is over maxTxnBytes "
-                             f"({o.max_txn_bytes})")
+            raise ValueError(
+                f"the row for key {r.key!r} ({need} bytes) is over maxTxnBytes ({o.max_txn_bytes})"
+            )
         if current and (len(current) >= max_puts or size + need > budget):
             yield current
             current, size = [], 0
@@ -112,8 +119,15 @@ def marker_key(o: SourceOptions, scope: str, partition: int, index: int) -> byte
     return o.marker_prefix + f"{scope}/{partition:06d}/{index:08d}".encode()
 
 
-def write_chunks(client: Client, o: SourceOptions, rows: list[Row], scope: str,
-                 partition: int, fence: Fence | None, fail_after_txns: int = -1) -> ChunkResult:
+def write_chunks(
+    client: Client,
+    o: SourceOptions,
+    rows: list[Row],
+    scope: str,
+    partition: int,
+    fence: Fence | None,
+    fail_after_txns: int = -1,
+) -> ChunkResult:
     """Write ``rows`` as marked chunk txns (see the module docstring).
 
     ``fail_after_txns`` >= 0 raises after that many txns (tests inject a task failure
@@ -126,10 +140,14 @@ def write_chunks(client: Client, o: SourceOptions, rows: list[Row], scope: str,
         compares = [Cmp.version(marker) == 0]
         if fence is not None:
             compares.append(fence.compare())
-        txn = (Txn().when(*compares)
-               .then(*(Op.put(r.key, r.value, lease=r.lease) for r in part),
-                     Op.put(marker, MARKER_VALUE))
-               .otherwise(Op.get(marker, keys_only=True)))
+        txn = (
+            Txn()
+            .when(*compares)
+            .then(
+                *(Op.put(r.key, r.value, lease=r.lease) for r in part), Op.put(marker, MARKER_VALUE)
+            )
+            .otherwise(Op.get(marker, keys_only=True))
+        )
         res = client.txn(txn)
         txns += 1
         if res.succeeded:
@@ -140,6 +158,7 @@ def write_chunks(client: Client, o: SourceOptions, rows: list[Row], scope: str,
             skipped += 1
             continue
         assert fence is not None  # only the fence can fail when the marker is absent
-        raise FencedOutError(fence.key, fence.token,
-                             f"chunk {i} of partition {partition} ({len(part)} rows)")
+        raise FencedOutError(
+            fence.key, fence.token, f"chunk {i} of partition {partition} ({len(part)} rows)"
+        )
     return ChunkResult(applied, skipped, len(rows), txns)

@@ -19,12 +19,30 @@ DEFAULT_MARKER_PREFIX = "__raftkv_spark/"
 MAX_PARTITIONS = 10_000
 
 KNOWN = {
-    "endpoints", "prefix", "key", "rangeend", "revision", "numpartitions", "pagesize",
-    "valueformat", "timeout", "maxtxnops", "maxtxnbytes", "fencekey", "fencetoken",
-    "markerprefix", "startingrevision", "skipcompacted", "prevvalue", "sourcename",
-    "path", "changefeed", "testfailaftertxns",
+    "endpoints",
+    "prefix",
+    "key",
+    "rangeend",
+    "revision",
+    "numpartitions",
+    "pagesize",
+    "valueformat",
+    "timeout",
+    "maxtxnops",
+    "maxtxnbytes",
+    "fencekey",
+    "fencetoken",
+    "markerprefix",
+    "startingrevision",
+    "skipcompacted",
+    "prevvalue",
+    "sourcename",
+    "path",
+    "changefeed",
+    "testfailaftertxns",
     # Spark's own options that it passes through to the source too:
-    "checkpointlocation", "queryname",
+    "checkpointlocation",
+    "queryname",
 }
 
 
@@ -60,12 +78,12 @@ def _bool(opts: dict, name: str, default: bool) -> bool:
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     endpoints: tuple[str, ...]
-    key: bytes             # first key of the range (b"\0" for "every key")
-    range_end: bytes       # etcd's convention: b"" one key, b"\0" every key >= key
-    revision: int          # batch read: 0 = pin the current revision
+    key: bytes  # first key of the range (b"\0" for "every key")
+    range_end: bytes  # etcd's convention: b"" one key, b"\0" every key >= key
+    revision: int  # batch read: 0 = pin the current revision
     num_partitions: int
     page_size: int
-    value_string: bool     # valueFormat=string
+    value_string: bool  # valueFormat=string
     timeout_s: float
     max_txn_ops: int
     max_txn_bytes: int
@@ -89,12 +107,16 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
     opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
     unknown = sorted(set(opts) - KNOWN)
     if unknown:
-        raise OptionError(f"unknown option(s) of the raftkv data source: {', '.join(unknown)} "
-                          f"(see kvserver.spark.source for the options)")
+        raise OptionError(
+            f"unknown option(s) of the raftkv data source: {', '.join(unknown)} "
+            f"(see kvserver.spark.source for the options)"
+        )
     endpoints = tuple(e.strip() for e in opts.get("endpoints", "").split(",") if e.strip())
     if not endpoints:
-        raise OptionError("option endpoints: give the raftkv client URLs, comma-separated "
-                          "(e.g. http://127.0.0.1:2379,http://127.0.0.1:22379)")
+        raise OptionError(
+            "option endpoints: give the raftkv client URLs, comma-separated "
+            "(e.g. http://127.0.0.1:2379,http://127.0.0.1:22379)"
+        )
     prefix = opts.get("prefix")
     if prefix is None and "path" in opts:
         prefix = opts["path"]  # .load("jobs/") is the prefix
@@ -115,8 +137,10 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
         if end not in (b"", b"\0") and end <= k:
             raise OptionError(f"option rangeEnd {range_end!r} must sort after key {key!r}")
     elif need_range:
-        raise OptionError("give option prefix (e.g. 'jobs/'; '' for every key) or option key "
-                          "(with rangeEnd for [key, rangeEnd))")
+        raise OptionError(
+            "give option prefix (e.g. 'jobs/'; '' for every key) or option key "
+            "(with rangeEnd for [key, rangeEnd))"
+        )
     else:
         k, end = b"", b""
     value_format = opts.get("valueformat", "binary").strip().lower()
@@ -135,13 +159,17 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
             if int(starting) < 1:
                 raise ValueError
         except ValueError:
-            raise OptionError(f"option startingRevision: want earliest, latest or a revision "
-                              f">= 1, got {starting!r}") from None
+            raise OptionError(
+                f"option startingRevision: want earliest, latest or a revision "
+                f">= 1, got {starting!r}"
+            ) from None
     marker_prefix = opts.get("markerprefix", DEFAULT_MARKER_PREFIX).encode("utf-8")
     if not marker_prefix:
         raise OptionError("option markerPrefix must not be empty")
     return SourceOptions(
-        endpoints=endpoints, key=k, range_end=end,
+        endpoints=endpoints,
+        key=k,
+        range_end=end,
         revision=_int(opts, "revision", 0, 0, (1 << 63) - 1),
         num_partitions=_int(opts, "numPartitions", 4, 1, MAX_PARTITIONS),
         page_size=_int(opts, "pageSize", DEFAULT_PAGE_SIZE, 1, 100_000),
@@ -163,9 +191,11 @@ def check_outside_markers(o: SourceOptions) -> None:
     """Refuse a watched range that contains the marker prefix: the streaming sink's markers
     would then wake the changefeed (and show up in it)."""
     if o.range_end != b"" and _overlaps(o.key, o.range_end, o.marker_prefix):
-        raise OptionError(f"the watched range overlaps markerPrefix "
-                          f"{o.marker_prefix.decode()!r}: the sink's marker keys would wake "
-                          f"this changefeed; choose another markerPrefix or a narrower range")
+        raise OptionError(
+            f"the watched range overlaps markerPrefix "
+            f"{o.marker_prefix.decode()!r}: the sink's marker keys would wake "
+            f"this changefeed; choose another markerPrefix or a narrower range"
+        )
 
 
 def _overlaps(key: bytes, range_end: bytes, prefix: bytes) -> bool:

@@ -27,10 +27,15 @@ class CompactedRevisionError(RuntimeError):
     def __init__(self, what: str, revision: int, compact_revision: int, hint: str = "") -> None:
         self.revision = revision
         self.compact_revision = compact_revision
-        at = f"compact revision {compact_revision}" if compact_revision else "compact revision unknown"
-        super().__init__(f"{what}: revision {revision} has been compacted ({at}; the oldest "
-                         f"revision still readable is {compact_revision or '?'})"
-                         + (f"; {hint}" if hint else ""))
+        at = (
+            f"compact revision {compact_revision}"
+            if compact_revision
+            else "compact revision unknown"
+        )
+        super().__init__(
+            f"{what}: revision {revision} has been compacted ({at}; the oldest "
+            f"revision still readable is {compact_revision or '?'})" + (f"; {hint}" if hint else "")
+        )
 
 
 class FutureRevisionReadError(RuntimeError):
@@ -69,8 +74,9 @@ def check_revision(client: Client, o: SourceOptions, revision: int, what: str) -
         compact = compact_revision_of(client, o.key, revision)
         raise CompactedRevisionError(what, revision, compact) from None
     except FutureRevisionError:
-        raise FutureRevisionReadError(f"{what}: revision {revision} is above the store's "
-                                      f"current revision") from None
+        raise FutureRevisionReadError(
+            f"{what}: revision {revision} is above the store's current revision"
+        ) from None
 
 
 def current_compact_revision(client: Client, key: bytes) -> int:

@@ -36,8 +36,9 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class StreamCommitMessage(WriterCommitMessage):
-    def __init__(self, query_id: str, batch_id: int, partition: int,
-                 result: chunks.ChunkResult) -> None:
+    def __init__(
+        self, query_id: str, batch_id: int, partition: int, result: chunks.ChunkResult
+    ) -> None:
         self.query_id = query_id
         self.batch_id = batch_id
         self.partition = partition
@@ -58,16 +59,24 @@ class RaftKVStreamWriter(DataSourceStreamArrowWriter):
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
         batch_raw = ctx.getLocalProperty(BATCH_ID_PROPERTY)
         if not query_id or batch_raw is None:
-            raise RuntimeError(f"the raftkv streaming sink needs Spark's local properties "
-                               f"{QUERY_ID_PROPERTY} and {BATCH_ID_PROPERTY} in its tasks "
-                               f"(got {query_id!r}, {batch_raw!r})")
+            raise RuntimeError(
+                f"the raftkv streaming sink needs Spark's local properties "
+                f"{QUERY_ID_PROPERTY} and {BATCH_ID_PROPERTY} in its tasks "
+                f"(got {query_id!r}, {batch_raw!r})"
+            )
         batch_id = int(batch_raw)
         rows = chunks.rows_from_arrow(iterator, self.o.marker_prefix)
         partition = ctx.partitionId()
         with open_client(self.o) as client:
-            result = chunks.write_chunks(client, self.o, rows, batch_scope(query_id, batch_id),
-                                         partition, self.fence,
-                                         fail_after(self.o, ctx.attemptNumber()))
+            result = chunks.write_chunks(
+                client,
+                self.o,
+                rows,
+                batch_scope(query_id, batch_id),
+                partition,
+                self.fence,
+                fail_after(self.o, ctx.attemptNumber()),
+            )
         return StreamCommitMessage(query_id, batch_id, partition, result)
 
     def commit(self, messages, batchId: int) -> None:
