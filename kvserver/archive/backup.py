@@ -162,15 +162,13 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
     stream)."""
     from kvserver.auth.store import AuthStore, split_auth_frame
     from kvserver.lease.lessor import split_snapshot
-    from kvserver.mvcc.snapshot import SnapshotLoader
+    from kvserver.mvcc.store import MVCCStore
 
     try:
         auth_blob, rest = split_auth_frame(image)
         AuthStore.restore(auth_blob)
         _, rest = split_snapshot(rest)
-        loader = SnapshotLoader()
-        loader.feed(bytes(rest))
-        loader.finish()
+        MVCCStore.restore([bytes(rest)])
     except Exception as exc:
         raise ArchiveError(f"the snapshot's state does not decode: {exc}") from exc
 

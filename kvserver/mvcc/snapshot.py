@@ -25,12 +25,13 @@ A record is ``[key, value, create_revision, mod_revision, version, lease]`` (a t
 Serialization runs on a ``SnapshotView`` captured when ``serialize`` is called, so the store
 may keep applying entries between chunks. ``SnapshotLoader`` accepts chunks incrementally
 (``feed``) so an event loop can restore as bytes arrive; ``finish`` checks the trailer and
-builds the store.
+returns the parts ``MVCCStore.from_parts`` builds the store from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -38,7 +39,32 @@ import msgpack
 from kvserver.kvpb.errors import CodecError, SnapshotFormatError
 from kvserver.kvpb.kv import KeyValue
 from kvserver.mvcc.codec import from_plain, to_plain
-from kvserver.mvcc.store import MVCCStore, SnapshotView
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotView:
+    """A point-in-time capture of the store for ``snapshot.serialize`` (see module rules)."""
+
+    revision: int
+    compact_revision: int
+    keys: list[bytes]  # sorted
+    histories: dict[bytes, list[KeyValue]]  # records with mod_revision > revision are ignored
+    log: list[KeyValue]
+    log_start: int
+    log_end: int
+    dedup: list[tuple[int, list[tuple[int, Any]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotParts:
+    """A decoded, checked snapshot: what ``MVCCStore.from_parts`` builds a store from."""
+
+    revision: int
+    compact_revision: int
+    base: dict[bytes, KeyValue]  # each key's retained version below the compact revision
+    log: list[KeyValue]  # every record from the compact revision on, in revision order
+    dedup: list[tuple[int, list[tuple[int, Any]]]]
+
 
 MAGIC = "raftkv-mvcc-snapshot"
 FORMAT_VERSION = 1
@@ -218,8 +244,8 @@ class SnapshotLoader:
                     raise SnapshotFormatError(f"malformed dedup outcome: {err}") from err
                 self._dedup.append((entry[0], items))
 
-    def finish(self, **options: Any) -> MVCCStore:
-        """Check completeness and build the store (``options`` go to ``MVCCStore``)."""
+    def finish(self) -> SnapshotParts:
+        """Check completeness and order and return the decoded parts."""
         if self._header is None or self._end is None:
             raise SnapshotFormatError("snapshot is truncated")
         if self._unpacker.tell() != self._fed_bytes:
@@ -244,9 +270,4 @@ class SnapshotLoader:
             if kv.mod_revision < prev or kv.mod_revision > revision:
                 raise SnapshotFormatError("log versions out of revision order")
             prev = kv.mod_revision
-        try:
-            return MVCCStore._from_parts(
-                revision, compact_rev, self._base, self._log, self._dedup, **options
-            )
-        except ValueError as err:
-            raise SnapshotFormatError(str(err)) from err
+        return SnapshotParts(revision, compact_rev, self._base, self._log, self._dedup)

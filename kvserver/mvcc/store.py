@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -65,6 +64,7 @@ from kvserver.kvpb.errors import (
     InvalidArgumentError,
     KeyNotFoundError,
     LeaseNotFoundError,
+    SnapshotFormatError,
 )
 from kvserver.kvpb.kv import (
     ApplyResult,
@@ -90,7 +90,9 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.mvcc.codec import decode_entry
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
+from kvserver.mvcc.snapshot import SnapshotLoader, SnapshotParts, SnapshotView, serialize
 from kvserver.mvcc.validate import (
     DEFAULT_MAX_TXN_OPS,
     check_compaction,
@@ -142,20 +144,6 @@ def _visible(hist: list[KeyValue], rev: int) -> KeyValue | None:
 
 def _header(revision: int) -> ResponseHeader:
     return ResponseHeader(0, 0, revision, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotView:
-    """A point-in-time capture of the store for ``snapshot.serialize`` (see module rules)."""
-
-    revision: int
-    compact_revision: int
-    keys: list[bytes]  # sorted
-    histories: dict[bytes, list[KeyValue]]  # records with mod_revision > revision are ignored
-    log: list[KeyValue]
-    log_start: int
-    log_end: int
-    dedup: list[tuple[int, list[tuple[int, Any]]]]
 
 
 class MVCCStore:
@@ -271,8 +259,6 @@ class MVCCStore:
         An undecodable entry (a bug or a format-version mismatch; the WAL's CRCs catch disk
         corruption) is an ``InvalidArgumentError`` result on every replica alike, not a crash.
         """
-        from kvserver.mvcc.codec import decode_entry
-
         try:
             client_id, request_id, request = decode_entry(data)
         except CodecError as err:
@@ -823,32 +809,23 @@ class MVCCStore:
     def serialize(self, chunk_size_bytes: int = 64 * 1024) -> Iterator[bytes]:
         """The snapshot as msgpack chunks of about ``chunk_size_bytes`` (see snapshot.py).
         The view is taken now; the store may keep applying while the chunks are consumed."""
-        from kvserver.mvcc.snapshot import serialize
-
         return serialize(self.capture(), chunk_size_bytes)
 
     @classmethod
     def restore(cls, chunks: Iterable[bytes], **options: Any) -> MVCCStore:
         """Rebuild a store from ``serialize`` chunks; ``options`` are constructor options."""
-        from kvserver.mvcc.snapshot import SnapshotLoader
-
         loader = SnapshotLoader()
         for chunk in chunks:
             loader.feed(chunk)
-        return loader.finish(**options)
+        return cls.from_parts(loader.finish(), **options)
 
     @classmethod
-    def _from_parts(
-        cls,
-        revision: int,
-        compact_revision: int,
-        base: dict[bytes, KeyValue],
-        log: list[KeyValue],
-        dedup: list[tuple[int, list[tuple[int, Any]]]],
-        **options: Any,
-    ) -> MVCCStore:
-        """Build a store from a snapshot's parts: ``base`` holds each key's retained version
-        below the compact revision, ``log`` every record from the compact revision on."""
+    def from_parts(cls, parts: SnapshotParts, **options: Any) -> MVCCStore:
+        """Build a store from a decoded snapshot: ``parts.base`` holds each key's retained
+        version below the compact revision, ``parts.log`` every record from the compact
+        revision on. Raises ``SnapshotFormatError`` if a key's history is out of order."""
+        revision, compact_revision = parts.revision, parts.compact_revision
+        base, log, dedup = parts.base, parts.log, parts.dedup
         store = cls(**options)
         histories: dict[bytes, list[KeyValue]] = {k: [kv] for k, kv in base.items()}
         for kv in log:
@@ -857,7 +834,7 @@ class MVCCStore:
                 histories[kv.key] = [kv]
             else:
                 if hist[-1].mod_revision >= kv.mod_revision:
-                    raise ValueError("snapshot history out of order")
+                    raise SnapshotFormatError("snapshot history out of order")
                 hist.append(kv)
         store._index = SortedDict(histories)
         store._rev = revision
