@@ -31,7 +31,7 @@ import time
 import urllib.error
 
 from benchmarks.systems import EtcdSystem, RaftkvSystem, System
-from kvserver.bench.runner import BenchError, find_leader, post_json
+from kvserver.bench.result import BenchError, find_leader, post_json
 
 ATTEMPT_TIMEOUT_S = 2.0
 STAGGER_S = 0.05

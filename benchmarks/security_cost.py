@@ -40,7 +40,7 @@ from typing import Any
 from benchmarks.systems import EtcdSystem
 from kvserver.bench.auth_compare import BENCH_PW, PUT, ROOT_PW
 from kvserver.bench.process import bench_process
-from kvserver.bench.runner import BenchError, find_leader, post_json
+from kvserver.bench.result import BenchError, find_leader, post_json
 from kvserver.localcluster.launcher import LocalCluster
 
 SETTINGS = ("plain", "TLS", "auth", "TLS+auth")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from kvserver.bench.runner import BenchError, find_leader, post_json
+from kvserver.bench.result import BenchError, find_leader, post_json
 from kvserver.localcluster.launcher import LocalCluster, free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 from kvserver.bench.process import bench_process, wait_writable
+from kvserver.client import Client
 from kvserver.localcluster.launcher import LocalCluster
 
 KEY_SIZE, KEY_SPACE = 8, 10000  # keys "00000000".."00009999": all under prefix "0000"
@@ -40,8 +41,6 @@ def _bench(cluster: LocalCluster, clients: int, duration_s: float, user: str | N
 
 
 def _setup(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
-    from kvserver.client import Client
-
     wait_writable(cluster.endpoints, timeout_s=timeout_s, what=f"cluster in {cluster.data_dir}")
     with Client(cluster.endpoints, timeout_s=5) as c:
         for op, body in (
@@ -66,8 +65,6 @@ def _setup(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
 
 
 def _set_auth(cluster: LocalCluster, enabled: bool) -> None:
-    from kvserver.client import Client
-
     if enabled:
         with Client(cluster.endpoints, timeout_s=10) as c:
             c.auth_request("enable")

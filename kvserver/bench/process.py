@@ -16,6 +16,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from kvserver.client import Client
+
 
 def bench_process(
     endpoints: Sequence[str],
@@ -60,8 +62,6 @@ def wait_writable(
     what: str = "the cluster",
 ) -> None:
     """Return once a put is acknowledged; ``SystemExit`` after ``timeout_s``."""
-    from kvserver.client import Client
-
     deadline = time.monotonic() + timeout_s
     with Client(list(endpoints), ca_file=ca_file, timeout_s=5) as c:
         while True:

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from kvserver.bench.runner import BenchResult
+from kvserver.bench.result import BenchResult
 from kvserver.bench.stats import Summary
 
 BAR_WIDTH = 40

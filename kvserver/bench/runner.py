@@ -22,47 +22,17 @@ CLI's progress bar reads.
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing as mp
 import queue
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from kvserver.bench.http import Connection
-from kvserver.bench.stats import Stats, Summary
+from kvserver.bench.result import BenchError, BenchResult, resolve_endpoints
+from kvserver.bench.stats import Stats
+from kvserver.bench.watch import run_watch_latency
 from kvserver.bench.workloads import BenchOptions, Workload, error_text, parse_endpoint
-
-
-class BenchError(RuntimeError):
-    """The run could not be done (no endpoint answers, no leader, watch unsupported...)."""
-
-
-@dataclass
-class BenchResult:
-    opts: BenchOptions
-    by_kind: dict[str, Stats] = field(default_factory=dict)
-    endpoints_used: list[str] = field(default_factory=list)
-
-    @property
-    def stats(self) -> Stats:
-        return Stats.merge_all(self.by_kind.values())
-
-    def summary(self) -> Summary:
-        return self.stats.summary()
-
-    def to_json(self) -> dict:
-        out = {
-            "workload": self.opts.op,
-            "options": asdict(self.opts),
-            "endpoints_used": self.endpoints_used,
-            **self.summary().to_json(),
-        }
-        if len(self.by_kind) > 1:
-            out["by_kind"] = {k: s.summary().to_json() for k, s in sorted(self.by_kind.items())}
-        return out
 
 
 @dataclass(frozen=True)
@@ -88,46 +58,6 @@ def shares(opts: BenchOptions) -> list[Share]:
     return [
         Share(i, procs, clients[i], conns[i], totals[i], opts.rate / procs) for i in range(procs)
     ]
-
-
-# --- the leader --------------------------------------------------------------------------
-
-
-def post_json(url: str, path: str, body: dict, timeout_s: float = 2.0, context=None) -> dict:
-    req = urllib.request.Request(
-        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-        return json.loads(resp.read())
-
-
-def find_leader(
-    endpoints: list[str],
-    timeout_s: float = 10.0,
-    ssl_for: Callable[[str], object] = lambda url: None,
-) -> str:
-    """The endpoint whose member is the leader (polls until one says so, or BenchError)."""
-    deadline = time.monotonic() + timeout_s
-    seen: dict[str, str] = {}
-    while True:
-        for url in endpoints:
-            try:
-                st = post_json(url, "/v3/maintenance/status", {}, context=ssl_for(url))
-                leader, me = (
-                    str(st.get("leader", "0")),
-                    str(st.get("header", {}).get("member_id", "")),
-                )
-                if leader not in ("", "0") and leader == me:
-                    return url
-                seen[url] = f"leader is {leader}"
-            except (OSError, ValueError) as exc:
-                seen[url] = str(getattr(exc, "reason", exc))
-        if time.monotonic() >= deadline:
-            raise BenchError(
-                "no leader among the endpoints: "
-                + "; ".join(f"{u}: {why}" for u, why in seen.items())
-            )
-        time.sleep(0.1)
 
 
 # --- one process -------------------------------------------------------------------------
@@ -280,17 +210,9 @@ def _proc_main(
 # --- the whole run -----------------------------------------------------------------------
 
 
-def resolve_endpoints(opts: BenchOptions) -> list[str]:
-    if opts.target_leader:
-        return [find_leader(opts.endpoints, ssl_for=opts.ssl_for)]
-    return list(opts.endpoints)
-
-
 def run(opts: BenchOptions, progress=None) -> BenchResult:
     """Run ``opts`` (already validated) and return what was measured."""
     if opts.op == "watch-latency":
-        from kvserver.bench.watch import run_watch_latency
-
         return run_watch_latency(opts, progress)
     endpoints = resolve_endpoints(opts)
     parts = shares(opts)

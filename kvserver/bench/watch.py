@@ -21,7 +21,7 @@ import json
 import time
 
 from kvserver.bench.http import Connection
-from kvserver.bench.runner import BenchError, BenchResult, resolve_endpoints
+from kvserver.bench.result import BenchError, BenchResult, resolve_endpoints
 from kvserver.bench.stats import Stats
 from kvserver.bench.workloads import STAMP_BYTES, BenchOptions, Workload, error_text, parse_endpoint
 

@@ -25,6 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from kvserver.bench.http import encode_request
+from kvserver.tls import TLSConfigError, client_context
+
 OPS = ("put", "range", "txn-put", "watch-latency", "mixed")
 DIALECTS = ("v3", "rest")
 
@@ -69,8 +72,6 @@ class BenchOptions:
         files do not load."""
         if urlsplit(url).scheme != "https":
             return None
-        from kvserver.tls import TLSConfigError, client_context
-
         try:
             return client_context(self.cacert, self.cert, self.key)
         except TLSConfigError as exc:
@@ -170,8 +171,6 @@ class Workload:
     """Builds the requests of one client process (``host`` goes in the Host header)."""
 
     def __init__(self, opts: BenchOptions, host: str, stream: int, streams: int) -> None:
-        from kvserver.bench.http import encode_request
-
         self.o = opts
         self.host = host
         self._enc = encode_request

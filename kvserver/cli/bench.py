@@ -210,7 +210,8 @@ def _with_token(args, opts: BenchOptions) -> BenchOptions:
 
 def _run(args) -> int:
     from kvserver.bench.report import ProgressBar, format_report
-    from kvserver.bench.runner import BenchError, new_progress, run
+    from kvserver.bench.result import BenchError
+    from kvserver.bench.runner import new_progress, run
 
     try:
         opts = options_from_args(args)

@@ -6,7 +6,8 @@ import json
 from aiohttp import web
 
 from kvserver import cli
-from kvserver.bench.runner import BenchError, find_leader, run
+from kvserver.bench.result import BenchError, find_leader
+from kvserver.bench.runner import run
 from kvserver.bench.workloads import BenchOptions
 
 

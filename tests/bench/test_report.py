@@ -4,7 +4,7 @@ import io
 from array import array
 
 from kvserver.bench.report import ProgressBar, format_report
-from kvserver.bench.runner import BenchResult
+from kvserver.bench.result import BenchResult
 from kvserver.bench.stats import Stats
 from kvserver.bench.workloads import BenchOptions
 
