@@ -171,9 +171,6 @@ class RaftLog:
             ents.extend(self.unstable.slice(max(lo, offset), hi))
         return limit_size(ents, max_size_bytes)
 
-    def unstable_entries(self) -> list[Entry]:
-        return list(self.unstable.entries)
-
     def has_next_committed_entries(self) -> bool:
         return self.committed + 1 > max(self.applied + 1, self.first_index())
 

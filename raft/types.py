@@ -155,10 +155,6 @@ def payload_size_bytes(entries) -> int:
     return sum(len(e.data) for e in entries)
 
 
-def entries_size_bytes(entries) -> int:
-    return sum(len(e.data) for e in entries) + ENTRY_OVERHEAD_BYTES * len(entries)
-
-
 def limit_size(entries: list[Entry], max_size_bytes: int | None) -> list[Entry]:
     """Longest prefix within ``max_size_bytes`` (None = no limit); never fewer than one entry."""
     if max_size_bytes is None or len(entries) <= 1:

@@ -122,12 +122,6 @@ class ObjectStore:
             )
         return data
 
-    def open_read(self, name: str):
-        try:
-            return self.fs.open(self.path(name), "rb")
-        except FileNotFoundError:
-            raise ObjectMissingError(f"not found: {self.where(name)}") from None
-
     def list(self, prefix: str = "") -> list[str]:
         """Names of every object under ``prefix`` (recursive), relative to the root."""
         self.fs.invalidate_cache()

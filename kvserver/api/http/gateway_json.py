@@ -561,10 +561,6 @@ def txn_response(r: TxnResponse) -> dict[str, Any]:
     return {"header": header(r.header), **_txn_fields(r)}
 
 
-def compaction_response(r: CompactionResponse) -> dict[str, Any]:
-    return {"header": header(r.header)}
-
-
 def _response_op(op: ResponseOp) -> dict[str, Any]:
     if op.response_put is not None:
         return {"response_put": put_response(op.response_put)}

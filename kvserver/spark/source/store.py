@@ -8,8 +8,6 @@ does not carry it, so ``compact_revision_of`` asks a watch, whose refusal does).
 
 from __future__ import annotations
 
-import threading
-
 from kvserver.client import (
     Client,
     CompactedError,
@@ -86,32 +84,3 @@ def current_compact_revision(client: Client, key: bytes) -> int:
         return 0
     except CompactedError:
         return compact_revision_of(client, key, 1)
-
-
-class Lazy:
-    """A client per process for objects Spark pickles: made on first use, never pickled."""
-
-    def __init__(self, o: SourceOptions) -> None:
-        self._o = o
-        self._client: Client | None = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Client:
-        with self._lock:
-            if self._client is None:
-                self._client = open_client(self._o)
-            return self._client
-
-    def close(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
-
-    def __getstate__(self):
-        return {"_o": self._o}
-
-    def __setstate__(self, state) -> None:
-        self._o = state["_o"]
-        self._client = None
-        self._lock = threading.Lock()
