@@ -82,6 +82,7 @@ from raft.types import (
     EntryType,
     HardState,
     Message,
+    MessageType,
     ReadState,
     Snapshot,
     SoftState,
@@ -89,7 +90,6 @@ from raft.types import (
     payload_size_bytes,
     vote_response_type,
 )
-from raft.types import MessageType as MT
 
 CAMPAIGN_TRANSFER_CONTEXT = b"CampaignTransfer"  # marks MsgVote of a leadership transfer
 LEAVING_CONTEXT_PREFIX = b"\x00leaving:"  # heartbeat context of a removed, leaving leader
@@ -324,11 +324,11 @@ class Raft:
             return
         if t == CampaignType.PRE_ELECTION:
             self.become_pre_candidate()
-            vote_type = MT.MsgPreVote
+            vote_type = MessageType.MsgPreVote
             term = self.term + 1  # the term we would use; ours does not change yet
         else:
             self.become_candidate()
-            vote_type = MT.MsgVote
+            vote_type = MessageType.MsgVote
             term = self.term
         if self._poll(self.id, True) == VoteResult.WON:
             # A single-voter configuration: we win immediately.
@@ -374,7 +374,7 @@ class Raft:
         )
         if self._promotable() and (self._past_election_timeout() or retry_pre_vote):
             self.election_elapsed = 0
-            self.step(Message(type=MT.MsgHup, to=self.id, frm=self.id))
+            self.step(Message(type=MessageType.MsgHup, to=self.id, frm=self.id))
 
     def _tick_heartbeat(self) -> None:
         """Leader: heartbeats every heartbeat_tick; every election_tick check the quorum and
@@ -386,7 +386,7 @@ class Raft:
             # A leaving (removed) leader checks its quorum even without check_quorum: the new
             # configuration may have moved on to a higher term and never contact it again.
             if self.check_quorum or self.leaving_index:
-                self.step(Message(type=MT.MsgCheckQuorum, to=self.id, frm=self.id))
+                self.step(Message(type=MessageType.MsgCheckQuorum, to=self.id, frm=self.id))
             if self.state == StateType.LEADER and self.lead_transferee != NONE:
                 self._info("leadership transfer to %x timed out", self.lead_transferee)
                 self.lead_transferee = NONE
@@ -394,7 +394,7 @@ class Raft:
             return
         if self.heartbeat_elapsed >= self.heartbeat_timeout:
             self.heartbeat_elapsed = 0
-            self.step(Message(type=MT.MsgBeat, to=self.id, frm=self.id))
+            self.step(Message(type=MessageType.MsgBeat, to=self.id, frm=self.id))
 
     # --- step: term handling common to all roles ---------------------------------------
 
@@ -402,7 +402,7 @@ class Raft:
         if m.term == 0:
             pass  # local message (or a forwarded proposal / read request)
         elif m.term > self.term:
-            if m.type in (MT.MsgVote, MT.MsgPreVote):
+            if m.type in (MessageType.MsgVote, MessageType.MsgPreVote):
                 force = m.context == CAMPAIGN_TRANSFER_CONTEXT
                 in_lease = (
                     self.check_quorum
@@ -414,28 +414,31 @@ class Raft:
                     # the minimum election timeout, so this candidate cannot be legitimate.
                     self._info("ignored %s from %x: lease not expired", m.type, m.frm)
                     return
-            if m.type == MT.MsgPreVote:
+            if m.type == MessageType.MsgPreVote:
                 pass  # never change term because of a pre-vote request
-            elif m.type == MT.MsgPreVoteResp and not m.reject:
+            elif m.type == MessageType.MsgPreVoteResp and not m.reject:
                 pass  # a granted pre-vote carries the term we will campaign at
-            elif m.type in (MT.MsgApp, MT.MsgHeartbeat, MT.MsgSnap):
+            elif m.type in (MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap):
                 self.become_follower(m.term, m.frm)
             else:
                 self.become_follower(m.term, NONE)
         elif m.term < self.term:
-            if (self.check_quorum or self.pre_vote) and m.type in (MT.MsgHeartbeat, MT.MsgApp):
+            if (self.check_quorum or self.pre_vote) and m.type in (
+                MessageType.MsgHeartbeat,
+                MessageType.MsgApp,
+            ):
                 # A stale leader (e.g. just healed from a partition) would never learn our
                 # term otherwise: with check_quorum/pre_vote nobody's term bumps it.
-                self._send(self._msg(MT.MsgAppResp, m.frm))
-            elif m.type == MT.MsgPreVote:
+                self._send(self._msg(MessageType.MsgAppResp, m.frm))
+            elif m.type == MessageType.MsgPreVote:
                 # Tell the pre-candidate about our term so it gives up.
-                self._send(self._msg(MT.MsgPreVoteResp, m.frm, reject=True))
+                self._send(self._msg(MessageType.MsgPreVoteResp, m.frm, reject=True))
             return
 
         t = m.type
-        if t == MT.MsgHup:
+        if t == MessageType.MsgHup:
             self._hup(CampaignType.PRE_ELECTION if self.pre_vote else CampaignType.ELECTION)
-        elif t in (MT.MsgVote, MT.MsgPreVote):
+        elif t in (MessageType.MsgVote, MessageType.MsgPreVote):
             self._handle_vote_request(m)
         else:
             self._step_fn(m)
@@ -444,7 +447,7 @@ class Raft:
         can_vote = (
             self.vote == m.frm  # a repeated request from the node we voted for
             or (self.vote == NONE and self.lead == NONE)  # no vote and no leader this term
-            or (m.type == MT.MsgPreVote and m.term > self.term)  # a future-term pre-vote
+            or (m.type == MessageType.MsgPreVote and m.term > self.term)  # a future-term pre-vote
         )
         resp_type = vote_response_type(m.type)
         if can_vote and self._pre_vote_tie_lost_by(m):
@@ -460,7 +463,7 @@ class Raft:
         if can_vote and self.log.is_up_to_date(m.index, m.log_term):
             # The response carries the candidate's term: for a pre-vote our term is lower.
             self._send(Message(type=resp_type, to=m.frm, frm=self.id, term=m.term))
-            if m.type == MT.MsgVote:
+            if m.type == MessageType.MsgVote:
                 self.election_elapsed = 0
                 self.vote = m.frm
         else:
@@ -477,7 +480,7 @@ class Raft:
         (it is the better leader), one with a shorter log is refused by §5.4.1 anyway.
         Pre-votes decide nothing durable, so this changes timing only, never safety."""
         return (
-            m.type == MT.MsgPreVote
+            m.type == MessageType.MsgPreVote
             and self.state == StateType.PRE_CANDIDATE
             and m.term == self.term + 1
             and m.frm > self.id
@@ -489,13 +492,13 @@ class Raft:
 
     def _step_leader(self, m: Message) -> None:
         t = m.type
-        if t == MT.MsgBeat:
+        if t == MessageType.MsgBeat:
             for node_id, pr in self.tracker.progress.items():
                 if node_id != self.id and pr.state == ProgressState.REPLICATE:
                     pr.inflight_at_beat = pr.next - 1  # see _handle_heartbeat_response
             self._bcast_heartbeat()
             return
-        if t == MT.MsgCheckQuorum:
+        if t == MessageType.MsgCheckQuorum:
             pr = self.tracker.progress.get(self.id)
             if pr is not None:
                 pr.recent_active = True
@@ -506,21 +509,21 @@ class Raft:
                 if node_id != self.id:
                     pr.recent_active = False
             return
-        if t == MT.MsgProp:
+        if t == MessageType.MsgProp:
             self._leader_propose(m)
             return
-        if t == MT.MsgReadIndex:
+        if t == MessageType.MsgReadIndex:
             self._leader_read_index(m)
             return
 
         pr = self.tracker.progress.get(m.frm)
         if pr is None:
             return
-        if t == MT.MsgAppResp:
+        if t == MessageType.MsgAppResp:
             self._handle_append_response(m, pr)
-        elif t == MT.MsgHeartbeatResp:
+        elif t == MessageType.MsgHeartbeatResp:
             self._handle_heartbeat_response(m, pr)
-        elif t == MT.MsgSnapStatus:
+        elif t == MessageType.MsgSnapStatus:
             if pr.state != ProgressState.SNAPSHOT:
                 return
             if m.reject:
@@ -529,11 +532,11 @@ class Raft:
             # Wait for the follower's MsgAppResp (success) or a heartbeat interval (failure)
             # before the next MsgApp.
             pr.msg_app_flow_paused = True
-        elif t == MT.MsgUnreachable:
+        elif t == MessageType.MsgUnreachable:
             # The transport failed to deliver a MsgApp: stop streaming optimistically.
             if pr.state == ProgressState.REPLICATE:
                 pr.become_probe()
-        elif t == MT.MsgTransferLeader:
+        elif t == MessageType.MsgTransferLeader:
             self._handle_transfer_leader(m, pr)
 
     def _leader_propose(self, m: Message) -> None:
@@ -654,7 +657,7 @@ class Raft:
         if m.frm == self.lead_transferee and pr.match == self.log.last_index():
             self._info("sends MsgTimeoutNow to %x after it caught up", m.frm)
             self._flush_append(m.frm)  # keep the order: the commit index first
-            self._send(self._msg(MT.MsgTimeoutNow, m.frm))
+            self._send(self._msg(MessageType.MsgTimeoutNow, m.frm))
 
     def _handle_heartbeat_response(self, m: Message, pr) -> None:
         pr.recent_active = True
@@ -706,7 +709,7 @@ class Raft:
         self.lead_transferee = transferee
         if pr.match == self.log.last_index():
             self._flush_append(transferee)
-            self._send(self._msg(MT.MsgTimeoutNow, transferee))
+            self._send(self._msg(MessageType.MsgTimeoutNow, transferee))
         else:
             # Catch it up first; see _handle_append_response.
             self._want_append(transferee, probe=True)
@@ -781,7 +784,7 @@ class Raft:
             return False
         self._send(
             self._msg(
-                MT.MsgApp,
+                MessageType.MsgApp,
                 to,
                 index=prev_index,
                 log_term=prev_term,
@@ -808,7 +811,7 @@ class Raft:
             raise RaftInvariantError("need a non-empty snapshot")
         pr.become_snapshot(snap.metadata.index)
         self._info("sends snapshot at index %d to %x", snap.metadata.index, to)
-        self._send(self._msg(MT.MsgSnap, to, snapshot=snap))
+        self._send(self._msg(MessageType.MsgSnap, to, snapshot=snap))
         return True
 
     def _bcast_heartbeat(self, ctx: bytes | None = None) -> None:
@@ -823,7 +826,7 @@ class Raft:
             if self.leaving_index:
                 # The echoed context tells us which commit index the follower has seen.
                 ctx = LEAVING_CONTEXT_PREFIX + str(commit).encode()
-            self._send(self._msg(MT.MsgHeartbeat, node_id, commit=commit, context=ctx))
+            self._send(self._msg(MessageType.MsgHeartbeat, node_id, commit=commit, context=ctx))
 
     # --- leader: reads --------------------------------------------------------------------
 
@@ -859,7 +862,9 @@ class Raft:
         if req.frm in (NONE, self.id):
             self.read_states.append(ReadState(index=index, request_ctx=req.entries[0].data))
         else:
-            self._send(self._msg(MT.MsgReadIndexResp, req.frm, index=index, entries=req.entries))
+            self._send(
+                self._msg(MessageType.MsgReadIndexResp, req.frm, index=index, entries=req.entries)
+            )
 
     def _release_pending_read_index_messages(self) -> None:
         if not self.pending_read_index_messages or not self._committed_entry_in_current_term():
@@ -893,7 +898,7 @@ class Raft:
             # others time out as usual.
             to = min(ready)
             self._info("new configuration knows it committed; stepping down, %x takes over", to)
-            self._send(self._msg(MT.MsgTimeoutNow, to))
+            self._send(self._msg(MessageType.MsgTimeoutNow, to))
             self.become_follower(self.term, NONE)
 
     # --- candidate ------------------------------------------------------------------------
@@ -901,17 +906,21 @@ class Raft:
     def _step_candidate(self, m: Message) -> None:
         # Only answers to our current kind of campaign count (a stale MsgVoteResp must not
         # count in a pre-election and vice versa).
-        my_resp = MT.MsgPreVoteResp if self.state == StateType.PRE_CANDIDATE else MT.MsgVoteResp
+        my_resp = (
+            MessageType.MsgPreVoteResp
+            if self.state == StateType.PRE_CANDIDATE
+            else MessageType.MsgVoteResp
+        )
         t = m.type
-        if t == MT.MsgProp:
+        if t == MessageType.MsgProp:
             raise ProposalDroppedError("no leader (campaigning)")
-        if t == MT.MsgApp:
+        if t == MessageType.MsgApp:
             self.become_follower(m.term, m.frm)  # §5.2: a leader of our term exists
             self._handle_append_entries(m)
-        elif t == MT.MsgHeartbeat:
+        elif t == MessageType.MsgHeartbeat:
             self.become_follower(m.term, m.frm)
             self._handle_heartbeat(m)
-        elif t == MT.MsgSnap:
+        elif t == MessageType.MsgSnap:
             self.become_follower(m.term, m.frm)
             self._handle_snapshot(m)
         elif t == my_resp:
@@ -926,7 +935,7 @@ class Raft:
                 # A MsgPreVoteResp with a higher term already made us a follower in step();
                 # here our term is unchanged.
                 self.become_follower(self.term, NONE)
-        elif t == MT.MsgReadIndex:
+        elif t == MessageType.MsgReadIndex:
             raise ProposalDroppedError("no leader (campaigning)")
         # MsgTimeoutNow and anything else: ignored.
 
@@ -934,44 +943,44 @@ class Raft:
 
     def _step_follower(self, m: Message) -> None:
         t = m.type
-        if t == MT.MsgProp:
+        if t == MessageType.MsgProp:
             if self.lead == NONE:
                 raise ProposalDroppedError("no leader")
             if self.disable_proposal_forwarding:
                 raise ProposalDroppedError("proposal forwarding is disabled")
             self._send(replace(m, to=self.lead))
-        elif t == MT.MsgApp:
+        elif t == MessageType.MsgApp:
             self.election_elapsed = 0
             self.lead = m.frm
             self._handle_append_entries(m)
-        elif t == MT.MsgHeartbeat:
+        elif t == MessageType.MsgHeartbeat:
             self.election_elapsed = 0
             self.lead = m.frm
             self._handle_heartbeat(m)
-        elif t == MT.MsgSnap:
+        elif t == MessageType.MsgSnap:
             self.election_elapsed = 0
             self.lead = m.frm
             self._handle_snapshot(m)
-        elif t == MT.MsgTransferLeader:
+        elif t == MessageType.MsgTransferLeader:
             if self.lead == NONE:
                 self._info("no leader; dropping leader transfer request")
                 return
             self._send(replace(m, to=self.lead))
-        elif t == MT.MsgTimeoutNow:
+        elif t == MessageType.MsgTimeoutNow:
             # A transfer: campaign now, without pre-vote (we know the leader is alive and
             # wants us to take over, so there is no partition to protect against).
             self._info("received MsgTimeoutNow from %x; campaigning", m.frm)
             self._hup(CampaignType.TRANSFER)
-        elif t == MT.MsgReadIndex:
+        elif t == MessageType.MsgReadIndex:
             if self.lead == NONE:
                 raise ProposalDroppedError("no leader")
             self._send(replace(m, to=self.lead))
-        elif t == MT.MsgReadIndexResp:
+        elif t == MessageType.MsgReadIndexResp:
             if len(m.entries) != 1:
                 self._info("invalid MsgReadIndexResp from %x", m.frm)
                 return
             self.read_states.append(ReadState(index=m.index, request_ctx=m.entries[0].data))
-        elif t == MT.MsgUnreachable:
+        elif t == MessageType.MsgUnreachable:
             if self.lead != NONE and m.frm == self.lead:
                 self._leader_unreachable()
 
@@ -1000,11 +1009,11 @@ class Raft:
     def _handle_append_entries(self, m: Message) -> None:
         if m.index < self.log.committed:
             # Everything up to our commit index matches the leader's log already.
-            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.committed))
+            self._send(self._msg(MessageType.MsgAppResp, m.frm, index=self.log.committed))
             return
         last_new = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last_new is not None:
-            self._send(self._msg(MT.MsgAppResp, m.frm, index=last_new))
+            self._send(self._msg(MessageType.MsgAppResp, m.frm, index=last_new))
             return
         # §5.3: reject; hint the leader at the last index that could match, and our term
         # there, so it can skip a whole term of mismatching entries per round trip.
@@ -1013,7 +1022,7 @@ class Raft:
         hint_term = self.log.term_or_zero(hint_index)
         self._send(
             self._msg(
-                MT.MsgAppResp,
+                MessageType.MsgAppResp,
                 m.frm,
                 index=m.index,
                 reject=True,
@@ -1024,13 +1033,13 @@ class Raft:
 
     def _handle_heartbeat(self, m: Message) -> None:
         self.log.commit_to(m.commit)
-        self._send(self._msg(MT.MsgHeartbeatResp, m.frm, context=m.context))
+        self._send(self._msg(MessageType.MsgHeartbeatResp, m.frm, context=m.context))
 
     def _handle_snapshot(self, m: Message) -> None:
         if m.snapshot is not None and self._restore(m.snapshot):
-            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.last_index()))
+            self._send(self._msg(MessageType.MsgAppResp, m.frm, index=self.log.last_index()))
         else:
-            self._send(self._msg(MT.MsgAppResp, m.frm, index=self.log.committed))
+            self._send(self._msg(MessageType.MsgAppResp, m.frm, index=self.log.committed))
 
     def _restore(self, snap: Snapshot) -> bool:
         """Install ``snap`` if it is ahead of our commit index; True if installed."""

@@ -55,11 +55,12 @@ MAX_TERM = (1 << 63) - 1
 MAX_INDEX = (1 << 63) - 1
 MAX_ENTRIES_PER_MESSAGE = MAX_ARRAY_ITEMS  # the codec refuses longer arrays before this
 
-MT = MessageType
 # Requests a follower forwards to its leader with the origin's ``from`` (raft.py).
-FORWARDED = frozenset({MT.MsgProp, MT.MsgReadIndex, MT.MsgTransferLeader})
-_ONE_ENTRY = frozenset({MT.MsgReadIndex, MT.MsgReadIndexResp})
-_WITH_ENTRIES = frozenset({MT.MsgApp, MT.MsgProp}) | _ONE_ENTRY
+FORWARDED = frozenset(
+    {MessageType.MsgProp, MessageType.MsgReadIndex, MessageType.MsgTransferLeader}
+)
+_ONE_ENTRY = frozenset({MessageType.MsgReadIndex, MessageType.MsgReadIndexResp})
+_WITH_ENTRIES = frozenset({MessageType.MsgApp, MessageType.MsgProp}) | _ONE_ENTRY
 
 
 class PeerValidationError(PeerMessageError):
@@ -102,17 +103,17 @@ def check_message(
             _fail(m, f"{len(entries)} entries, more than {MAX_ENTRIES_PER_MESSAGE}")
     if t in _ONE_ENTRY and len(entries) != 1:
         _fail(m, "must carry exactly one entry (the request context)")
-    if t == MT.MsgProp:
+    if t == MessageType.MsgProp:
         if not entries:
             _fail(m, "a proposal without entries")
         if any(e.term or e.index for e in entries):
             _fail(m, "a proposed entry carries a term or index (the leader assigns them)")
-    elif t == MT.MsgApp:
+    elif t == MessageType.MsgApp:
         _check_append(m)
-    elif t in (MT.MsgVote, MT.MsgPreVote) and m.log_term > m.term:
+    elif t in (MessageType.MsgVote, MessageType.MsgPreVote) and m.log_term > m.term:
         _fail(m, "last log term above the campaign term")
 
-    if (m.snapshot is not None) != (t == MT.MsgSnap):
+    if (m.snapshot is not None) != (t == MessageType.MsgSnap):
         _fail(m, "only MsgSnap carries a snapshot, and it must")
     if m.snapshot is not None:
         md = m.snapshot.metadata

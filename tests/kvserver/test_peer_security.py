@@ -33,7 +33,6 @@ from kvserver.rafthttp.codec import encode_batch
 from raft import Entry, Message, MessageType
 from tests.kvserver.inprocess import configs
 
-MT = MessageType
 # Written out, not imported: these tests also run against the transport before the fix.
 CLUSTER_HEADER, FROM_HEADER, TO_HEADER = "X-Raftkv-Cluster-Id", "X-Raftkv-From", "X-Raftkv-To"
 STRANGER = 0x5EC0_DEAD_BEEF  # not a member id
@@ -141,7 +140,10 @@ def test_a_proposal_from_a_stranger_is_refused_and_never_applied(tmp_path, caplo
         try:
             term = leader.node.term
             prop = Message(
-                type=MT.MsgProp, to=0, frm=STRANGER, entries=(Entry(0, 0, data=forged_payload()),)
+                type=MessageType.MsgProp,
+                to=0,
+                frm=STRANGER,
+                entries=(Entry(0, 0, data=forged_payload()),),
             )
             outcomes = []
             with caplog.at_level(logging.WARNING, logger="kvserver.rafthttp.transport"):
@@ -184,7 +186,10 @@ def test_heartbeats_of_a_higher_term_from_a_stranger_depose_no_leader(tmp_path):
             for forged_term in (term + 1000, (1 << 64) - 1):
                 for m in members:
                     hb = Message(
-                        type=MT.MsgHeartbeat, to=m.member_id, frm=STRANGER, term=forged_term
+                        type=MessageType.MsgHeartbeat,
+                        to=m.member_id,
+                        frm=STRANGER,
+                        term=forged_term,
                     )
                     outcomes.append(await attack(m, STRANGER, [hb]))
             await assert_unharmed(members, leader, term)
@@ -206,7 +211,7 @@ def test_a_forged_append_from_a_stranger_makes_no_follower_diverge(tmp_path):
             log = f.node.raw.raft.log
             last = log.last_index()
             app = Message(
-                type=MT.MsgApp,
+                type=MessageType.MsgApp,
                 to=f.member_id,
                 frm=STRANGER,
                 term=term + 1,
@@ -238,13 +243,16 @@ def test_impossible_values_under_a_members_id_are_dropped_and_the_stream_closed(
             f = next(m for m in members if m is not leader)
             other = next(m for m in members if m is not leader and m is not f)
             hb = Message(
-                type=MT.MsgHeartbeat, to=leader.member_id, frm=f.member_id, term=(1 << 64) - 1
+                type=MessageType.MsgHeartbeat,
+                to=leader.member_id,
+                frm=f.member_id,
+                term=(1 << 64) - 1,
             )
             outcomes = [await attack(leader, f.member_id, [hb])]
             log = f.node.raw.raft.log
             last = log.last_index()
             app = Message(
-                type=MT.MsgApp,
+                type=MessageType.MsgApp,
                 to=f.member_id,
                 frm=leader.member_id,
                 term=term,
@@ -254,7 +262,9 @@ def test_impossible_values_under_a_members_id_are_dropped_and_the_stream_closed(
                 entries=(Entry(term + 1, last + 1, data=forged_payload()),),
             )
             outcomes.append(await attack(f, leader.member_id, [app]))
-            spoofed = Message(type=MT.MsgHeartbeat, to=f.member_id, frm=STRANGER, term=term + 1000)
+            spoofed = Message(
+                type=MessageType.MsgHeartbeat, to=f.member_id, frm=STRANGER, term=term + 1000
+            )
             outcomes.append(await attack(f, other.member_id, [spoofed]))
             await assert_unharmed(members, leader, term)
             assert outcomes == ["closed"] * 3, outcomes
@@ -273,7 +283,7 @@ def test_a_message_that_cannot_be_encoded_is_dropped_and_the_sender_keeps_runnin
             f = next(m for m in members if m is not leader)
             sender = leader.transport._peers[f.member_id]
             bad = Message(
-                type=MT.MsgHeartbeat, to=f.member_id, frm=leader.member_id, term=1 << 64
+                type=MessageType.MsgHeartbeat, to=f.member_id, frm=leader.member_id, term=1 << 64
             )  # msgpack raises OverflowError
             with caplog.at_level(logging.ERROR, logger="kvserver.rafthttp.transport"):
                 leader.transport.send([bad])

@@ -21,7 +21,6 @@ from raft import Entry, Message, MessageType
 from tests.cluster.harness import b64, call, put, status, wait_for, wait_healthy
 from tests.kvserver.test_peer_security import STRANGER, attack_url, forged_payload
 
-MT = MessageType
 pytestmark = pytest.mark.slow
 
 
@@ -67,7 +66,7 @@ def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
                     mid,
                     [
                         Message(
-                            type=MT.MsgProp,
+                            type=MessageType.MsgProp,
                             to=mid,
                             frm=STRANGER,
                             entries=(Entry(0, 0, data=forged_payload()),),
@@ -81,7 +80,14 @@ def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
                         node,
                         STRANGER,
                         mid,
-                        [Message(type=MT.MsgHeartbeat, to=mid, frm=STRANGER, term=forged_term)],
+                        [
+                            Message(
+                                type=MessageType.MsgHeartbeat,
+                                to=mid,
+                                frm=STRANGER,
+                                term=forged_term,
+                            )
+                        ],
                     )
                 )
         outcomes.append(
@@ -91,7 +97,7 @@ def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
                 follower_id,
                 [
                     Message(
-                        type=MT.MsgApp,
+                        type=MessageType.MsgApp,
                         to=follower_id,
                         frm=STRANGER,
                         term=term + 1,
@@ -107,7 +113,11 @@ def test_forged_frames_from_outside_change_nothing_on_real_processes(tmp_path):
             leader,
             follower_id,
             leader_id,
-            [Message(type=MT.MsgHeartbeat, to=leader_id, frm=follower_id, term=(1 << 64) - 1)],
+            [
+                Message(
+                    type=MessageType.MsgHeartbeat, to=leader_id, frm=follower_id, term=(1 << 64) - 1
+                )
+            ],
         )
 
         # the harm first (so the old code fails on what went wrong), then the refusals

@@ -20,7 +20,6 @@ from raft import ConfState, Entry, Message, MessageType, Snapshot, SnapshotMetad
 from tests.sim import cluster as sim_cluster
 from tests.sim.runner import run_seed
 
-MT = MessageType
 LOCAL, PEER, OTHER = 1, 2, 3
 
 
@@ -51,22 +50,22 @@ def test_every_message_of_simulated_clusters_passes(monkeypatch):
     assert not refused, refused[:5]
     # the run must have exercised the interesting types, or passing means little
     for t in (
-        MT.MsgApp,
-        MT.MsgAppResp,
-        MT.MsgHeartbeat,
-        MT.MsgPreVote,
-        MT.MsgVote,
-        MT.MsgSnap,
-        MT.MsgProp,
-        MT.MsgReadIndex,
-        MT.MsgReadIndexResp,
+        MessageType.MsgApp,
+        MessageType.MsgAppResp,
+        MessageType.MsgHeartbeat,
+        MessageType.MsgPreVote,
+        MessageType.MsgVote,
+        MessageType.MsgSnap,
+        MessageType.MsgProp,
+        MessageType.MsgReadIndex,
+        MessageType.MsgReadIndexResp,
     ):
         assert seen.get(t, 0) > 0, (t, seen)
 
 
 def app(**kw) -> Message:
     base = dict(
-        type=MT.MsgApp,
+        type=MessageType.MsgApp,
         to=LOCAL,
         frm=PEER,
         term=5,
@@ -80,33 +79,39 @@ def app(**kw) -> Message:
 
 def test_a_legitimate_append_and_heartbeat_pass():
     check(app())
-    check(Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=5, commit=9))
-    check(Message(type=MT.MsgProp, to=LOCAL, frm=OTHER, entries=(Entry(0, 0, data=b"p"),)))
+    check(Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=5, commit=9))
+    check(Message(type=MessageType.MsgProp, to=LOCAL, frm=OTHER, entries=(Entry(0, 0, data=b"p"),)))
 
 
 SNAP = Snapshot(b"", SnapshotMetadata(ConfState(voters=(1, 2, 3)), index=20, term=4))
 
 BAD = [
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=(1 << 64) - 1), "above"),
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=MAX_TERM + 1), "above"),
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, commit=(1 << 64) - 1), "above"),
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=OTHER, term=3), "sender"),
-    (Message(type=MT.MsgHeartbeat, to=OTHER, frm=PEER, term=3), "addressed"),
-    (Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=0), "term 0"),
-    (Message(type=MT.MsgHup, to=LOCAL, frm=PEER, term=3), "local-only"),
-    (Message(type=MT.MsgCheckQuorum, to=LOCAL, frm=PEER, term=3), "local-only"),
+    (Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=(1 << 64) - 1), "above"),
+    (Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=MAX_TERM + 1), "above"),
     (
-        Message(type=MT.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, entries=(Entry(3, 1),)),
+        Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, commit=(1 << 64) - 1),
+        "above",
+    ),
+    (Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=OTHER, term=3), "sender"),
+    (Message(type=MessageType.MsgHeartbeat, to=OTHER, frm=PEER, term=3), "addressed"),
+    (Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=0), "term 0"),
+    (Message(type=MessageType.MsgHup, to=LOCAL, frm=PEER, term=3), "local-only"),
+    (Message(type=MessageType.MsgCheckQuorum, to=LOCAL, frm=PEER, term=3), "local-only"),
+    (
+        Message(type=MessageType.MsgHeartbeat, to=LOCAL, frm=PEER, term=3, entries=(Entry(3, 1),)),
         "no entries",
     ),
     (
-        Message(type=MT.MsgProp, to=LOCAL, frm=9, entries=(Entry(0, 0, data=b"p"),)),
+        Message(type=MessageType.MsgProp, to=LOCAL, frm=9, entries=(Entry(0, 0, data=b"p"),)),
         "not in the cluster",
     ),
-    (Message(type=MT.MsgProp, to=LOCAL, frm=PEER, term=7, entries=(Entry(0, 0),)), "no term"),
-    (Message(type=MT.MsgProp, to=LOCAL, frm=PEER), "without entries"),
-    (Message(type=MT.MsgProp, to=LOCAL, frm=PEER, entries=(Entry(3, 8),)), "assigns"),
-    (Message(type=MT.MsgReadIndex, to=LOCAL, frm=PEER, entries=()), "exactly one"),
+    (
+        Message(type=MessageType.MsgProp, to=LOCAL, frm=PEER, term=7, entries=(Entry(0, 0),)),
+        "no term",
+    ),
+    (Message(type=MessageType.MsgProp, to=LOCAL, frm=PEER), "without entries"),
+    (Message(type=MessageType.MsgProp, to=LOCAL, frm=PEER, entries=(Entry(3, 8),)), "assigns"),
+    (Message(type=MessageType.MsgReadIndex, to=LOCAL, frm=PEER, entries=()), "exactly one"),
     (app(entries=(Entry(5, 12),)), "consecutive"),
     (app(entries=(Entry(5, 11), Entry(5, 13))), "consecutive"),
     (app(entries=(Entry(6, 11),)), "want 4..5"),
@@ -115,13 +120,16 @@ BAD = [
     (app(log_term=6), "previous entry"),
     (app(index=MAX_TERM, entries=(Entry(5, MAX_TERM + 1),)), "above"),
     (app(entries=tuple(Entry(5, 11 + i) for i in range(MAX_ENTRIES_PER_MESSAGE + 1))), "more than"),
-    (Message(type=MT.MsgVote, to=LOCAL, frm=PEER, term=3, log_term=4, index=9), "campaign"),
-    (Message(type=MT.MsgSnap, to=LOCAL, frm=PEER, term=5), "snapshot"),
-    (Message(type=MT.MsgApp, to=LOCAL, frm=PEER, term=5, snapshot=SNAP), "snapshot"),
-    (Message(type=MT.MsgSnap, to=LOCAL, frm=PEER, term=3, snapshot=SNAP), "snapshot term"),
+    (
+        Message(type=MessageType.MsgVote, to=LOCAL, frm=PEER, term=3, log_term=4, index=9),
+        "campaign",
+    ),
+    (Message(type=MessageType.MsgSnap, to=LOCAL, frm=PEER, term=5), "snapshot"),
+    (Message(type=MessageType.MsgApp, to=LOCAL, frm=PEER, term=5, snapshot=SNAP), "snapshot"),
+    (Message(type=MessageType.MsgSnap, to=LOCAL, frm=PEER, term=3, snapshot=SNAP), "snapshot term"),
     (
         Message(
-            type=MT.MsgSnap,
+            type=MessageType.MsgSnap,
             to=LOCAL,
             frm=PEER,
             term=5,

@@ -4,8 +4,6 @@ stickiness (§4.2.3), with etcd's handling of higher/lower-term messages."""
 from raft import HardState, Message, MessageType, StateType
 from tests.raft.harness import Cluster, drain, of_type
 
-MT = MessageType
-
 
 def test_9_6_prevote_keeps_a_partitioned_node_from_inflating_its_term():
     """thesis §9.6: a node that cannot win a pre-election does not increment its term, so
@@ -51,7 +49,7 @@ def test_9_6_prevote_win_is_followed_by_a_real_election_at_term_plus_one():
     c.node(1).campaign()
     msgs = drain(c, 1)
     assert c.raft(1).state == StateType.PRE_CANDIDATE and c.raft(1).term == 0
-    assert {(m.type, m.term) for m in msgs} == {(MT.MsgPreVote, 1)}
+    assert {(m.type, m.term) for m in msgs} == {(MessageType.MsgPreVote, 1)}
     c.queue.extend(msgs)
     c.deliver()
     # Voters answered with the pre-vote term but kept their own term and vote.
@@ -66,9 +64,9 @@ def test_9_6_prevote_is_refused_to_a_candidate_with_a_stale_log():
     c.elect(1)
     c.propose(1, b"x")
     c.stabilize()
-    c.node(3).step(Message(MT.MsgPreVote, to=3, frm=2, term=5, index=1, log_term=1))
+    c.node(3).step(Message(MessageType.MsgPreVote, to=3, frm=2, term=5, index=1, log_term=1))
     (resp,) = drain(c, 3)
-    assert (resp.type, resp.reject) == (MT.MsgPreVoteResp, True)
+    assert (resp.type, resp.reject) == (MessageType.MsgPreVoteResp, True)
     assert c.raft(3).term == 1  # a pre-vote never changes the term
 
 
@@ -78,7 +76,7 @@ def test_9_6_prevote_rejection_with_a_higher_term_ends_the_pre_campaign():
     c = Cluster([1, 2, 3], pre_vote=True)
     c.node(1).campaign()
     drain(c, 1)
-    c.node(1).step(Message(MT.MsgPreVoteResp, to=1, frm=2, term=7, reject=True))
+    c.node(1).step(Message(MessageType.MsgPreVoteResp, to=1, frm=2, term=7, reject=True))
     assert (c.raft(1).state, c.raft(1).term) == (StateType.FOLLOWER, 7)
 
 
@@ -86,9 +84,9 @@ def test_9_6_lower_term_prevote_is_answered_with_our_term():
     """etcd: a pre-vote request for a term below ours is rejected with our term so the
     pre-candidate catches up instead of retrying forever."""
     c = Cluster([1, 2, 3], pre_vote=True, hard_states={1: HardState(term=5)})
-    c.node(1).step(Message(MT.MsgPreVote, to=1, frm=2, term=3))
+    c.node(1).step(Message(MessageType.MsgPreVote, to=1, frm=2, term=3))
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.term, resp.reject) == (MT.MsgPreVoteResp, 5, True)
+    assert (resp.type, resp.term, resp.reject) == (MessageType.MsgPreVoteResp, 5, True)
 
 
 def test_6_2_check_quorum_leader_steps_down_without_an_active_quorum():
@@ -123,13 +121,17 @@ def test_4_2_3_leader_stickiness_ignores_votes_while_a_leader_is_live():
     c = Cluster([1, 2, 3], check_quorum=True)
     c.elect(1)
     term = c.raft(2).term
-    c.node(2).step(Message(MT.MsgVote, to=2, frm=3, term=term + 1, index=100, log_term=100))
+    c.node(2).step(
+        Message(MessageType.MsgVote, to=2, frm=3, term=term + 1, index=100, log_term=100)
+    )
     assert drain(c, 2) == []
     assert (c.raft(2).term, c.raft(2).lead) == (term, 1)
     # After an election timeout of silence the lease is over and the vote is considered.
     c.tick(2, c.raft(2).election_timeout)
-    c.node(2).step(Message(MT.MsgVote, to=2, frm=3, term=term + 1, index=100, log_term=100))
-    (resp,) = of_type(drain(c, 2), MT.MsgVoteResp)
+    c.node(2).step(
+        Message(MessageType.MsgVote, to=2, frm=3, term=term + 1, index=100, log_term=100)
+    )
+    (resp,) = of_type(drain(c, 2), MessageType.MsgVoteResp)
     assert not resp.reject and c.raft(2).term == term + 1
 
 
@@ -162,20 +164,20 @@ def test_5_2_candidate_rejects_other_candidates_in_the_same_term():
     c = Cluster([1, 2, 3])
     c.node(1).campaign()
     drain(c, 1)
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=2, term=1))
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=2, term=1))
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.reject) == (MT.MsgVoteResp, True)
+    assert (resp.type, resp.reject) == (MessageType.MsgVoteResp, True)
 
 
 def test_5_2_follower_that_knows_a_leader_does_not_vote_for_another_candidate_in_that_term():
     """etcd: a follower that has a leader in this term (but no recorded vote, e.g. it learnt
     the leader via AppendEntries) refuses votes in that term."""
     c = Cluster([1, 2, 3])
-    c.node(2).step(Message(MT.MsgApp, to=2, frm=1, term=2))
+    c.node(2).step(Message(MessageType.MsgApp, to=2, frm=1, term=2))
     drain(c, 2)
-    c.node(2).step(Message(MT.MsgVote, to=2, frm=3, term=2))
+    c.node(2).step(Message(MessageType.MsgVote, to=2, frm=3, term=2))
     (resp,) = drain(c, 2)
-    assert (resp.type, resp.reject) == (MT.MsgVoteResp, True)
+    assert (resp.type, resp.reject) == (MessageType.MsgVoteResp, True)
 
 
 def test_5_2_a_learner_or_removed_node_never_campaigns():

@@ -15,7 +15,6 @@ from raft import (
 )
 from tests.raft.harness import Cluster, drain
 
-MT = MessageType
 ADD = ConfChangeType.ADD_NODE
 ADD_LEARNER = ConfChangeType.ADD_LEARNER_NODE
 REMOVE = ConfChangeType.REMOVE_NODE
@@ -50,11 +49,11 @@ def test_4_2_1_learner_votes_are_not_counted_and_it_never_campaigns():
     c = Cluster([1, 2], learners=[3])
     c.node(1).campaign()
     drain(c, 1)
-    c.node(1).step(Message(MT.MsgVoteResp, to=1, frm=3, term=1))
+    c.node(1).step(Message(MessageType.MsgVoteResp, to=1, frm=3, term=1))
     assert c.raft(1).state == StateType.CANDIDATE
     c.tick(3, 100)
     assert c.raft(3).state == StateType.FOLLOWER
-    c.node(3).step(Message(MT.MsgTimeoutNow, to=3, frm=1, term=1))
+    c.node(3).step(Message(MessageType.MsgTimeoutNow, to=3, frm=1, term=1))
     assert c.raft(3).state == StateType.FOLLOWER
 
 
@@ -177,7 +176,7 @@ def test_4_1_node_with_unapplied_committed_conf_change_does_not_campaign():
         c.deliver()
     r2 = c.raft(2)
     assert r2.log.committed > r2.log.applied
-    r2.step(Message(MT.MsgHup, to=2, frm=2))
+    r2.step(Message(MessageType.MsgHup, to=2, frm=2))
     assert r2.state == StateType.FOLLOWER
 
 

@@ -20,11 +20,9 @@ from raft import Message, MessageType, ProgressState
 from raft.types import ENTRY_OVERHEAD_BYTES
 from tests.raft.harness import Cluster, drain
 
-MT = MessageType
-
 
 def _apps_to(msgs, node_id: int) -> list[Message]:
-    return [m for m in msgs if m.to == node_id and m.type == MT.MsgApp]
+    return [m for m in msgs if m.to == node_id and m.type == MessageType.MsgApp]
 
 
 def _one_message_per_ready(c: Cluster, leader: int, n: int) -> None:
@@ -43,7 +41,7 @@ def test_burst_of_acks_yields_one_commit_message_per_follower_per_ready():
     c.deliver(lambda m: m.to in (2, 3))
     for f in (2, 3):
         c.process_ready(f)
-    acks = [m for m in c.queue if m.to == 1 and m.type == MT.MsgAppResp]
+    acks = [m for m in c.queue if m.to == 1 and m.type == MessageType.MsgAppResp]
     assert len(acks) == 2 * n
     # The leader steps the whole burst before its next Ready: node 2's acks alone advance
     # the commit index n times.
@@ -135,7 +133,11 @@ def test_heartbeat_response_sends_no_empty_message_for_entries_sent_after_the_he
     c.propose(1, b"y")  # and y's MsgApps follow the heartbeat
     c.process_ready(1)
     # The followers answer what arrived before y: x's MsgApp and the heartbeat.
-    c.deliver(lambda m: m.type == MT.MsgHeartbeat or (m.type == MT.MsgApp and m.index == 1))
+    c.deliver(
+        lambda m: (
+            m.type == MessageType.MsgHeartbeat or (m.type == MessageType.MsgApp and m.index == 1)
+        )
+    )
     for f in (2, 3):
         c.process_ready(f)
     c.deliver(lambda m: m.to == 1)
@@ -157,7 +159,7 @@ def test_lost_message_is_recovered_by_the_next_heartbeat_round():
     c.elect(1)
     # The transport loses every MsgApp to node 2 for a while (also the commit-only one
     # that would otherwise have served as a probe).
-    c.msg_filter = lambda m: m.to == 2 and m.type == MT.MsgApp
+    c.msg_filter = lambda m: m.to == 2 and m.type == MessageType.MsgApp
     c.propose(1, b"lost")
     c.stabilize()
     c.heal()

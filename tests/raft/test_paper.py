@@ -19,8 +19,6 @@ from raft import (
 )
 from tests.raft.harness import Cluster, assert_log_matching, drain, log_of_terms, of_type
 
-MT = MessageType
-
 
 def make_candidate(c: Cluster, node_id: int = 1) -> None:
     c.node(node_id).campaign()
@@ -32,7 +30,7 @@ def make_leader_by_votes(c: Cluster, node_id: int = 1) -> None:
     make_candidate(c, node_id)
     r = c.raft(node_id)
     for v in sorted(r.tracker.voters - {node_id}):
-        c.node(node_id).step(Message(MT.MsgVoteResp, to=node_id, frm=v, term=r.term))
+        c.node(node_id).step(Message(MessageType.MsgVoteResp, to=node_id, frm=v, term=r.term))
     assert r.state == StateType.LEADER
 
 
@@ -50,7 +48,7 @@ def test_5_1_higher_term_makes_any_node_a_follower_of_that_term(role):
         make_leader_by_votes(c)
         drain(c, 1)
     term = c.raft(1).term
-    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=term + 1))
+    c.node(1).step(Message(MessageType.MsgApp, to=1, frm=2, term=term + 1))
     r = c.raft(1)
     assert (r.term, r.state, r.lead, r.vote) == (term + 1, StateType.FOLLOWER, 2, 0)
 
@@ -64,7 +62,7 @@ def test_5_1_higher_term_vote_request_also_updates_term_without_naming_a_leader(
     elif role == "leader":
         make_leader_by_votes(c)
     term = c.raft(1).term
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=3, term=term + 5, index=99, log_term=99))
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=3, term=term + 5, index=99, log_term=99))
     r = c.raft(1)
     assert (r.term, r.state, r.lead, r.vote) == (term + 5, StateType.FOLLOWER, 0, 3)
 
@@ -73,8 +71,10 @@ def test_5_1_stale_term_requests_are_ignored():
     """§5.1: "If a server receives a request with a stale term number, it rejects the
     request" — nothing is appended and no vote is granted."""
     c = Cluster([1, 2, 3], hard_states={1: HardState(term=2)})
-    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=1, entries=(Entry(1, 1, data=b"x"),)))
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=3, term=1))
+    c.node(1).step(
+        Message(MessageType.MsgApp, to=1, frm=2, term=1, entries=(Entry(1, 1, data=b"x"),))
+    )
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=3, term=1))
     assert c.raft(1).log.last_index() == 0
     assert c.raft(1).vote == 0
     assert drain(c, 1) == []  # etcd silently ignores (without check_quorum/pre_vote)
@@ -84,9 +84,9 @@ def test_5_1_stale_leader_is_told_the_newer_term_when_check_quorum_is_on():
     """§5.1 + thesis §6.2: with CheckQuorum a higher-term node answers a stale leader so it
     steps down (otherwise nothing would ever raise the stale leader's term)."""
     c = Cluster([1, 2, 3], hard_states={1: HardState(term=2)}, check_quorum=True)
-    c.node(1).step(Message(MT.MsgHeartbeat, to=1, frm=2, term=1))
+    c.node(1).step(Message(MessageType.MsgHeartbeat, to=1, frm=2, term=1))
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.to, resp.term) == (MT.MsgAppResp, 2, 2)
+    assert (resp.type, resp.to, resp.term) == (MessageType.MsgAppResp, 2, 2)
 
 
 def test_5_1_servers_start_as_followers():
@@ -102,9 +102,9 @@ def test_5_2_leader_sends_heartbeats_every_heartbeat_interval():
     c = Cluster([1, 2, 3], heartbeat_tick=2)
     c.elect(1)
     c.tick(1)
-    assert of_type(drain(c, 1), MT.MsgHeartbeat) == []
+    assert of_type(drain(c, 1), MessageType.MsgHeartbeat) == []
     c.tick(1)
-    hbs = of_type(drain(c, 1), MT.MsgHeartbeat)
+    hbs = of_type(drain(c, 1), MessageType.MsgHeartbeat)
     committed = c.raft(1).log.committed
     assert sorted((m.to, m.commit, m.entries) for m in hbs) == [
         (2, committed, ()),
@@ -127,7 +127,7 @@ def test_5_2_election_timeout_starts_a_new_election(role):
     c.tick(1, 2 * c.raft(1).election_timeout)
     r = c.raft(1)
     assert (r.term, r.state, r.vote) == (term + 1, StateType.CANDIDATE, 1)
-    votes = of_type(drain(c, 1), MT.MsgVote)
+    votes = of_type(drain(c, 1), MessageType.MsgVote)
     assert sorted((m.to, m.term, m.index, m.log_term) for m in votes) == [
         (2, term + 1, 2, 1),
         (3, term + 1, 2, 1),
@@ -156,7 +156,7 @@ def test_5_2_candidate_wins_with_a_majority_and_loses_with_a_majority_of_denials
     c = Cluster(range(1, size + 1))
     make_candidate(c)
     for v, granted in votes.items():
-        c.node(1).step(Message(MT.MsgVoteResp, to=1, frm=v, term=1, reject=not granted))
+        c.node(1).step(Message(MessageType.MsgVoteResp, to=1, frm=v, term=1, reject=not granted))
     assert c.raft(1).state == want
     assert c.raft(1).term == 1
 
@@ -170,9 +170,14 @@ def test_5_2_a_server_votes_at_most_once_per_term(voted_for, candidate, reject):
     first-come-first-served basis" (a repeated request from the same candidate is granted
     again, so a lost response can be retried)."""
     c = Cluster([1, 2, 3], hard_states={1: HardState(term=1, vote=voted_for)})
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=candidate, term=1))
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=candidate, term=1))
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.to, resp.term, resp.reject) == (MT.MsgVoteResp, candidate, 1, reject)
+    assert (resp.type, resp.to, resp.term, resp.reject) == (
+        MessageType.MsgVoteResp,
+        candidate,
+        1,
+        reject,
+    )
 
 
 def test_5_2_vote_is_persisted_before_the_vote_response_is_sent():
@@ -180,11 +185,11 @@ def test_5_2_vote_is_persisted_before_the_vote_response_is_sent():
     RPCs"): the Ready that carries a granted MsgVoteResp carries the vote in its HardState and
     demands a sync."""
     c = Cluster([1, 2, 3])
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=2, term=4))
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=2, term=4))
     rd = c.node(1).ready()
     assert rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) == (4, 2)
     assert rd.must_sync
-    assert [(m.type, m.reject) for m in rd.messages] == [(MT.MsgVoteResp, False)]
+    assert [(m.type, m.reject) for m in rd.messages] == [(MessageType.MsgVoteResp, False)]
 
 
 @pytest.mark.parametrize("role", ["candidate", "pre_candidate"])
@@ -196,7 +201,7 @@ def test_5_2_candidate_steps_down_on_append_from_a_legitimate_leader(role, term_
     make_candidate(c)
     assert c.raft(1).state in (StateType.CANDIDATE, StateType.PRE_CANDIDATE)
     term = c.raft(1).term + term_delta
-    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=max(term, 1)))
+    c.node(1).step(Message(MessageType.MsgApp, to=1, frm=2, term=max(term, 1)))
     r = c.raft(1)
     assert (r.state, r.lead, r.term) == (StateType.FOLLOWER, 2, max(term, 1))
 
@@ -253,7 +258,7 @@ def test_5_3_leader_appends_the_command_and_sends_append_entries_in_parallel():
     c.propose(1, b"some data")
     rd = c.node(1).ready()
     assert rd.entries == (Entry(1, li + 1, data=b"some data"),)
-    apps = of_type(rd.messages, MT.MsgApp)
+    apps = of_type(rd.messages, MessageType.MsgApp)
     assert sorted((m.to, m.index, m.log_term, m.commit, m.entries) for m in apps) == [
         (to, li, 1, li, (Entry(1, li + 1, data=b"some data"),)) for to in (2, 3)
     ]
@@ -340,7 +345,9 @@ def test_5_3_follower_applies_entries_the_leader_reports_committed(entries, comm
     """§5.3: "Once a follower learns that a log entry is committed, it applies the entry to
     its local state machine (in log order)"."""
     c = Cluster([1, 2, 3])
-    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=1, entries=tuple(entries), commit=commit))
+    c.node(1).step(
+        Message(MessageType.MsgApp, to=1, frm=2, term=1, entries=tuple(entries), commit=commit)
+    )
     drain(c, 1)
     want = min(commit, len(entries))
     assert c.raft(1).log.committed == want
@@ -367,9 +374,9 @@ def test_5_3_follower_rejects_append_when_the_preceding_entry_does_not_match(
         logs={1: [Entry(1, 1), Entry(2, 2)]},
         hard_states={1: HardState(term=2, commit=1)},
     )
-    c.node(1).step(Message(MT.MsgApp, to=1, frm=2, term=2, log_term=log_term, index=index))
+    c.node(1).step(Message(MessageType.MsgApp, to=1, frm=2, term=2, log_term=log_term, index=index))
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.to, resp.term) == (MT.MsgAppResp, 2, 2)
+    assert (resp.type, resp.to, resp.term) == (MessageType.MsgAppResp, 2, 2)
     assert (resp.index, resp.reject, resp.reject_hint, resp.log_term) == (
         want_index,
         reject,
@@ -389,10 +396,12 @@ def test_5_3_follower_acknowledges_only_the_entries_the_message_proved_to_match(
         hard_states={1: HardState(term=3)},
     )
     c.node(1).step(
-        Message(MT.MsgApp, to=1, frm=2, term=4, log_term=1, index=1, entries=(Entry(2, 2),))
+        Message(
+            MessageType.MsgApp, to=1, frm=2, term=4, log_term=1, index=1, entries=(Entry(2, 2),)
+        )
     )
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.reject, resp.index) == (MT.MsgAppResp, False, 2)
+    assert (resp.type, resp.reject, resp.index) == (MessageType.MsgAppResp, False, 2)
     assert c.log_terms(1) == [(1, 1), (2, 2), (3, 3)]  # nothing conflicted, nothing dropped
 
 
@@ -413,7 +422,15 @@ def test_5_3_follower_deletes_conflicting_entries_and_appends_new_ones(
     kept (a delayed AppendEntries must not truncate the log)."""
     c = Cluster([1, 2, 3], logs={1: [Entry(1, 1), Entry(2, 2)]}, hard_states={1: HardState(term=2)})
     c.node(1).step(
-        Message(MT.MsgApp, to=1, frm=2, term=2, log_term=log_term, index=index, entries=tuple(new))
+        Message(
+            MessageType.MsgApp,
+            to=1,
+            frm=2,
+            term=2,
+            log_term=log_term,
+            index=index,
+            entries=tuple(new),
+        )
     )
     drain(c, 1)
     assert c.log_terms(1) == want_log
@@ -446,7 +463,7 @@ def test_5_3_leader_brings_every_figure_7_follower_log_in_line_with_its_own(case
     c.isolate(3)
     make_candidate(c, 1)
     # Follower (d)'s log is more up-to-date than the leader's: the vote comes from node 3.
-    c.node(1).step(Message(MT.MsgVoteResp, to=1, frm=3, term=9))
+    c.node(1).step(Message(MessageType.MsgVoteResp, to=1, frm=3, term=9))
     assert c.raft(1).state == StateType.LEADER
     c.propose(1, b"after")
     c.stabilize()
@@ -465,7 +482,7 @@ def test_5_3_log_matching_after_repair():
     c = Cluster(ids, logs=logs, hard_states={i: HardState(term=8) for i in ids})
     make_candidate(c, 1)
     for v in (2, 3, 4, 6):  # a, b, c, e vote for the leader (their logs are not newer)
-        c.node(1).step(Message(MT.MsgVoteResp, to=1, frm=v, term=9))
+        c.node(1).step(Message(MessageType.MsgVoteResp, to=1, frm=v, term=9))
     assert c.raft(1).state == StateType.LEADER
     c.stabilize()
     assert_log_matching(c)
@@ -479,7 +496,7 @@ def test_5_4_1_candidate_sends_its_last_log_index_and_term():
     """§5.4.1: "The RequestVote RPC ... includes information about the candidate's log"."""
     c = Cluster([1, 2, 3], logs={1: log_of_terms([1, 1, 2])}, hard_states={1: HardState(term=2)})
     c.node(1).campaign()
-    votes = of_type(drain(c, 1), MT.MsgVote)
+    votes = of_type(drain(c, 1), MessageType.MsgVote)
     assert {(m.to, m.index, m.log_term, m.term) for m in votes} == {(2, 3, 2, 3), (3, 3, 2, 3)}
 
 
@@ -502,9 +519,11 @@ def test_5_4_1_votes_only_for_candidates_with_an_up_to_date_log(ours, log_term, 
     up-to-date than that of the candidate" (compare last terms, then lengths)."""
     ents = [Entry(t, i + 1) for i, t in enumerate(ours)]
     c = Cluster([1, 2], logs={1: ents})
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=2, term=3, log_term=log_term, index=index))
+    c.node(1).step(
+        Message(MessageType.MsgVote, to=1, frm=2, term=3, log_term=log_term, index=index)
+    )
     (resp,) = drain(c, 1)
-    assert (resp.type, resp.reject) == (MT.MsgVoteResp, reject)
+    assert (resp.type, resp.reject) == (MessageType.MsgVoteResp, reject)
 
 
 @pytest.mark.parametrize("acked_index, want_commit", [(1, 0), (2, 0), (3, 3)])
@@ -514,7 +533,7 @@ def test_5_4_2_leader_commits_by_counting_only_entries_of_its_own_term(acked_ind
     c = Cluster([1, 2], logs={1: [Entry(1, 1), Entry(2, 2)]}, hard_states={1: HardState(term=2)})
     make_leader_by_votes(c, 1)  # term 3; appends its empty entry at index 3
     drain(c, 1)  # persisted: the leader has acknowledged its own entries
-    c.node(1).step(Message(MT.MsgAppResp, to=1, frm=2, term=3, index=acked_index))
+    c.node(1).step(Message(MessageType.MsgAppResp, to=1, frm=2, term=3, index=acked_index))
     assert c.raft(1).log.committed == want_commit
 
 
@@ -537,11 +556,11 @@ def test_5_4_2_figure_8_an_old_term_entry_on_a_majority_can_still_be_overwritten
     c.isolate(5)
     c.cut(1, 4)
     # (c) S1's own term-4 entry (index 3) does not get through; S2 and S3 acknowledge 2.
-    c.msg_filter = lambda m: m.type == MT.MsgApp and any(e.index >= 3 for e in m.entries)
+    c.msg_filter = lambda m: m.type == MessageType.MsgApp and any(e.index >= 3 for e in m.entries)
     c.elect(1)
     assert c.raft(1).term == 4
     for f in (2, 3):
-        c.node(1).step(Message(MT.MsgAppResp, to=1, frm=f, term=4, index=2))
+        c.node(1).step(Message(MessageType.MsgAppResp, to=1, frm=f, term=4, index=2))
     c.stabilize()
     progress = c.node(1).status().progress
     assert [progress[i].match for i in (1, 2, 3)] == [3, 2, 2]  # index 2 is on a majority

@@ -23,8 +23,6 @@ from raft import (
 from raft.errors import ConfigError
 from tests.raft.harness import Cluster
 
-MT = MessageType
-
 
 def test_bootstrap_emits_committed_conf_changes_and_a_hard_state():
     s = MemoryStorage()
@@ -70,7 +68,7 @@ def test_ready_and_advance_must_alternate():
     assert not n.has_ready()  # nothing new while a Ready is outstanding
     with pytest.raises(RaftInvariantError):
         n.ready()
-    n.step(Message(MT.MsgVoteResp, to=1, frm=2, term=1))  # input is fine meanwhile
+    n.step(Message(MessageType.MsgVoteResp, to=1, frm=2, term=1))  # input is fine meanwhile
     n.advance(rd)
     with pytest.raises(RaftInvariantError):
         n.advance()
@@ -85,12 +83,12 @@ def test_must_sync_for_entries_and_term_or_vote_changes_only():
     """Ready contract: fsync when entries (or a snapshot) are present or term/vote changed;
     a commit-only HardState change needs no sync."""
     c = Cluster([1, 2, 3])
-    c.node(2).step(Message(MT.MsgVote, to=2, frm=1, term=1))
+    c.node(2).step(Message(MessageType.MsgVote, to=2, frm=1, term=1))
     rd = c.process_ready(2)
     assert rd.hard_state == HardState(1, 1, 0) and not rd.entries and rd.must_sync
     c.queue.clear()
-    c.node(2).step(Message(MT.MsgApp, to=2, frm=1, term=1))
-    c.node(2).step(Message(MT.MsgHeartbeat, to=2, frm=1, term=1, commit=0))
+    c.node(2).step(Message(MessageType.MsgApp, to=2, frm=1, term=1))
+    c.node(2).step(Message(MessageType.MsgHeartbeat, to=2, frm=1, term=1, commit=0))
     rd = c.process_ready(2)
     assert rd.hard_state is None  # unchanged
     assert rd.soft_state == SoftState(lead=1, raft_state=StateType.FOLLOWER)
@@ -100,7 +98,7 @@ def test_must_sync_for_entries_and_term_or_vote_changes_only():
     c.deliver()
     rd = c.process_ready(2)  # follower appends: must sync before acknowledging
     assert rd.entries and rd.must_sync
-    assert [m.type for m in rd.messages] == [MT.MsgAppResp]
+    assert [m.type for m in rd.messages] == [MessageType.MsgAppResp]
     c.deliver()
     c.process_all_ready()
     c.deliver()
@@ -114,14 +112,14 @@ def test_a_vote_alone_at_an_unchanged_term_still_requires_a_sync():
     rejected vote request) and only the vote changes: the Ready must still demand an fsync,
     or a crash could let the node vote twice in the term."""
     c = Cluster([1, 2, 3], logs={1: [Entry(1, 1)]})
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=2, term=5))  # 2's log is stale: rejected
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=2, term=5))  # 2's log is stale: rejected
     rd = c.process_ready(1)
     assert rd.hard_state == HardState(term=5, vote=0, commit=0) and rd.must_sync
-    c.node(1).step(Message(MT.MsgVote, to=1, frm=3, term=5, index=1, log_term=1))
+    c.node(1).step(Message(MessageType.MsgVote, to=1, frm=3, term=5, index=1, log_term=1))
     rd = c.process_ready(1)
     assert rd.hard_state == HardState(term=5, vote=3, commit=0)
     assert not rd.entries and rd.must_sync
-    assert [(m.type, m.reject) for m in rd.messages] == [(MT.MsgVoteResp, False)]
+    assert [(m.type, m.reject) for m in rd.messages] == [(MessageType.MsgVoteResp, False)]
 
 
 def test_leader_counts_itself_towards_commit_only_after_its_write_is_reported():
@@ -144,12 +142,18 @@ def test_leader_counts_itself_towards_commit_only_after_its_write_is_reported():
 
 def test_step_rejects_local_messages_and_responses_from_strangers():
     c = Cluster([1, 2, 3])
-    for t in (MT.MsgHup, MT.MsgBeat, MT.MsgUnreachable, MT.MsgSnapStatus, MT.MsgCheckQuorum):
+    for t in (
+        MessageType.MsgHup,
+        MessageType.MsgBeat,
+        MessageType.MsgUnreachable,
+        MessageType.MsgSnapStatus,
+        MessageType.MsgCheckQuorum,
+    ):
         with pytest.raises(StepLocalMsgError):
             c.node(1).step(Message(t, to=1, frm=1))
     with pytest.raises(StepPeerNotFoundError):
-        c.node(1).step(Message(MT.MsgAppResp, to=1, frm=9, term=1))
-    c.node(1).step(Message(MT.MsgHeartbeat, to=1, frm=9, term=1))  # not a response: fine
+        c.node(1).step(Message(MessageType.MsgAppResp, to=1, frm=9, term=1))
+    c.node(1).step(Message(MessageType.MsgHeartbeat, to=1, frm=9, term=1))  # not a response: fine
 
 
 def test_restart_recovers_term_vote_commit_and_log():

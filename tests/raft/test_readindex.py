@@ -5,8 +5,6 @@ import pytest
 from raft import Message, MessageType, ProposalDroppedError, ReadOnlyOption, ReadState, StateType
 from tests.raft.harness import Cluster, drain, of_type
 
-MT = MessageType
-
 
 def test_6_4_leader_answers_after_a_quorum_confirms_its_leadership():
     """thesis §6.4: the leader records its commit index as the read index, sends a round of
@@ -17,7 +15,7 @@ def test_6_4_leader_answers_after_a_quorum_confirms_its_leadership():
     c.stabilize()
     committed = c.raft(1).log.committed
     c.node(1).read_index(b"req1")
-    hbs = of_type(drain(c, 1), MT.MsgHeartbeat)
+    hbs = of_type(drain(c, 1), MessageType.MsgHeartbeat)
     assert {(m.to, m.context) for m in hbs} == {(2, b"req1"), (3, b"req1")}
     assert c.peers[1].read_states == []
     c.queue.extend(hbs)
@@ -44,7 +42,7 @@ def test_6_4_acknowledgements_must_come_from_a_majority():
     c = Cluster([1, 2, 3, 4, 5])
     c.elect(1)
     c.node(1).read_index(b"r5")
-    hbs = of_type(drain(c, 1), MT.MsgHeartbeat)
+    hbs = of_type(drain(c, 1), MessageType.MsgHeartbeat)
     c.queue.extend(m for m in hbs if m.to == 2)
     c.stabilize()
     assert c.peers[1].read_states == []
@@ -61,7 +59,7 @@ def test_6_4_one_quorum_round_confirms_all_earlier_pending_reads():
     c.node(1).read_index(b"a")
     c.node(1).read_index(b"b")
     c.node(1).read_index(b"c")
-    msgs = of_type(drain(c, 1), MT.MsgHeartbeat)
+    msgs = of_type(drain(c, 1), MessageType.MsgHeartbeat)
     assert len(msgs) == 6  # one round per request
     c.queue.extend(m for m in msgs if m.context == b"c")  # the rounds for a, b are lost
     c.stabilize()
@@ -75,7 +73,7 @@ def test_6_4_new_leader_waits_for_an_entry_of_its_term_to_commit():
     of its own term commits; reads wait for its empty entry."""
     c = Cluster([1, 2, 3])
     c.node(1).campaign()
-    c.dropped_types.add(MT.MsgAppResp)  # the election completes, the empty entry not yet
+    c.dropped_types.add(MessageType.MsgAppResp)  # the election completes, the empty entry not yet
     c.stabilize()
     assert c.raft(1).state == StateType.LEADER
     noop_index = c.raft(1).log.last_index()
@@ -97,7 +95,12 @@ def test_6_4_follower_forwards_the_request_and_gets_the_index_back():
     c.stabilize()
     c.node(2).read_index(b"from2")
     (fwd,) = drain(c, 2)
-    assert (fwd.type, fwd.to, fwd.term, fwd.entries[0].data) == (MT.MsgReadIndex, 1, 0, b"from2")
+    assert (fwd.type, fwd.to, fwd.term, fwd.entries[0].data) == (
+        MessageType.MsgReadIndex,
+        1,
+        0,
+        b"from2",
+    )
     c.queue.append(fwd)
     c.stabilize()
     (rs,) = c.peers[2].read_states
@@ -123,7 +126,7 @@ def test_6_4_single_voter_answers_immediately():
     c.elect(1)
     c.node(1).read_index(b"solo")
     msgs = drain(c, 1)
-    assert of_type(msgs, MT.MsgHeartbeat) == []
+    assert of_type(msgs, MessageType.MsgHeartbeat) == []
     assert c.peers[1].read_states == [ReadState(c.raft(1).log.committed, b"solo")]
 
 
@@ -134,7 +137,7 @@ def test_6_4_1_lease_based_read_is_answered_without_a_heartbeat_round():
     c.elect(1)
     c.node(1).read_index(b"lease")
     msgs = drain(c, 1)
-    assert of_type(msgs, MT.MsgHeartbeat) == []
+    assert of_type(msgs, MessageType.MsgHeartbeat) == []
     assert c.peers[1].read_states == [ReadState(c.raft(1).log.committed, b"lease")]
     # via a follower: one round trip to the leader, no quorum round
     c.node(3).read_index(b"f")
@@ -183,7 +186,7 @@ def test_6_4_leader_ignores_heartbeat_acks_for_unknown_contexts():
     c = Cluster([1, 2, 3])
     c.elect(1)
     term = c.raft(1).term
-    c.node(1).step(Message(MT.MsgHeartbeatResp, to=1, frm=2, term=term, context=b"nope"))
-    c.node(1).step(Message(MT.MsgHeartbeatResp, to=1, frm=3, term=term, context=b"nope"))
+    c.node(1).step(Message(MessageType.MsgHeartbeatResp, to=1, frm=2, term=term, context=b"nope"))
+    c.node(1).step(Message(MessageType.MsgHeartbeatResp, to=1, frm=3, term=term, context=b"nope"))
     drain(c, 1)
     assert c.peers[1].read_states == []

@@ -19,8 +19,6 @@ from raft import (
 )
 from tests.raft.harness import Cluster, drain
 
-MT = MessageType
-
 
 def progress(c: Cluster, leader: int, node_id: int):
     return c.raft(leader).tracker.progress[node_id]
@@ -35,12 +33,12 @@ def test_probe_state_sends_one_message_per_heartbeat_until_acknowledged():
     progress(c, 1, 2).become_probe()
     for i in range(3):
         c.propose(1, f"p{i}".encode())
-    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MessageType.MsgApp]
     assert len(msgs) == 1  # the first proposal's probe; then paused
     assert progress(c, 1, 2).is_paused()
     c.tick(1)  # heartbeat; its response would unpause
-    c.node(1).step(Message(MT.MsgHeartbeatResp, to=1, frm=2, term=c.raft(1).term))
-    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+    c.node(1).step(Message(MessageType.MsgHeartbeatResp, to=1, frm=2, term=c.raft(1).term))
+    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MessageType.MsgApp]
     assert len(msgs) == 1
 
 
@@ -64,12 +62,14 @@ def test_replicate_state_streams_until_the_inflight_count_window_is_full():
     msgs = []
     for i in range(5):  # one Ready per proposal: one MsgApp each while the window allows
         c.propose(1, f"x{i}".encode())
-        msgs += [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+        msgs += [m for m in drain(c, 1) if m.to == 2 and m.type == MessageType.MsgApp]
     assert [[e.data for e in m.entries] for m in msgs] == [[b"x0"], [b"x1"]]
     pr = progress(c, 1, 2)
     assert pr.is_paused() and pr.inflights.count() == 2
-    c.node(1).step(Message(MT.MsgAppResp, to=1, frm=2, term=1, index=msgs[0].entries[-1].index))
-    more = [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+    c.node(1).step(
+        Message(MessageType.MsgAppResp, to=1, frm=2, term=1, index=msgs[0].entries[-1].index)
+    )
+    more = [m for m in drain(c, 1) if m.to == 2 and m.type == MessageType.MsgApp]
     assert len(more) == 1  # one slot freed; the rest batches the remaining proposals
     assert [e.data for e in more[0].entries] == [b"x2", b"x3", b"x4"]
 
@@ -79,7 +79,7 @@ def test_inflight_byte_window():
     c.elect(1)
     for i in range(6):
         c.propose(1, bytes([i]) * 1000)
-    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MT.MsgApp]
+    msgs = [m for m in drain(c, 1) if m.to == 2 and m.type == MessageType.MsgApp]
     assert len(msgs) == 3  # 1000 + 1000 < 2048, the third crosses the limit and fills it
     assert progress(c, 1, 2).inflights.bytes == 3000
 
@@ -94,7 +94,7 @@ def test_message_size_cap_splits_entries_across_messages():
     c.heal()
     c.delivered.clear()
     c.tick_all(1)
-    apps = [m for m in c.delivered if m.to == 2 and m.type == MT.MsgApp and m.entries]
+    apps = [m for m in c.delivered if m.to == 2 and m.type == MessageType.MsgApp and m.entries]
     assert len(apps) >= 3
     assert all(len(m.entries) <= 2 for m in apps)
     assert c.applied_data(2) == c.applied_data(1)
@@ -111,7 +111,9 @@ def test_rejection_hint_skips_a_whole_conflicting_term():
         hard_states={1: HardState(term=5), 2: HardState(term=5), 3: HardState(term=5)},
     )
     c.elect(1)
-    rejects = [m for m in c.delivered if m.frm == 2 and m.type == MT.MsgAppResp and m.reject]
+    rejects = [
+        m for m in c.delivered if m.frm == 2 and m.type == MessageType.MsgAppResp and m.reject
+    ]
     assert len(rejects) == 1  # entry by entry it would take four (indexes 6, 5, 4, 3)
     assert c.log_terms(2) == c.log_terms(1)
 
@@ -147,7 +149,7 @@ def test_snapshot_state_waits_for_the_report_and_retries_after_a_failure():
     c.propose(1, b"x")
     c.stabilize()
     c.compact(1)
-    c.dropped_types.add(MT.MsgSnap)  # the transport "loses" the snapshot
+    c.dropped_types.add(MessageType.MsgSnap)  # the transport "loses" the snapshot
     for pair in list(c.dropped_pairs):
         if 3 in pair:
             c.dropped_pairs.discard(pair)
@@ -168,9 +170,9 @@ def test_follower_ignores_a_snapshot_that_is_not_newer_than_its_commit():
     c.propose(1, b"x")
     c.stabilize()
     old = Snapshot(metadata=SnapshotMetadata(ConfState(voters=(1, 2, 3)), index=1, term=1))
-    c.node(2).step(Message(MT.MsgSnap, to=2, frm=1, term=1, snapshot=old))
+    c.node(2).step(Message(MessageType.MsgSnap, to=2, frm=1, term=1, snapshot=old))
     (resp,) = drain(c, 2)
-    assert (resp.type, resp.index) == (MT.MsgAppResp, c.raft(2).log.committed)
+    assert (resp.type, resp.index) == (MessageType.MsgAppResp, c.raft(2).log.committed)
     assert c.peers[2].snapshots_applied == 0
 
 
@@ -215,7 +217,7 @@ def test_follower_forwards_proposals_to_the_leader():
     c.elect(1)
     c.propose(2, b"fwd")
     (m,) = drain(c, 2)
-    assert (m.type, m.to, m.frm, m.term) == (MT.MsgProp, 1, 2, 0)
+    assert (m.type, m.to, m.frm, m.term) == (MessageType.MsgProp, 1, 2, 0)
     c.queue.append(m)
     c.stabilize()
     assert c.applied_data(3) == [b"fwd"]
@@ -243,7 +245,9 @@ def test_forwarded_proposal_dropped_by_the_leader_does_not_raise_from_step():
     c.elect(1)
     c.isolate(3)
     c.node(1).transfer_leader(3)
-    c.node(1).step(Message(MT.MsgProp, to=1, frm=2, entries=(c.log_entries(1)[0],)))  # no raise
+    c.node(1).step(
+        Message(MessageType.MsgProp, to=1, frm=2, entries=(c.log_entries(1)[0],))
+    )  # no raise
 
 
 def test_uncommitted_bytes_bound_drops_proposals_until_entries_are_applied():

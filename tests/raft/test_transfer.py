@@ -5,8 +5,6 @@ import pytest
 from raft import Message, MessageType, ProposalDroppedError, StateType
 from tests.raft.harness import Cluster, drain, of_type
 
-MT = MessageType
-
 
 def test_3_10_transfer_to_an_up_to_date_follower_sends_timeout_now_at_once():
     """thesis §3.10: when the target's log is current the leader tells it to time out now;
@@ -16,7 +14,7 @@ def test_3_10_transfer_to_an_up_to_date_follower_sends_timeout_now_at_once():
     term = c.raft(1).term
     c.node(1).transfer_leader(2)
     msgs = drain(c, 1)
-    assert [(m.type, m.to) for m in msgs] == [(MT.MsgTimeoutNow, 2)]
+    assert [(m.type, m.to) for m in msgs] == [(MessageType.MsgTimeoutNow, 2)]
     c.queue.extend(msgs)
     c.stabilize()
     assert c.leaders() == [2]
@@ -36,13 +34,13 @@ def test_3_10_lagging_target_is_caught_up_first():
     c.heal()
     c.node(1).transfer_leader(3)
     msgs = drain(c, 1)
-    assert of_type(msgs, MT.MsgTimeoutNow) == []
-    assert [m.to for m in of_type(msgs, MT.MsgApp)] == [3]
+    assert of_type(msgs, MessageType.MsgTimeoutNow) == []
+    assert [m.to for m in of_type(msgs, MessageType.MsgApp)] == [3]
     c.queue.extend(msgs)
     c.stabilize()
     assert c.leaders() == [3]
     assert c.applied_data(3)[:3] == [b"x0", b"x1", b"x2"]
-    assert any(m.type == MT.MsgTimeoutNow and m.to == 3 for m in c.delivered)
+    assert any(m.type == MessageType.MsgTimeoutNow and m.to == 3 for m in c.delivered)
 
 
 def test_3_10_proposals_are_refused_while_transferring_and_transfer_aborts_after_timeout():
@@ -70,7 +68,7 @@ def test_3_10_transfer_to_self_a_learner_or_a_stranger_is_ignored(target):
     c.elect(1)
     c.node(1).transfer_leader(target)
     assert c.raft(1).lead_transferee == 0
-    assert of_type(drain(c, 1), MT.MsgTimeoutNow) == []
+    assert of_type(drain(c, 1), MessageType.MsgTimeoutNow) == []
     c.propose(1, b"ok")  # not blocked
 
 
@@ -79,7 +77,11 @@ def test_3_10_a_follower_forwards_the_request_to_the_leader():
     c.elect(1)
     c.node(2).transfer_leader(3)
     (fwd,) = drain(c, 2)
-    assert (fwd.type, fwd.to, fwd.frm) == (MT.MsgTransferLeader, 1, 3)  # frm is the transferee
+    assert (fwd.type, fwd.to, fwd.frm) == (
+        MessageType.MsgTransferLeader,
+        1,
+        3,
+    )  # frm is the transferee
     c.queue.append(fwd)
     c.stabilize()
     assert c.leaders() == [3]
@@ -99,10 +101,10 @@ def test_3_10_timeout_now_skips_prevote():
     """etcd: a transfer campaign goes straight to a real election (no pre-vote round)."""
     c = Cluster([1, 2, 3], pre_vote=True)
     c.elect(1)
-    c.node(2).step(Message(MT.MsgTimeoutNow, to=2, frm=1, term=c.raft(1).term))
+    c.node(2).step(Message(MessageType.MsgTimeoutNow, to=2, frm=1, term=c.raft(1).term))
     msgs = drain(c, 2)
     assert c.raft(2).state == StateType.CANDIDATE
-    assert {m.type for m in msgs} == {MT.MsgVote}
+    assert {m.type for m in msgs} == {MessageType.MsgVote}
     assert all(m.context == b"CampaignTransfer" for m in msgs)
 
 
