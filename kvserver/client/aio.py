@@ -92,6 +92,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch
+from kvserver.kvpb.headers import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.kvpb.kv import (
     CompactionRequest,
     DeleteRangeRequest,
@@ -101,7 +102,6 @@ from kvserver.kvpb.kv import (
     SortTarget,
     TxnRequest,
 )
-from kvserver.server.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.tls import client_context
 
 log = logging.getLogger("raftkv.client")

@@ -34,6 +34,7 @@ caller must ``close()`` the stream when its consumer goes away.
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kvserver.kvpb.headers import RAFTKV_VERSION
 from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
@@ -55,11 +56,6 @@ from kvserver.lease.lessor import (
 )
 from kvserver.membership.registry import MemberAddResponse, MemberChangeResponse, MemberListResponse
 from kvserver.watch.hub import WatchStream
-
-CLIENT_ID_HEADER = "X-Raftkv-Client-Id"
-REQUEST_ID_HEADER = "X-Raftkv-Request-Id"
-ETCD_VERSION = "3.5.0"  # the etcd API version we speak (GET /version)
-RAFTKV_VERSION = "0.1.0"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from kvserver.kvpb.errors import EtcdError
+from kvserver.kvpb.headers import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, RangeRequest, TxnRequest
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError, request_too_large
 from kvserver.server.metrics import Metrics
-from kvserver.server.service import CLIENT_ID_HEADER, REQUEST_ID_HEADER, KVService
+from kvserver.server.service import KVService
 
 JSON_CONTENT_TYPE = "application/json"
 MSG_TOO_LARGE = "etcdserver: request is too large"

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
@@ -84,7 +85,7 @@ from kvserver.lease.lessor import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
-from kvserver.server.service import ETCD_VERSION, NodeStatus
+from kvserver.server.service import NodeStatus
 
 from .common import dumps
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
-from kvserver.server.service import ETCD_VERSION, NodeStatus
+from kvserver.kvpb.headers import ETCD_VERSION
+from kvserver.server.service import NodeStatus
 
 from .common import METRICS_KEY, REVISION_HEADER, SERVICE_KEY, dumps, json_response
 
