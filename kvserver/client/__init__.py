@@ -69,9 +69,9 @@ from kvserver.client.watch import (
     WatchCanceledError,
     WatchCompactedError,
     WatchEvent,
-    WatchResponse,
 )
 from kvserver.kvpb.kv import EventType, SortOrder, SortTarget
+from kvserver.kvpb.watch import WatchResponse
 
 __all__ = [
     "DEFAULT_ENDPOINT",

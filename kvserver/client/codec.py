@@ -38,27 +38,14 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
-from kvserver.kvpb.kv import (
-    CompactionRequest,
-    Compare,
-    CompareTarget,
-    DeleteRangeRequest,
-    KeyValue,
-    PutRequest,
-    RangeRequest,
-    RequestOp,
-    ResponseHeader,
-    SortOrder,
-    SortTarget,
-    TxnRequest,
-)
+from kvserver.kvpb import kv as pb
 
 _COMPARE_FIELD = {
-    CompareTarget.VERSION: "version",
-    CompareTarget.CREATE: "create_revision",
-    CompareTarget.MOD: "mod_revision",
-    CompareTarget.VALUE: "value",
-    CompareTarget.LEASE: "lease",
+    pb.CompareTarget.VERSION: "version",
+    pb.CompareTarget.CREATE: "create_revision",
+    pb.CompareTarget.MOD: "mod_revision",
+    pb.CompareTarget.VALUE: "value",
+    pb.CompareTarget.LEASE: "lease",
 }
 
 
@@ -70,7 +57,7 @@ def b64(data: bytes) -> str:
 # Requests
 
 
-def encode_put(req: PutRequest) -> dict[str, Any]:
+def encode_put(req: pb.PutRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"key": b64(req.key)}
     if req.value:
         body["value"] = b64(req.value)
@@ -85,7 +72,7 @@ def encode_put(req: PutRequest) -> dict[str, Any]:
     return body
 
 
-def encode_range(req: RangeRequest) -> dict[str, Any]:
+def encode_range(req: pb.RangeRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"key": b64(req.key)}
     if req.range_end:
         body["range_end"] = b64(req.range_end)
@@ -93,10 +80,10 @@ def encode_range(req: RangeRequest) -> dict[str, Any]:
         body["limit"] = str(req.limit)
     if req.revision:
         body["revision"] = str(req.revision)
-    if req.sort_order != SortOrder.NONE:
-        body["sort_order"] = SortOrder(req.sort_order).name
-    if req.sort_target != SortTarget.KEY:
-        body["sort_target"] = SortTarget(req.sort_target).name
+    if req.sort_order != pb.SortOrder.NONE:
+        body["sort_order"] = pb.SortOrder(req.sort_order).name
+    if req.sort_target != pb.SortTarget.KEY:
+        body["sort_target"] = pb.SortTarget(req.sort_target).name
     for flag in ("serializable", "keys_only", "count_only"):
         if getattr(req, flag):
             body[flag] = True
@@ -111,7 +98,7 @@ def encode_range(req: RangeRequest) -> dict[str, Any]:
     return body
 
 
-def encode_delete(req: DeleteRangeRequest) -> dict[str, Any]:
+def encode_delete(req: pb.DeleteRangeRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"key": b64(req.key)}
     if req.range_end:
         body["range_end"] = b64(req.range_end)
@@ -120,18 +107,18 @@ def encode_delete(req: DeleteRangeRequest) -> dict[str, Any]:
     return body
 
 
-def encode_compare(cmp: Compare) -> dict[str, Any]:
-    target = CompareTarget(cmp.target)
+def encode_compare(cmp: pb.Compare) -> dict[str, Any]:
+    target = pb.CompareTarget(cmp.target)
     body: dict[str, Any] = {"result": cmp.result.name, "target": target.name, "key": b64(cmp.key)}
     if cmp.range_end:
         body["range_end"] = b64(cmp.range_end)
     field = _COMPARE_FIELD[target]
     raw = getattr(cmp, field)
-    body[field] = b64(raw) if target == CompareTarget.VALUE else str(raw)
+    body[field] = b64(raw) if target == pb.CompareTarget.VALUE else str(raw)
     return body
 
 
-def encode_op(op: RequestOp) -> dict[str, Any]:
+def encode_op(op: pb.RequestOp) -> dict[str, Any]:
     if op.request_put is not None:
         return {"request_put": encode_put(op.request_put)}
     if op.request_range is not None:
@@ -143,7 +130,7 @@ def encode_op(op: RequestOp) -> dict[str, Any]:
     raise ValueError("empty txn operation")
 
 
-def encode_txn(req: TxnRequest) -> dict[str, Any]:
+def encode_txn(req: pb.TxnRequest) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if req.compare:
         body["compare"] = [encode_compare(c) for c in req.compare]
@@ -154,7 +141,7 @@ def encode_txn(req: TxnRequest) -> dict[str, Any]:
     return body
 
 
-def encode_compaction(req: CompactionRequest) -> dict[str, Any]:
+def encode_compaction(req: pb.CompactionRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"revision": str(req.revision)}
     if req.physical:
         body["physical"] = True
@@ -223,9 +210,9 @@ def _list(raw: Any, what: str) -> list[Any]:
     return raw
 
 
-def decode_header(raw: Any) -> ResponseHeader:
+def decode_header(raw: Any) -> pb.ResponseHeader:
     doc = _mapping(raw, "header")
-    return ResponseHeader(
+    return pb.ResponseHeader(
         cluster_id=to_int(doc.get("cluster_id"), "cluster_id"),
         member_id=to_int(doc.get("member_id"), "member_id"),
         revision=to_int(doc.get("revision"), "revision"),
@@ -233,9 +220,9 @@ def decode_header(raw: Any) -> ResponseHeader:
     )
 
 
-def decode_kv(raw: Any) -> KeyValue:
+def decode_kv(raw: Any) -> pb.KeyValue:
     doc = _mapping(raw, "kv")
-    return KeyValue(
+    return pb.KeyValue(
         key=to_bytes(doc.get("key"), "key"),
         value=to_bytes(doc.get("value"), "value"),
         create_revision=to_int(doc.get("create_revision"), "create_revision"),

@@ -54,7 +54,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
@@ -71,8 +71,9 @@ from kvserver.client.errors import (
     from_http,
 )
 from kvserver.client.txn import KeyLike, key_range
-from kvserver.kvpb.kv import EventType, KeyValue, ResponseHeader
+from kvserver.kvpb.kv import Event, EventType
 from kvserver.kvpb.service_errors import GrpcCode
+from kvserver.kvpb.watch import WatchFilter, WatchResponse
 
 if TYPE_CHECKING:
     from kvserver.client.aio import AsyncClient
@@ -84,12 +85,12 @@ MAX_LINE_BYTES = 64 * 1024 * 1024  # one response line (etcd fragments above ~2 
 DEFAULT_RECONNECT_TIMEOUT_S = 60.0
 _READ_CHUNK_BYTES = 1 << 16
 _ERROR_BODY_BYTES = 64 * 1024
+_FILTER_NAMES = tuple(WatchFilter.__members__)  # NOPUT, NODELETE
 
 __all__ = [
     "WatchCanceledError",
     "WatchCompactedError",
     "WatchEvent",
-    "WatchResponse",
     "AsyncWatch",
     "SyncWatch",
     "decode_watch_response",
@@ -101,13 +102,9 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class WatchEvent:
+class WatchEvent(Event):
     """One change: ``type`` PUT or DELETE, the key-value after it (a DELETE's ``kv`` holds only
     ``key`` and ``mod_revision``) and, when asked for with ``prev_kv=True``, the one before."""
-
-    type: EventType
-    kv: KeyValue
-    prev_kv: KeyValue | None = None
 
     @property
     def key(self) -> bytes:
@@ -128,30 +125,6 @@ class WatchEvent:
     @property
     def is_delete(self) -> bool:
         return self.type is EventType.DELETE
-
-
-@dataclass(frozen=True, slots=True)
-class WatchResponse:
-    """etcdserverpb.WatchResponse as decoded from one ``{"result": ...}`` line."""
-
-    header: ResponseHeader
-    watch_id: int = 0
-    created: bool = False
-    canceled: bool = False
-    compact_revision: int = 0
-    cancel_reason: str = ""
-    fragment: bool = False
-    events: tuple[WatchEvent, ...] = ()
-
-    @property
-    def is_progress_notify(self) -> bool:
-        return (
-            not self.events
-            and not self.created
-            and not self.canceled
-            and self.compact_revision == 0
-            and self.header.revision != 0
-        )
 
 
 class WatchCanceledError(ClientError):
@@ -298,7 +271,7 @@ class AsyncWatch:
             raise ValueError(f"start_revision must be >= 0, got {start_revision}")
         if not reconnect_timeout_s > 0:
             raise ValueError(f"reconnect_timeout_s must be > 0, got {reconnect_timeout_s!r}")
-        bad = [f for f in filters if f not in ("NOPUT", "NODELETE")]
+        bad = [f for f in filters if f not in _FILTER_NAMES]
         if bad:
             raise ValueError(f"unknown watch filter(s) {bad}: use 'NOPUT' and/or 'NODELETE'")
         self._client = client
@@ -468,10 +441,11 @@ class AsyncWatch:
                 self._next_rev = resp.header.revision + 1
             return
         if resp.events:
+            # decode_watch_response builds every event as a WatchEvent
+            events = cast("tuple[WatchEvent, ...]", resp.events)
             if resp.fragment:  # a revision may continue in the next part: wait for the last
-                self._fragments.extend(resp.events)
+                self._fragments.extend(events)
                 return
-            events = resp.events
             if self._fragments:
                 events = (*self._fragments, *events)
                 self._fragments.clear()

@@ -7,7 +7,9 @@ event (PUT / DELETE with ``kv`` and, if asked, ``prev_kv``) with ``mod_revision 
 in revision order, each exactly once, until it is canceled. A *stream* (one HTTP
 ``/v3/watch`` request, etcd's gRPC Watch stream) multiplexes watchers into one ordered
 sequence of ``WatchResponse``s, shaped like etcd's (``header``, ``watch_id``, ``created``,
-``canceled``, ``compact_revision``, ``cancel_reason``, ``fragment``, ``events``).
+``canceled``, ``compact_revision``, ``cancel_reason``, ``fragment``, ``events``). The
+messages (``WatchCreateRequest``, ``WatchResponse``, ``WatchFilter``) are the wire types of
+``kvserver.kvpb.watch``, which the client shares.
 
 Contract with the driver
 ------------------------
@@ -125,11 +127,12 @@ import asyncio
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 from typing import Protocol
 
 from kvserver.kvpb.errors import MSG_COMPACTED, CompactedError, EtcdError, GrpcCode
 from kvserver.kvpb.kv import Event, EventType, ResponseHeader
+from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 
 __all__ = [
     "MSG_DUPLICATE_WATCH_ID",
@@ -139,11 +142,8 @@ __all__ = [
     "MSG_WATCH_STOPPED",
     "OverflowPolicy",
     "WatchCreateError",
-    "WatchCreateRequest",
-    "WatchFilter",
     "WatchHub",
     "WatchLimits",
-    "WatchResponse",
     "WatchSource",
     "WatchStream",
     "Watcher",
@@ -172,13 +172,6 @@ _K_PROGRESS = 2
 _K_FINAL = 3  # the watcher's canceled/compacted response: delivered even if dropped
 _K_CONTROL = 4  # stream-level, no watcher (refused create)
 _K_PROGRESS_ALL = 5
-
-
-class WatchFilter(IntEnum):
-    """etcdserverpb.WatchCreateRequest.FilterType."""
-
-    NOPUT = 0
-    NODELETE = 1
 
 
 class OverflowPolicy(Enum):
@@ -211,49 +204,6 @@ class WatchLimits:
             raise ValueError("watch limits must be positive")
         if self.replay_chunk_events > self.max_buffered_events:
             raise ValueError("replay_chunk_events must not exceed max_buffered_events")
-
-
-@dataclass(frozen=True, slots=True)
-class WatchCreateRequest:
-    """etcdserverpb.WatchCreateRequest. ``watch_id == 0``: the stream chooses one."""
-
-    key: bytes = b""
-    range_end: bytes = b""
-    start_revision: int = 0  # 0: from the next revision
-    progress_notify: bool = False
-    filters: tuple[WatchFilter, ...] = ()
-    prev_kv: bool = False
-    watch_id: int = 0
-    fragment: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class WatchResponse:
-    """etcdserverpb.WatchResponse (field order as etcd's)."""
-
-    header: ResponseHeader
-    watch_id: int = 0
-    created: bool = False
-    canceled: bool = False
-    compact_revision: int = 0
-    cancel_reason: str = ""
-    fragment: bool = False
-    events: tuple[Event, ...] = ()
-
-    @property
-    def revision(self) -> int:
-        return self.header.revision
-
-    @property
-    def is_progress_notify(self) -> bool:
-        """clientv3's IsProgressNotify: nothing but a header revision."""
-        return (
-            not self.events
-            and not self.created
-            and not self.canceled
-            and self.compact_revision == 0
-            and self.header.revision != 0
-        )
 
 
 class WatchCreateError(EtcdError):

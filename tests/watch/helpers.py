@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from kvserver.kvpb.watch import WatchResponse
 from kvserver.mvcc import DeleteRangeRequest, MVCCStore, PutRequest, RequestOp, TxnRequest
-from kvserver.watch.hub import WatchHub, WatchLimits, WatchResponse, WatchStream
+from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 
 
 class Env:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvserver.kvpb.watch import WatchFilter, WatchResponse
 from kvserver.mvcc import (
     DeleteRangeRequest,
     EventType,
@@ -42,10 +43,8 @@ from kvserver.watch.hub import (
     MSG_WATCHER_TOO_SLOW,
     OverflowPolicy,
     Watcher,
-    WatchFilter,
     WatchHub,
     WatchLimits,
-    WatchResponse,
     WatchStream,
 )
 
@@ -320,7 +319,7 @@ def test_every_watcher_gets_exactly_its_events_once_in_order(limits, ops):
                 w = run.hub.create(key, end, **req_args)
                 stream = w._stream
             else:
-                from kvserver.watch.hub import WatchCreateRequest
+                from kvserver.kvpb.watch import WatchCreateRequest
 
                 stream = run.streams[where]
                 w = stream.create(

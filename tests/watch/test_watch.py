@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from kvserver.kvpb.errors import MSG_COMPACTED
+from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter
 from kvserver.mvcc import EventType, KeyValue, MVCCStore, prefix_range_end
 from kvserver.watch.hub import (
     MSG_DUPLICATE_WATCH_ID,
@@ -19,8 +20,6 @@ from kvserver.watch.hub import (
     MSG_WATCHER_TOO_SLOW,
     OverflowPolicy,
     WatchCreateError,
-    WatchCreateRequest,
-    WatchFilter,
     WatchHub,
     WatchLimits,
 )

@@ -19,10 +19,11 @@ from kvserver.kvpb.kv import (
     RequestOp,
     TxnRequest,
 )
+from kvserver.kvpb.watch import WatchCreateRequest
 from kvserver.lease.lessor import LeaseGrantRequest, LeaseRevokeRequest, encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
-from kvserver.watch.hub import MSG_WATCH_STOPPED, WatchCreateRequest
+from kvserver.watch.hub import MSG_WATCH_STOPPED
 
 
 def make_kv() -> RaftKV:

@@ -60,7 +60,8 @@ from aiohttp import web
 
 from kvserver.kvpb.kv import Event, EventType, ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.watch.hub import WatchCreateRequest, WatchFilter, WatchResponse, WatchStream
+from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
+from kvserver.watch.hub import WatchStream
 
 from . import auth as auth_api
 from . import gateway_json as gj
