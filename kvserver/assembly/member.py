@@ -1,12 +1,12 @@
 """``raftkv serve``: assemble and run one member — storage, raft node, transport, HTTP.
 
-Startup:
-1. open ``<data-dir>/member`` (WAL + snapshots; a torn WAL tail is repaired once, any other
-   corruption stops the start with the file, the offset and the repair command);
-2. build the raft core from what was recovered; a brand-new member of a new cluster
-   bootstraps the initial configuration from ``--initial-cluster``;
-3. restore the state machine from the newest snapshot (committed entries after it are
-   re-applied by the normal Ready loop);
+Startup (``Member.start``):
+1. ``bootstrap`` (kvserver.assembly.bootstrap): identity, durable storage, the raft core;
+2. build the parts around the node, each given its collaborators in its constructor: the
+   node, the membership service, the peer transport, the archive (``--archive-url``), the
+   replicated KV service; restore the KV state machine from the newest snapshot;
+3. start them: the transport, membership (given the transport), the node (given its
+   handlers: state machine, send, membership), the KV service's background tasks;
 4. serve peers on ``--listen-peer-urls`` and clients on ``--listen-client-urls``.
 
 SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then the WAL).
@@ -16,7 +16,6 @@ import asyncio
 import gc
 import logging
 import os
-import random
 import signal
 import sys
 import time
@@ -27,24 +26,18 @@ from kvserver.api.http.app import build_client_app
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.archive import member as archive_member
+from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
 from kvserver.lease.lessor import min_lease_ttl_s
-from kvserver.membership.registry import (
-    REMOVED_MESSAGE,
-    MemberRegistry,
-    MembershipService,
-    resolve_identity,
-    split_members_frame,
-)
+from kvserver.membership.registry import REMOVED_MESSAGE, MembershipService, split_members_frame
 from kvserver.membership.registry import cluster_id as derive_cluster_id
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.metrics import AppendCounter, Metrics
-from kvserver.server.node import Node, NodeOptions
+from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from kvserver.server.node_storage import NodeStorage
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.server.service import MemberInfo
 from kvserver.tls import MemberTLS, member_contexts
-from raft import Config, RawNode
 from raft.errors import CommitOutOfRangeError
 from wal.errors import is_disk_full
 
@@ -77,112 +70,109 @@ class Member:
         self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
 
     async def start(self) -> None:
+        """Bootstrap, build the running parts around the node, then open the listeners."""
         cfg = self.cfg
         check_url_schemes(cfg)  # config_from_args did; a config built in code must pass too
         self.tls = member_contexts(cfg)  # TLS files load (auto-TLS pairs made) before all else
-        # A restart takes its IDs from the WAL, a joining member from the running cluster.
-        self.member_id, self.cluster_id, known = await resolve_identity(
-            cfg, self.member_id, self.cluster_id, peer_ssl=self.tls.peer_dial
-        )
-        self.membership = MembershipService(
-            registry=MemberRegistry(known),
-            local_id=self.member_id,
-            cluster_id=self.cluster_id,
-            name=cfg.name,
-            client_urls=cfg.advertise_client_urls,
-            on_change=self._members_changed,
-        )
-        storage, fresh = await NodeStorage.open(
-            cfg, member_id=self.member_id, cluster_id=self.cluster_id
-        )
-        self.storage = storage
-        kv = RaftKV(
-            cluster_id=self.cluster_id,
-            member_id=self.member_id,
-            name=cfg.name,
-            members=self.members,
-            election_timeout_s=cfg.election_timeout_ms / 1000,
-            min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
-        )
-        self.kv = kv
-        snapshot = storage.raft_storage.snapshot()
-        applied = 0
-        if not snapshot.is_empty():
-            blob, rest = split_members_frame(snapshot.data)
-            kv.restore(snapshot.data if blob is None else rest)
-            self.membership.restore(blob, snapshot.metadata.conf_state)
-            applied = snapshot.metadata.index
-        raft_cfg = Config(
-            id=self.member_id,
-            storage=storage.raft_storage,
-            election_tick=cfg.election_ticks,
-            heartbeat_tick=1,
-            applied=applied,
-            check_quorum=True,
-            pre_vote=cfg.pre_vote,
-            max_size_per_msg_bytes=1 << 20,
-            max_inflight_msgs=512,
-            max_uncommitted_entries_size_bytes=1 << 30,
-            # Election jitter from the OS, not seeded by the member id: a cluster
-            # must not repeat the same timings (or the same split vote) on every
-            # run. Only the simulator seeds raft's randomness.
-            rng=random.SystemRandom(),
-            # Role changes, campaigns and refused votes, at INFO (as etcd logs
-            # them): an operator reading a member's log sees each election.
-            logger=logging.getLogger("raft"),
-        )
-        raw = RawNode(raft_cfg)
-        if fresh and cfg.initial_cluster_state == "new":
-            raw.bootstrap(sorted(m.id for m in self.members))
-        _, conf_state = storage.raft_storage.initial_state()
+        boot = await bootstrap(cfg, peer_ssl=self.tls.peer_dial)
+        self.member_id, self.cluster_id = boot.member_id, boot.cluster_id
+        self.storage = boot.storage
+        node = self._build_node(boot)
+        membership = self._build_membership(boot, node)
+        transport = self._build_transport(node, membership)
+        self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, boot.storage)
+        kv = self._build_kv(node, membership)
+        if boot.snapshot is not None:
+            blob, rest = split_members_frame(boot.snapshot.data)
+            kv.restore(boot.snapshot.data if blob is None else rest)
         gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
-
-        self.transport = PeerTransport(
-            local_id=self.member_id,
-            cluster_id=self.cluster_id,
-            on_messages=lambda msgs: self.node.receive(msgs),
-            on_unreachable=lambda peer: self.node.report_unreachable(peer),
-            on_snapshot_status=lambda peer, failed: self.node.report_snapshot(peer, failed),
-            name=cfg.name,
-            client_urls=cfg.advertise_client_urls,
-            is_removed=lambda peer: peer in self.membership.registry.removed,
-            on_removed=self.membership.peer_removed,
-            members_json=self.membership.members_json,
-            ssl_context=self.tls.peer_dial,
+        await transport.start()
+        membership.start(transport)  # connects to the known members
+        node.start(
+            NodeHandlers(
+                state_machine=kv,
+                send=self.appends.wrap(transport.send),
+                members=membership,
+                on_conf_change=membership.on_conf_change,
+            )
         )
-        await self.transport.start()
-        self.membership.transport = self.transport
+        # the lessor's expiry task and auto-compaction (both act only while this member leads)
+        kv.start(auto_compaction=cfg.auto_compaction)
+        await self._serve(kv, transport)
+        log.info(
+            "member %s (%x) of cluster %x serving clients on %s, peers on %s",
+            cfg.name,
+            self.member_id,
+            self.cluster_id,
+            ",".join(cfg.listen_client_urls),
+            ",".join(cfg.listen_peer_urls),
+        )
 
+    def _build_node(self, boot: Bootstrapped) -> Node:
+        cfg = self.cfg
         self.node = Node(
-            raw=raw,
+            raw=boot.raw,
             node_id=self.member_id,
-            storage=storage,
-            state_machine=kv,
-            send=self.appends.wrap(self.transport.send),
+            storage=boot.storage,
             options=NodeOptions(
                 heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
                 snapshot_count=cfg.snapshot_count,
                 snapshot_catchup_entries=cfg.snapshot_catchup_entries,
             ),
-            applied=applied,
-            conf_state=conf_state,
-            on_conf_change=self.membership.on_conf_change,
-            members=self.membership,
+            applied=boot.applied,
+            conf_state=boot.conf_state,
         )
-        kv.node = self.node
-        kv.membership = self.membership
-        self.membership.node = self.node
-        self.membership.start()  # connects to the known members
-        self.node.start()
-        # the lessor's expiry task and auto-compaction (both act only while this member leads)
-        kv.start(auto_compaction=cfg.auto_compaction)
-        self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, storage)
-        if self.archive is not None:
-            kv.archive_lag = self.archive.archiver.lag
+        return self.node
 
+    def _build_membership(self, boot: Bootstrapped, node: Node) -> MembershipService:
+        self.membership = MembershipService(
+            registry=boot.registry,
+            node=node,
+            local_id=self.member_id,
+            cluster_id=self.cluster_id,
+            name=self.cfg.name,
+            client_urls=self.cfg.advertise_client_urls,
+            on_change=self._members_changed,
+        )
+        return self.membership
+
+    def _build_transport(self, node: Node, membership: MembershipService) -> PeerTransport:
+        self.transport = PeerTransport(
+            local_id=self.member_id,
+            cluster_id=self.cluster_id,
+            on_messages=node.receive,
+            on_unreachable=node.report_unreachable,
+            on_snapshot_status=node.report_snapshot,
+            name=self.cfg.name,
+            client_urls=self.cfg.advertise_client_urls,
+            is_removed=lambda peer: peer in membership.registry.removed,
+            on_removed=membership.peer_removed,
+            members_json=membership.members_json,
+            ssl_context=self.tls.peer_dial,
+        )
+        return self.transport
+
+    def _build_kv(self, node: Node, membership: MembershipService) -> RaftKV:
+        cfg = self.cfg
+        self.kv = RaftKV(
+            cluster_id=self.cluster_id,
+            member_id=self.member_id,
+            name=cfg.name,
+            members=self.members,
+            node=node,
+            membership=membership,
+            archive_lag=self.archive.archiver.lag if self.archive is not None else None,
+            election_timeout_s=cfg.election_timeout_ms / 1000,
+            min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
+        )
+        return self.kv
+
+    async def _serve(self, kv: RaftKV, transport: PeerTransport) -> None:
+        """Open the peer and the client listeners."""
+        cfg = self.cfg
         metrics = Metrics(node_stats=self._stats)
         peer_app = web.Application(client_max_size=(64 << 20))
-        peer_app.add_routes(self.transport.routes())
+        peer_app.add_routes(transport.routes())
         client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
         # Header/body/idle deadlines and a bound on open connections for the client port
         # (innermost middleware: its 408 is rendered by the app's error middleware).
@@ -203,14 +193,6 @@ class Member:
                 await web.TCPSite(
                     runner, host, port, reuse_address=True, ssl_context=ssl_context
                 ).start()
-        log.info(
-            "member %s (%x) of cluster %x serving clients on %s, peers on %s",
-            cfg.name,
-            self.member_id,
-            self.cluster_id,
-            ",".join(cfg.listen_client_urls),
-            ",".join(cfg.listen_peer_urls),
-        )
 
     def _members_changed(self, members) -> None:
         self.members = tuple(
@@ -238,7 +220,7 @@ class Member:
             "peer_send_failures": {
                 f"{peer:x}": count for peer, count in self.transport.failures_by_peer.items()
             },
-            "store_revision": node.sm.store.revision,
+            "store_revision": self.kv.store.revision,
             **self.appends.stats(),
             **archive_member.stats(self.archive),
         }

@@ -55,6 +55,7 @@ import os
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from kvserver.kvpb import service_errors as errors
@@ -528,15 +529,18 @@ async def discover_cluster(
 class MembershipService:
     """Glue between the registry, the raft node and the peer transport (one per member).
 
-    ``node`` must offer ``propose_conf_change(cc)``, ``is_leader``, ``leader``, ``term``,
-    ``applied``, ``conf_change_ready`` and ``raw.status()``; ``transport`` offers
-    ``set_peers``, ``is_connected``, ``ever_connected`` and ``peer_attributes``.
+    ``node`` (given at construction) must offer ``propose_conf_change(cc)``, ``is_leader``,
+    ``leader``, ``term``, ``applied``, ``conf_change_ready`` and ``raw.status()``; the peer
+    ``transport`` (given to ``start``, built after this service because it asks it who was
+    removed) offers ``set_peers``, ``is_connected``, ``ever_connected`` and
+    ``peer_attributes``. Before ``start`` the service only restores and snapshots.
     """
 
     def __init__(
         self,
         *,
         registry: MemberRegistry,
+        node: Any,
         local_id: int,
         cluster_id: int,
         name: str,
@@ -548,8 +552,8 @@ class MembershipService:
         self.cluster_id = cluster_id
         self.name = name
         self.client_urls = tuple(client_urls)
-        self.node = None
-        self.transport = None
+        self.node = node
+        self.transport: Any = None  # given to start()
         self._on_change = on_change
         self.removed = asyncio.Event()
         self._lock: asyncio.Lock | None = None
@@ -608,7 +612,9 @@ class MembershipService:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, transport: Any) -> None:
+        """Connect to the known members through ``transport`` and publish attributes."""
+        self.transport = transport
         self._lock = asyncio.Lock()
         self._changed()
         self._task = asyncio.get_running_loop().create_task(
@@ -627,7 +633,7 @@ class MembershipService:
         it that moment before the process exits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self.node is not None and self.node.is_leader and loop.time() < deadline:
+        while self.node.is_leader and loop.time() < deadline:
             await asyncio.sleep(0.02)
 
     async def _publish_loop(self) -> None:
@@ -635,13 +641,13 @@ class MembershipService:
         while True:
             await asyncio.sleep(PUBLISH_INTERVAL_S * (0.5 + random.random()))
             node = self.node
-            if node is None or not node.is_leader or not node.conf_change_ready:
+            if not node.is_leader or not node.conf_change_ready:
                 continue
             for m in self.registry.list():
                 if m.id == self.local_id:
                     attrs = (self.name, self.client_urls)
                 else:
-                    attrs = self.transport.peer_attributes.get(m.id) if self.transport else None
+                    attrs = self.transport.peer_attributes.get(m.id)
                 if attrs is None or (m.name, m.client_urls) == attrs:
                     continue
                 ctx = {"id": m.id, "name": attrs[0], "clientURLs": list(attrs[1])}
@@ -657,15 +663,14 @@ class MembershipService:
     # client requests -------------------------------------------------------------------------
 
     def _header(self) -> ResponseHeader:
-        term = self.node.term if self.node is not None else 0
-        return ResponseHeader(self.cluster_id, self.local_id, 0, term)
+        return ResponseHeader(self.cluster_id, self.local_id, 0, self.node.term)
 
     async def member_list(self) -> MemberListResponse:
         return MemberListResponse(self._header(), self.registry.list())
 
     def _require_leader(self) -> None:
-        if self.node is None or not self.node.is_leader:
-            raise errors.no_leader() if self.node is None or self.node.leader == 0 else not_leader()
+        if not self.node.is_leader:
+            raise errors.no_leader() if self.node.leader == 0 else not_leader()
 
     async def _propose(self, cc: ConfChange) -> None:
         node = self.node

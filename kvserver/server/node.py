@@ -108,6 +108,28 @@ class DurableStorage(Protocol):
     def compact(self, index: int) -> None: ...
 
 
+class MemberSnapshots(Protocol):
+    """The member registry's part in snapshots (kvserver.membership): framed before the state
+    machine's image, restored with the configuration the snapshot carries."""
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, blob: bytes | None, conf_state: ConfState) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeHandlers:
+    """Everything the node calls out to, handed over when it starts (as etcd's
+    ``raftNode.start(readyHandler)``), so the parts built around the node — transport, state
+    machine, membership — can take the node in their constructors instead of being patched
+    onto each other afterwards."""
+
+    state_machine: StateMachine
+    send: Callable[[list[Message]], None]  # never blocks (the transport queues per peer)
+    members: MemberSnapshots | None = None
+    on_conf_change: Callable[[ConfChange, ConfState], None] | None = None
+
+
 @dataclass
 class NodeOptions:
     heartbeat_interval_s: float = 0.1
@@ -135,22 +157,19 @@ class Node:
         raw: RawNode,
         node_id: int,
         storage: DurableStorage,
-        state_machine: StateMachine,
-        send: Callable[[list[Message]], None],
         options: NodeOptions,
         applied: int,
         conf_state: ConfState,
-        on_conf_change: Callable[[ConfChange, ConfState], None] | None = None,
-        members=None,
     ):
         self.raw = raw
         self.id = node_id
         self.storage = storage
-        self.sm = state_machine
-        self._send = send
         self.opts = options
-        self._on_conf_change = on_conf_change
-        self.members = members  # member registry (snapshot()/restore()) or None
+        # Set by start(): the node calls out to them only from its tasks.
+        self.sm: StateMachine
+        self.members: MemberSnapshots | None
+        self._send: Callable[[list[Message]], None]
+        self._on_conf_change: Callable[[ConfChange, ConfState], None] | None
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
@@ -305,7 +324,12 @@ class Node:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, handlers: NodeHandlers) -> None:
+        """Run the raft task and the ticker; from now on the node calls ``handlers``."""
+        self.sm = handlers.state_machine
+        self._send = handlers.send
+        self.members = handlers.members
+        self._on_conf_change = handlers.on_conf_change
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run(), name=f"raft-{self.id:x}"),

@@ -42,6 +42,7 @@ import dataclasses
 import gc
 import logging
 import time
+from collections.abc import Callable
 
 from kvserver.auth import AuthService
 from kvserver.auth.store import is_auth_entry, split_auth_frame
@@ -80,6 +81,7 @@ from kvserver.lease.lessor import (
     is_lease_entry,
     split_snapshot,
 )
+from kvserver.membership.registry import MembershipService
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
@@ -107,9 +109,6 @@ def not_leader() -> errors.ServiceError:
 class RaftKV:
     """Implements ``kvserver.server.node.StateMachine`` and ``kvserver.server.service.KVService``."""
 
-    # () -> (entries, seconds) when this member archives (set by kvserver.assembly.member), for status
-    archive_lag = None
-
     def __init__(
         self,
         *,
@@ -117,6 +116,9 @@ class RaftKV:
         member_id: int,
         name: str,
         members: tuple[MemberInfo, ...],
+        node: Node,
+        membership: MembershipService,
+        archive_lag: Callable[[], tuple[int, float]] | None = None,
         max_txn_ops: int = 128,
         election_timeout_s: float = 1.0,
         min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
@@ -136,17 +138,16 @@ class RaftKV:
         )
         self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
         self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
-        self.node: Node | None = None  # set once the node is built (they refer to each other)
-        self.membership = None  # kvserver.membership.registry.MembershipService (server sets it)
+        self.node = node  # proposals and read barriers (it starts with this as its state machine)
+        self.membership = membership  # answers the member_* calls
+        # () -> (entries, seconds) behind, when this member archives (--archive-url)
+        self.archive_lag = archive_lag
         self._lease_task: asyncio.Task | None = None
         self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()  # fire-and-forget revoke proposals
         # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
-        self.auth = AuthService(
-            propose=lambda payload: self.node.propose(payload),
-            read_barrier=lambda: self.node.read_barrier(),
-        )
+        self.auth = AuthService(propose=node.propose, read_barrier=node.read_barrier)
 
     # --- StateMachine ------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ class RaftKV:
             self.compactor = Compactor(
                 auto_compaction,
                 revision=lambda: self.store.revision,
-                is_leader=lambda: self.node is not None and self.node.is_leader,
+                is_leader=lambda: self.node.is_leader,
                 compact=lambda rev: self.compact(CompactionRequest(rev)),
                 is_compacted_error=lambda exc: isinstance(exc, CompactedError),
             )
@@ -236,8 +237,7 @@ class RaftKV:
     async def _lease_loop(self) -> None:
         while True:
             await asyncio.sleep(LEASE_EXPIRY_INTERVAL_S)
-            node = self.node
-            if node is None or not node.is_leader or not self.lessor.is_primary:
+            if not self.node.is_leader or not self.lessor.is_primary:
                 continue
             for lease_id in self.lessor.expired():
                 self._propose_in_background(LeaseRevokeRequest(lease_id))

@@ -16,9 +16,9 @@ import snap
 from kvserver.cli import main
 from kvserver.client import Client, ClientError
 from kvserver.membership.registry import split_members_frame
-from kvserver.server.replicated_kv import RaftKV
 from tests.archive.helpers import cli, restored_cluster
 from tests.cluster.harness import leader_of, wait_for, wait_healthy
+from tests.support.apply_now import raftkv_without_raft
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,7 @@ def test_point_in_time_restore_over_auth_entries(make_cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     pb = snap.Snapshotter(os.path.join(data_dir, "member", "snap")).load()
     _, rest = split_members_frame(pb.data)
-    kv = RaftKV(cluster_id=1, member_id=1, name="solo", members=())
+    kv = raftkv_without_raft(cluster_id=1, member_id=1, name="solo", members=())
     kv.restore(bytes(rest))
     assert kv.store.revision == last
     assert kv.auth.enabled and kv.auth.users() == ["alice", "root"]

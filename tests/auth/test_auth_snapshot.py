@@ -30,10 +30,11 @@ from kvserver.auth.tokens import token_digest
 from kvserver.kvpb.kv import PutRequest
 from kvserver.membership.registry import frame_members
 from kvserver.server.replicated_kv import RaftKV
+from tests.support.apply_now import raftkv_without_raft
 
 
 def member() -> RaftKV:
-    return RaftKV(cluster_id=7, member_id=1, name="m1", members=())
+    return raftkv_without_raft(cluster_id=7, member_id=1, name="m1", members=())
 
 
 def with_auth() -> RaftKV:

@@ -130,11 +130,13 @@ def test_node_frames_the_registry_in_front_of_the_state_machine():
     node = Node.__new__(Node)  # only the snapshot-data helpers are exercised
     node.sm, node.members = (
         sm,
-        ms.MembershipService(registry=reg, local_id=1, cluster_id=5, name="a", client_urls=()),
+        ms.MembershipService(
+            registry=reg, node=None, local_id=1, cluster_id=5, name="a", client_urls=()
+        ),
     )
     image = frame_members(reg.snapshot()) + b"".join(sm.snapshot_chunks())
     fresh = ms.MembershipService(
-        registry=MemberRegistry(), local_id=1, cluster_id=5, name="a", client_urls=()
+        registry=MemberRegistry(), node=None, local_id=1, cluster_id=5, name="a", client_urls=()
     )
     node.members = fresh
     node.restore_snapshot_data(image, cs([1, 2, 3]))

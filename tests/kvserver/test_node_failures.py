@@ -16,7 +16,7 @@ import re
 import pytest
 
 from kvserver.kvpb import service_errors as errors
-from kvserver.server.node import Node, NodeOptions
+from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
 
@@ -57,8 +57,6 @@ def _follower() -> Node:
         raw=raw,
         node_id=1,
         storage=storage,
-        state_machine=_SM(),
-        send=lambda msgs: None,
         options=NodeOptions(heartbeat_interval_s=10),
         applied=0,
         conf_state=ConfState(voters=(1, 2, 3)),
@@ -92,7 +90,7 @@ async def _until(predicate, what: str, timeout_s: float = 5.0) -> None:
 @_sync
 async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
     node = _follower()
-    node.start()
+    node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
     try:
         node.receive([_heartbeat(3)])
         await _until(lambda: node.leader == 2, "the leader known")
@@ -113,7 +111,7 @@ async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
 @_sync
 async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
     node = _follower()
-    node.start()
+    node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
     try:
         # A MsgApp makes the leader known; it does not check the commit index against what
         # we acknowledged, so it does not make the follower healthy.
@@ -139,7 +137,7 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
         real_step(m)
 
     node.raw.step = step
-    node.start()
+    node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
     try:
         with caplog.at_level(logging.ERROR, logger="kvserver.server.node"):
             node.receive([_heartbeat(99)])
@@ -165,7 +163,7 @@ async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
     # catch-up window.
     node = _follower()
     node.opts.snapshot_count = 1
-    node.start()
+    node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
     try:
         with caplog.at_level(logging.INFO, logger="kvserver.server.node"):
             node.receive([_heartbeat(3)])

@@ -36,6 +36,7 @@ from kvserver.mvcc import (
 from kvserver.server.replicated_kv import RaftKV
 from tests.api.fakes import LocalKV
 from tests.api.helpers import serve
+from tests.support.apply_now import raftkv_without_raft
 
 from .helpers import FakeClock, ids, make
 
@@ -250,7 +251,7 @@ def test_damaged_dedup_table_is_refused_and_changes_nothing(blob):
 
 
 def raftkv(member_id: int) -> RaftKV:
-    return RaftKV(cluster_id=1, member_id=member_id, name=f"m{member_id}", members=())
+    return raftkv_without_raft(cluster_id=1, member_id=member_id, name=f"m{member_id}", members=())
 
 
 def test_raftkv_replicas_answer_a_retry_alike_also_after_a_snapshot():
@@ -271,29 +272,8 @@ def test_raftkv_replicas_answer_a_retry_alike_also_after_a_snapshot():
     assert a.lessor.snapshot() == b.lessor.snapshot() == c.lessor.snapshot()
 
 
-class _ApplyNowNode:
-    """A node that commits every proposal at once (enough for the propose path)."""
-
-    term = 3
-
-    def __init__(self, kv: RaftKV) -> None:
-        self.kv = kv
-        self.index = 0
-
-    async def propose(self, payload: bytes):
-        self.index += 1
-        result = self.kv.apply(self.index, payload)
-        if isinstance(result, Exception):  # as the node does: an error result is raised
-            raise result
-        return result
-
-    async def read_barrier(self) -> int:
-        return self.index  # everything proposed is applied already
-
-
 def test_raftkv_lease_methods_answer_retries_the_first_outcome():
     kv = raftkv(1)
-    kv.node = _ApplyNowNode(kv)
 
     async def scenario():
         first = await kv.lease_grant(30, client_id=CID, request_id=1)

@@ -18,6 +18,7 @@ from kvserver.lease.lessor import LeaseGrantRequest, LeaseNotFoundError, encode_
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
 from tests.kvserver.test_member_inprocess import configs, run, start_all, stop_all, wait_leader
+from tests.support.apply_now import raftkv_without_raft
 
 POLL_S = 0.05
 
@@ -158,7 +159,7 @@ def test_a_kept_alive_lease_survives_a_leader_change(tmp_path):
 
 def test_snapshot_carries_the_lease_table_and_restore_rebinds_the_store():
     def member(member_id: int) -> RaftKV:
-        return RaftKV(cluster_id=1, member_id=member_id, name="m", members=())
+        return raftkv_without_raft(cluster_id=1, member_id=member_id, name="m", members=())
 
     src = member(1)
     src.apply(1, encode_lease_entry(LeaseGrantRequest(30, 7)))

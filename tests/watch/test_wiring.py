@@ -24,10 +24,11 @@ from kvserver.lease.lessor import LeaseGrantRequest, LeaseRevokeRequest, encode_
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.watch.hub import MSG_WATCH_STOPPED
+from tests.support.apply_now import raftkv_without_raft
 
 
 def make_kv() -> RaftKV:
-    return RaftKV(cluster_id=1, member_id=2, name="m", members=())
+    return raftkv_without_raft(cluster_id=1, member_id=2, name="m", members=())
 
 
 class Feeder:
