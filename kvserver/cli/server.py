@@ -121,6 +121,10 @@ def cmd_cluster_up(args) -> int:
             base_port=args.base_port or None,
             program=_raftkv_program(),
             tls=args.tls,
+            # Killed outright (SIGKILL, OOM killer), this process takes its members with it
+            # rather than leaving them holding the ports. The supervisor starts and restarts
+            # them from this (the main) thread, which the parent-death signal requires.
+            die_with_parent=True,
         )
     except TLSConfigError as exc:  # no `cryptography` to make the CA
         print(f"raftkv cluster up: {exc}", file=sys.stderr)

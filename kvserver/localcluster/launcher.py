@@ -6,8 +6,16 @@ with its own data directory ``<data_dir>/<name>`` and its own log file
 starts a stopped node again on the same ports and data. ``joining_node(name)`` prepares (does
 not start) one more node that joins the running cluster with ``--initial-cluster-state
 existing`` (add it first with ``raftkv member add``).
+
+``die_with_parent=True`` (what ``raftkv cluster up`` uses): on Linux every node is started with
+a parent-death signal (SIGTERM), so a launcher that is killed outright, even by SIGKILL, takes
+its nodes with it instead of leaving them running and holding their ports. The kernel sends
+that signal when the *thread* that started the node exits, so such a cluster must start and
+restart its nodes from a thread that lives as long as the launcher (the main thread). The
+default (False) leaves nodes independent of their starter, as the multi-process tests want.
 """
 
+import ctypes
 import os
 import shlex
 import signal
@@ -15,7 +23,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def free_ports(count: int) -> list[int]:
@@ -29,6 +40,30 @@ def free_ports(count: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when the calling thread exits,
+    or None where the platform has no such thing (not Linux, or no ``prctl`` in libc).
+
+    The hook runs in the child between fork and exec: it only calls ``prctl`` and, if the
+    parent already died before that call (the child was reparented, so no signal would ever
+    come), exits at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    signum = int(sig)
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
 
 
 @dataclass
@@ -74,6 +109,7 @@ class LocalCluster:
     scheme: str = "http"
     tls: bool = False
     pki: object = None
+    die_with_parent: bool = False
 
     def __post_init__(self):
         if self.tls:
@@ -184,8 +220,15 @@ class LocalCluster:
         )
         log.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # Each node in its own session: a Ctrl-C in the launcher's terminal reaches only the
+        # launcher, which stops the nodes in order.
         node.proc = subprocess.Popen(
-            node.args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            node.args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=parent_death_hook() if self.die_with_parent else None,
         )
         log.close()
 
