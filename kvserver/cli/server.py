@@ -6,6 +6,7 @@ import signal
 import sys
 
 from kvserver.localcluster.launcher import LocalCluster
+from kvserver.localcluster.ports import taken_ports
 from kvserver.localcluster.supervisor import RESTART_POLICIES, Supervisor
 from kvserver.membership.registry import ClusterConfigError
 from kvserver.server.config import add_server_flags, config_from_args
@@ -129,6 +130,16 @@ def cmd_cluster_up(args) -> int:
     except TLSConfigError as exc:  # no `cryptography` to make the CA
         print(f"raftkv cluster up: {exc}", file=sys.stderr)
         return 2
+    conflicts = taken_ports(cluster.nodes)
+    if conflicts:
+        for conflict in conflicts:
+            print(f"raftkv cluster up: {conflict.message()}", file=sys.stderr)
+        print(
+            "raftkv cluster up: nothing was started; stop what holds the port, or choose "
+            "other ports with --base-port (0: free ports chosen by the kernel)",
+            file=sys.stderr,
+        )
+        return 1
     supervisor = Supervisor(cluster, restart=args.restart)
     # SIGTERM ends the cluster as Ctrl-C does (the members run in their own sessions, so a
     # Ctrl-C in this terminal reaches only this process, which stops them in order).
