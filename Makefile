@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint compose-up compose-down clean spark-demo
+.PHONY: run test test-fast lint typecheck compose-up compose-down clean spark-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ test-fast: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
+
+# Static types, with the config in pyproject.toml ([tool.mypy]: the core packages and the wire
+# contract strict, the rest in mypy's default mode). Tests are not checked.
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy raft raftpb wal snap kvserver
 
 # Three members in containers, with `docker compose` or `docker-compose`; builds the base
 # image from Debian's packages when no image registry answers (deploy/up.sh).
