@@ -352,3 +352,20 @@ def _discard(item) -> None:
             os.unlink(item.path)
         except FileNotFoundError:
             pass
+
+
+# Where a WAL is found under DIR, in order: a data dir, a member dir.
+_WAL_SUBDIRS = (os.path.join("member", "wal"), "wal")
+
+
+def find_wal_dir(path: str) -> str:
+    """The WAL directory ``path`` names: the WAL directory itself, a member's data dir (its
+    ``member/wal``) or its ``member`` dir. ``SegmentNotFoundError`` saying where it looked
+    when none of them holds a segment, ``OSError`` when ``path`` is not a directory."""
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path}: not a directory")
+    for candidate in (path, *(os.path.join(path, sub) for sub in _WAL_SUBDIRS)):
+        if os.path.isdir(candidate) and list_segments(candidate):
+            return candidate
+    elsewhere = " or ".join(os.path.join(path, sub) for sub in _WAL_SUBDIRS)
+    raise SegmentNotFoundError(f"{path}: no WAL segment here, nor in {elsewhere}")

@@ -21,29 +21,12 @@ the WAL directory itself, the one used is named on stderr.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import wal
 from wal.dump import DumpProblem, dump
 from wal.repair import check_dir
-from wal.segment import list_segments
-
-# Where a WAL is found under DIR, in order: a data dir, a member dir.
-_WAL_SUBDIRS = (os.path.join("member", "wal"), "wal")
-
-
-def find_wal_dir(path: str) -> str:
-    """The WAL directory DIR names (see the module docstring); ``wal.SegmentNotFoundError``
-    saying where it looked when none of them holds a segment, ``OSError`` when DIR is not a
-    directory."""
-    if not os.path.isdir(path):
-        raise NotADirectoryError(f"{path}: not a directory")
-    for candidate in (path, *(os.path.join(path, sub) for sub in _WAL_SUBDIRS)):
-        if os.path.isdir(candidate) and list_segments(candidate):
-            return candidate
-    elsewhere = " or ".join(os.path.join(path, sub) for sub in _WAL_SUBDIRS)
-    raise wal.SegmentNotFoundError(f"{path}: no WAL segment here, nor in {elsewhere}")
+from wal.segment import find_wal_dir
 
 
 def _resolve(args) -> str | None:

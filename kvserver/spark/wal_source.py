@@ -253,8 +253,7 @@ def _committed_plan(datas: list[tuple[int | None, int | None]]) -> list[Committe
 
 
 def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
-    from kvserver.cli.wal import find_wal_dir
-    from wal.segment import list_segments
+    from wal.segment import find_wal_dir, list_segments
 
     try:
         wal_dir = find_wal_dir(path)
