@@ -21,7 +21,7 @@ from raft.tracker import ProgressTracker
 from raft.types import ConfChange, ConfChangeType, ConfState
 
 
-def _new_progress(tracker: ProgressTracker, node_id: int, last_index: int, learner: bool):
+def _new_progress(tracker: ProgressTracker, node_id: int, last_index: int, learner: bool) -> None:
     # Start probing at the leader's last index; RecentActive so that a freshly added node
     # is not counted as dead by the next check-quorum round before it had a chance to reply.
     pr = tracker.new_progress(0, max(last_index, 1), learner)

@@ -11,6 +11,8 @@ Cursors, in index order:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from raft.errors import (
     CommitOutOfRangeError,
     CompactedError,
@@ -113,7 +115,7 @@ class RaftLog:
         self.unstable.truncate_and_append(ents)
         return self.last_index()
 
-    def find_conflict(self, ents) -> int:
+    def find_conflict(self, ents: Iterable[Entry]) -> int:
         """Index of the first entry of ``ents`` that is new or conflicts with ours; 0 if none."""
         for e in ents:
             if not self.match_term(e.index, e.term):

@@ -56,9 +56,11 @@ Deviations from etcd, on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from enum import Enum
 from random import Random
+from typing import Any
 
 from raft import confchange
 from raft.config import Config, ReadOnlyOption
@@ -70,7 +72,7 @@ from raft.errors import (
     UnavailableError,
 )
 from raft.log import RaftLog
-from raft.progress import ProgressState
+from raft.progress import Progress, ProgressState
 from raft.quorum import VoteResult, vote_result
 from raft.readonly import ReadOnly
 from raft.tracker import ProgressTracker
@@ -175,7 +177,7 @@ class Raft:
 
     # --- small helpers ---------------------------------------------------------------
 
-    def _info(self, msg: str, *args) -> None:
+    def _info(self, msg: str, *args: object) -> None:
         if self.logger is not None:
             self.logger.info("%x " + msg, self.id, *args)
 
@@ -200,7 +202,7 @@ class Raft:
     def _send(self, m: Message) -> None:
         self.msgs.append(m)
 
-    def _msg(self, mtype, to: int, **kw) -> Message:
+    def _msg(self, mtype: MessageType, to: int, **kw: Any) -> Message:
         """A message from us at our current term."""
         return Message(type=mtype, to=to, frm=self.id, term=self.term, **kw)
 
@@ -493,21 +495,21 @@ class Raft:
     def _step_leader(self, m: Message) -> None:
         t = m.type
         if t == MessageType.MsgBeat:
-            for node_id, pr in self.tracker.progress.items():
-                if node_id != self.id and pr.state == ProgressState.REPLICATE:
-                    pr.inflight_at_beat = pr.next - 1  # see _handle_heartbeat_response
+            for node_id, peer in self.tracker.progress.items():
+                if node_id != self.id and peer.state == ProgressState.REPLICATE:
+                    peer.inflight_at_beat = peer.next - 1  # see _handle_heartbeat_response
             self._bcast_heartbeat()
             return
         if t == MessageType.MsgCheckQuorum:
-            pr = self.tracker.progress.get(self.id)
-            if pr is not None:
-                pr.recent_active = True
+            own = self.tracker.progress.get(self.id)
+            if own is not None:
+                own.recent_active = True
             if not self.tracker.quorum_active():
                 self._info("stepped down to follower since quorum is not active")
                 self.become_follower(self.term, NONE)
-            for node_id, pr in self.tracker.progress.items():
+            for node_id, peer in self.tracker.progress.items():
                 if node_id != self.id:
-                    pr.recent_active = False
+                    peer.recent_active = False
             return
         if t == MessageType.MsgProp:
             self._leader_propose(m)
@@ -595,7 +597,7 @@ class Raft:
         self.uncommitted_size_bytes += size
         return True
 
-    def reduce_uncommitted_size(self, ents) -> None:
+    def reduce_uncommitted_size(self, ents: Iterable[Entry]) -> None:
         if self.state != StateType.LEADER:
             return
         size = payload_size_bytes(ents)
@@ -617,7 +619,7 @@ class Raft:
             self._release_pending_read_index_messages()
             self._bcast_append()
 
-    def _handle_append_response(self, m: Message, pr) -> None:
+    def _handle_append_response(self, m: Message, pr: Progress) -> None:
         pr.recent_active = True
         if m.reject:
             next_probe = m.reject_hint
@@ -659,7 +661,7 @@ class Raft:
             self._flush_append(m.frm)  # keep the order: the commit index first
             self._send(self._msg(MessageType.MsgTimeoutNow, m.frm))
 
-    def _handle_heartbeat_response(self, m: Message, pr) -> None:
+    def _handle_heartbeat_response(self, m: Message, pr: Progress) -> None:
         pr.recent_active = True
         pr.msg_app_flow_paused = False
         if pr.state == ProgressState.PROBE:
@@ -693,7 +695,7 @@ class Raft:
         for rs in self.read_only.advance(m.context):
             self._respond_to_read_index(rs.req, rs.index)
 
-    def _handle_transfer_leader(self, m: Message, pr) -> None:
+    def _handle_transfer_leader(self, m: Message, pr: Progress) -> None:
         transferee = m.frm
         if pr.is_learner:
             self._info("ignored transferring leadership to learner %x", transferee)
@@ -799,7 +801,7 @@ class Raft:
         pr.record_sent_commit(self.log.committed)
         return True
 
-    def _maybe_send_snapshot(self, to: int, pr) -> bool:
+    def _maybe_send_snapshot(self, to: int, pr: Progress) -> bool:
         if not pr.recent_active:
             # Do not send a (large) snapshot to a node we have not heard from.
             return False

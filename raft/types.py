@@ -19,6 +19,7 @@ entries written here decode with etcd's ``raftpb.ConfChange`` and vice versa.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -150,7 +151,7 @@ class Entry:
         return f"{self.term}/{self.index} {self.type} {body}"
 
 
-def payload_size_bytes(entries) -> int:
+def payload_size_bytes(entries: Iterable[Entry]) -> int:
     """Sum of data lengths: what the uncommitted and inflight byte bounds count (as etcd)."""
     return sum(len(e.data) for e in entries)
 
@@ -182,7 +183,7 @@ class HardState:
         return f"Term:{self.term} Vote:{self.vote} Commit:{self.commit}"
 
 
-def _ids(ids) -> str:
+def _ids(ids: Iterable[int]) -> str:
     return "[" + " ".join(str(i) for i in ids) + "]"
 
 
