@@ -46,6 +46,9 @@ import raftpb
 import snap
 from kvserver.archive.manifest import MANIFEST, Manifest, Part, Segment, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore, crc_of
+from kvserver.auth.store import split_auth_frame
+from kvserver.lease.lessor import split_snapshot
+from kvserver.membership.registry import split_members_frame
 from wal.decoder import BadRecord, iter_raw_records
 from wal.frame import RecordType
 from wal.segment import is_locked, list_segments
@@ -101,10 +104,6 @@ def scan_part(data: bytes) -> tuple[int, int]:
 
 def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
     """The MVCC revision inside a member's raft snapshot data."""
-    from kvserver.auth.store import split_auth_frame
-    from kvserver.lease.lessor import split_snapshot
-    from kvserver.membership.registry import split_members_frame
-
     _, rest = split_members_frame(snapshot.data or b"")
     _, rest = split_auth_frame(rest)  # present once auth was used
     _, mvcc = split_snapshot(rest)

@@ -25,6 +25,9 @@ import fsspec
 from kvserver.archive import snapfile
 from kvserver.archive.datadir import RestoredMember, RestoreTarget, build_data_dir
 from kvserver.archive.store import ArchiveError
+from kvserver.auth.store import AuthStore, split_auth_frame
+from kvserver.lease.lessor import split_snapshot
+from kvserver.mvcc.store import MVCCStore
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes expected or 0)
 _READ_BYTES = 1 << 20
@@ -160,10 +163,6 @@ def status(
 def check_image(image: bytes | bytearray | memoryview) -> None:
     """Refuse an image that does not decode ([auth frame] + lease frame + complete MVCC
     stream)."""
-    from kvserver.auth.store import AuthStore, split_auth_frame
-    from kvserver.lease.lessor import split_snapshot
-    from kvserver.mvcc.store import MVCCStore
-
     try:
         auth_blob, rest = split_auth_frame(image)
         AuthStore.restore(auth_blob)
