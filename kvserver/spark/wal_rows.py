@@ -44,7 +44,13 @@ import json
 from dataclasses import dataclass
 
 import raftpb
+from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
+from kvserver.lease.lessor import decode_lease_entry, is_lease_entry
+from kvserver.mvcc.codec import decode_entry
+from kvserver.server.node_storage import decode_metadata
+from raft.types import ConfChange
 from raftpb import DecodeError
+from wal.crc import crc32c_update
 from wal.decoder import BadRecord, is_torn, iter_raw_records
 from wal.frame import RecordType
 
@@ -112,7 +118,6 @@ def _plain(obj):
 
 
 def _write_keys(req, out: list[str]) -> None:
-    from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
 
     if isinstance(req, PutRequest | DeleteRangeRequest):
         out.append(_text(req.key))
@@ -147,8 +152,6 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
     }
     data = data or b""
     if entry_type == 1:
-        from raft.types import ConfChange
-
         out["operation"] = "conf_change"
         try:
             cc = ConfChange.decode(data)
@@ -171,8 +174,6 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
     if not data:
         out["operation"] = "empty"
         return out
-    from kvserver.lease.lessor import decode_lease_entry, is_lease_entry
-    from kvserver.mvcc.codec import decode_entry
 
     if len(data) < _HEADER_BYTES:
         out["operation"] = "undecodable"
@@ -236,7 +237,6 @@ def segment_rows(
     committed: Committed | None = None,
 ) -> list[dict]:
     """The rows of one segment (see the module docstring)."""
-    from wal.crc import crc32c_update
 
     rows: list[dict] = []
     running = None
@@ -275,8 +275,6 @@ def segment_rows(
                     s = raftpb.decode_wal_snapshot(data)
                     row.update(term=s.term, index=s.index)
                 elif raw.type == RecordType.METADATA and meta is None:
-                    from kvserver.server.node_storage import decode_metadata
-
                     meta = decode_metadata(data or b"")
             except DecodeError as exc:
                 raise WalDecodeError(

@@ -54,7 +54,11 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from kvserver.archive.pitr import load_manifests
+from kvserver.archive.store import ArchiveError, ObjectStore
+from kvserver.archive.store import parse_options as storage_options
 from kvserver.spark.wal_rows import COLUMNS, SCHEMA, Committed, segment_rows, summarize
+from wal.segment import find_wal_dir, list_segments, read_whole
 
 BATCH_ROWS = 8192
 _KNOWN = {"path", "paths", "committedonly", "member"}
@@ -108,8 +112,6 @@ def parse_options(opts: dict) -> WalOptions:
             f"raftkv-wal: option committedOnly: want true or false, "
             f"got {opts.get('committedonly')!r}"
         )
-    from kvserver.archive.store import ArchiveError
-    from kvserver.archive.store import parse_options as storage_options
 
     try:
         storage = storage_options(storage_raw)
@@ -154,7 +156,6 @@ class SegmentPartition(InputPartition):
 
 
 def _local_bytes(path: str) -> bytes:
-    from wal.segment import read_whole
 
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -164,7 +165,6 @@ def _local_bytes(path: str) -> bytes:
 
 
 def _archived_bytes(url: str, storage: dict, segment: str, parts) -> bytes:
-    from kvserver.archive.store import ArchiveError, ObjectStore
 
     store = ObjectStore.open(url, storage)
     out = bytearray()
@@ -253,7 +253,6 @@ def _committed_plan(datas: list[tuple[int | None, int | None]]) -> list[Committe
 
 
 def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
-    from wal.segment import find_wal_dir, list_segments
 
     try:
         wal_dir = find_wal_dir(path)
@@ -271,8 +270,6 @@ def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
 
 
 def _plan_archive(o: WalOptions, url: str, start: int) -> list[SegmentPartition]:
-    from kvserver.archive.pitr import load_manifests
-    from kvserver.archive.store import ObjectStore
 
     store = ObjectStore.open(url, o.storage)
     out: list[SegmentPartition] = []
@@ -313,7 +310,6 @@ def _is_archive(url: str, storage: dict) -> bool:
         return False
     if not url.startswith("file://"):
         return True
-    from kvserver.archive.store import ObjectStore
 
     store = ObjectStore.open(url, storage)
     return any(n.endswith("/manifest.json") and n.count("/") == 2 for n in store.list(""))
