@@ -6,6 +6,7 @@ fallback is available, because the WAL computes a CRC for every record it writes
 """
 
 import sys
+from collections.abc import Callable
 
 import crcmod.predefined
 
@@ -14,7 +15,10 @@ if not getattr(
 ):  # pragma: no cover - install problem
     raise ImportError("crcmod was installed without its C extension; reinstall with a compiler")
 
-_crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+# crcmod is untyped: its CRC functions take (data, running value) and return the new value.
+_crc32c: Callable[[bytes | bytearray | memoryview, int], int] = (
+    crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+)
 
 
 def crc32c(data: bytes | bytearray | memoryview, prev: int = 0) -> int:

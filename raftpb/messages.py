@@ -5,18 +5,22 @@ so ``encode_*`` reproduces etcd's bytes and ``decode_*`` reads etcd's files. See
 package docstring for the layouts.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from raftpb.wire import (
     BYTES,
     VARINT,
+    Buf,
     DecodeError,
     bytes_field,
+    bytes_value,
     decode_varint,
     encode_varint,
-    expect,
     iter_fields,
     uint_field,
+    uint_value,
 )
 
 _U32 = (1 << 32) - 1
@@ -88,10 +92,73 @@ class SnapFile:
     data: bytes
 
 
+# --- what the encoders read ------------------------------------------------------------
+# The encoders take raftpb's dataclasses above or raft's own (raft.types), whose fields have
+# the same names; these protocols name the fields each encoder reads.
+
+
+class EntryFields(Protocol):
+    @property
+    def type(self) -> int: ...
+    @property
+    def term(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def data(self) -> bytes | None: ...
+
+
+class HardStateFields(Protocol):
+    @property
+    def term(self) -> int: ...
+    @property
+    def vote(self) -> int: ...
+    @property
+    def commit(self) -> int: ...
+
+
+class ConfStateFields(Protocol):
+    @property
+    def voters(self) -> Iterable[int]: ...
+    @property
+    def learners(self) -> Iterable[int]: ...
+    @property
+    def voters_outgoing(self) -> Iterable[int]: ...
+    @property
+    def learners_next(self) -> Iterable[int]: ...
+    @property
+    def auto_leave(self) -> bool: ...
+
+
+class SnapshotMetadataFields(Protocol):
+    @property
+    def conf_state(self) -> ConfStateFields: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def term(self) -> int: ...
+
+
+class SnapshotFields(Protocol):
+    @property
+    def data(self) -> bytes | None: ...
+    @property
+    def metadata(self) -> SnapshotMetadataFields: ...
+
+
+class WalSnapshotFields(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def term(self) -> int: ...
+    @property
+    def conf_state(self) -> ConfStateFields | None: ...
+
+
 # --- Entry -------------------------------------------------------------------------------
 
 
-def encode_entry(entry) -> bytes:
+def encode_entry(entry: EntryFields) -> bytes:
     """Encode anything with ``type``, ``term``, ``index`` and ``data`` attributes.
 
     Empty data (None or b"") is written as no field at all, as etcd does for nil data, so
@@ -111,29 +178,25 @@ def encode_entry(entry) -> bytes:
     return out
 
 
-def decode_entry(buf) -> Entry:
+def decode_entry(buf: Buf) -> Entry:
     term = index = etype = 0
     data = None
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, VARINT)
-            etype = value
+            etype = uint_value(num, wt, value)
         elif num == 2:
-            expect(num, wt, VARINT)
-            term = value
+            term = uint_value(num, wt, value)
         elif num == 3:
-            expect(num, wt, VARINT)
-            index = value
+            index = uint_value(num, wt, value)
         elif num == 4:
-            expect(num, wt, BYTES)
-            data = value
+            data = bytes_value(num, wt, value)
     return Entry(term=term, index=index, type=etype, data=data)
 
 
 # --- HardState ---------------------------------------------------------------------------
 
 
-def encode_hard_state(hs) -> bytes:
+def encode_hard_state(hs: HardStateFields) -> bytes:
     return (
         b"\x08"
         + encode_varint(hs.term)
@@ -144,24 +207,24 @@ def encode_hard_state(hs) -> bytes:
     )
 
 
-def decode_hard_state(buf) -> HardState:
+def decode_hard_state(buf: Buf) -> HardState:
     term = vote = commit = 0
     for num, wt, value in iter_fields(buf):
         if num in (1, 2, 3):
-            expect(num, wt, VARINT)
+            v = uint_value(num, wt, value)
             if num == 1:
-                term = value
+                term = v
             elif num == 2:
-                vote = value
+                vote = v
             else:
-                commit = value
+                commit = v
     return HardState(term=term, vote=vote, commit=commit)
 
 
 # --- ConfState ---------------------------------------------------------------------------
 
 
-def encode_conf_state(cs) -> bytes:
+def encode_conf_state(cs: ConfStateFields) -> bytes:
     out = bytearray()
     for num, ids in (
         (1, cs.voters),
@@ -175,30 +238,30 @@ def encode_conf_state(cs) -> bytes:
     return bytes(out)
 
 
-def decode_conf_state(buf) -> ConfState:
+def decode_conf_state(buf: Buf) -> ConfState:
     lists: dict[int, list[int]] = {1: [], 2: [], 3: [], 4: []}
     auto_leave = False
     for num, wt, value in iter_fields(buf):
         if num in lists:
             if wt == VARINT:
-                lists[num].append(value)
+                lists[num].append(uint_value(num, wt, value))
             elif wt == BYTES:  # tolerate packed encoding from other writers
+                packed = bytes_value(num, wt, value)
                 pos = 0
-                while pos < len(value):
-                    v, pos = decode_varint(value, pos)
+                while pos < len(packed):
+                    v, pos = decode_varint(packed, pos)
                     lists[num].append(v)
             else:
                 raise DecodeError(f"conf state field {num}: wire type {wt}")
         elif num == 5:
-            expect(num, wt, VARINT)
-            auto_leave = bool(value)
+            auto_leave = bool(uint_value(num, wt, value))
     return ConfState(tuple(lists[1]), tuple(lists[2]), tuple(lists[3]), tuple(lists[4]), auto_leave)
 
 
 # --- Snapshot (raftpb) -------------------------------------------------------------------
 
 
-def _encode_metadata(md) -> bytes:
+def _encode_metadata(md: SnapshotMetadataFields) -> bytes:
     return (
         bytes_field(1, encode_conf_state(md.conf_state))
         + uint_field(2, md.index)
@@ -206,65 +269,57 @@ def _encode_metadata(md) -> bytes:
     )
 
 
-def _decode_metadata(buf) -> SnapshotMetadata:
+def _decode_metadata(buf: Buf) -> SnapshotMetadata:
     cs = ConfState()
     index = term = 0
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, BYTES)
-            cs = decode_conf_state(value)
+            cs = decode_conf_state(bytes_value(num, wt, value))
         elif num == 2:
-            expect(num, wt, VARINT)
-            index = value
+            index = uint_value(num, wt, value)
         elif num == 3:
-            expect(num, wt, VARINT)
-            term = value
+            term = uint_value(num, wt, value)
     return SnapshotMetadata(conf_state=cs, index=index, term=term)
 
 
-def encode_snapshot(snap) -> bytes:
+def encode_snapshot(snap: SnapshotFields) -> bytes:
     out = b""
     if snap.data is not None:
         out += bytes_field(1, snap.data)
     return out + bytes_field(2, _encode_metadata(snap.metadata))
 
 
-def decode_snapshot(buf) -> Snapshot:
+def decode_snapshot(buf: Buf) -> Snapshot:
     data = None
     md = SnapshotMetadata()
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, BYTES)
-            data = value
+            data = bytes_value(num, wt, value)
         elif num == 2:
-            expect(num, wt, BYTES)
-            md = _decode_metadata(value)
+            md = _decode_metadata(bytes_value(num, wt, value))
     return Snapshot(data=data, metadata=md)
 
 
 # --- walpb.Snapshot ----------------------------------------------------------------------
 
 
-def encode_wal_snapshot(ws) -> bytes:
+def encode_wal_snapshot(ws: WalSnapshotFields) -> bytes:
     out = uint_field(1, ws.index) + uint_field(2, ws.term)
     if ws.conf_state is not None:
         out += bytes_field(3, encode_conf_state(ws.conf_state))
     return out
 
 
-def decode_wal_snapshot(buf) -> WalSnapshot:
+def decode_wal_snapshot(buf: Buf) -> WalSnapshot:
     index = term = 0
     cs = None
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, VARINT)
-            index = value
+            index = uint_value(num, wt, value)
         elif num == 2:
-            expect(num, wt, VARINT)
-            term = value
+            term = uint_value(num, wt, value)
         elif num == 3:
-            expect(num, wt, BYTES)
-            cs = decode_conf_state(value)
+            cs = decode_conf_state(bytes_value(num, wt, value))
     return WalSnapshot(index=index, term=term, conf_state=cs)
 
 
@@ -278,21 +333,18 @@ def encode_record(rtype: int, crc: int, data: bytes | None) -> bytes:
     return out
 
 
-def decode_record(buf) -> Record:
+def decode_record(buf: Buf) -> Record:
     rtype = crc = 0
     data = None
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, VARINT)
-            rtype = value
+            rtype = uint_value(num, wt, value)
         elif num == 2:
-            expect(num, wt, VARINT)
-            if value > _U32:
-                raise DecodeError(f"record crc {value} overflows uint32")
-            crc = value
+            crc = uint_value(num, wt, value)
+            if crc > _U32:
+                raise DecodeError(f"record crc {crc} overflows uint32")
         elif num == 3:
-            expect(num, wt, BYTES)
-            data = value
+            data = bytes_value(num, wt, value)
     return Record(type=rtype, crc=crc, data=data)
 
 
@@ -303,16 +355,14 @@ def encode_snap_file(crc: int, data: bytes) -> bytes:
     return uint_field(1, crc & _U32) + bytes_field(2, data)
 
 
-def decode_snap_file(buf) -> SnapFile:
+def decode_snap_file(buf: Buf) -> SnapFile:
     crc = 0
     data = None
     for num, wt, value in iter_fields(buf):
         if num == 1:
-            expect(num, wt, VARINT)
-            crc = value
+            crc = uint_value(num, wt, value)
         elif num == 2:
-            expect(num, wt, BYTES)
-            data = value
+            data = bytes_value(num, wt, value)
     if data is None:
         raise DecodeError("snapshot file has no data field")
     return SnapFile(crc=crc, data=data)

@@ -6,6 +6,13 @@ a varint longer than 10 bytes or overflowing 64 bits is a DecodeError.
 """
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from mmap import mmap
+
+# What the decoders read: any of these indexes to an int and slices to bytes-like.
+Buf: TypeAlias = "bytes | bytearray | memoryview | mmap"
 
 VARINT = 0
 FIXED64 = 1
@@ -34,7 +41,7 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
+def decode_varint(buf: Buf, pos: int) -> tuple[int, int]:
     """Return (value, new_pos) for the varint starting at ``buf[pos]``."""
     try:
         b = buf[pos]
@@ -71,7 +78,7 @@ def bytes_field(field: int, value: bytes) -> bytes:
     return tag(field, BYTES) + encode_varint(len(value)) + bytes(value)
 
 
-def iter_fields(buf) -> Iterator[tuple[int, int, object]]:
+def iter_fields(buf: Buf) -> Iterator[tuple[int, int, int | bytes]]:
     """Yield (field_number, wire_type, value) for each field of a message.
 
     ``value`` is an int for varints and fixed-width fields and a bytes slice for
@@ -79,6 +86,7 @@ def iter_fields(buf) -> Iterator[tuple[int, int, object]]:
     """
     pos = 0
     end = len(buf)
+    value: int | bytes
     while pos < end:
         key, pos = decode_varint(buf, pos)
         field, wire_type = key >> 3, key & 7
@@ -107,6 +115,16 @@ def iter_fields(buf) -> Iterator[tuple[int, int, object]]:
         yield field, wire_type, value
 
 
-def expect(field: int, wire_type: int, want: int):
-    if wire_type != want:
-        raise DecodeError(f"field {field}: wire type {wire_type}, expected {want}")
+def uint_value(field: int, wire_type: int, value: int | bytes) -> int:
+    """``value`` of a field from ``iter_fields`` that must be a varint; DecodeError if not."""
+    if wire_type != VARINT or not isinstance(value, int):  # an int whenever it is a varint
+        raise DecodeError(f"field {field}: wire type {wire_type}, expected {VARINT}")
+    return value
+
+
+def bytes_value(field: int, wire_type: int, value: int | bytes) -> bytes:
+    """``value`` of a field from ``iter_fields`` that must be length-delimited; DecodeError
+    if not."""
+    if wire_type != BYTES or not isinstance(value, bytes):  # bytes whenever it is delimited
+        raise DecodeError(f"field {field}: wire type {wire_type}, expected {BYTES}")
+    return value
