@@ -40,7 +40,13 @@ event loop's thread by at most about one GIL switch interval (5 ms) at a time; t
 themselves block, so an event loop must run them in an executor.
 """
 
-from snap.codec import CHUNK_BYTES, EncodedSnap, encode_pieces, read_snap
+from snap.codec import (
+    CHUNK_BYTES,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    EncodedSnap,
+    encode_pieces,
+    read_snap,
+)
 from snap.errors import (
     CorruptSnapshotError,
     CRCMismatchError,
@@ -59,7 +65,7 @@ from snap.names import (
     is_tmp_name,
     parse_snap_name,
 )
-from snap.snapshotter import DEFAULT_KEEP_SNAPSHOTS, DEFAULT_MAX_SNAPSHOT_BYTES, Snapshotter
+from snap.snapshotter import DEFAULT_KEEP_SNAPSHOTS, Snapshotter
 
 __all__ = [
     "BROKEN_SUFFIX",

@@ -28,6 +28,7 @@ Both directions still need the whole payload in memory: this is not a streaming 
 
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from raftpb import (
     DecodeError,
@@ -67,7 +68,7 @@ class EncodedSnap:
     size_bytes: int
 
 
-def _as_byte_view(data) -> memoryview:
+def _as_byte_view(data: bytes | bytearray | memoryview) -> memoryview:
     view = memoryview(data)
     if not view.c_contiguous:
         raise ValueError("snapshot data must be a C-contiguous buffer")
@@ -151,7 +152,7 @@ def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -
     return snapshot
 
 
-def _read_etcd_layout(f, size: int, path: str) -> Snapshot | None:
+def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
     """Fast path for ``08 crc 12 len 0a n data <rest>`` spanning the whole file.
 
     Returns None (caller falls back to the general decoder, which also produces the precise

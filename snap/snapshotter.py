@@ -71,7 +71,7 @@ class Snapshotter:
     """The snapshot files of one node, in ``dir_path`` (created if missing)."""
 
     def __init__(
-        self, dir_path: str | os.PathLike, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+        self, dir_path: str | os.PathLike[str], max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     ) -> None:
         if max_snapshot_bytes <= 0:
             raise ValueError(f"max_snapshot_bytes must be positive, got {max_snapshot_bytes}")
