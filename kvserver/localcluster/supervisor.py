@@ -16,6 +16,11 @@ Contract:
 - When no member is running and none is waiting for a restart, the loop ends (status 1).
 - Ctrl-C (KeyboardInterrupt) or SIGTERM stops every member (SIGTERM, then SIGKILL after a
   grace period) and ends the loop with status 0.
+- Killed outright (SIGKILL), the supervisor runs no code at all; a cluster made with
+  ``die_with_parent=True`` (as ``cluster up`` makes it) stops anyway, since each member gets
+  SIGTERM from the kernel when the thread that started it exits. ``start`` and ``run`` (which
+  restarts members) must then be called from the same thread, one that lives as long as the
+  supervisor.
 
 The restart budget (``RestartBudget``) is a pure object so its arithmetic is tested without
 processes; ``Supervisor.run`` polls the children every ``poll_s`` (bounded, no busy wait).
