@@ -151,6 +151,7 @@ def cmd_cluster_up(args) -> int:
         raise
     print(f"raftkv: {args.nodes}-node cluster starting (data and logs in {data_dir})")
     for node in cluster.nodes:
+        assert node.proc is not None  # started above
         print(
             f"  {node.name}: pid {node.proc.pid}  client {node.client_url}  "
             f"peer {node.peer_url}  log {node.log_path}\n    {node.command_line()}"

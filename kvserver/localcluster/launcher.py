@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kvserver.tls import ClusterPKI, make_cluster_pki
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -108,13 +110,11 @@ class LocalCluster:
     # present one. ``pki`` holds the file names.
     scheme: str = "http"
     tls: bool = False
-    pki: object = None
+    pki: ClusterPKI | None = None
     die_with_parent: bool = False
 
     def __post_init__(self):
         if self.tls:
-            from kvserver.tls import make_cluster_pki
-
             self.scheme = "https"
             self.pki = make_cluster_pki(os.path.join(self.data_dir, "tls"), ["127.0.0.1"])
             p = self.pki
@@ -209,9 +209,10 @@ class LocalCluster:
         for node in self.nodes:
             self.start_node(node)
 
-    def start_node(self, node: NodeProcess) -> None:
-        if node.alive():
-            return
+    def start_node(self, node: NodeProcess) -> subprocess.Popen:
+        """Start ``node`` unless it is running; returns its process either way."""
+        if node.proc is not None and node.proc.poll() is None:
+            return node.proc
         log = open(node.log_path, "ab")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
         log.write(
@@ -231,6 +232,7 @@ class LocalCluster:
             preexec_fn=parent_death_hook() if self.die_with_parent else None,
         )
         log.close()
+        return node.proc
 
     def kill(self, node: NodeProcess, sig: int = signal.SIGKILL) -> None:
         if node.proc is not None and node.proc.poll() is None:
@@ -245,7 +247,7 @@ class LocalCluster:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every node (resuming stopped ones first), SIGKILL what outlives timeout."""
         for node in self.nodes:
-            if node.alive():
+            if node.proc is not None and node.proc.poll() is None:
                 node.proc.send_signal(signal.SIGCONT)
                 node.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

@@ -74,7 +74,8 @@ def port_holder(port: int) -> str:
 
 
 def _socket_inodes(port: int) -> set[str]:
-    listening, other = set(), set()
+    listening: set[str] = set()
+    other: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -101,7 +102,7 @@ def _socket_inodes(port: int) -> set[str]:
 
 def _pids_with_sockets(inodes: set[str]) -> set[int]:
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    pids = set()
+    pids: set[int] = set()
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -133,11 +133,9 @@ class Supervisor:
         if due is not None:
             if now >= due:
                 del self.pending[node.name]
-                self.cluster.start_node(node)
+                proc = self.cluster.start_node(node)
                 self.watched.add(node.name)
-                self.say(
-                    f"{node.name} restarted (pid {node.proc.pid}); it catches up from the others"
-                )
+                self.say(f"{node.name} restarted (pid {proc.pid}); it catches up from the others")
             return
         if node.name not in self.watched or node.proc is None or node.proc.poll() is None:
             return
