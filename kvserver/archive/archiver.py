@@ -47,7 +47,7 @@ import snap
 from kvserver.archive.manifest import MANIFEST, Manifest, Part, Segment, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore, crc_of
 from kvserver.auth.store import split_auth_frame
-from kvserver.lease.lessor import split_snapshot
+from kvserver.lease.snapshot import split_snapshot
 from kvserver.membership.registry import split_members_frame
 from wal.decoder import BadRecord, iter_raw_records
 from wal.frame import RecordType

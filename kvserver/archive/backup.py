@@ -26,7 +26,7 @@ from kvserver.archive import snapfile
 from kvserver.archive.datadir import RestoredMember, RestoreTarget, build_data_dir
 from kvserver.archive.store import ArchiveError
 from kvserver.auth.store import AuthStore, split_auth_frame
-from kvserver.lease.lessor import split_snapshot
+from kvserver.lease.snapshot import split_snapshot
 from kvserver.mvcc.store import MVCCStore
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes expected or 0)

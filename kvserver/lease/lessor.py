@@ -2,7 +2,9 @@
 
 Modelled on etcd's ``server/lease/lessor.go`` (semantics, not code). A lease is an ID, a
 granted TTL in seconds and the keys attached to it; when it is revoked — by a client or
-because it expired — its keys are deleted in the revoking revision.
+because it expired — its keys are deleted in the revoking revision. Its neighbours: the
+client's messages are ``kvserver.kvpb.lease``, the errors ``kvserver.lease.errors``, the raft
+log entries ``kvserver.lease.codec``, the snapshot bytes ``kvserver.lease.snapshot``.
 
 Two halves
 ----------
@@ -19,15 +21,19 @@ snapshot taken at the same applied index always agree.
 (``clock``, injected; tests pass a fake one and never sleep). Only a *primary* lessor (this
 member is the raft leader and has applied the first entry of its term) has finite deadlines:
 ``keepalive``, ``time_to_live``, ``expired`` and ``due_checkpoints`` are primary-only; a
-follower keeps every deadline at infinity and answers ``NotPrimaryError`` (the caller forwards
-to the leader). ``promote(extend_s)`` gives every lease a fresh deadline of now + (checkpointed
-remaining TTL, else the granted TTL) + ``extend_s``, so a leader change never expires a lease
-early (etcd's ``Promote``); ``demote()`` sets every deadline back to infinity. A lease is only
-ever expired by proposing a revoke through raft: ``expired()`` lists the leases whose deadline
-passed, and lists each again only after ``expired_retry_interval_s`` in case that revoke was
-lost. Once a lease's deadline has passed, ``keepalive`` refuses it (``LeaseExpiredError``):
-the revoke may already be in flight, and refreshing would let a client believe in a lease
-that is about to vanish.
+follower keeps every deadline at infinity and answers ``NotPrimaryError``. ``promote(extend_s)``
+gives every lease a fresh deadline of now + (checkpointed remaining TTL, else the granted TTL)
++ ``extend_s``, so a leader change never expires a lease early (etcd's ``Promote``);
+``demote()`` sets every deadline back to infinity. A lease is only ever expired by proposing a
+revoke through raft: ``expired()`` lists the leases whose deadline passed, and lists each again
+only after ``expired_retry_interval_s`` in case that revoke was lost. Once a lease's deadline
+has passed, ``keepalive`` refuses it (``LeaseExpiredError``): the revoke may already be in
+flight, and refreshing would let a client believe in a lease that is about to vanish.
+
+The lessor neither checks leadership nor waits nor forwards: the service over it confirms it
+still leads before a keep-alive or time-to-live, waits on an expired lease until its revoke is
+applied, and turns ``NotPrimaryError`` into etcd's ``not leader``, which the HTTP layer forwards
+to the leader.
 
 Checkpoints (optional, etcd's ``--experimental-enable-lease-checkpoint``): with
 ``checkpoint_interval_s`` set, a primary periodically offers ``due_checkpoints()`` —
@@ -35,17 +41,11 @@ Checkpoints (optional, etcd's ``--experimental-enable-lease-checkpoint``): with
 long lease from its remaining TTL instead of the full TTL. A keep-alive of a checkpointed lease
 queues a clearing checkpoint ``(id, 0)``.
 
-Errors carry etcd's texts and gRPC codes (``kvserver.kvpb.errors.EtcdError``):
-``LeaseNotFoundError`` (NotFound, ``etcdserver: requested lease not found``),
-``LeaseExistsError`` (FailedPrecondition, ``etcdserver: lease already exists``),
-``LeaseTTLTooLargeError`` (OutOfRange, ``etcdserver: too large lease TTL``),
-``NotPrimaryError`` (FailedPrecondition, ``etcdserver: not leader``), plus raftkv's own
-``TooManyLeasesError`` (ResourceExhausted) and ``InvalidArgumentError`` for a negative TTL.
-
 Differences from etcd
 ---------------------
-- A negative TTL is refused (DESIGN section 5, bad input); etcd silently raises it to the
-  minimum TTL. A TTL of 0 is raised to the minimum, as in etcd.
+- A negative TTL is refused (``InvalidArgumentError``: bad input is an error, never silently
+  changed); etcd silently raises it to the minimum TTL. A TTL of 0 is raised to the minimum,
+  as in etcd.
 - The minimum TTL is applied when the request is *proposed* (``prepare_grant``), not when it
   is applied, so members with different election timeouts cannot disagree on a lease's TTL.
 - ``max_leases`` is an admission bound checked at propose time (approximate under concurrent
@@ -76,89 +76,8 @@ pair first used by a grant and reused by a revoke (or vice versa) is a client bu
 Why a table of its own and not the store's: the store snapshots its outcomes with the MVCC
 codec, which has no lease types, and KV and lease requests never share a pair (a client
 numbers all its requests from one counter), so two tables answer exactly as one would. The
-lessor's table travels in the lease snapshot (format version 2, below), taken at the same
+lessor's table travels in the lease snapshot (``kvserver.lease.outcomes``), taken at the same
 applied index as the store's, so a restored or newly elected member answers retries the same.
-
-Known limits
-------------
-- Keep-alive forwarding, waiting on an expired lease and the leader check are the driver's.
-
-Raft log entries (byte layout)
-------------------------------
-``encode_lease_entry(request, client_id=0, request_id=0)`` gives the msgpack array
-``[LEASE_ENTRY_FORMAT (= 76, "L"), client_id, request_id, body]`` where body is one of
-
-- ``[1, lease_id, ttl_s]``                          grant (ID and TTL final: chosen at propose)
-- ``[2, lease_id]``                                 revoke
-- ``[3, [[lease_id, remaining_ttl_s], ...]]``       checkpoint
-
-A lease entry starts with the bytes ``94 4c`` (fixarray of 4, then 76); an MVCC entry
-(``kvserver.mvcc.codec.encode_entry``) starts with ``94 01``. ``is_lease_entry(payload)``
-tells them apart. Never renumber; only add new ops.
-
-Snapshot (byte layout)
-----------------------
-``snapshot()`` is one msgpack map ``{"magic": "raftkv-lease-snapshot", "version": 2,
-"leases": [[id, ttl_s, remaining_ttl_s], ...], "dedup": [[client_id, [[request_id,
-outcome], ...]], ...]}``; leases sorted by id, the dedup table in least-recently-used-first
-order (``DedupTable.export``). An ``outcome`` is ``[1, revision, lease_id, ttl_s]`` (grant
-response), ``[2, revision]`` (revoke response) or ``[0, error_tag, message]`` with
-``error_tag`` one of ``lease_not_found``, ``lease_exists``, ``ttl_too_large``,
-``too_many_leases``, ``invalid_argument`` (headers other than the revision are filled in by
-the caller, so they are not kept). ``restore`` also reads version 1 (written before
-de-duplication: the same map without ``"dedup"``), as an empty dedup table. To carry it in front of the
-MVCC snapshot stream, ``frame_snapshot(blob)`` prefixes ``b"RKVLEAS1"`` and the blob's length
-(uint32 big-endian); ``split_snapshot(data)`` returns ``(blob or None, rest)``, where ``None``
-means a snapshot from before leases existed (all of ``data`` is the MVCC stream).
-
-Wiring (not done here; for the next session)
---------------------------------------------
-``kvserver/server/replicated_kv.py``
-  - ``__init__``: ``self.lessor = Lessor(store=self.store, min_ttl_s=min_lease_ttl_s(
-    heartbeat_ms, election_ms), max_leases=..., checkpoint_interval_s=None or 300)`` — this
-    sets ``store.lease_exists = lessor.exists``; ``self.lease_ids = LeaseIdGenerator(
-    member_id, int(time.time() * 1000))``.
-  - ``apply(index, payload)``: ``result = self.lessor.apply_entry(payload) if
-    is_lease_entry(payload) else self.store.apply_entry(payload)``; then feed the watch hub
-    ``if result.events: hub.notify(result.revision, result.events)``; return
-    ``result.error or result.response`` as today.
-  - ``snapshot_chunks()``: take ``blob = self.lessor.snapshot()`` and ``chunks =
-    self.store.serialize()`` together (no apply in between), yield ``frame_snapshot(blob)``,
-    then the chunks. ``restore(data)``: ``blob, rest = split_snapshot(data)``; restore the
-    store from ``rest``; ``self.lessor.restore(blob)`` (``None`` → empty table);
-    ``self.lessor.bind(new_store)``; ``hub.reset(new_store)``.
-  - service methods: ``lease_grant(req)``: ``req = lessor.prepare_grant(req, self.lease_ids,
-    client_id=..., request_id=...)`` (bad TTL / too many leases raise here, nothing is
-    proposed; a remembered retry is let through), propose
-    ``encode_lease_entry(req, client_id, request_id)``, answer the ``LeaseGrantResponse``.
-    ``lease_revoke(id)``: propose ``LeaseRevokeRequest``. ``lease_keepalive(id)`` and
-    ``lease_time_to_live(id, keys)``: on the leader, ``await node.read_barrier()`` first (like
-    etcd 3.5's ensureLeadership: a deposed leader must not refresh leases), then call the
-    lessor; on a follower (or on ``NotPrimaryError``) forward to the leader's client URL.
-    On ``LeaseExpiredError`` wait (bounded by the request timeout) until the lease is gone
-    (answer not found) or this member is demoted (forward), as etcd's Renew does.
-    ``lease_leases()``: local ``lessor.leases()`` on any member.
-``kvserver/server/node.py``
-  - promote: in ``_apply``, an entry with empty ``data`` whose ``term`` is the current term,
-    applied while ``is_leader``, is the new leader's first entry: call
-    ``lessor.promote(election_timeout_s)`` then (etcd calls Promote there, after everything of
-    earlier terms is applied). ``_apply`` skips empty entries today; add a hook there.
-  - demote: in ``_on_soft_state`` when the role leaves LEADER: ``lessor.demote()``.
-  - a leader-only task every 0.5 s (etcd's lessor loop): ``for id in lessor.expired():``
-    propose ``LeaseRevokeRequest(id)`` (fire and forget; ``expired`` re-lists it after
-    ``expired_retry_interval_s`` if the revoke was lost); ``cps = lessor.due_checkpoints()``
-    → propose one ``LeaseCheckpointRequest(tuple(cps))``. ``lessor.next_deadline()`` may be
-    used to sleep less.
-``kvserver/api``
-  - ``POST /v3/lease/grant`` ``{"TTL", "ID"}`` → ``{"header", "ID", "TTL"}``.
-  - ``POST /v3/lease/revoke`` and ``/v3/kv/lease/revoke`` ``{"ID"}`` → ``{"header"}``.
-  - ``POST /v3/lease/keepalive`` ``{"ID"}`` (streaming: answer chunked, one ``{"result":
-    {"header", "ID", "TTL"}}`` per request object) — a not-found lease answers ``TTL`` 0
-    (omitted), as etcd's gRPC layer does, not an error.
-  - ``POST /v3/lease/timetolive`` and ``/v3/kv/lease/timetolive`` ``{"ID", "keys"}`` →
-    ``{"header", "ID", "TTL", "grantedTTL", "keys": [base64...]}`` (``TTL`` -1 when unknown).
-  - ``POST /v3/lease/leases`` and ``/v3/kv/lease/leases`` → ``{"header", "leases":
-    [{"ID"}...]}``.
 """
 
 from __future__ import annotations
@@ -170,53 +89,51 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgpack
-
 from kvserver.kvpb.errors import (
     CodecError,
     EtcdError,
-    GrpcCode,
     InvalidArgumentError,
     LeaseNotFoundError,
-    SnapshotFormatError,
 )
 from kvserver.kvpb.kv import ApplyResult, ResponseHeader
+from kvserver.kvpb.lease import (
+    MAX_LEASE_TTL_S,
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseLeasesResponse,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    LeaseTimeToLiveResponse,
+)
+from kvserver.lease.codec import (
+    INT64_MAX,
+    INT64_MIN,
+    LeaseCheckpointRequest,
+    LeaseCheckpointResponse,
+    decode_lease_entry,
+)
+from kvserver.lease.errors import (
+    LeaseExistsError,
+    LeaseExpiredError,
+    LeaseTTLTooLargeError,
+    NotPrimaryError,
+    TooManyLeasesError,
+)
+from kvserver.lease.outcomes import RESPONSE_TYPE
+from kvserver.lease.snapshot import decode_snapshot, encode_snapshot
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 
 __all__ = [
     "DEFAULT_MAX_LEASES",
     "DEFAULT_MIN_TTL_S",
     "HARD_MAX_LEASES",
-    "LEASE_ENTRY_FORMAT",
-    "MAX_LEASE_TTL_S",
-    "LeaseCheckpointRequest",
-    "LeaseCheckpointResponse",
-    "LeaseExistsError",
-    "LeaseExpiredError",
-    "LeaseGrantRequest",
-    "LeaseGrantResponse",
     "LeaseIdGenerator",
     "LeaseInfo",
-    "LeaseKeepAliveResponse",
-    "LeaseLeasesResponse",
-    "LeaseNotFoundError",
-    "LeaseRevokeRequest",
-    "LeaseRevokeResponse",
-    "LeaseTTLTooLargeError",
-    "LeaseTimeToLiveResponse",
+    "LeaseKeyStore",
     "Lessor",
-    "NotPrimaryError",
-    "TooManyLeasesError",
-    "decode_lease_entry",
-    "encode_lease_entry",
-    "frame_snapshot",
-    "is_lease_entry",
     "min_lease_ttl_s",
-    "split_snapshot",
 ]
 
-# etcd's lease.MaxLeaseTTL (seconds): larger TTLs are refused.
-MAX_LEASE_TTL_S = 9_000_000_000
 # etcd's minimum with its default timing (heartbeat 100 ms, election 1000 ms): see
 # min_lease_ttl_s.
 DEFAULT_MIN_TTL_S = 2
@@ -230,134 +147,10 @@ DEFAULT_REVOKE_RATE_PER_S = 1000
 DEFAULT_EXPIRED_RETRY_INTERVAL_S = 3.0  # etcd: defaultExpiredleaseRetryInterval
 DEFAULT_CHECKPOINT_BATCH = 1000  # etcd: maxLeaseCheckpointBatchSize
 
-MSG_LEASE_EXISTS = "etcdserver: lease already exists"
-MSG_LEASE_TTL_TOO_LARGE = "etcdserver: too large lease TTL"
-MSG_NOT_LEADER = "etcdserver: not leader"
-MSG_TOO_MANY_LEASES = "raftkv: too many leases"
 MSG_NEGATIVE_TTL = "raftkv: lease TTL must not be negative"
 MSG_REQUEST_ID_REUSED = "raftkv: request id already used by a different lease request"
 
-LEASE_ENTRY_FORMAT = 76  # "L"; mvcc entries use 1 (kvserver.mvcc.codec.ENTRY_FORMAT_VERSION)
-_LEASE_ENTRY_PREFIX = b"\x94\x4c"
-_OP_GRANT = 1
-_OP_REVOKE = 2
-_OP_CHECKPOINT = 3
-
-SNAPSHOT_MAGIC = "raftkv-lease-snapshot"
-SNAPSHOT_VERSION = 2
-_READABLE_SNAPSHOT_VERSIONS = (1, 2)  # 1: before de-duplication (no "dedup" table)
-SNAPSHOT_FRAME_MAGIC = b"RKVLEAS1"
-_FRAME_HEADER_BYTES = len(SNAPSHOT_FRAME_MAGIC) + 4
-
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
 _FOREVER = math.inf
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-
-class LeaseExistsError(EtcdError):
-    """A grant names an ID that is already granted."""
-
-    grpc_code = GrpcCode.FAILED_PRECONDITION
-    default_message = MSG_LEASE_EXISTS
-
-
-class LeaseTTLTooLargeError(EtcdError):
-    """A grant asks for more than ``MAX_LEASE_TTL_S``."""
-
-    grpc_code = GrpcCode.OUT_OF_RANGE
-    default_message = MSG_LEASE_TTL_TOO_LARGE
-
-
-class LeaseExpiredError(LeaseNotFoundError):
-    """A keep-alive for a lease whose deadline passed on this leader: its revoke is pending.
-    A ``LeaseNotFoundError`` to callers that do not care; the driver may instead wait for the
-    revoke (then: not found) or for a demotion (then: forward), like etcd's Renew."""
-
-
-class NotPrimaryError(EtcdError):
-    """This member is not the primary lessor (not the leader): forward to the leader."""
-
-    grpc_code = GrpcCode.FAILED_PRECONDITION  # etcd's ErrGRPCNotLeader
-    default_message = MSG_NOT_LEADER
-
-
-class TooManyLeasesError(EtcdError):
-    """The lease table is at its bound (``max_leases`` or ``HARD_MAX_LEASES``)."""
-
-    grpc_code = GrpcCode.RESOURCE_EXHAUSTED
-    default_message = MSG_TOO_MANY_LEASES
-
-
-# ---------------------------------------------------------------------------------------------
-# Requests (raft log entries) and responses (etcdserverpb names in snake_case, units last)
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseGrantRequest:
-    """etcdserverpb.LeaseGrantRequest. ``lease_id == 0``: the server chooses (at propose)."""
-
-    ttl_s: int
-    lease_id: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRevokeRequest:
-    lease_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseCheckpointRequest:
-    """etcdserverpb.LeaseCheckpointRequest: ``(lease_id, remaining_ttl_s)`` pairs; a
-    remaining TTL of 0 clears the checkpoint."""
-
-    checkpoints: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseGrantResponse:
-    header: ResponseHeader
-    lease_id: int
-    ttl_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRevokeResponse:
-    header: ResponseHeader
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseCheckpointResponse:
-    header: ResponseHeader
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseKeepAliveResponse:
-    header: ResponseHeader
-    lease_id: int
-    ttl_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseTimeToLiveResponse:
-    """``ttl_s`` is the remaining TTL truncated to whole seconds (-1: no such lease);
-    ``granted_ttl_s`` the TTL granted; ``keys`` the attached keys, sorted, if asked for."""
-
-    header: ResponseHeader
-    lease_id: int
-    ttl_s: int
-    granted_ttl_s: int = 0
-    keys: tuple[bytes, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseLeasesResponse:
-    """Lease IDs by deadline (then ID); on a follower all deadlines are equal, so by ID."""
-
-    header: ResponseHeader
-    leases: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +231,7 @@ def _header(store: LeaseKeyStore | None) -> ResponseHeader:
 
 
 def _check_int64(name: str, value: Any) -> None:
-    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
         raise InvalidArgumentError(f"raftkv: {name} must be an int64")
 
 
@@ -573,7 +366,7 @@ class Lessor:
         if seen is not MISS:
             if isinstance(seen, EtcdError):
                 return ApplyResult(None, seen, (), True, self._revision())
-            if type(seen) is not _RESPONSE_TYPE[kind]:
+            if type(seen) is not RESPONSE_TYPE[kind]:
                 error = InvalidArgumentError(MSG_REQUEST_ID_REUSED)
                 return ApplyResult(None, error, (), True, self._revision())
             return ApplyResult(seen, None, (), True, self._revision())
@@ -668,20 +461,13 @@ class Lessor:
     # Snapshots (replicated part only)
 
     def snapshot(self) -> bytes:
-        """The lease table and the dedup table as msgpack (see the module docstring); equal
-        tables give equal bytes."""
+        """The lease table and the dedup table (``kvserver.lease.snapshot`` has the byte
+        layout); equal tables give equal bytes."""
         rows = [
-            [x.lease_id, x.ttl_s, x.remaining_ttl_s]
+            (x.lease_id, x.ttl_s, x.remaining_ttl_s)
             for x in sorted(self._leases.values(), key=lambda lease: lease.lease_id)
         ]
-        dedup = [
-            [cid, [[rid, _outcome_to_plain(outcome)] for rid, outcome in items]]
-            for cid, items in self._dedup.export()
-        ]
-        return msgpack.packb(
-            {"magic": SNAPSHOT_MAGIC, "version": SNAPSHOT_VERSION, "leases": rows, "dedup": dedup},
-            use_bin_type=True,
-        )
+        return encode_snapshot(rows, self._dedup.export())
 
     def restore(self, data: bytes | None) -> None:
         """Replace the lease and dedup tables by a ``snapshot()`` (``None``: empty; a version 1
@@ -691,34 +477,12 @@ class Lessor:
         leases: dict[int, _Lease] = {}
         dedup = DedupTable(self._dedup.ids_per_client, self._dedup.max_clients)
         if data is not None:
-            try:
-                obj = msgpack.unpackb(data, raw=False)
-            except Exception as err:  # msgpack raises several types for garbage
-                raise SnapshotFormatError(f"lease snapshot is not msgpack: {err}") from err
-            if (
-                type(obj) is not dict
-                or obj.get("magic") != SNAPSHOT_MAGIC
-                or obj.get("version") not in _READABLE_SNAPSHOT_VERSIONS
-                or type(obj.get("leases")) is not list
-            ):
-                raise SnapshotFormatError("not a raftkv lease snapshot (or unknown version)")
-            for row in obj["leases"]:
-                if (
-                    type(row) is not list
-                    or len(row) != 3
-                    or any(type(v) is not int for v in row)
-                    or row[0] == 0
-                    or row[0] in leases
-                    or not 1 <= row[1] <= MAX_LEASE_TTL_S
-                    or row[2] < 0
-                ):
-                    raise SnapshotFormatError(f"malformed lease record {row!r}")
-                leases[row[0]] = _Lease(row[0], row[1], row[2])
-            if obj["version"] >= 2:
+            rows, exported = decode_snapshot(data)
+            for lease_id, ttl_s, remaining_ttl_s in rows:
+                leases[lease_id] = _Lease(lease_id, ttl_s, remaining_ttl_s)
+            if exported is not None:
                 dedup = DedupTable.from_export(
-                    _dedup_from_plain(obj.get("dedup")),
-                    self._dedup.ids_per_client,
-                    self._dedup.max_clients,
+                    exported, self._dedup.ids_per_client, self._dedup.max_clients
                 )
         self._leases = leases
         self._dedup = dedup
@@ -956,174 +720,3 @@ class Lessor:
                 if x.checkpoint_at < _FOREVER
             ]
             heapq.heapify(self._checkpoint_heap)
-
-
-# ---------------------------------------------------------------------------------------------
-# Remembered outcomes (dedup table) in snapshots
-
-_RESPONSE_TYPE: dict[type, type] = {
-    LeaseGrantRequest: LeaseGrantResponse,
-    LeaseRevokeRequest: LeaseRevokeResponse,
-}
-_OUTCOME_ERROR = 0
-_OUTCOME_GRANT = 1
-_OUTCOME_REVOKE = 2
-# The errors a grant or revoke can end in, by snapshot tag. Never rename a tag.
-_ERROR_BY_TAG: dict[str, type[EtcdError]] = {
-    "lease_not_found": LeaseNotFoundError,
-    "lease_exists": LeaseExistsError,
-    "ttl_too_large": LeaseTTLTooLargeError,
-    "too_many_leases": TooManyLeasesError,
-    "invalid_argument": InvalidArgumentError,
-}
-_TAG_BY_ERROR = {cls: tag for tag, cls in _ERROR_BY_TAG.items()}
-
-
-def _outcome_to_plain(outcome: Any) -> list:
-    kind = type(outcome)
-    if kind is LeaseGrantResponse:
-        return [_OUTCOME_GRANT, outcome.header.revision, outcome.lease_id, outcome.ttl_s]
-    if kind is LeaseRevokeResponse:
-        return [_OUTCOME_REVOKE, outcome.header.revision]
-    # An error: its own tag, else its nearest tagged base class (apply raises only tagged
-    # types today; a subclass keeps its base's gRPC code and its message).
-    for cls in kind.__mro__:
-        tag = _TAG_BY_ERROR.get(cls)
-        if tag is not None:
-            return [_OUTCOME_ERROR, tag, outcome.message]
-    raise TypeError(f"not a lease outcome: {kind.__name__}")  # a bug: apply remembers no such
-
-
-def _outcome_from_plain(v: Any) -> Any:
-    if type(v) is list and v:
-        op = v[0]
-        if op == _OUTCOME_GRANT and len(v) == 4 and all(map(_is_int64, v[1:])):
-            return LeaseGrantResponse(ResponseHeader(revision=v[1]), v[2], v[3])
-        if op == _OUTCOME_REVOKE and len(v) == 2 and _is_int64(v[1]):
-            return LeaseRevokeResponse(ResponseHeader(revision=v[1]))
-        if op == _OUTCOME_ERROR and len(v) == 3 and type(v[2]) is str:
-            cls = _ERROR_BY_TAG.get(v[1]) if type(v[1]) is str else None
-            if cls is not None:
-                return cls(v[2])
-    raise SnapshotFormatError(f"malformed lease dedup outcome {v!r}")
-
-
-def _is_uint64(v: Any) -> bool:
-    return type(v) is int and 0 <= v < 1 << 64  # client and request ids (HTTP headers)
-
-
-def _dedup_from_plain(v: Any) -> list[tuple[int, list[tuple[int, Any]]]]:
-    if type(v) is not list:
-        raise SnapshotFormatError("lease snapshot without a dedup table")
-    out: list[tuple[int, list[tuple[int, Any]]]] = []
-    seen_clients: set[int] = set()
-    for client in v:
-        if (
-            type(client) is not list
-            or len(client) != 2
-            or not _is_uint64(client[0])
-            or client[0] == 0
-            or client[0] in seen_clients
-            or type(client[1]) is not list
-        ):
-            raise SnapshotFormatError(f"malformed lease dedup client {client!r}")
-        seen_clients.add(client[0])
-        items: list[tuple[int, Any]] = []
-        seen_ids: set[int] = set()
-        for item in client[1]:
-            if (
-                type(item) is not list
-                or len(item) != 2
-                or not _is_uint64(item[0])
-                or item[0] in seen_ids
-            ):
-                raise SnapshotFormatError(f"malformed lease dedup entry {item!r}")
-            seen_ids.add(item[0])
-            items.append((item[0], _outcome_from_plain(item[1])))
-        out.append((client[0], items))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Log entries
-
-
-def encode_lease_entry(request: Any, client_id: int = 0, request_id: int = 0) -> bytes:
-    """A raft log entry for a lease request (byte layout in the module docstring)."""
-    kind = type(request)
-    if kind is LeaseGrantRequest:
-        if request.lease_id == 0:
-            raise CodecError("a grant entry needs its final lease ID (see prepare_grant)")
-        body: list = [_OP_GRANT, request.lease_id, request.ttl_s]
-    elif kind is LeaseRevokeRequest:
-        body = [_OP_REVOKE, request.lease_id]
-    elif kind is LeaseCheckpointRequest:
-        body = [_OP_CHECKPOINT, [[lid, ttl] for lid, ttl in request.checkpoints]]
-    else:
-        raise CodecError(f"not a lease request: {kind.__name__}")
-    return msgpack.packb([LEASE_ENTRY_FORMAT, client_id, request_id, body], use_bin_type=True)
-
-
-def is_lease_entry(payload: bytes) -> bool:
-    """Whether a committed payload is a lease entry (else an MVCC entry)."""
-    return payload[:2] == _LEASE_ENTRY_PREFIX
-
-
-def _is_int64(v: Any) -> bool:
-    return type(v) is int and _INT64_MIN <= v <= _INT64_MAX
-
-
-def decode_lease_entry(data: bytes) -> tuple[int, int, Any]:
-    """(client_id, request_id, request) of an ``encode_lease_entry`` entry; raises
-    ``CodecError``."""
-    try:
-        plain = msgpack.unpackb(data, raw=False)
-    except Exception as err:  # msgpack raises several types for garbage
-        raise CodecError(f"lease entry is not msgpack: {err}") from err
-    if type(plain) is not list or len(plain) != 4 or plain[0] != LEASE_ENTRY_FORMAT:
-        raise CodecError("not a raftkv lease entry (or an unknown format)")
-    _, client_id, request_id, body = plain
-    if type(client_id) is not int or type(request_id) is not int:
-        raise CodecError("entry ids must be integers")
-    if type(body) is not list or not body:
-        raise CodecError("malformed lease entry body")
-    op = body[0]
-    if op == _OP_GRANT and len(body) == 3 and _is_int64(body[1]) and _is_int64(body[2]):
-        return client_id, request_id, LeaseGrantRequest(ttl_s=body[2], lease_id=body[1])
-    if op == _OP_REVOKE and len(body) == 2 and _is_int64(body[1]):
-        return client_id, request_id, LeaseRevokeRequest(body[1])
-    if op == _OP_CHECKPOINT and len(body) == 2 and type(body[1]) is list:
-        pairs = []
-        for pair in body[1]:
-            if type(pair) is not list or len(pair) != 2 or not all(map(_is_int64, pair)):
-                raise CodecError("malformed lease checkpoint")
-            pairs.append((pair[0], pair[1]))
-        return client_id, request_id, LeaseCheckpointRequest(tuple(pairs))
-    raise CodecError(f"unknown or malformed lease op {op!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Snapshot framing (lease blob in front of the MVCC stream)
-
-
-def frame_snapshot(blob: bytes) -> bytes:
-    """``SNAPSHOT_FRAME_MAGIC | len(blob) (uint32 big-endian) | blob``."""
-    if len(blob) >= 1 << 32:
-        raise ValueError("lease snapshot too large to frame")
-    return SNAPSHOT_FRAME_MAGIC + len(blob).to_bytes(4, "big") + blob
-
-
-def split_snapshot(data: bytes | memoryview) -> tuple[bytes | None, memoryview]:
-    """``(lease blob, rest)`` of a framed snapshot, or ``(None, data)`` when ``data`` has no
-    lease frame (an MVCC stream starts with a msgpack map, never with the frame magic).
-    ``rest`` is a view, not a copy. Raises ``SnapshotFormatError`` on a truncated frame."""
-    view = memoryview(data)
-    if view[: len(SNAPSHOT_FRAME_MAGIC)] != SNAPSHOT_FRAME_MAGIC:
-        return None, view
-    if len(view) < _FRAME_HEADER_BYTES:
-        raise SnapshotFormatError("truncated lease snapshot frame")
-    n = int.from_bytes(view[len(SNAPSHOT_FRAME_MAGIC) : _FRAME_HEADER_BYTES], "big")
-    end = _FRAME_HEADER_BYTES + n
-    if len(view) < end:
-        raise SnapshotFormatError("truncated lease snapshot frame")
-    return bytes(view[_FRAME_HEADER_BYTES:end]), view[end:]

@@ -5,7 +5,7 @@ through the node and answered with the result this node computed when it applied
 Linearizable reads wait for a ReadIndex barrier and then read the local store; serializable
 reads read it at once. Every response gets a full header (cluster, member, revision, term).
 
-Leases (``kvserver.lease.lessor``): the ``Lessor`` is bound to the store (a put naming an unknown
+Leases (``kvserver.lease``): the ``Lessor`` is bound to the store (a put naming an unknown
 lease fails with ``etcdserver: requested lease not found``); lease entries (``is_lease_entry``)
 are applied by the lessor, everything else by the store. A snapshot is the framed lease table
 (``frame_snapshot``) followed by the MVCC stream; a snapshot without the frame (from before
@@ -47,7 +47,7 @@ from collections.abc import Callable
 from kvserver.auth import AuthService
 from kvserver.auth.store import is_auth_entry, split_auth_frame
 from kvserver.kvpb import service_errors as errors
-from kvserver.kvpb.errors import CompactedError
+from kvserver.kvpb.errors import CompactedError, LeaseNotFoundError
 from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
@@ -61,26 +61,19 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
-from kvserver.lease.lessor import (
-    DEFAULT_MIN_TTL_S,
-    LeaseCheckpointRequest,
-    LeaseExpiredError,
+from kvserver.kvpb.lease import (
     LeaseGrantRequest,
     LeaseGrantResponse,
-    LeaseIdGenerator,
     LeaseKeepAliveResponse,
     LeaseLeasesResponse,
-    LeaseNotFoundError,
     LeaseRevokeRequest,
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
-    Lessor,
-    NotPrimaryError,
-    encode_lease_entry,
-    frame_snapshot,
-    is_lease_entry,
-    split_snapshot,
 )
+from kvserver.lease.codec import LeaseCheckpointRequest, encode_lease_entry, is_lease_entry
+from kvserver.lease.errors import LeaseExpiredError, NotPrimaryError
+from kvserver.lease.lessor import DEFAULT_MIN_TTL_S, LeaseIdGenerator, Lessor
+from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.registry import MembershipService
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore

@@ -14,7 +14,7 @@ in the headers ``X-Raftkv-Client-Id`` and ``X-Raftkv-Request-Id`` (decimal uint6
 Reads are linearizable unless ``RangeRequest.serializable`` is set, in which case this node
 answers from its local state at once (possibly stale).
 
-Leases (etcd's Lease service, ``kvserver.lease.lessor`` types): ``lease_grant`` and ``lease_revoke``
+Leases (etcd's Lease service, ``kvserver.kvpb.lease`` types): ``lease_grant`` and ``lease_revoke``
 are replicated writes; ``lease_keepalive`` and ``lease_time_to_live`` are answered by the
 leader only (a follower raises ``etcdserver: not leader``, Unavailable and retryable: try
 another member); ``lease_leases`` is answered by any member from its applied state. An unknown
@@ -47,7 +47,7 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
-from kvserver.lease.lessor import (
+from kvserver.kvpb.lease import (
     LeaseGrantResponse,
     LeaseKeepAliveResponse,
     LeaseLeasesResponse,

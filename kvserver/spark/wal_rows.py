@@ -27,7 +27,7 @@ commit) of one segment.
 
 Request decoding (``decode_request``): a normal entry is ``origin (8 bytes, random per
 member process) | proposal sequence (8) | payload`` (``kvserver.server.node``); the payload is a
-lease entry (``kvserver.lease.lessor``) or an MVCC entry (``kvserver.mvcc.codec``) carrying the
+lease entry (``kvserver.lease.codec``) or an MVCC entry (``kvserver.mvcc.codec``) carrying the
 client id and request id the client sent. ``operation`` is ``put``, ``delete_range``,
 ``txn``, ``compaction``, ``lease_grant``, ``lease_revoke``, ``lease_checkpoint``, ``empty``
 (a new leader's no-op), ``conf_change``, ``conf_change_v2`` or ``undecodable`` (then
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import raftpb
 from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
-from kvserver.lease.lessor import decode_lease_entry, is_lease_entry
+from kvserver.lease.codec import decode_lease_entry, is_lease_entry
 from kvserver.mvcc.codec import decode_entry
 from kvserver.server.node_storage import decode_metadata
 from raft.types import ConfChange

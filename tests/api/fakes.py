@@ -45,17 +45,16 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
-from kvserver.lease.lessor import (
+from kvserver.kvpb.lease import (
     LeaseGrantRequest,
     LeaseGrantResponse,
-    LeaseIdGenerator,
     LeaseKeepAliveResponse,
     LeaseLeasesResponse,
     LeaseRevokeRequest,
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
-    Lessor,
 )
+from kvserver.lease.lessor import LeaseIdGenerator, Lessor
 from kvserver.membership.registry import LocalMembership, Member
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.service import MemberInfo, NodeStatus

@@ -193,7 +193,7 @@ def _metrics(url: str) -> str:
 def _read_data_dir(data_dir: str) -> dict:
     """The keys of a restored data dir, read offline from its snapshot."""
     import snap
-    from kvserver.lease.lessor import split_snapshot
+    from kvserver.lease.snapshot import split_snapshot
     from kvserver.membership.registry import split_members_frame
     from kvserver.mvcc.store import MVCCStore
 

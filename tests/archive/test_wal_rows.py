@@ -19,7 +19,8 @@ from kvserver.kvpb.kv import (
     RequestOp,
     TxnRequest,
 )
-from kvserver.lease.lessor import LeaseGrantRequest, encode_lease_entry
+from kvserver.kvpb.lease import LeaseGrantRequest
+from kvserver.lease.codec import encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.node_storage import encode_metadata
 from kvserver.spark.wal_rows import (

@@ -13,17 +13,15 @@ import random
 import msgpack
 import pytest
 
-from kvserver.lease.lessor import (
-    LeaseCheckpointRequest,
-    LeaseExistsError,
+from kvserver.kvpb.lease import (
     LeaseGrantRequest,
     LeaseGrantResponse,
     LeaseRevokeRequest,
     LeaseRevokeResponse,
-    Lessor,
-    TooManyLeasesError,
-    encode_lease_entry,
 )
+from kvserver.lease.codec import LeaseCheckpointRequest, encode_lease_entry
+from kvserver.lease.errors import LeaseExistsError, TooManyLeasesError
+from kvserver.lease.lessor import Lessor
 from kvserver.mvcc import (
     EventType,
     InvalidArgumentError,

@@ -11,27 +11,23 @@ import msgpack
 import pytest
 
 from kvserver.kvpb.errors import GrpcCode
-from kvserver.lease.lessor import (
-    HARD_MAX_LEASES,
+from kvserver.kvpb.lease import (
     MAX_LEASE_TTL_S,
-    LeaseCheckpointRequest,
-    LeaseCheckpointResponse,
-    LeaseExistsError,
     LeaseGrantRequest,
     LeaseGrantResponse,
-    LeaseIdGenerator,
     LeaseRevokeRequest,
     LeaseRevokeResponse,
-    LeaseTTLTooLargeError,
-    Lessor,
-    TooManyLeasesError,
+)
+from kvserver.lease.codec import (
+    LeaseCheckpointRequest,
+    LeaseCheckpointResponse,
     decode_lease_entry,
     encode_lease_entry,
-    frame_snapshot,
     is_lease_entry,
-    min_lease_ttl_s,
-    split_snapshot,
 )
+from kvserver.lease.errors import LeaseExistsError, LeaseTTLTooLargeError, TooManyLeasesError
+from kvserver.lease.lessor import HARD_MAX_LEASES, LeaseIdGenerator, Lessor, min_lease_ttl_s
+from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.mvcc import (
     CodecError,
     EtcdError,

@@ -10,13 +10,9 @@ LeaseTimeToLive / LeaseLeases answers; checkpoint scheduling.
 import pytest
 
 from kvserver.kvpb.errors import GrpcCode
-from kvserver.lease.lessor import (
-    LeaseCheckpointRequest,
-    LeaseExpiredError,
-    LeaseGrantRequest,
-    LeaseRevokeRequest,
-    NotPrimaryError,
-)
+from kvserver.kvpb.lease import LeaseGrantRequest, LeaseRevokeRequest
+from kvserver.lease.codec import LeaseCheckpointRequest
+from kvserver.lease.errors import LeaseExpiredError, NotPrimaryError
 from kvserver.mvcc import LeaseNotFoundError, PutRequest
 
 from .helpers import make

@@ -12,9 +12,11 @@ import json
 
 import pytest
 
+from kvserver.kvpb.errors import LeaseNotFoundError
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
+from kvserver.kvpb.lease import LeaseGrantRequest
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.lease.lessor import LeaseGrantRequest, LeaseNotFoundError, encode_lease_entry
+from kvserver.lease.codec import encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
 from tests.kvserver.test_member_inprocess import configs, run, start_all, stop_all, wait_leader

@@ -19,8 +19,9 @@ from kvserver.kvpb.kv import (
     RequestOp,
     TxnRequest,
 )
+from kvserver.kvpb.lease import LeaseGrantRequest, LeaseRevokeRequest
 from kvserver.kvpb.watch import WatchCreateRequest
-from kvserver.lease.lessor import LeaseGrantRequest, LeaseRevokeRequest, encode_lease_entry
+from kvserver.lease.codec import encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.watch.hub import MSG_WATCH_STOPPED

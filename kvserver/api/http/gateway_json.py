@@ -77,14 +77,14 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
-from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.lease.lessor import (
+from kvserver.kvpb.lease import (
     LeaseGrantResponse,
     LeaseKeepAliveResponse,
     LeaseLeasesResponse,
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.server.service import NodeStatus
 
 from .common import dumps

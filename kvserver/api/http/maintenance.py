@@ -34,7 +34,7 @@ from kvserver.api.http.common import SERVICE_KEY
 from kvserver.archive import snapfile
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.lease.lessor import frame_snapshot
+from kvserver.lease.snapshot import frame_snapshot
 from kvserver.mvcc.snapshot import serialize
 
 log = logging.getLogger(__name__)

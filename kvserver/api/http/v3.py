@@ -29,9 +29,10 @@ from http import HTTPStatus
 
 from aiohttp import web
 
+from kvserver.kvpb.errors import LeaseNotFoundError
 from kvserver.kvpb.kv import ResponseHeader
+from kvserver.kvpb.lease import LeaseKeepAliveResponse
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.lease.lessor import LeaseKeepAliveResponse, LeaseNotFoundError
 from kvserver.mvcc.validate import validate_request
 
 from . import auth, cluster, forward, watch
