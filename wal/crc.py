@@ -12,11 +12,15 @@ Both compute the same function; tests check them against each other.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from raftpb.crc import _crc32c as _crcmod
 
+# (data, running CRC) -> the CRC continued over data
+CrcFunction = Callable[[bytes | bytearray | memoryview, int], int]
 
-def _pick():
+
+def _pick() -> tuple[CrcFunction, str]:
     if os.environ.get("RAFTKV_WAL_CRC", "") == "crcmod":
         return _crcmod, "crcmod"
     try:
@@ -24,7 +28,7 @@ def _pick():
     except ImportError:
         return _crcmod, "crcmod"
     try:
-        probes = [
+        probes: list[tuple[bytes | memoryview, int]] = [
             (b"somedata", 0),
             (b"", 0x12345678),
             (bytes(range(256)) * 3, 0xDEADBEEF),

@@ -29,12 +29,24 @@ both against raftpb, the reference decoder.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
+from collections.abc import Callable, Iterator
 
-from raftpb import DecodeError, Entry, HardState, decode_entry, decode_wal_snapshot
-from raftpb.wire import decode_varint, iter_fields
+from raftpb import (
+    DecodeError,
+    Entry,
+    HardState,
+    WalSnapshot,
+    decode_entry,
+    decode_wal_snapshot,
+)
+from raftpb.wire import Buf, decode_varint, iter_fields
 from wal.crc import crc32c_update as _crc
 from wal.frame import MAX_U32, SECTOR_BYTES, unpack_length_word
+
+# A segment's whole content, as read (bytes) or mapped (a read-only mmap): slices are bytes.
+SegmentData = bytes | mmap.mmap
 
 # a length word as (bits 0-31, bits 32-47, bits 48-55, top byte): small ints on the hot path
 _unpack_lw = struct.Struct("<IHBB").unpack_from
@@ -67,10 +79,12 @@ _NO_DATA = -1
 
 assert set(Entry.__slots__) == {"term", "index", "type", "data"}, "raftpb.Entry changed"
 _new = object.__new__
-_set_term = Entry.term.__set__
-_set_index = Entry.index.__set__
-_set_type = Entry.type.__set__
-_set_data = Entry.data.__set__
+# The slot descriptors' setters, which a frozen dataclass's own __setattr__ refuses; taken
+# from the class __dict__ because attribute access on the class is typed as the field.
+_set_term: Callable[[Entry, int], None] = Entry.__dict__["term"].__set__
+_set_index: Callable[[Entry, int], None] = Entry.__dict__["index"].__set__
+_set_type: Callable[[Entry, int], None] = Entry.__dict__["type"].__set__
+_set_data: Callable[[Entry, bytes | None], None] = Entry.__dict__["data"].__set__
 
 
 class BadRecord(Exception):
@@ -117,14 +131,14 @@ class ScanState:
         self.enti = 0  # index of the last entry record read (any index)
         self.state: tuple[int, int, int] | None = None
         self.metadata: bytes | None = None
-        self.snapshots: list | None = [] if collect_snapshots else None
+        self.snapshots: list[WalSnapshot] | None = [] if collect_snapshots else None
         self.records = 0
 
     def hard_state(self) -> HardState:
         return HardState() if self.state is None else HardState(*self.state)
 
 
-def scan(buf, pos: int, st: ScanState) -> int:
+def scan(buf: SegmentData, pos: int, st: ScanState) -> int:
     """Fold the records of ``buf`` (bytes or a read-only mmap of a segment) from ``pos`` into
     ``st``; return the end of the data."""
     # Byte indexing returns cached small ints, so the varints below are decoded with
@@ -369,7 +383,7 @@ def scan(buf, pos: int, st: ScanState) -> int:
     return pos
 
 
-def _varint(buf, pos: int, limit: int) -> tuple[int, int]:
+def _varint(buf: Buf, pos: int, limit: int) -> tuple[int, int]:
     """A varint of at most 10 bytes that must end before ``limit``; _Slow otherwise."""
     result = 0
     shift = 0
@@ -394,7 +408,7 @@ class _Slow(Exception):
 # --- slow paths ---------------------------------------------------------------------------
 
 
-def _record_fields(buf, p: int, end: int, off: int) -> tuple[int, int, int, int]:
+def _record_fields(buf: Buf, p: int, end: int, off: int) -> tuple[int, int, int, int]:
     """Generic walpb.Record parse of buf[p:end]: (type, crc, data_start or -1, data_end)."""
     t = c = 0
     d0, d1 = _NO_DATA, end
@@ -437,7 +451,7 @@ def _record_fields(buf, p: int, end: int, off: int) -> tuple[int, int, int, int]
     return t, c, d0, d1
 
 
-def _entry_fields(mv, d0: int, d1: int, off: int):
+def _entry_fields(mv: memoryview, d0: int, d1: int, off: int) -> tuple[int, int, int, bytes | None]:
     try:
         e = decode_entry(bytes(mv[d0:d1]))
     except DecodeError as exc:
@@ -445,14 +459,14 @@ def _entry_fields(mv, d0: int, d1: int, off: int):
     return e.type, e.term, e.index, e.data
 
 
-def _state_fields(mv, d0: int, d1: int, off: int) -> tuple[int, int, int]:
+def _state_fields(mv: memoryview, d0: int, d1: int, off: int) -> tuple[int, int, int]:
     """Strict HardState: only fields 1-3 as varints, term >= 1 (we never write empty ones)."""
     if d0 < 0:
         raise BadRecord(INVALID, off, "state record without data")
     vals = [0, 0, 0]
     try:
         for num, wt, value in iter_fields(bytes(mv[d0:d1])):
-            if num not in (1, 2, 3) or wt != 0:
+            if num not in (1, 2, 3) or wt != 0 or not isinstance(value, int):
                 raise DecodeError(f"unexpected field {num} (wire type {wt}) in a hard state")
             vals[num - 1] = value
     except DecodeError as exc:
@@ -462,7 +476,7 @@ def _state_fields(mv, d0: int, d1: int, off: int) -> tuple[int, int, int]:
     return vals[0], vals[1], vals[2]
 
 
-def _snapshot_record(mv, d0: int, d1: int, off: int, st: ScanState) -> None:
+def _snapshot_record(mv: memoryview, d0: int, d1: int, off: int, st: ScanState) -> None:
     if d0 < 0:
         raise BadRecord(INVALID, off, "snapshot record without data")
     try:
@@ -485,7 +499,7 @@ def _snapshot_record(mv, d0: int, d1: int, off: int, st: ScanState) -> None:
 # --- torn writes --------------------------------------------------------------------------
 
 
-def _header_contradicts(buf, p: int, end: int) -> bool:
+def _header_contradicts(buf: Buf, p: int, end: int) -> bool:
     """True when the record header, fully present, implies a length other than the frame's.
 
     Then the length word itself is damaged: that is corruption, not a torn write.
@@ -506,7 +520,7 @@ def _header_contradicts(buf, p: int, end: int) -> bool:
     return q <= avail and q + ln != end
 
 
-def _hides_a_record(buf, p: int, crc: int) -> bool:
+def _hides_a_record(buf: Buf, p: int, crc: int) -> bool:
     """Whether a record with data and a CRC continuing ``crc`` starts at ``p``."""
     try:
         if buf[p] != 8 or buf[p + 1] not in (1, 2, 3, 5) or buf[p + 2] != 16:
@@ -526,7 +540,7 @@ def _hides_a_record(buf, p: int, crc: int) -> bool:
 _ZERO_CHUNK = bytes(1 << 20)
 
 
-def _zero(buf, lo: int, hi: int) -> bool:
+def _zero(buf: Buf, lo: int, hi: int) -> bool:
     """Whether buf[lo:hi] is all zeros (buf: bytes or an mmap), by memcmp-speed chunks."""
     step = len(_ZERO_CHUNK)
     while hi - lo >= step:
@@ -536,11 +550,11 @@ def _zero(buf, lo: int, hi: int) -> bool:
     return lo >= hi or buf[lo:hi] == _ZERO_CHUNK[: hi - lo]
 
 
-def is_zero(buf, lo: int, hi: int) -> bool:
+def is_zero(buf: Buf, lo: int, hi: int) -> bool:
     return _zero(buf, lo, hi)
 
 
-def is_torn(buf, offset: int, kind: Fault) -> bool:
+def is_torn(buf: Buf, offset: int, kind: Fault) -> bool:
     """Whether a failure of ``kind`` at frame ``offset`` of the *last* segment is a torn write.
 
     A torn write leaves whole sectors unwritten (zeros, or missing at the end of the file).
@@ -587,7 +601,15 @@ class RawRecord:
 
     __slots__ = ("offset", "record_bytes", "pad_bytes", "type", "crc", "data")
 
-    def __init__(self, offset, record_bytes, pad_bytes, rtype, crc, data):
+    def __init__(
+        self,
+        offset: int,
+        record_bytes: int,
+        pad_bytes: int,
+        rtype: int,
+        crc: int,
+        data: bytes | None,
+    ) -> None:
         self.offset = offset
         self.record_bytes = record_bytes
         self.pad_bytes = pad_bytes
@@ -600,7 +622,7 @@ class RawRecord:
         return 8 + self.record_bytes + self.pad_bytes
 
 
-def iter_raw_records(buf: bytes):
+def iter_raw_records(buf: bytes) -> Iterator[RawRecord]:
     """Yield each frame's ``RawRecord`` until the end of data; BadRecord on a bad frame."""
     n = len(buf)
     pos = 0

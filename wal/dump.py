@@ -18,6 +18,9 @@ from wal.decoder import BadRecord, iter_raw_records
 from wal.frame import RecordType
 from wal.segment import list_segments, read_whole
 
+# What a record says, by name (index, term, vote, voters, metadata_hex, decode_error...).
+DumpFields = dict[str, int | str | list[int]]
+
 
 @dataclass(frozen=True, slots=True)
 class DumpRecord:
@@ -29,7 +32,7 @@ class DumpRecord:
     record_bytes: int
     data_bytes: int | None  # None: no data field
     frame_bytes: int
-    fields: dict = field(default_factory=dict)  # index/term/... by type
+    fields: DumpFields = field(default_factory=dict)  # index/term/... by type
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ def _type_name(t: int) -> str:
         return f"unknown({t})"
 
 
-def _fields(t: int, data: bytes | None) -> dict:
+def _fields(t: int, data: bytes | None) -> DumpFields:
     try:
         if t == RecordType.ENTRY and data is not None:
             e = decode_entry(data)
@@ -61,7 +64,7 @@ def _fields(t: int, data: bytes | None) -> dict:
             return {"term": hs.term, "vote": hs.vote, "commit": hs.commit}
         if t == RecordType.SNAPSHOT and data is not None:
             s = decode_wal_snapshot(data)
-            out = {"index": s.index, "term": s.term}
+            out: DumpFields = {"index": s.index, "term": s.term}
             if s.conf_state is not None:
                 out["voters"] = list(s.conf_state.voters)
                 out["learners"] = list(s.conf_state.learners)
@@ -73,7 +76,7 @@ def _fields(t: int, data: bytes | None) -> dict:
     return {}
 
 
-def dump(dir_path) -> Iterator[DumpRecord | DumpProblem]:
+def dump(dir_path: str | os.PathLike[str]) -> Iterator[DumpRecord | DumpProblem]:
     path = os.path.abspath(os.fspath(dir_path))
     running = None  # None: the chain starts at the next crc record
     for name in list_segments(path):

@@ -28,8 +28,15 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterable
 
-from raftpb import encode_hard_state, encode_wal_snapshot
+from raftpb import (
+    EntryFields,
+    HardStateFields,
+    WalSnapshotFields,
+    encode_hard_state,
+    encode_wal_snapshot,
+)
 from wal.crc import crc32c_update as _crc
 
 FRAME_HEADER_BYTES = 8
@@ -118,7 +125,9 @@ def varint(value: int) -> bytes:
 # --- encoders -----------------------------------------------------------------------------
 
 
-def append_frame(out: bytearray, rtype: int, data, crc: int) -> int:
+def append_frame(
+    out: bytearray, rtype: int, data: bytes | bytearray | memoryview | None, crc: int
+) -> int:
     """Append one framed record to ``out``; return the new running CRC.
 
     ``data`` None writes no data field; crc records pass None and keep ``crc`` unchanged.
@@ -142,7 +151,7 @@ def append_frame(out: bytearray, rtype: int, data, crc: int) -> int:
     return crc
 
 
-def check_entry(entry) -> None:
+def check_entry(entry: EntryFields) -> None:
     """Refuse an entry the reader would reject (see the module docstring)."""
     etype = int(entry.type)
     if entry.index < 1 or entry.term < 1:
@@ -153,7 +162,7 @@ def check_entry(entry) -> None:
         raise ValueError(f"a conf change entry must carry data: {entry!r}")
 
 
-def append_entries(out: bytearray, entries, crc: int) -> int:
+def append_entries(out: bytearray, entries: Iterable[EntryFields], crc: int) -> int:
     """Append one entry record per entry to ``out``; return the new running CRC.
 
     The hot path of every save: the entry header is CRC'd and copied once, the payload is
@@ -209,23 +218,23 @@ def append_entries(out: bytearray, entries, crc: int) -> int:
 _ENTRY_HEADS = (b"\x08\x00\x10", b"\x08\x01\x10", b"\x08\x02\x10")
 
 
-def is_empty_hard_state(hs) -> bool:
+def is_empty_hard_state(hs: HardStateFields | None) -> bool:
     return hs is None or (hs.term == 0 and hs.vote == 0 and hs.commit == 0)
 
 
-def check_hard_state(hs) -> None:
+def check_hard_state(hs: HardStateFields) -> None:
     if min(hs.term, hs.vote, hs.commit) < 0:
         raise ValueError(f"hard state fields must be >= 0: {hs!r}")
     if hs.term == 0 and not is_empty_hard_state(hs):
         raise ValueError(f"a non-empty hard state needs term >= 1: {hs!r}")
 
 
-def append_state(out: bytearray, hs, crc: int) -> int:
+def append_state(out: bytearray, hs: HardStateFields, crc: int) -> int:
     check_hard_state(hs)
     return append_frame(out, RecordType.STATE, encode_hard_state(hs), crc)
 
 
-def append_snapshot(out: bytearray, snap, crc: int) -> int:
+def append_snapshot(out: bytearray, snap: WalSnapshotFields, crc: int) -> int:
     return append_frame(out, RecordType.SNAPSHOT, encode_wal_snapshot(snap), crc)
 
 

@@ -61,4 +61,4 @@ class SyncPolicy:
     def __str__(self) -> str:
         if self.mode is SyncMode.INTERVAL:
             return f"interval={self.interval_ms}"
-        return self.mode.value
+        return str(self.mode.value)  # str already; mypy types a narrowed member's value Any

@@ -21,7 +21,7 @@ from wal.segment import fsync_dir, is_locked, list_segments
 DEFAULT_KEEP_SEGMENTS = 5
 
 
-def purge(dir_path, keep: int = DEFAULT_KEEP_SEGMENTS) -> list[str]:
+def purge(dir_path: str | os.PathLike[str], keep: int = DEFAULT_KEEP_SEGMENTS) -> list[str]:
     """Delete released segments beyond the newest ``keep``; return the deleted paths."""
     if keep < 0:
         raise ValueError(f"keep must be >= 0, got {keep}")

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from raftpb import HardState, WalSnapshot
 from wal.decoder import BadRecord, ScanState, is_torn, scan
@@ -30,6 +31,7 @@ from wal.errors import (
 )
 from wal.replay import gc_paused, replay
 from wal.segment import (
+    SegmentName,
     check_sequence,
     fsync_dir,
     list_segments,
@@ -43,7 +45,7 @@ from wal.segment import (
 _CHECK_ONLY = (1 << 64) - 1
 
 
-def _all_segments(dir_path: str):
+def _all_segments(dir_path: str) -> list[SegmentName]:
     names = list_segments(dir_path)
     if not names:
         raise SegmentNotFoundError(f"{dir_path}: no WAL segment")
@@ -51,7 +53,7 @@ def _all_segments(dir_path: str):
     return names
 
 
-def _read_path(path: str):
+def _read_path(path: str) -> Callable[[], bytes]:
     def read() -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -63,7 +65,7 @@ def _read_path(path: str):
 
 
 def check_dir(
-    dir_path,
+    dir_path: str | os.PathLike[str],
     snap: WalSnapshot | None = None,
     *,
     allow_torn_tail: bool = True,
@@ -88,17 +90,23 @@ def check_dir(
     return st
 
 
-def verify(dir_path, snap: WalSnapshot | None = None, *, allow_torn_tail: bool = True) -> HardState:
+def verify(
+    dir_path: str | os.PathLike[str],
+    snap: WalSnapshot | None = None,
+    *,
+    allow_torn_tail: bool = True,
+) -> HardState:
     return check_dir(dir_path, snap, allow_torn_tail=allow_torn_tail).hard_state()
 
 
-def valid_snapshot_entries(dir_path) -> list[WalSnapshot]:
+def valid_snapshot_entries(dir_path: str | os.PathLike[str]) -> list[WalSnapshot]:
     st = check_dir(dir_path, None, allow_torn_tail=True, collect_snapshots=True)
     commit = st.hard_state().commit
+    assert st.snapshots is not None  # collect_snapshots above
     return [s for s in st.snapshots if s.index <= commit]
 
 
-def repair(dir_path) -> bool:
+def repair(dir_path: str | os.PathLike[str]) -> bool:
     """Truncate a torn tail of the last segment (keeping a ``.broken`` copy)."""
     path = os.path.abspath(os.fspath(dir_path))
     names = list_segments(path)
@@ -142,7 +150,7 @@ def repair(dir_path) -> bool:
         os.close(fd)
 
 
-def _write_copy(path: str, data) -> None:
+def _write_copy(path: str, data: bytes) -> None:
     """Write ``data`` to a new file ``path`` durably; on failure remove what was written."""
     bfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from wal import decoder
-from wal.decoder import BadRecord, ScanState, is_torn, is_zero, scan
+from wal.decoder import BadRecord, ScanState, SegmentData, is_torn, is_zero, scan
 from wal.errors import (
     CorruptError,
     CRCMismatchError,
@@ -41,7 +41,7 @@ class ReplayEnd:
     torn: TornWriteError | None  # the torn tail that was tolerated, if any
 
 
-def typed_error(path: str, bad: BadRecord, buf: bytes, last: bool) -> CorruptError:
+def typed_error(path: str, bad: BadRecord, buf: SegmentData, last: bool) -> CorruptError:
     if last and is_torn(buf, bad.offset, bad.kind):
         return TornWriteError(
             path, bad.offset, f"torn write ({bad.reason}); `raftkv wal repair` truncates it here"
@@ -50,7 +50,7 @@ def typed_error(path: str, bad: BadRecord, buf: bytes, last: bool) -> CorruptErr
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Replay allocates one object per entry that stays alive; collecting young
     generations over and over while the list grows costs more than the decoding."""
     was_enabled = gc.isenabled()
@@ -64,7 +64,7 @@ def gc_paused():
 
 def replay(
     paths: Sequence[str],
-    readers: Sequence[Callable[[], object]],
+    readers: Sequence[Callable[[], SegmentData]],
     st: ScanState,
     *,
     tolerate_torn: bool = False,
@@ -103,7 +103,7 @@ def replay(
     raise AssertionError("unreachable")
 
 
-def _close(buf) -> None:
+def _close(buf: SegmentData) -> None:
     close = getattr(buf, "close", None)  # an mmap: unmap now rather than at collection
     if close is not None:
         try:

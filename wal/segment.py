@@ -193,7 +193,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def pwrite_all(fd: int, data, offset: int) -> None:
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -218,7 +218,7 @@ def read_whole(fd: int) -> bytes:
     return b"".join(parts)
 
 
-def map_whole(path: str):
+def map_whole(path: str) -> mmap.mmap | bytes:
     """The whole file as a read-only mmap (bytes for an empty file): no copy, no zeroed
     anonymous memory. Only for files nobody truncates meanwhile (a segment we hold locked):
     a mapped page beyond a new end of file raises SIGBUS on access. The mapping uses its
@@ -345,7 +345,7 @@ class FilePipeline:
             self._thread.join()
 
 
-def _discard(item) -> None:
+def _discard(item: SegmentFile | BaseException | None) -> None:
     if isinstance(item, SegmentFile):
         item.close()
         try:

@@ -24,9 +24,17 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-from raftpb import HardState, WalSnapshot
-from wal.decoder import ScanState
+from raftpb import (
+    Entry,
+    EntryFields,
+    HardState,
+    HardStateFields,
+    WalSnapshot,
+    WalSnapshotFields,
+)
+from wal.decoder import ScanState, SegmentData
 from wal.errors import (
     DISK_FULL_ERRNOS,
     SnapshotNotFoundError,
@@ -70,6 +78,15 @@ _READING, _APPENDING, _READ_ONLY, _CLOSED = "reading", "appending", "read-only",
 
 SyncFn = Callable[[int], None]
 
+# One append: (snapshot record or None, hard state or None for unchanged, entries,
+# must_sync or None for etcd's MustSync rule).
+SaveItem = tuple[
+    WalSnapshotFields | None, HardStateFields | None, Sequence[EntryFields], bool | None
+]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 
 def _check_size(segment_size_bytes: int) -> int:
     if not MIN_SEGMENT_SIZE_BYTES <= segment_size_bytes <= MAX_SEGMENT_SIZE_BYTES:
@@ -80,7 +97,7 @@ def _check_size(segment_size_bytes: int) -> int:
     return segment_size_bytes
 
 
-def _as_hard_state(hs) -> HardState:
+def _as_hard_state(hs: HardStateFields) -> HardState:
     if isinstance(hs, HardState):
         return hs
     return HardState(term=hs.term, vote=hs.vote, commit=hs.commit)
@@ -166,7 +183,7 @@ class WAL:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def read_all(self) -> tuple[bytes, HardState, list]:
+    def read_all(self) -> tuple[bytes, HardState, list[Entry]]:
         """Read the log from the snapshot given to ``open``: (metadata, hard state, entries).
 
         Entries are those after the snapshot index, with later writes of an index replacing
@@ -182,6 +199,7 @@ class WAL:
             segs = self._segments
             # Appending mode holds the segment locks, so nobody truncates them under us and
             # they can be mapped (no copy); read-only mode reads them (a live writer may cut).
+            readers: list[Callable[[], SegmentData]]
             if self._mode == _READING:
                 readers = [_bind(map_whole, s.path) for s in segs]
             else:
@@ -196,6 +214,8 @@ class WAL:
                 )
             metadata = st.metadata if st.metadata is not None else b""
             hs = st.hard_state()
+            entries = st.entries
+            assert entries is not None  # the ScanState above keeps entries
             if self._mode == _READING:
                 tail = segs[-1]
                 if end.trailing_garbage:
@@ -216,7 +236,7 @@ class WAL:
                 self._metadata = metadata
                 self._state = hs
                 self._enti = st.enti
-            return metadata, hs, st.entries
+            return metadata, hs, entries
 
     def _start_appending(self) -> None:
         self._pipeline = FilePipeline(
@@ -232,7 +252,11 @@ class WAL:
     # --- appending -------------------------------------------------------------------------
 
     def save(
-        self, hard_state=None, entries: Sequence = (), *, must_sync: bool | None = None
+        self,
+        hard_state: HardStateFields | None = None,
+        entries: Sequence[EntryFields] = (),
+        *,
+        must_sync: bool | None = None,
     ) -> None:
         """Append ``entries`` then ``hard_state`` (None or empty: unchanged); return when
         durable as the sync policy requires.
@@ -244,11 +268,11 @@ class WAL:
         """
         self.save_batch(((None, hard_state, entries, must_sync),))
 
-    def save_snapshot(self, snap) -> None:
+    def save_snapshot(self, snap: WalSnapshotFields) -> None:
         """Append a snapshot record (walpb.Snapshot) and make it durable."""
         self.save_batch(((snap, None, (), True),))
 
-    def save_batch(self, items: Iterable[tuple]) -> None:
+    def save_batch(self, items: Iterable[SaveItem]) -> None:
         """Append several (snapshot|None, hard_state|None, entries, must_sync|None) items
         with one write and at most one fsync. Raises the first item's error, if any."""
         seq, need_sync, errors = self.append(items)
@@ -258,7 +282,7 @@ class WAL:
             if err is not None:
                 raise err
 
-    def append(self, items: Iterable[tuple]) -> tuple[int, bool, list]:
+    def append(self, items: Iterable[SaveItem]) -> tuple[int, bool, list[ValueError | None]]:
         """Write items without syncing: (write seq, whether a sync is needed, per-item
         errors). A ValueError for an invalid item leaves nothing of that item written.
         Used by ``save_batch`` and the group-commit writer; pair with ``sync_upto``."""
@@ -267,7 +291,7 @@ class WAL:
             buf = bytearray()
             crc, state, enti = self._crc, self._state, self._enti
             need = False
-            errors: list = []
+            errors: list[ValueError | None] = []
             size = self._segment_size_bytes
             for snap, hs, entries, must_sync in items:
                 mark = len(buf)
@@ -281,7 +305,7 @@ class WAL:
                         n_crc = append_entries(buf, entries, n_crc)
                         n_enti = entries[-1].index
                     n_state = state
-                    if not is_empty_hard_state(hs):
+                    if hs is not None and not is_empty_hard_state(hs):
                         n_crc = append_state(buf, hs, n_crc)
                         n_state = _as_hard_state(hs)
                 except (ValueError, TypeError, AttributeError) as e:
@@ -359,13 +383,15 @@ class WAL:
 
     def _cut(self) -> None:
         """Close the tail at its current size and continue in a new segment (under _mu)."""
+        pipeline = self._pipeline
+        assert pipeline is not None  # set when appending starts
         old = self._segments[-1]
         where = old.path  # the file in hand when an OSError comes: named in the error
         try:
             os.ftruncate(old.fd, self._tail_off)  # drop the unused preallocated space
             os.fsync(old.fd)
             where = self._dir
-            new = self._pipeline.take()  # its errors name the .tmp file already
+            new = pipeline.take()  # its errors name the .tmp file already
             where = new.path
             try:
                 hdr = bytearray()
@@ -446,7 +472,7 @@ class WAL:
     def __enter__(self) -> WAL:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- state checks ----------------------------------------------------------------------
@@ -468,7 +494,7 @@ class WAL:
             raise WalStateError(f"cannot append to a WAL that is {self._mode}{hint}")
 
 
-def _bind(read, arg):
+def _bind(read: Callable[[_T], _R], arg: _T) -> Callable[[], _R]:
     return lambda: read(arg)
 
 
@@ -476,7 +502,7 @@ def _bind(read, arg):
 
 
 def create(
-    dir_path,
+    dir_path: str | os.PathLike[str],
     metadata: bytes,
     *,
     segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
@@ -547,8 +573,8 @@ def create(
 
 
 def open(
-    dir_path,
-    snap=None,
+    dir_path: str | os.PathLike[str],
+    snap: WalSnapshot | None = None,
     *,  # noqa: A001 - etcd's name, used as wal.open
     segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
     sync_policy: str | SyncPolicy = "always",
@@ -586,7 +612,7 @@ def open(
     )
 
 
-def open_for_read(dir_path, snap=None) -> WAL:
+def open_for_read(dir_path: str | os.PathLike[str], snap: WalSnapshot | None = None) -> WAL:
     """Open the WAL at ``snap`` for ``read_all`` only: no locks (a running node may hold
     them), and a torn tail ends the data instead of raising (etcd's read mode)."""
     path = os.path.abspath(os.fspath(dir_path))

@@ -33,9 +33,11 @@ import collections
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from typing import cast
 
+from raftpb import EntryFields, HardStateFields, WalSnapshotFields
 from wal.errors import WalStateError
-from wal.wal import WAL
+from wal.wal import WAL, SaveItem
 
 DEFAULT_MAX_PENDING = 65_536
 DEFAULT_MAX_BATCH_ITEMS = 8_192
@@ -45,6 +47,10 @@ DEFAULT_MAX_BATCH_ENTRIES = 65_536
 # A queued submission is a tuple (item, waiter, loop): item = (snapshot, hard_state,
 # entries, must_sync) as WAL.append takes it; waiter = a concurrent Future, an asyncio
 # future (then loop is its loop) or a callback. Tuples: this is per append, keep it cheap.
+Callback = Callable[[BaseException | None], None]
+Waiter = Future[None] | asyncio.Future[None] | Callback
+Submission = tuple[SaveItem, Waiter, asyncio.AbstractEventLoop | None]
+Settlement = tuple[asyncio.Future[None], BaseException | None]
 
 
 class GroupCommitWriter:
@@ -67,7 +73,7 @@ class GroupCommitWriter:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the writer waits for submissions
         self._space = threading.Condition(self._lock)  # submitters wait for queue space
-        self._queue: collections.deque[tuple] = collections.deque()
+        self._queue: collections.deque[Submission] = collections.deque()
         self._closed = False
         self._writer_idle = False
         self._space_waiters = 0
@@ -80,13 +86,13 @@ class GroupCommitWriter:
 
     def submit(
         self,
-        hard_state=None,
-        entries: Sequence = (),
-        snapshot=None,
+        hard_state: HardStateFields | None = None,
+        entries: Sequence[EntryFields] = (),
+        snapshot: WalSnapshotFields | None = None,
         *,
         must_sync: bool | None = None,
-        callback: Callable[[BaseException | None], None] | None = None,
-    ) -> Future | None:
+        callback: Callback | None = None,
+    ) -> Future[None] | None:
         """Queue one append: a snapshot record (if given), then ``entries``, then
         ``hard_state``. Returns a Future that resolves (to None) when the append is durable,
         or, with ``callback``, calls ``callback(error_or_None)`` on the writer thread instead
@@ -94,25 +100,25 @@ class GroupCommitWriter:
         if callback is not None:
             self._enqueue(((snapshot, hard_state, entries, must_sync), callback, None))
             return None
-        fut: Future = Future()
+        fut: Future[None] = Future()
         self._enqueue(((snapshot, hard_state, entries, must_sync), fut, None))
         return fut
 
     async def append(
         self,
-        hard_state=None,
-        entries: Sequence = (),
-        snapshot=None,
+        hard_state: HardStateFields | None = None,
+        entries: Sequence[EntryFields] = (),
+        snapshot: WalSnapshotFields | None = None,
         *,
         must_sync: bool | None = None,
     ) -> None:
         """``submit`` for asyncio: returns once the append is durable."""
         loop = asyncio.get_running_loop()
-        afut = loop.create_future()
+        afut: asyncio.Future[None] = loop.create_future()
         self._enqueue(((snapshot, hard_state, entries, must_sync), afut, loop))
         await afut
 
-    def _enqueue(self, sub: tuple) -> None:
+    def _enqueue(self, sub: Submission) -> None:
         with self._lock:
             while True:
                 if self._closed:
@@ -131,7 +137,7 @@ class GroupCommitWriter:
 
     # --- the writer thread -----------------------------------------------------------------
 
-    def _take_batch(self) -> list[tuple]:
+    def _take_batch(self) -> list[Submission]:
         q = self._queue
         if len(q) <= self._max_batch_items and len(q) * 16 <= self._max_batch_entries:
             # the usual case: everything, unless entries are many (then count them)
@@ -139,7 +145,7 @@ class GroupCommitWriter:
                 batch = list(q)
                 q.clear()
                 return batch
-        batch: list[tuple] = []
+        batch = []
         entries = 0
         while q and len(batch) < self._max_batch_items:
             n = len(q[0][0][2] or ())
@@ -163,10 +169,10 @@ class GroupCommitWriter:
                     self._space.notify_all()
             self._process(batch)
 
-    def _process(self, batch: list[tuple]) -> None:
+    def _process(self, batch: list[Submission]) -> None:
         wal = self._wal
         failure: BaseException | None = None
-        errors: list = []
+        errors: list[ValueError | None] = []
         try:
             seq, need_sync, errors = wal.append([sub[0] for sub in batch])
             if need_sync:
@@ -174,14 +180,14 @@ class GroupCommitWriter:
         except BaseException as e:  # noqa: BLE001 - handed to every waiter of the batch
             failure = e
         self.batches += 1
-        by_loop: dict = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[Settlement]] = {}
         for i, (_, waiter, loop) in enumerate(batch):
             err = failure if failure is not None else errors[i]
             if loop is not None:
                 items = by_loop.get(loop)
                 if items is None:
                     items = by_loop[loop] = []
-                items.append((waiter, err))
+                items.append((cast("asyncio.Future[None]", waiter), err))  # loop: its future
             elif isinstance(waiter, Future):
                 try:
                     if err is None:
@@ -192,7 +198,7 @@ class GroupCommitWriter:
                     pass  # cancelled by its owner
             else:
                 try:
-                    waiter(err)
+                    cast(Callback, waiter)(err)  # neither kind of future: a callback
                 except Exception:  # noqa: BLE001 - a callback must not kill the writer
                     pass
         for loop, items in by_loop.items():
@@ -215,11 +221,11 @@ class GroupCommitWriter:
     def __enter__(self) -> GroupCommitWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _settle(items) -> None:
+def _settle(items: list[Settlement]) -> None:
     for afut, err in items:
         if not afut.done():
             if err is None:

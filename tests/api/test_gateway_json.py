@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvserver.api.http import gateway_json as gj
+from kvserver.api.http import gateway_json
 from kvserver.api.http.common import request_size_bytes
 from kvserver.kvpb.kv import (
     Compare,
@@ -56,13 +56,13 @@ def test_every_range_field_decodes_by_proto_and_camel_name() -> None:
     expected = RangeRequest(
         b"a", b"b", 3, 4, SortOrder.ASCEND, SortTarget.VALUE, True, True, False, 5, 6, 7, 8
     )
-    assert gj.decode_range(json.dumps(fields).encode()) == expected
-    camel = {gj._lower_camel(k): v for k, v in fields.items()}
-    assert gj.decode_range(json.dumps(camel).encode()) == expected
+    assert gateway_json.decode_range(json.dumps(fields).encode()) == expected
+    camel = {gateway_json._lower_camel(k): v for k, v in fields.items()}
+    assert gateway_json.decode_range(json.dumps(camel).encode()) == expected
 
 
 def test_enums_decode_to_members_from_names_and_numbers() -> None:
-    req = gj.decode_txn(
+    req = gateway_json.decode_txn(
         json.dumps(
             {
                 "compare": [
@@ -81,19 +81,22 @@ def test_enums_decode_to_members_from_names_and_numbers() -> None:
 
 def test_last_duplicate_field_wins_and_null_means_default() -> None:
     # etcd 3.4: {"key":"Zm9v","key":"eA=="} reads key "x"
-    assert gj.decode_range(b'{"key":"Zm9v","key":"eA=="}').key == b"x"
+    assert gateway_json.decode_range(b'{"key":"Zm9v","key":"eA=="}').key == b"x"
     # etcd 3.4: count_only true then countOnly false -> false
     assert (
-        gj.decode_range(b'{"key":"eA==","count_only":true,"countOnly":false}').count_only is False
+        gateway_json.decode_range(b'{"key":"eA==","count_only":true,"countOnly":false}').count_only
+        is False
     )
-    assert gj.decode_range(b'{"key":"eA==","limit":null,"sort_order":null}') == RangeRequest(b"x")
+    assert gateway_json.decode_range(
+        b'{"key":"eA==","limit":null,"sort_order":null}'
+    ) == RangeRequest(b"x")
 
 
 def test_base64_variants() -> None:
-    assert gj.decode_put(b'{"key":"Zm9v\\n"}').key == b"foo"  # etcd accepts CR/LF too
-    assert gj.decode_put(b'{"key":"-_8"}').key == b"\xfb\xff"  # URL-safe, unpadded
-    assert gj.decode_put(b'{"key":"+/8="}').key == b"\xfb\xff"
-    assert gj.decode_put(b'{"key":""}').key == b""
+    assert gateway_json.decode_put(b'{"key":"Zm9v\\n"}').key == b"foo"  # etcd accepts CR/LF too
+    assert gateway_json.decode_put(b'{"key":"-_8"}').key == b"\xfb\xff"  # URL-safe, unpadded
+    assert gateway_json.decode_put(b'{"key":"+/8="}').key == b"\xfb\xff"
+    assert gateway_json.decode_put(b'{"key":""}').key == b""
 
 
 @pytest.mark.parametrize(
@@ -107,7 +110,9 @@ def test_base64_variants() -> None:
     ],
 )
 def test_int64_forms(text: str, value: int) -> None:
-    assert gj.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode()).revision == value
+    assert (
+        gateway_json.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode()).revision == value
+    )
 
 
 @pytest.mark.parametrize(
@@ -128,7 +133,7 @@ def test_int64_forms(text: str, value: int) -> None:
 )
 def test_int64_rejects(text: str) -> None:
     with pytest.raises(ServiceError) as err:
-        gj.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode())
+        gateway_json.decode_range(f'{{"key":"eA==","revision":{text}}}'.encode())
     assert err.value.http_status == 400 and 'field "revision"' in err.value.message
 
 
@@ -149,7 +154,9 @@ def test_put_request_round_trips_through_etcd_json(
         "prev_kv": prev_kv,
         "lease": str(lease) if lease_as_text else lease,
     }
-    assert gj.decode_put(json.dumps(body).encode()) == PutRequest(key, value, lease, prev_kv)
+    assert gateway_json.decode_put(json.dumps(body).encode()) == PutRequest(
+        key, value, lease, prev_kv
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -159,7 +166,7 @@ def test_put_request_round_trips_through_etcd_json(
     )
 )
 def test_key_value_encoding_omits_defaults_and_stringifies_ints(kv: KeyValue) -> None:
-    out = json.loads(gj.encode({"kv": gj.key_value(kv)}))["kv"]
+    out = json.loads(gateway_json.encode({"kv": gateway_json.key_value(kv)}))["kv"]
     decoded = KeyValue(
         base64.b64decode(out.get("key", "")),
         base64.b64decode(out.get("value", "")),
@@ -178,24 +185,24 @@ def test_key_value_encoding_omits_defaults_and_stringifies_ints(kv: KeyValue) ->
 
 
 def test_header_keeps_only_non_zero_fields() -> None:
-    assert gj.header(ResponseHeader(1, 2, 3, 4)) == {
+    assert gateway_json.header(ResponseHeader(1, 2, 3, 4)) == {
         "cluster_id": "1",
         "member_id": "2",
         "revision": "3",
         "raft_term": "4",
     }
-    assert gj.header(ResponseHeader(0, 0, 7, 0)) == {"revision": "7"}
+    assert gateway_json.header(ResponseHeader(0, 0, 7, 0)) == {"revision": "7"}
     # uint64 ids above int64 stay exact strings
-    assert gj.header(ResponseHeader(2**64 - 1))["cluster_id"] == "18446744073709551615"
+    assert gateway_json.header(ResponseHeader(2**64 - 1))["cluster_id"] == "18446744073709551615"
 
 
 def test_response_defaults_are_omitted() -> None:
     h = ResponseHeader(revision=5)
-    assert gj.range_response(RangeResponse(h)) == {"header": {"revision": "5"}}
-    assert gj.put_response(PutResponse(h)) == {"header": {"revision": "5"}}
-    assert gj.txn_response(TxnResponse(h, False, ())) == {"header": {"revision": "5"}}
+    assert gateway_json.range_response(RangeResponse(h)) == {"header": {"revision": "5"}}
+    assert gateway_json.put_response(PutResponse(h)) == {"header": {"revision": "5"}}
+    assert gateway_json.txn_response(TxnResponse(h, False, ())) == {"header": {"revision": "5"}}
     nested = TxnResponse(h, True, (ResponseOp(response_txn=TxnResponse(ResponseHeader())),))
-    assert gj.txn_response(nested) == {
+    assert gateway_json.txn_response(nested) == {
         "header": {"revision": "5"},
         "succeeded": True,
         "responses": [{"response_txn": {"header": {}}}],
@@ -226,15 +233,15 @@ def test_request_size_counts_keys_and_values_of_nested_txns() -> None:
     )
 )
 def test_fast_header_text_equals_the_dict_encoding(h: ResponseHeader) -> None:
-    assert json.loads(gj.header_json(h)) == gj.header(h)
+    assert json.loads(gateway_json.header_json(h)) == gateway_json.header(h)
 
 
 def test_top_level_encoders_put_the_header_first() -> None:
     h = ResponseHeader(1, 2, 3, 4)
     kv = KeyValue(b"k", b"v", 2, 3, 1)
-    body = gj.encode_range(RangeResponse(h, (kv,), True, 5))
+    body = gateway_json.encode_range(RangeResponse(h, (kv,), True, 5))
     assert body.startswith(
         b'{"header":{"cluster_id":"1","member_id":"2","revision":"3","raft_term":"4"},"kvs":['
     )
-    assert json.loads(body) == gj.range_response(RangeResponse(h, (kv,), True, 5))
-    assert json.loads(gj.encode_put(PutResponse(h))) == {"header": gj.header(h)}
+    assert json.loads(body) == gateway_json.range_response(RangeResponse(h, (kv,), True, 5))
+    assert json.loads(gateway_json.encode_put(PutResponse(h))) == {"header": gateway_json.header(h)}

@@ -61,7 +61,7 @@ from kvserver.auth.store import (
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
-from . import gateway_json as gj
+from . import gateway_json
 from .common import LIMITS_KEY, SERVICE_KEY, json_response, read_body
 from .forward import FORWARDED_HEADER
 
@@ -156,7 +156,7 @@ def _invalid(message: str) -> ServiceError:
 
 
 async def _body(request: web.Request, allowed: tuple[str, ...]) -> dict[str, Any]:
-    obj = gj.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
+    obj = gateway_json.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
     if obj is None:
         return {}
     if type(obj) is not dict:
@@ -178,7 +178,7 @@ def _str(obj: dict[str, Any], name: str) -> str:
 
 def _bytes(obj: dict[str, Any], name: str) -> bytes:
     value = obj.get(name)
-    return b"" if value is None else gj._bytes(value, name)
+    return b"" if value is None else gateway_json._bytes(value, name)
 
 
 def _password(obj: dict[str, Any]) -> str:
@@ -212,7 +212,7 @@ def _perm_type(raw: Any) -> PermType:
 def _answer(request: web.Request, fields: dict[str, Any] | None = None) -> web.Response:
     st = request.app[SERVICE_KEY].status()
     h = ResponseHeader(st.cluster_id, st.member_id, st.revision, st.raft_term)
-    return json_response(gj.encode({"header": gj.header(h), **(fields or {})}))
+    return json_response(gateway_json.encode({"header": gateway_json.header(h), **(fields or {})}))
 
 
 def _perm_json(p: Permission) -> dict[str, Any]:
@@ -220,9 +220,9 @@ def _perm_json(p: Permission) -> dict[str, Any]:
     if p.perm_type != PermType.READ:
         out["permType"] = p.perm_type.name
     if p.key:
-        out["key"] = gj.b64(p.key)
+        out["key"] = gateway_json.b64(p.key)
     if p.range_end:
-        out["range_end"] = gj.b64(p.range_end)
+        out["range_end"] = gateway_json.b64(p.range_end)
     return out
 
 

@@ -28,8 +28,7 @@ from aiohttp import web
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.membership.registry import Member
 
-from . import forward
-from . import gateway_json as gj
+from . import forward, gateway_json
 from .common import LIMITS_KEY, SERVICE_KEY, dumps, json_response, read_body
 
 _UINT64_MAX = (1 << 64) - 1
@@ -41,7 +40,7 @@ def _invalid(message: str) -> ServiceError:
 
 
 def _object(body: bytes) -> dict[str, Any]:
-    obj = gj.parse_json(body)
+    obj = gateway_json.parse_json(body)
     if obj is None:
         return {}
     if type(obj) is not dict:
@@ -99,7 +98,7 @@ def member_json(m: Member) -> dict[str, Any]:
 
 
 def response_json(resp: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"header": gj.header(resp.header)}
+    out: dict[str, Any] = {"header": gateway_json.header(resp.header)}
     member = getattr(resp, "member", None)
     if member is not None:
         out["member"] = member_json(member)

@@ -29,7 +29,7 @@ import time
 
 from aiohttp import web
 
-from kvserver.api.http import gateway_json as gj
+from kvserver.api.http import gateway_json
 from kvserver.api.http.common import SERVICE_KEY
 from kvserver.archive import snapfile
 from kvserver.kvpb.kv import ResponseHeader
@@ -78,7 +78,7 @@ def capture(service) -> tuple[dict, object]:
 
 
 def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
-    result = {"header": gj.header(header), "blob": base64.b64encode(blob).decode("ascii")}
+    result = {"header": gateway_json.header(header), "blob": base64.b64encode(blob).decode("ascii")}
     if remaining:
         result["remaining_bytes"] = str(remaining)
     return (json.dumps({"result": result}, separators=(",", ":")) + "\n").encode("ascii")

@@ -35,8 +35,7 @@ from kvserver.kvpb.lease import LeaseKeepAliveResponse
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.mvcc.validate import validate_request
 
-from . import auth, cluster, forward, watch
-from . import gateway_json as gj
+from . import auth, cluster, forward, gateway_json, watch
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -95,47 +94,47 @@ async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def
 
 async def kv_range(request: web.Request) -> web.Response:
     request_ids(request.headers)  # reads ignore them, but malformed ones are still refused
-    req = await _decoded(request, gj.decode_range)
+    req = await _decoded(request, gateway_json.decode_range)
     resp = await request.app[SERVICE_KEY].range(req)
-    return json_response(gj.encode_range(resp))
+    return json_response(gateway_json.encode_range(resp))
 
 
 async def kv_put(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
-    req = await _decoded(request, gj.decode_put)
+    req = await _decoded(request, gateway_json.decode_put)
     resp = await request.app[SERVICE_KEY].put(req, client_id=client_id, request_id=request_id)
-    return json_response(gj.encode_put(resp))
+    return json_response(gateway_json.encode_put(resp))
 
 
 async def kv_delete_range(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
-    req = await _decoded(request, gj.decode_delete_range)
+    req = await _decoded(request, gateway_json.decode_delete_range)
     resp = await request.app[SERVICE_KEY].delete_range(
         req, client_id=client_id, request_id=request_id
     )
-    return json_response(gj.encode_delete_range(resp))
+    return json_response(gateway_json.encode_delete_range(resp))
 
 
 async def kv_txn(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
-    req = await _decoded(request, gj.decode_txn)
+    req = await _decoded(request, gateway_json.decode_txn)
     resp = await request.app[SERVICE_KEY].txn(req, client_id=client_id, request_id=request_id)
-    return json_response(gj.encode_txn(resp))
+    return json_response(gateway_json.encode_txn(resp))
 
 
 async def kv_compaction(request: web.Request) -> web.Response:
-    req = await _decoded(request, gj.decode_compaction)
+    req = await _decoded(request, gateway_json.decode_compaction)
     resp = await request.app[SERVICE_KEY].compact(req)
-    return json_response(gj.encode_compaction(resp))
+    return json_response(gateway_json.encode_compaction(resp))
 
 
 async def maintenance_status(request: web.Request) -> web.Response:
     # StatusRequest has no fields, but the body must still be a JSON object (or empty).
-    body = gj.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
+    body = gateway_json.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
     if body is not None and type(body) is not dict:
         raise ServiceError(GrpcCode.INVALID_ARGUMENT, "raftkv: body: expected a JSON object")
     status = request.app[SERVICE_KEY].status()
-    return json_response(gj.encode(gj.status_response(status)))
+    return json_response(gateway_json.encode(gateway_json.status_response(status)))
 
 
 async def _body(request: web.Request) -> bytes:
@@ -144,39 +143,39 @@ async def _body(request: web.Request) -> bytes:
 
 async def lease_grant(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
-    ttl_s, lease_id = gj.decode_lease_grant(await _body(request))
+    ttl_s, lease_id = gateway_json.decode_lease_grant(await _body(request))
     resp = await request.app[SERVICE_KEY].lease_grant(
         ttl_s, lease_id, client_id=client_id, request_id=request_id
     )
-    return json_response(gj.encode_lease_grant(resp))
+    return json_response(gateway_json.encode_lease_grant(resp))
 
 
 async def lease_revoke(request: web.Request) -> web.Response:
     client_id, request_id = request_ids(request.headers)
-    lease_id = gj.decode_lease_id(await _body(request))
+    lease_id = gateway_json.decode_lease_id(await _body(request))
     auth.check_lease_revoke(request, lease_id)  # write permission on every attached key
     resp = await request.app[SERVICE_KEY].lease_revoke(
         lease_id, client_id=client_id, request_id=request_id
     )
-    return json_response(gj.encode_lease_revoke(resp))
+    return json_response(gateway_json.encode_lease_revoke(resp))
 
 
 async def lease_time_to_live(request: web.Request) -> web.Response:
     body = await _body(request)
-    lease_id, keys = gj.decode_lease_time_to_live(body)
+    lease_id, keys = gateway_json.decode_lease_time_to_live(body)
     try:
         resp = await request.app[SERVICE_KEY].lease_time_to_live(lease_id, keys)
     except ServiceError as exc:  # leader-only, as in etcd: a follower forwards it
         if not forward.forwardable(request, exc):
             raise
         return await forward.to_leader(request, body, exc)
-    return json_response(gj.encode_lease_time_to_live(resp))
+    return json_response(gateway_json.encode_lease_time_to_live(resp))
 
 
 async def lease_leases(request: web.Request) -> web.Response:
-    gj.decode_empty(await _body(request))
+    gateway_json.decode_empty(await _body(request))
     resp = await request.app[SERVICE_KEY].lease_leases()
-    return json_response(gj.encode_lease_leases(resp))
+    return json_response(gateway_json.encode_lease_leases(resp))
 
 
 async def _keepalive_one(service, lease_id: int) -> LeaseKeepAliveResponse:  # type: ignore
@@ -195,7 +194,7 @@ async def _keepalive_one(service, lease_id: int) -> LeaseKeepAliveResponse:  # t
 async def lease_keepalive(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
     body = await _body(request)
-    ids = gj.decode_lease_keepalive_stream(body)
+    ids = gateway_json.decode_lease_keepalive_stream(body)
     try:
         first = await _keepalive_one(service, ids[0])  # fails as a plain error response
     except ServiceError as exc:  # only the leader renews leases: a follower forwards
@@ -205,17 +204,17 @@ async def lease_keepalive(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    await response.write(gj.encode_lease_keepalive_line(first))
+    await response.write(gateway_json.encode_lease_keepalive_line(first))
     for lease_id in ids[1:]:
         try:
-            line = gj.encode_lease_keepalive_line(await _keepalive_one(service, lease_id))
+            line = gateway_json.encode_lease_keepalive_line(await _keepalive_one(service, lease_id))
         except Exception as exc:
             parts = error_parts(exc)
             if parts is None:
                 raise
             code, message, status = parts
             await response.write(
-                gj.encode(
+                gateway_json.encode(
                     {
                         "error": {
                             "grpc_code": code,

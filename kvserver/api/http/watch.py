@@ -64,7 +64,7 @@ from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 from kvserver.watch.hub import WatchStream
 
 from . import auth as auth_api
-from . import gateway_json as gj
+from . import gateway_json
 from .common import LIMITS_KEY, MSG_TOO_LARGE, SERVICE_KEY, HTTPStatusError, dumps, error_parts
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ _CREATE_FIELDS = {  # proto name -> kind
 }
 _CREATE_NAMES = {
     **{name: name for name in _CREATE_FIELDS},
-    **{gj._lower_camel(name): name for name in _CREATE_FIELDS},
+    **{gateway_json._lower_camel(name): name for name in _CREATE_FIELDS},
 }
 _REQUEST_NAMES = {
     "create_request": "create",
@@ -271,14 +271,14 @@ _REQUEST_NAMES = {
 
 def _filters(raw: Any, path: str) -> tuple[WatchFilter, ...]:
     if type(raw) is not list:
-        raise _invalid(f'field "{path}": expected a JSON array, got {gj._json_type(raw)}')
+        raise _invalid(f'field "{path}": expected a JSON array, got {gateway_json._json_type(raw)}')
     out: list[WatchFilter] = []
     for i, item in enumerate(raw):
         if type(item) is str:
             f = _FILTERS.get(item)
             if f is None:
                 raise _invalid(
-                    f'field "{path}[{i}]": unknown value {gj._show(item)} for enum '
+                    f'field "{path}[{i}]": unknown value {gateway_json._show(item)} for enum '
                     "FilterType (one of NOPUT, NODELETE, or its number)"
                 )
         elif type(item) is int:
@@ -288,7 +288,7 @@ def _filters(raw: Any, path: str) -> tuple[WatchFilter, ...]:
                 continue  # etcd ignores filter numbers it does not know
         else:
             raise _invalid(
-                f'field "{path}[{i}]": expected an enum name or number, got {gj._show(item)}'
+                f'field "{path}[{i}]": expected an enum name or number, got {gateway_json._show(item)}'
             )
         if f not in out:
             out.append(f)
@@ -297,7 +297,9 @@ def _filters(raw: Any, path: str) -> tuple[WatchFilter, ...]:
 
 def _decode_create(obj: Any, path: str) -> WatchCreateRequest:
     if type(obj) is not dict:
-        raise _invalid(f'field "{path}": expected a JSON object, got {gj._json_type(obj)}')
+        raise _invalid(
+            f'field "{path}": expected a JSON object, got {gateway_json._json_type(obj)}'
+        )
     kwargs: dict[str, Any] = {}
     for name, raw in obj.items():
         attr = _CREATE_NAMES.get(name)
@@ -306,12 +308,14 @@ def _decode_create(obj: Any, path: str) -> WatchCreateRequest:
         kind = _CREATE_FIELDS[attr]
         where = f"{path}.{name}"
         if kind == "bytes":
-            kwargs[attr] = gj._bytes(raw, where)
+            kwargs[attr] = gateway_json._bytes(raw, where)
         elif kind == "int":
-            kwargs[attr] = gj._int64(raw, where)
+            kwargs[attr] = gateway_json._int64(raw, where)
         elif kind == "bool":
             if raw is not True and raw is not False:
-                raise _invalid(f'field "{where}": expected true or false, got {gj._show(raw)}')
+                raise _invalid(
+                    f'field "{where}": expected true or false, got {gateway_json._show(raw)}'
+                )
             kwargs[attr] = raw
         else:
             kwargs[attr] = _filters(raw, where)
@@ -320,12 +324,14 @@ def _decode_create(obj: Any, path: str) -> WatchCreateRequest:
 
 def _decode_watch_id(obj: Any, path: str) -> int:
     if type(obj) is not dict:
-        raise _invalid(f'field "{path}": expected a JSON object, got {gj._json_type(obj)}')
+        raise _invalid(
+            f'field "{path}": expected a JSON object, got {gateway_json._json_type(obj)}'
+        )
     watch_id = 0
     for name in ("watch_id", "watchId"):
         raw = obj.get(name)
         if raw is not None:
-            watch_id = gj._int64(raw, f"{path}.{name}")
+            watch_id = gateway_json._int64(raw, f"{path}.{name}")
     return watch_id
 
 
@@ -333,7 +339,7 @@ def decode_watch_request(obj: Any) -> tuple[str, Any] | None:
     """One ``WatchRequest`` object -> ``("create", WatchCreateRequest)``, ``("cancel",
     watch_id)``, ``("progress", None)``, or ``None`` for an object that asks nothing."""
     if type(obj) is not dict:
-        raise _invalid(f"body: expected a JSON object, got {gj._json_type(obj)}")
+        raise _invalid(f"body: expected a JSON object, got {gateway_json._json_type(obj)}")
     found: list[tuple[str, str, Any]] = [
         (_REQUEST_NAMES[name], name, raw)
         for name, raw in obj.items()
@@ -351,7 +357,9 @@ def decode_watch_request(obj: Any) -> tuple[str, Any] | None:
     if kind == "cancel":
         return kind, _decode_watch_id(raw, name)
     if type(raw) is not dict:
-        raise _invalid(f'field "{name}": expected a JSON object, got {gj._json_type(raw)}')
+        raise _invalid(
+            f'field "{name}": expected a JSON object, got {gateway_json._json_type(raw)}'
+        )
     return kind, None
 
 
@@ -381,9 +389,9 @@ def event_json(ev: Event) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if ev.type is EventType.DELETE:
         out["type"] = "DELETE"
-    out["kv"] = gj.key_value(ev.kv)
+    out["kv"] = gateway_json.key_value(ev.kv)
     if ev.prev_kv is not None:
-        out["prev_kv"] = gj.key_value(ev.prev_kv)
+        out["prev_kv"] = gateway_json.key_value(ev.prev_kv)
     return out
 
 
@@ -411,7 +419,9 @@ def encode_watch_line(
     resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
 ) -> bytes:
     """``{"result": <WatchResponse>}`` and a newline, the header completed."""
-    header = gj.header_json(ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term))
+    header = gateway_json.header_json(
+        ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
+    )
     fields = watch_response_fields(resp)
     text = '{"result":{"header":' + header + ("," + dumps(fields)[1:] if fields else "}")
     return (text + "}\n").encode("ascii")
