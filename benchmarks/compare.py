@@ -17,7 +17,7 @@ entries per append message (``raftkv_raft_append_entries_sent_total`` over
 ``raftkv_raft_append_messages_sent_total``).
 
 Prints one table (ops/s, p50, p99 per system; ratios raftkv/etcd and raftkv/pysyncobj) and
-the DESIGN §8 targets met or missed; writes ``compare.json`` (raw summaries),
+the targets met or missed (``targets``); writes ``compare.json`` (raw summaries),
 ``compare.png`` (throughput vs clients, matplotlib Agg) and ``compare.md`` (the table) into
 ``--out-dir``; with ``--doc`` also the whole ``docs/performance.md``.
 
@@ -257,7 +257,7 @@ def format_markdown(rows: list[list[str]]) -> str:
 
 
 def targets(results: dict) -> list[tuple[str, bool | None, str]]:
-    """DESIGN §8 / issue 6 targets: (what, met?, the numbers)."""
+    """The performance targets: (what, met?, the numbers)."""
     out = []
 
     def get(s, op, n, key):

@@ -25,8 +25,8 @@ ANALYSIS: list[str] = [
     "works: ~0.04 fsyncs per committed entry and ~18 entries per append message. etcd "
     "spreads the same work over both cores (Go), which is why it keeps up with one leader "
     "process using more CPU per put than ours.",
-    "- **Puts vs PySyncObj (target 3x).** The target assumed PySyncObj's ~1,970 puts/s "
-    "from DESIGN §8, measured with a heavier load generator; with `raftkv bench` it "
+    "- **Puts vs PySyncObj (target 3x).** The target assumed PySyncObj's ~1,970 puts/s, "
+    "a figure measured with a heavier load generator; with `raftkv bench` it "
     "reaches ~5,300/s here. PySyncObj never fsyncs its journal; raftkv fsyncs every batch "
     "on every member and is still ahead at 64 clients, behind at 1 and 16.",
     "- **Linearizable gets (target 1.5x etcd).** Reads share one ReadIndex round per loop "
@@ -117,7 +117,7 @@ def render(
         "",
         f"![throughput vs clients]({png})",
         "",
-        "### Targets (DESIGN §8, issue 6)",
+        "### Targets",
         "",
     ]
     for what, ok, numbers in checks:

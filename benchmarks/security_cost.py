@@ -1,4 +1,4 @@
-"""The cost of TLS and auth, raftkv and etcd side by side in one run (issue 12 point 5).
+"""The cost of TLS and auth, raftkv and etcd side by side in one run (docs/performance.md).
 
     .venv/bin/python -m benchmarks.security_cost --rounds 3 --duration 5
 

@@ -20,7 +20,7 @@ What it measures, on the disk holding ``--dir`` (a fresh temp dir inside it):
    ``open`` + ``read_all`` with every CRC checked (target: >= 100 MB/s), page cache warm
    (``--cold`` drops the cache first; needs root).
 
-Targets are from issue 2 / DESIGN §8. Numbers depend on the machine and its load.
+Numbers depend on the machine and its load.
 """
 
 from __future__ import annotations

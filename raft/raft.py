@@ -24,7 +24,7 @@ Rules implemented here, by Raft paper/thesis section:
   transfer (MsgTimeoutNow), §4.2.1 learners, §4.1 single-server membership changes with at
   most one uncommitted/unapplied change.
 
-Messages per round (DESIGN §8): the leader builds most MsgApps in ``flush_appends()``, which
+Messages per round: the leader builds most MsgApps in ``flush_appends()``, which
 RawNode calls when it assembles a Ready, rather than where the need arises; each follower
 owed one is visited once, with the progress and commit index as they are by then. So all
 proposals made between two Readies reach a follower in one MsgApp (more only past

@@ -1,4 +1,4 @@
-"""wal: raftkv's write-ahead log, etcd-compatible on disk (DESIGN §3).
+"""wal: raftkv's write-ahead log, etcd-compatible on disk (docs/architecture.md).
 
 Contract
 --------

@@ -2,7 +2,7 @@
 
 Every problem found in the bytes of a segment is a ``CorruptError`` carrying the segment
 file and the byte offset of the frame at fault, so a node that refuses to start can name
-both (DESIGN §6). ``TornWriteError`` is the one corruption that ``wal.repair`` may fix: a
+both. ``TornWriteError`` is the one corruption that ``wal.repair`` may fix: a
 partially written tail of the last segment. Everything else is reported, never skipped.
 """
 

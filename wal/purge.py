@@ -2,7 +2,7 @@
 
 A running node releases old segments with ``WAL.release_lock_to(index)`` after a snapshot;
 ``purge(dir, keep)`` then deletes the released (unlocked) segments except the newest
-``keep`` of them (DESIGN §3; 0 = keep all). Locked segments, and every segment after the
+``keep`` of them (0 = keep all). Locked segments, and every segment after the
 first locked one, are never touched. Each victim is locked while it is unlinked, so a WAL
 opening it at the same moment either gets it first (and it stays) or finds it gone.
 

@@ -1,4 +1,6 @@
-"""kvserver.archive: backups, the continuous archive and point-in-time restore (DESIGN §11).
+"""kvserver.archive: backups, the continuous archive and point-in-time restore.
+
+How to use them: docs/backup-restore.md.
 
 Modules, one job each:
 

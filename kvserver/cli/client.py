@@ -584,7 +584,7 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
     return table(*_with_archive_columns(headers, rows, statuses))
 
 
-# Archive lag columns (issue 11): only when some member archives (--archive-url).
+# Archive lag columns: only when some member archives (--archive-url).
 def _archive_json(s) -> dict:
     if s.archive_lag_entries is None:
         return {}

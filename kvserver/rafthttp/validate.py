@@ -42,7 +42,7 @@ message it delivers):
   index >= 1, and non-zero member ids in its configuration.
 
 What this cannot catch: a message with plausible values from a process that presents a member's
-ID (no authentication without peer TLS, DESIGN section 12).
+ID (no authentication without peer TLS; see docs/security.md).
 """
 
 from collections.abc import Callable

@@ -105,7 +105,8 @@ class ApiLimits:
         return cls(max_request_bytes, max_request_bytes * 4 // 3 + BODY_SLACK_BYTES)
 
 
-# Application state (DESIGN section 9: no globals, state under AppKeys).
+# Application state: no globals, everything under AppKeys (several members share a process
+# in tests).
 SERVICE_KEY = web.AppKey("raftkv_service", KVService)
 METRICS_KEY = web.AppKey("raftkv_metrics", Metrics)
 LIMITS_KEY = web.AppKey("raftkv_limits", ApiLimits)

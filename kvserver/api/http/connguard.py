@@ -1,4 +1,4 @@
-"""Client-port connection limits aiohttp does not have (issue 13 defect 5).
+"""Client-port connection limits aiohttp does not have (see docs/operations.md).
 
 aiohttp closes idle keep-alive connections (``keepalive_timeout``) but gives no deadline for
 the headers or the body of a request and no bound on open connections: 1,000 clients
