@@ -19,12 +19,16 @@ errors::
         for event in kv.watch("jobs/", prefix=True):    # blocks; reconnects and resumes
             print(event.type.name, event.key, event.value)
 
-Modules: ``aio`` (the client and its routing/retry loop), ``sync`` (the blocking wrapper),
+Modules: ``aio`` (the asyncio client's calls), ``retry`` (endpoints, leader discovery,
+failover, backoff, deadlines and re-authentication, for every call and every watch),
+``transport`` (one HTTP attempt and the connection pool), ``sync`` (the blocking wrapper),
 ``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON),
-``watch`` (watch iterators), ``leases`` (lease calls and keep-alive).
+``watch`` (watch iterators), ``leases`` (lease calls and keep-alive), ``members`` (member
+calls). The client imports only ``kvserver.kvpb`` (the wire types) and ``kvserver.tls`` of
+the rest of raftkv, so importing it loads no server code.
 """
 
-from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient, normalize_endpoints
+from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient
 from kvserver.client.errors import (
     Attempt,
     ClientError,
@@ -45,6 +49,7 @@ from kvserver.client.errors import (
     UnimplementedError,
 )
 from kvserver.client.leases import KeepAlive, SyncKeepAlive
+from kvserver.client.retry import normalize_endpoints
 from kvserver.client.sync import Client
 from kvserver.client.txn import Cmp, Op, Txn
 from kvserver.client.types import (

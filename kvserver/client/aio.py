@@ -1,4 +1,4 @@
-"""The asyncio client: a list of endpoints, leader discovery, failover, retries, timeouts.
+"""The asyncio client: the key-value, watch, lease, cluster and auth calls of etcd's v3 API.
 
 Wire protocol: etcd's v3 JSON gateway (``kvserver.client.codec``), so the client works against
 raftkv and against a real etcd (3.4+). Writes additionally carry ``X-Raftkv-Client-Id`` and
@@ -7,74 +7,47 @@ id increases per call, and every retry of a call re-sends the same pair, so a ra
 applies a retried write once. (etcd ignores the headers: against etcd a write retried after an
 ambiguous failure — a timeout or a dropped connection — may be applied twice.)
 
-Routing. Writes and linearizable reads go to the leader when it is known (followers would
-forward them anyway; sending to the leader saves a hop). The leader is found lazily and again
-after any failure that suggests it moved: every endpoint is asked ``POST
-/v3/maintenance/status`` at once; the answer with the highest ``raft_term`` names the leader's
-member id, and each answer's ``header.member_id`` tells which configured endpoint is which
-member. A leader that is not among the configured endpoints is looked up in the member list
-(``GET /v1/status``, else ``POST /v3/cluster/member/list``) and reached through its first
-client URL. Serializable reads, status and member calls stay on the endpoint that last
-answered (any node can serve them).
-
-Retries. One call has an overall deadline (``timeout_s``); each HTTP attempt is bounded by
-``attempt_timeout_s`` (connecting by ``connect_timeout_s``), and at most ``retries`` attempts
-follow the first. Only ``retryable`` failures are retried — no connection, a broken
-connection, no answer in time, HTTP 503 (no leader, leader changed, request timed out) or
-502/504. After such a failure the call moves at once to an endpoint not yet tried in this
-round; when every endpoint has failed in the round it sleeps (exponential backoff from
-``backoff_initial_s`` to ``backoff_max_s``, with jitter) and starts a new round. Anything else
-(400 invalid argument, compacted revision, 404, ...) ends the call on the first answer.
-When retries or time run out the call raises the last failure's type — or
-``ConnectionFailedError`` if no endpoint could be reached at all — with every attempt listed.
-
-Auth (etcd v3): with ``user`` and ``password`` the client authenticates
-(``/v3/auth/authenticate``) on the first call that needs it and sends the token raw in the
-``Authorization`` header, as etcd's gateway takes it. Tokens are member-wide (the server
-replicates their digests through raft), so one token serves every endpoint. When a server
-answers ``etcdserver: invalid auth token`` (expired, or the member restarted) or ``user name
-is empty`` (auth was enabled after we found it disabled), the call authenticates again once and
-re-sends the request. When the cluster answers ``authentication is not enabled`` the client
-sends no token. Without ``user`` no header is sent.
+Routing, retries and auth are ``kvserver.client.retry``'s: writes and linearizable reads go
+to the leader when it is known; serializable reads, status and member calls stay on the
+endpoint that last answered. One call has an overall deadline (``timeout_s``); each HTTP
+attempt is bounded by ``attempt_timeout_s`` (connecting by ``connect_timeout_s``), and at most
+``retries`` attempts follow the first. Only ``retryable`` failures are retried — no
+connection, a broken connection, no answer in time, HTTP 503 (no leader, leader changed,
+request timed out) or 502/504 — failing over to another endpoint at once and backing off
+(``backoff_initial_s`` to ``backoff_max_s``) when every endpoint has failed. Anything else
+(400 invalid argument, compacted revision, 404, ...) ends the call on the first answer. With
+``user`` and ``password`` the client authenticates (``/v3/auth/authenticate``) on the first
+call that needs it; without ``user`` no ``Authorization`` header is sent.
 
 TLS: ``https://`` endpoints are verified with ``ca_file`` (else the system CAs), and
 ``cert_file``/``key_file`` are presented as a client certificate (etcdctl's ``--cacert --cert
 --key``); or pass a ready ``ssl_context``. A refused handshake is a ``ConnectionFailedError``
 saying "TLS handshake failed".
 
-One ``aiohttp.ClientSession`` (keep-alive connections, at most ``max_connections``) is created
-on first use; an ``AsyncClient`` belongs to the event loop that first used it. Close it with
-``await client.close()`` or ``async with AsyncClient(...) as client``.
+One ``aiohttp.ClientSession`` (keep-alive connections, at most ``max_connections``;
+``kvserver.client.transport``) is created on first use; an ``AsyncClient`` belongs to the
+event loop that first used it. Close it with ``await client.close()`` or ``async with
+AsyncClient(...) as client``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import logging
 import random
 import ssl
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
-
-import aiohttp
 
 from kvserver.client import codec, leases, members
 from kvserver.client.errors import (
-    Attempt,
     ClientError,
     CompactedError,
-    ConnectionFailedError,
     NotFoundError,
-    RequestTimeoutError,
-    ResponseFormatError,
-    UnavailableError,
     UnimplementedError,
-    from_http,
 )
+from kvserver.client.retry import RetryEngine, Route, normalize_endpoints
+from kvserver.client.transport import HttpTransport
 from kvserver.client.txn import KeyLike, Txn, as_bytes, key_range, range_request
 from kvserver.client.types import (
     CompactResult,
@@ -104,49 +77,12 @@ from kvserver.kvpb.kv import (
 )
 from kvserver.tls import client_context
 
-log = logging.getLogger("raftkv.client")
-
 DEFAULT_ENDPOINT = "http://127.0.0.1:2379"
-MAX_ENDPOINTS = 64
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a range answer can be big, but not unbounded
 MAX_RETRIES = 1000
 UINT64_MAX = (1 << 64) - 1
 
 T = TypeVar("T")
-
-
-class Route(Enum):
-    LEADER = "leader"  # writes and linearizable reads
-    ANY = "any"  # serializable reads, status, member list
-
-
-def normalize_endpoints(endpoints: str | Sequence[str]) -> tuple[str, ...]:
-    """``http://host:port`` URLs from a list or a comma-separated string; ``host:port`` gets
-    ``http://``; trailing slashes go; duplicates are dropped (order kept)."""
-    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    out: list[str] = []
-    for item in items:
-        url = str(item).strip().rstrip("/")
-        if not url:
-            continue
-        if "://" not in url:
-            url = "http://" + url
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"bad endpoint {item!r}: want http://host:port")
-        try:
-            parts.port  # noqa: B018  # raises ValueError on a malformed port
-        except ValueError:
-            raise ValueError(f"bad endpoint {item!r}: bad port") from None
-        if parts.path or parts.query:
-            raise ValueError(f"bad endpoint {item!r}: want http://host:port without a path")
-        if url not in out:
-            out.append(url)
-    if not out:
-        raise ValueError("no endpoints given")
-    if len(out) > MAX_ENDPOINTS:
-        raise ValueError(f"too many endpoints ({len(out)} > {MAX_ENDPOINTS})")
-    return tuple(out)
 
 
 def _show_key(key: KeyLike) -> str:
@@ -179,22 +115,17 @@ class AsyncClient:
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        self._endpoints = normalize_endpoints(endpoints)
+        endpoints = normalize_endpoints(endpoints)
         if password is not None and not user:
             raise ValueError("password given without user")
         if user and password is None:
             raise ValueError(f"user {user!r} given without password")
-        self._user = user or None
-        self._password = password
-        self._token: str | None = None  # the current auth token ("" : auth is not enabled)
-        self._auth_lock: asyncio.Lock | None = None
         # https endpoints: ssl_context as given, else one built from the files (etcdctl's
         # --cacert/--cert/--key; no ca_file: the system CAs). Loaded now: a bad file fails here.
         if ssl_context is not None and (ca_file or cert_file or key_file):
             raise ValueError("give ssl_context or ca_file/cert_file/key_file, not both")
         if ssl_context is None and (ca_file or cert_file or key_file):
             ssl_context = client_context(ca_file, cert_file, key_file)
-        self._ssl: ssl.SSLContext | bool = True if ssl_context is None else ssl_context
         for name, value in (
             ("timeout_s", timeout_s),
             ("attempt_timeout_s", attempt_timeout_s),
@@ -212,40 +143,38 @@ class AsyncClient:
             )
         if not 1 <= max_connections <= 10_000:
             raise ValueError(f"max_connections must be in [1, 10000], got {max_connections!r}")
-        self._timeout_s = float(timeout_s)
-        self._attempt_timeout_s = float(attempt_timeout_s)
-        self._connect_timeout_s = float(connect_timeout_s)
-        self._retries = retries
-        self._backoff_initial_s = float(backoff_initial_s)
-        self._backoff_max_s = max(float(backoff_max_s), self._backoff_initial_s)
-        self._prefer_leader = prefer_leader
-        self._max_connections = max_connections
-        self._max_response_bytes = max_response_bytes
-        self._rng = rng or random.Random()
         if client_id is None:
             client_id = random.SystemRandom().getrandbits(64) or 1
         if not 0 < client_id <= UINT64_MAX:
             raise ValueError(f"client_id must be a non-zero uint64, got {client_id!r}")
         self._client_id = client_id
         self._request_ids = itertools.count(1)
-
-        self._http: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
-        self._leader: str | None = None  # endpoint of the leader, when known
-        self._current: str | None = None  # the endpoint that answered last
-        self._round_robin = 0
-        self._member_endpoints: dict[int, str] = {}  # member id -> endpoint, as learned
-        self._discovery_lock: asyncio.Lock | None = None
-        self._last_discovery_s = float("-inf")
-        self._last_discovery_found = False
+        self._transport = HttpTransport(
+            ssl_context=True if ssl_context is None else ssl_context,
+            connect_timeout_s=float(connect_timeout_s),
+            max_connections=max_connections,
+            max_response_bytes=max_response_bytes,
+        )
+        self._retry = RetryEngine(
+            endpoints,
+            self._transport,
+            timeout_s=float(timeout_s),
+            attempt_timeout_s=float(attempt_timeout_s),
+            retries=retries,
+            backoff_initial_s=float(backoff_initial_s),
+            backoff_max_s=max(float(backoff_max_s), float(backoff_initial_s)),
+            prefer_leader=prefer_leader,
+            rng=rng or random.Random(),
+            user=user or None,
+            password=password,
+        )
 
     # -----------------------------------------------------------------------------------------
     # Properties and lifecycle
 
     @property
     def endpoints(self) -> tuple[str, ...]:
-        return self._endpoints
+        return self._retry.endpoints
 
     @property
     def client_id(self) -> int:
@@ -253,22 +182,19 @@ class AsyncClient:
 
     @property
     def timeout_s(self) -> float:
-        return self._timeout_s
+        return self._retry.timeout_s
 
     @property
     def leader_endpoint(self) -> str | None:
         """The leader's endpoint as last discovered (``None`` when unknown)."""
-        return self._leader
+        return self._retry.leader
 
     @property
     def user(self) -> str | None:
-        return self._user
+        return self._retry.user
 
     async def close(self) -> None:
-        self._closed = True
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.close()
+        await self._transport.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -278,27 +204,9 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         return (
-            f"AsyncClient(endpoints={list(self._endpoints)!r}, "
-            f"timeout_s={self._timeout_s}, leader={self._leader!r})"
+            f"AsyncClient(endpoints={list(self.endpoints)!r}, "
+            f"timeout_s={self.timeout_s}, leader={self.leader_endpoint!r})"
         )
-
-    def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._http is None:
-            if self._closed:
-                raise ClientError("the client is closed")
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections, ttl_dns_cache=60, ssl=self._ssl
-            )
-            self._http = aiohttp.ClientSession(connector=connector)
-            self._loop = loop
-        elif loop is not self._loop:
-            # aiohttp sessions (and our discovery lock) belong to one loop.
-            raise ClientError(
-                "this AsyncClient was first used on another event loop; "
-                "create one client per loop (or use the blocking Client)"
-            )
-        return self._http
 
     # -----------------------------------------------------------------------------------------
     # Key-value API
@@ -446,7 +354,7 @@ class AsyncClient:
         compacted. ``async with`` (or ``await w.start()``) waits until the server created the
         watcher (the blocking ``Client.watch`` returns only then); closing ends the watch."""
         return AsyncWatch(
-            self,
+            self._retry,
             key,
             range_end,
             prefix=prefix,
@@ -569,7 +477,7 @@ class AsyncClient:
                 return EndpointStatus(endpoint=endpoint, status=None, error=err)
             return EndpointStatus(endpoint=endpoint, status=status, error=None)
 
-        return tuple(await asyncio.gather(*(one(ep) for ep in self._endpoints)))
+        return tuple(await asyncio.gather(*(one(ep) for ep in self.endpoints)))
 
     async def member_list(self) -> tuple[Member, ...]:
         """The cluster's members (``/v3/cluster/member/list``; raftkv's ``/v1/status`` where
@@ -636,62 +544,14 @@ class AsyncClient:
     async def auth_headers(self, deadline_s: float | None = None) -> dict[str, str]:
         """The ``Authorization`` header for a request (authenticating first if needed); empty
         without credentials or when the cluster has auth disabled."""
-        if self._user is None:
-            return {}
-        if self._token is None:
-            loop = asyncio.get_running_loop()
-            await self._authenticate(
-                None, loop.time() + self._timeout_s if deadline_s is None else deadline_s
-            )
-        return {"Authorization": self._token} if self._token else {}
-
-    async def refresh_token(self, used: str | None, deadline_s: float) -> None:
-        """Authenticate again unless another call already replaced the token ``used``."""
-        await self._authenticate(used, deadline_s, force=True)
-
-    async def _authenticate(
-        self, used: str | None, deadline_s: float, *, force: bool = False
-    ) -> None:
-        if self._auth_lock is None:
-            self._auth_lock = asyncio.Lock()
-        async with self._auth_lock:
-            if self._token is not None and (not force or self._token != (used or "")):
-                return  # set (or replaced) by a call that held the lock before us
-            loop = asyncio.get_running_loop()
-            remaining_s = deadline_s - loop.time()
-            if remaining_s <= 0:
-                raise RequestTimeoutError("no time left to authenticate", operation="authenticate")
-            try:
-                doc = await self._call(
-                    "authenticate",
-                    "POST",
-                    "/v3/auth/authenticate",
-                    {"name": self._user, "password": self._password},
-                    _plain(lambda doc: doc),
-                    Route.ANY,
-                    authenticated=False,
-                    timeout_s=remaining_s,
-                )
-            except ClientError as err:
-                if err.message == _AUTH_NOT_ENABLED:
-                    self._token = ""  # etcd's client too: no token while auth is off
-                    return
-                raise
-            token = doc.get("token") if isinstance(doc, dict) else None
-            if not isinstance(token, str) or not token:
-                raise ResponseFormatError("authenticate: the answer has no token")
-            self._token = token
+        return await self._retry.auth_headers(deadline_s)
 
     async def find_leader(self) -> str | None:
         """Discover the leader now (ignoring what is cached); its endpoint, or ``None``."""
-        self._leader = None
-        self._last_discovery_s = float("-inf")
-        self._last_discovery_found = False
-        loop = asyncio.get_running_loop()
-        return await self._discover(loop.time() + self._timeout_s)
+        return await self._retry.find_leader()
 
     # -----------------------------------------------------------------------------------------
-    # The request loop
+    # One call
 
     async def _call(
         self,
@@ -705,300 +565,23 @@ class AsyncClient:
         write: bool = False,
         pinned: str | None = None,
         max_attempts: int | None = None,
-        authenticated: bool = True,
-        timeout_s: float | None = None,
     ) -> T:
-        loop = asyncio.get_running_loop()
-        start_s = loop.time()
-        deadline_s = start_s + (self._timeout_s if timeout_s is None else timeout_s)
-        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
-        headers = {} if body is None else {"Content-Type": "application/json"}
+        headers: dict[str, str] = {}
         if write:
             # The same pair on every attempt of this call: the server applies the write once.
             headers[CLIENT_ID_HEADER] = str(self._client_id)
             headers[REQUEST_ID_HEADER] = str(next(self._request_ids))
-        reauthenticated = not (authenticated and self._user is not None)
-        if not reauthenticated:
-            headers.update(await self.auth_headers(deadline_s))
-        limit = self._retries + 1 if max_attempts is None else max_attempts
-        attempts: list[Attempt] = []
-        last_error: ClientError | None = None
-        failed_in_round: set[str] = set()
-        backoff_s = self._backoff_initial_s
-        while True:
-            endpoint = pinned or await self._pick(route, failed_in_round, deadline_s)
-            remaining_s = deadline_s - loop.time()
-            if remaining_s <= 0:
-                break
-            try:
-                doc = await self._send(
-                    endpoint, method, path, body, headers, min(remaining_s, self._attempt_timeout_s)
-                )
-                result = decode(doc, endpoint)
-            except ClientError as err:
-                attempts.append(Attempt(endpoint, err.message, type(err).__name__))
-                if not reauthenticated and err.message in _REAUTHENTICATE:
-                    # The token expired or its member restarted, or auth was enabled since
-                    # we looked: authenticate again, once per call, and re-send.
-                    reauthenticated = True
-                    await self.refresh_token(headers.pop("Authorization", None), deadline_s)
-                    headers.update(await self.auth_headers(deadline_s))
-                    continue
-                if not err.retryable:
-                    raise err.with_context(what, tuple(attempts)) from None
-                last_error = err
-                self._note_failure(endpoint, err)
-                log.debug(
-                    "%s: attempt %d at %s failed: %s", what, len(attempts), endpoint, err.message
-                )
-                if len(attempts) >= limit:
-                    break
-                failed_in_round.add(endpoint)
-                if pinned is None and self._untried(failed_in_round):
-                    continue  # fail over to another endpoint at once
-                failed_in_round.clear()
-                delay_s = min(backoff_s * (0.5 + self._rng.random() / 2), deadline_s - loop.time())
-                if delay_s <= 0:
-                    break
-                await asyncio.sleep(delay_s)
-                backoff_s = min(backoff_s * 2, self._backoff_max_s)
-                continue
-            self._current = endpoint
-            return result
-        raise self._give_up(what, attempts, loop.time() - start_s, last_error)
-
-    def _untried(self, failed: set[str]) -> bool:
-        return any(ep not in failed for ep in self._endpoints)
-
-    def _give_up(
-        self, what: str, attempts: list[Attempt], elapsed_s: float, last_error: ClientError | None
-    ) -> ClientError:
-        if not attempts:
-            return RequestTimeoutError(
-                f"no attempt fit in the {self._timeout_s:g} s timeout", operation=what
-            )
-        if len(attempts) == 1 and last_error is not None:
-            return last_error.with_context(what, tuple(attempts))
-        tried = tuple(dict.fromkeys(a.endpoint for a in attempts))
-        summary = f"gave up after {len(attempts)} attempt(s) in {elapsed_s:.2f} s"
-        if all(a.error == ConnectionFailedError.__name__ for a in attempts):
-            detail = f": {attempts[0].reason}" if len(attempts) == 1 else ""
-            return ConnectionFailedError(
-                f"could not reach any endpoint ({', '.join(tried)}){detail}; {summary}",
-                endpoints=tried,
-                endpoint=attempts[-1].endpoint,
-                operation=what,
-                attempts=tuple(attempts),
-            )
-        last = attempts[-1]
-        cls: type[ClientError] = _RETRYABLE_BY_NAME.get(last.error, UnavailableError)
-        return cls(
-            f"{last.reason} ({summary})",
-            endpoint=last.endpoint,
-            operation=what,
-            attempts=tuple(attempts),
+        return await self._retry.request(
+            what,
+            method,
+            path,
+            payload,
+            decode,
+            route,
+            headers=headers,
+            pinned=pinned,
+            max_attempts=max_attempts,
         )
-
-    def _note_failure(self, endpoint: str, err: ClientError) -> None:
-        if endpoint == self._leader or err.code is not None:
-            # The leader failed, or some node said "no leader" / "leader changed": look again.
-            self._leader = None
-        if endpoint == self._current:
-            self._current = None
-
-    async def _pick(self, route: Route, failed: set[str], deadline_s: float) -> str:
-        if route is Route.LEADER and self._prefer_leader:
-            leader = self._leader
-            if leader is None:
-                leader = await self._discover(deadline_s)
-            if leader is not None and leader not in failed:
-                return leader
-        candidates = [ep for ep in self._endpoints if ep not in failed] or list(self._endpoints)
-        if self._current in candidates:
-            return self._current  # type: ignore[return-value]
-        self._round_robin += 1
-        return candidates[self._round_robin % len(candidates)]
-
-    async def _send(
-        self,
-        endpoint: str,
-        method: str,
-        path: str,
-        body: bytes | None,
-        headers: dict[str, str],
-        timeout_s: float,
-    ) -> Any:
-        """One HTTP attempt; the parsed JSON of a 200 answer, or a typed ``ClientError``."""
-        timeout = aiohttp.ClientTimeout(
-            total=timeout_s, sock_connect=min(self._connect_timeout_s, timeout_s)
-        )
-        try:
-            async with self._session().request(
-                method, endpoint + path, data=body, headers=headers, timeout=timeout
-            ) as resp:
-                status = resp.status
-                raw = await self._read_body(resp, endpoint)
-        except aiohttp.ConnectionTimeoutError:
-            raise ConnectionFailedError(
-                f"cannot connect: no answer within {min(self._connect_timeout_s, timeout_s):g} s",
-                endpoints=(endpoint,),
-                endpoint=endpoint,
-            ) from None
-        except aiohttp.ClientSSLError as exc:  # (a ClientConnectorError) a refused handshake
-            raise ConnectionFailedError(
-                f"TLS handshake failed: {exc.os_error or exc}",
-                endpoints=(endpoint,),
-                endpoint=endpoint,
-            ) from None
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, ConnectionRefusedError):
-                reason = "connection refused"
-            else:
-                reason = exc.os_error.strerror or str(exc)
-            raise ConnectionFailedError(
-                f"cannot connect: {reason}", endpoints=(endpoint,), endpoint=endpoint
-            ) from None
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no answer within {timeout_s:.3g} s", endpoint=endpoint
-            ) from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise ConnectionFailedError(
-                f"connection lost: {exc or type(exc).__name__}",
-                endpoints=(endpoint,),
-                endpoint=endpoint,
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
-        if status != 200:
-            raise from_http(status, raw, endpoint)
-        try:
-            return json.loads(raw)
-        except ValueError:
-            snippet = raw[:80].decode("utf-8", "replace")
-            raise ResponseFormatError(
-                f"answer is not JSON: {snippet!r}", http_status=status, endpoint=endpoint
-            ) from None
-
-    async def _read_body(self, resp: aiohttp.ClientResponse, endpoint: str) -> bytes:
-        limit = self._max_response_bytes
-        if resp.content_length is not None:
-            if resp.content_length > limit:
-                raise ResponseFormatError(
-                    f"answer of {resp.content_length} bytes is over the {limit}-byte limit",
-                    endpoint=endpoint,
-                )
-            return await resp.read()  # the common case: one call, length already bounded
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.content.iter_chunked(1 << 16):
-            size += len(chunk)
-            if size > limit:
-                raise ResponseFormatError(
-                    f"answer is over the {limit}-byte limit", endpoint=endpoint
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    # -----------------------------------------------------------------------------------------
-    # Leader discovery
-
-    async def _discover(self, deadline_s: float) -> str | None:
-        if self._discovery_lock is None:
-            self._discovery_lock = asyncio.Lock()
-        loop = asyncio.get_running_loop()
-        async with self._discovery_lock:
-            if self._leader is not None:
-                return self._leader  # found by a call that held the lock before us
-            if (
-                not self._last_discovery_found
-                and loop.time() - self._last_discovery_s < self._backoff_initial_s
-            ):
-                return None  # just looked and found none; don't storm the cluster
-            timeout_s = min(deadline_s - loop.time(), self._attempt_timeout_s)
-            if timeout_s <= 0:
-                return None
-            try:
-                self._leader = await self._find_leader_once(timeout_s)
-            finally:
-                self._last_discovery_s = loop.time()
-                self._last_discovery_found = self._leader is not None
-            if self._leader is not None:
-                log.debug("leader is at %s", self._leader)
-            return self._leader
-
-    async def _find_leader_once(self, timeout_s: float) -> str | None:
-        loop = asyncio.get_running_loop()
-        deadline_s = loop.time() + timeout_s
-
-        async def ask(endpoint: str) -> Status:
-            doc = await self._send(
-                endpoint,
-                "POST",
-                "/v3/maintenance/status",
-                b"{}",
-                {"Content-Type": "application/json"},
-                timeout_s,
-            )
-            return codec.decode_status(doc, endpoint)
-
-        tasks = [asyncio.ensure_future(ask(ep)) for ep in self._endpoints]
-        best: Status | None = None  # the answer naming a leader in the highest term
-        answered: list[str] = []
-        try:
-            for next_done in asyncio.as_completed(tasks):
-                try:
-                    status = await next_done
-                except ClientError:
-                    continue
-                answered.append(status.endpoint)
-                self._member_endpoints[status.member_id] = status.endpoint
-                if status.leader and (best is None or status.raft_term > best.raft_term):
-                    best = status
-                if best is status and status.is_leader:
-                    break  # the leader itself answered: nobody can name a newer one sooner
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if best is None:
-            return None
-        known = self._member_endpoints.get(best.leader)
-        if known is not None:
-            return known
-        # The leader is not one of our endpoints: find its client URL in the member list.
-        for endpoint in answered:
-            remaining_s = deadline_s - loop.time()
-            if remaining_s <= 0:
-                break
-            try:
-                members = await self._members_once(endpoint, remaining_s)
-            except ClientError:
-                continue
-            for member in members:
-                if member.id == best.leader and member.client_urls:
-                    try:
-                        url = normalize_endpoints([member.client_urls[0]])[0]
-                    except ValueError:
-                        return None
-                    self._member_endpoints[member.id] = url
-                    return url
-            return None
-        return None
-
-    async def _members_once(self, endpoint: str, timeout_s: float) -> tuple[Member, ...]:
-        try:
-            doc = await self._send(endpoint, "GET", "/v1/status", None, {}, timeout_s)
-        except (NotFoundError, UnimplementedError):
-            doc = await self._send(
-                endpoint,
-                "POST",
-                "/v3/cluster/member/list",
-                b"{}",
-                {"Content-Type": "application/json"},
-                timeout_s,
-            )
-        return codec.decode_members(doc)
 
 
 def _plain(decode: Callable[[Any], T]) -> Callable[[Any, str], T]:
@@ -1008,21 +591,4 @@ def _plain(decode: Callable[[Any], T]) -> Callable[[Any, str], T]:
 
 _decode_members = _plain(codec.decode_members)
 
-_AUTH_NOT_ENABLED = "etcdserver: authentication is not enabled"
-INVALID_AUTH_TOKEN = "etcdserver: invalid auth token"
-_REAUTHENTICATE = frozenset({INVALID_AUTH_TOKEN, "etcdserver: user name is empty"})
-
-
-def _retryable_classes() -> dict[str, type[ClientError]]:
-    found: dict[str, type[ClientError]] = {}
-    pending: list[type[ClientError]] = [UnavailableError]
-    while pending:
-        cls = pending.pop()
-        found[cls.__name__] = cls
-        pending.extend(cls.__subclasses__())
-    return found
-
-
-_RETRYABLE_BY_NAME = _retryable_classes()
-
-__all__ = ["AsyncClient", "DEFAULT_ENDPOINT", "Route", "normalize_endpoints"]
+__all__ = ["AsyncClient", "DEFAULT_ENDPOINT"]

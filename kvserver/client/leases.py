@@ -51,7 +51,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvserver.client import codec
 from kvserver.client.errors import (
@@ -62,9 +62,6 @@ from kvserver.client.errors import (
 )
 from kvserver.client.types import Lease, LeaseList, LeaseRevokeResult, LeaseTimeToLive
 from kvserver.kvpb.service_errors import GrpcCode
-
-if TYPE_CHECKING:
-    from kvserver.client.aio import AsyncClient
 
 log = logging.getLogger("raftkv.client")
 
@@ -79,6 +76,12 @@ RETRY_INTERVAL_S = 0.5  # between failed refreshes (etcd's client waits 500 ms t
 MIN_INTERVAL_S = 0.05  # never refresh more often than this, whatever the TTL
 
 OnRefresh = Callable[[int], Any]
+
+
+class LeaseRefresher(Protocol):
+    """What a ``KeepAlive`` needs of its client (``AsyncClient`` has it)."""
+
+    async def lease_keepalive_once(self, lease_id: int) -> int: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +237,7 @@ class KeepAlive:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: LeaseRefresher,
         lease_id: int,
         *,
         interval_s: float | None = None,

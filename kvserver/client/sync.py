@@ -47,7 +47,7 @@ from kvserver.client.types import (
     Status,
     TxnResult,
 )
-from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch, SyncWatch
+from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, SyncWatch
 from kvserver.kvpb.kv import SortOrder, SortTarget, TxnRequest
 
 T = TypeVar("T")
@@ -255,8 +255,7 @@ class Client:
         progress_notify: bool = False,
         reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
     ) -> SyncWatch:
-        awatch = AsyncWatch(
-            self._aclient,
+        awatch = self._aclient.watch(
             key,
             range_end,
             prefix=prefix,

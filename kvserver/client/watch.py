@@ -54,29 +54,24 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import aiohttp
 
 from kvserver.client import codec
 from kvserver.client.errors import (
-    Attempt,
     ClientError,
     CompactedError,
     ConnectionFailedError,
-    RequestTimeoutError,
     ResponseFormatError,
     UnavailableError,
     error_class,
-    from_http,
 )
+from kvserver.client.retry import INVALID_AUTH_TOKEN, RetryEngine, Route, Stopped
 from kvserver.client.txn import KeyLike, key_range
 from kvserver.kvpb.kv import Event, EventType
 from kvserver.kvpb.service_errors import GrpcCode
 from kvserver.kvpb.watch import WatchFilter, WatchResponse
-
-if TYPE_CHECKING:
-    from kvserver.client.aio import AsyncClient
 
 log = logging.getLogger("raftkv.client.watch")
 
@@ -84,7 +79,6 @@ WATCH_PATH = "/v3/watch"
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one response line (etcd fragments above ~2 MiB)
 DEFAULT_RECONNECT_TIMEOUT_S = 60.0
 _READ_CHUNK_BYTES = 1 << 16
-_ERROR_BODY_BYTES = 64 * 1024
 _FILTER_NAMES = tuple(WatchFilter.__members__)  # NOPUT, NODELETE
 
 __all__ = [
@@ -255,7 +249,7 @@ class AsyncWatch:
 
     def __init__(
         self,
-        client: AsyncClient,
+        retry: RetryEngine,
         key: KeyLike,
         range_end: KeyLike | None = None,
         *,
@@ -274,7 +268,7 @@ class AsyncWatch:
         bad = [f for f in filters if f not in _FILTER_NAMES]
         if bad:
             raise ValueError(f"unknown watch filter(s) {bad}: use 'NOPUT' and/or 'NODELETE'")
-        self._client = client
+        self._retry = retry
         self._key, self._range_end = key_range(key, range_end, prefix)
         if not self._key:
             raise ValueError("key must not be empty (use prefix=True with '' for every key)")
@@ -294,7 +288,6 @@ class AsyncWatch:
         self._created = False  # a server has created the watcher at least once
         self._failed: BaseException | None = None
         self._endpoint: str | None = None
-        self._token_used: str | None = None  # the Authorization sent by the last open
         self._what = f"watch {self._key!r:.60}" + (" --prefix" if prefix else "")
         self.reconnects = 0  # streams made after the first
         self.responses = 0  # responses received
@@ -425,7 +418,7 @@ class AsyncWatch:
                 why.error.message,
                 self._next_rev,
             )
-            self._client._note_failure(endpoint, why.error)
+            self._retry.note_failure(endpoint, why.error)
             self._drop()
 
     def _handle(self, resp: WatchResponse) -> None:
@@ -481,112 +474,41 @@ class AsyncWatch:
             self._next_rev = resp.header.revision + 1
 
     async def _connect(self) -> None:
-        client = self._client
-        loop = asyncio.get_running_loop()
         # Creating the watch is a call like any other (the client's timeout); once it ran,
         # losing the stream gets the longer reconnect budget.
         budget_s = (
             self._reconnect_timeout_s
             if self._created
-            else min(self._reconnect_timeout_s, client._timeout_s)
+            else min(self._reconnect_timeout_s, self._retry.timeout_s)
         )
-        deadline_s = loop.time() + budget_s
-        attempts: list[Attempt] = []
-        failed: set[str] = set()
-        backoff_s = client._backoff_initial_s
-        last: ClientError | None = None
-        reauthenticated = client.user is None
-        from kvserver.client.aio import INVALID_AUTH_TOKEN, Route  # here: aio imports us
-
-        while not self._closed:
-            endpoint = await client._pick(Route.LEADER, failed, deadline_s)
-            remaining_s = deadline_s - loop.time()
-            if remaining_s <= 0:
-                break
-            try:
-                await self._open(endpoint, min(remaining_s, client._attempt_timeout_s))
-                if self._endpoint is not None:
-                    self.reconnects += 1
-                self._endpoint = endpoint
-                client._current = endpoint
-                return
-            except ClientError as err:
-                attempts.append(Attempt(endpoint, err.message, type(err).__name__))
-                if not reauthenticated and err.message == INVALID_AUTH_TOKEN:
-                    reauthenticated = True  # an expired token, a restarted member: once
-                    await client.refresh_token(self._token_used, deadline_s)
-                    continue
-                if not err.retryable:
-                    raise err.with_context(self._what, tuple(attempts)) from None
-                last = err
-                client._note_failure(endpoint, err)
-                failed.add(endpoint)
-                if client._untried(failed):
-                    continue
-                failed.clear()
-                delay_s = min(
-                    backoff_s * (0.5 + client._rng.random() / 2), deadline_s - loop.time()
-                )
-                if delay_s <= 0:
-                    break
-                await asyncio.sleep(delay_s)
-                backoff_s = min(backoff_s * 2, client._backoff_max_s)
-        if self._closed:
-            return
-        raise client._give_up(self._what, attempts, budget_s, last)
-
-    async def _open(self, endpoint: str, timeout_s: float) -> None:
-        """POST the create request; raise a typed error unless a 200 stream starts."""
-        client = self._client
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_read=None, sock_connect=min(client._connect_timeout_s, timeout_s)
-        )
-        session = client._session()
-        headers = {"Content-Type": "application/json", **await client.auth_headers()}
-        self._token_used = headers.get("Authorization")
         try:
-            # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` drops a cancel
-            # of the caller that arrives as the call completes (CPython gh-86296), so a
-            # cancelled ``__anext__`` would go on reading, and lose the event it returns.
-            async with asyncio.timeout(timeout_s):
-                resp = await session.post(
-                    endpoint + WATCH_PATH,
-                    data=self._request_body(),
-                    headers=headers,
-                    timeout=timeout,
-                )
-        except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
-            reason = (
-                "connection refused"
-                if isinstance(getattr(exc, "os_error", None), ConnectionRefusedError)
-                else str(exc) or type(exc).__name__
+            endpoint, resp = await self._retry.run(
+                self._what,
+                self._open,
+                Route.LEADER,
+                timeout_s=budget_s,
+                # A watch re-authenticates only when its token is rejected; unary calls also
+                # when auth was enabled after the client found it off.
+                reauthenticate_on=(INVALID_AUTH_TOKEN,),
+                stopped=lambda: self._closed,
             )
-            raise ConnectionFailedError(
-                f"cannot connect: {reason}", endpoints=(endpoint,), endpoint=endpoint
-            ) from None
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no answer within {timeout_s:.3g} s", endpoint=endpoint
-            ) from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
-            raise ConnectionFailedError(
-                f"connection lost: {exc or type(exc).__name__}",
-                endpoints=(endpoint,),
-                endpoint=endpoint,
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
-        if resp.status != 200:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    body = await resp.content.read(_ERROR_BODY_BYTES)
-            except (TimeoutError, aiohttp.ClientError, ConnectionError):
-                body = b""
-            finally:
-                resp.close()
-            raise from_http(resp.status, body, endpoint)
+        except Stopped:
+            return
         self._resp = resp
         self._buf.clear()
+        if self._endpoint is not None:
+            self.reconnects += 1
+        self._endpoint = endpoint
+
+    async def _open(
+        self, endpoint: str, timeout_s: float, auth_headers: dict[str, str]
+    ) -> tuple[str, aiohttp.ClientResponse]:
+        """POST the create request; the stream once a 200 answer starts, else a typed error."""
+        headers = {"Content-Type": "application/json", **auth_headers}
+        resp = await self._retry.transport.open_stream(
+            endpoint, WATCH_PATH, self._request_body(), headers, timeout_s
+        )
+        return endpoint, resp
 
     async def _read_line(self) -> bytearray | None:
         """The next line of the stream, or None at its end; a broken connection raises

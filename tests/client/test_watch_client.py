@@ -373,8 +373,8 @@ async def cancel_as_the_stream_opens(watch_class=None) -> asyncio.Task:
     cancelled. (``watch_class``: so the old code can be measured with the same steps.)"""
     async with AsyncClient("http://127.0.0.1:9", **FAST) as client:
         session = _GatedSession()
-        client._session = lambda: session  # type: ignore[method-assign]
-        client._leader = client.endpoints[0]  # no leader discovery: straight to the POST
+        client._transport._session = lambda: session  # type: ignore[method-assign]
+        client._retry._leader = client.endpoints[0]  # no leader discovery: straight to the POST
         watch = client.watch("k") if watch_class is None else watch_class(client, "k")
         step = asyncio.ensure_future(watch.__anext__())
         try:
