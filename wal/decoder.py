@@ -138,7 +138,7 @@ class ScanState:
         return HardState() if self.state is None else HardState(*self.state)
 
 
-def scan(buf: SegmentData, pos: int, st: ScanState) -> int:
+def scan(buf: SegmentData, pos: int, st: ScanState) -> int:  # noqa: C901 - inlined decoding: replay hot path
     """Fold the records of ``buf`` (bytes or a read-only mmap of a segment) from ``pos`` into
     ``st``; return the end of the data."""
     # Byte indexing returns cached small ints, so the varints below are decoded with

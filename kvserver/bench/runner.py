@@ -88,7 +88,7 @@ class _Slot:
         return self.conn
 
 
-async def run_share(
+async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures count here
     opts: BenchOptions,
     share: Share,
     endpoints: list[str],

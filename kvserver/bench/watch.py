@@ -39,7 +39,7 @@ def run_watch_latency(opts: BenchOptions, progress=None) -> BenchResult:
     return BenchResult(opts, {"watch": stats}, endpoints)
 
 
-async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:
+async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:  # noqa: C901 - one run; its watcher/put closures count here
     import aiohttp
 
     wl = Workload(opts, "", 0, 1)

@@ -71,7 +71,7 @@ def _fail(m: Message, why: str) -> None:
     raise PeerValidationError(f"{m.type} {m.frm:x}->{m.to:x} term {m.term}: {why}")
 
 
-def check_message(
+def check_message(  # noqa: C901 - one flat check per rule a peer message must meet
     m: Message, *, local_id: int, sender: int, is_member: Callable[[int], bool]
 ) -> None:
     """Raise ``PeerValidationError`` unless ``m``, received on a stream (or snapshot request)
