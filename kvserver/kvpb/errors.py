@@ -12,7 +12,7 @@ that raises one of these changed nothing in the store.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class GrpcCode(IntEnum):
@@ -39,8 +39,8 @@ class GrpcCode(IntEnum):
 
 # grpc-gateway v1's runtime.HTTPStatusFromCode (what etcd 3.4 and 3.5 serve). FailedPrecondition
 # is 412 there (v2 changed it to 400); etcd 3.4 answers "lease already exists" with 412 and
-# gateway clients rely on it (etcd3gw raises PreconditionFailedError), so the issue's "existing
-# gateway clients work unchanged" wins over DESIGN's 400.
+# gateway clients rely on it (etcd3gw raises PreconditionFailedError), so existing gateway
+# clients keep working only with 412.
 HTTP_STATUS_BY_GRPC_CODE: dict[GrpcCode, int] = {
     GrpcCode.OK: 200,
     GrpcCode.CANCELLED: 408,
@@ -77,7 +77,7 @@ MSG_LEASE_NOT_FOUND = "etcdserver: requested lease not found"
 class EtcdError(Exception):
     """Base of the client-visible errors; ``str(err)`` is etcd's wire text."""
 
-    grpc_code: ClassVar[GrpcCode] = GrpcCode.INVALID_ARGUMENT
+    grpc_code: GrpcCode = GrpcCode.INVALID_ARGUMENT  # per class; ServiceError sets it per error
     default_message: ClassVar[str] = ""
 
     def __init__(self, message: str | None = None) -> None:
@@ -90,12 +90,12 @@ class EtcdError(Exception):
 
     def __eq__(self, other: object) -> bool:
         # Equality by type and text, so remembered (dedup) outcomes compare after a snapshot.
-        return type(other) is type(self) and other.message == self.message  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.message == self.message
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.message))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.message,))
 
 
@@ -122,7 +122,7 @@ class CompactedError(EtcdError):
         # The store's compact revision when the error was raised (watch responses carry it).
         self.compact_revision = compact_revision
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.message, self.compact_revision))
 
 

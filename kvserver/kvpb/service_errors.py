@@ -8,6 +8,8 @@ the HTTP status grpc-gateway uses for that code, the REST dialect as
 ``{"error": msg, "code": name}``.
 """
 
+from typing import Any
+
 from kvserver.kvpb.errors import HTTP_STATUS_BY_GRPC_CODE, EtcdError, GrpcCode
 
 __all__ = ["HTTP_STATUS_BY_GRPC_CODE", "GrpcCode", "ServiceError"]
@@ -27,14 +29,16 @@ class ServiceError(EtcdError):
     def code(self) -> GrpcCode:
         return self.grpc_code
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (_rebuild, (type(self), self.grpc_code, self.message, self.retryable))
 
     def __repr__(self) -> str:
         return f"ServiceError({self.grpc_code.name}, {self.message!r})"
 
 
-def _rebuild(cls, code, message, retryable):
+def _rebuild(
+    cls: type[ServiceError], code: GrpcCode, message: str, retryable: bool
+) -> ServiceError:
     err = ServiceError.__new__(cls)
     ServiceError.__init__(err, code, message, retryable=retryable)
     return err

@@ -5,7 +5,7 @@ queues and wakes it: peer messages (``receive``), proposals (``propose``), linea
 barriers (``read_barrier``) and ticks. Each turn of the raft task drains those queues into
 the core — so every proposal that arrived while the previous Ready was being written goes
 into the next Ready together (batching falls out of the loop) — and then handles one Ready in
-the order DESIGN §2 requires:
+the order etcd's raft documents for a Ready (``doc.go``, "Usage"):
 
 1. replication messages of a leader (MsgApp, MsgHeartbeat, MsgSnap) are sent first: a leader
    may send entries before its own write completes (Raft thesis §10.2.1);
