@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import ssl
 import subprocess
 import time
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 
 from kvserver.localcluster.launcher import free_ports
 from tests.conftest import require_program
-from tests.support.procs import stop_process
 
 READY_TIMEOUT_S = 30.0
 
@@ -100,4 +100,9 @@ def etcd_process(
                 time.sleep(0.05)
         yield etcd
     finally:
-        stop_process(proc, 30)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -9,7 +9,6 @@ import time
 import urllib.request
 
 from kvserver.localcluster.launcher import free_ports
-from tests.support.procs import stop_process
 
 
 @contextlib.contextmanager
@@ -35,7 +34,11 @@ def moto_server(tmp_path):
                 time.sleep(0.1)
         yield url
     finally:
-        stop_process(proc, 10)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         log.close()
 
 

@@ -20,8 +20,7 @@ import pytest
 
 from kvserver.client import Client
 from tests.archive.helpers import cli, restored_cluster, state_at
-from tests.cluster.harness import leader_of, wait_healthy
-from tests.support.wait import wait_for
+from tests.cluster.harness import leader_of, wait_for, wait_healthy
 
 pytestmark = pytest.mark.slow
 

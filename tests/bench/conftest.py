@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kvserver.assembly.member import Member
-from tests.support.inprocess import configs, stop_all, wait_leader
+from tests.kvserver.inprocess import configs
 
 
 class InProcessCluster:
@@ -41,17 +41,29 @@ class InProcessCluster:
     def start(self):
         self.thread.start()
 
-        async def start():
+        async def start_all():
             self.members = [Member(c) for c in self.cfgs]
             for m in self.members:
                 await m.start()
-            await wait_leader(self.members)
+            deadline = self.loop.time() + 15
+            while self.loop.time() < deadline:
+                leaders = [m for m in self.members if m.node.is_leader]
+                if len(leaders) == 1 and all(
+                    m.node.leader == leaders[0].member_id for m in self.members
+                ):
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError("no agreed leader")
 
-        self.call(start())
+        self.call(start_all())
 
     def stop(self):
+        async def stop_all():
+            for m in self.members:
+                await m.stop()
+
         try:
-            self.call(stop_all(self.members))
+            self.call(stop_all())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)

@@ -22,8 +22,7 @@ import time
 
 import pytest
 
-from tests.cluster.harness import b64, call, get, leader_of, put, wait_healthy
-from tests.support.wait import wait_for
+from tests.cluster.harness import b64, call, get, leader_of, put, wait_for, wait_healthy
 
 pytestmark = pytest.mark.slow
 

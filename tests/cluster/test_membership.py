@@ -15,8 +15,14 @@ import pytest
 
 from kvserver.client import Client
 from kvserver.membership.registry import REMOVED_MESSAGE
-from tests.cluster.harness import get_prefix, leader_of, put, status, wait_healthy
-from tests.support.wait import wait_for
+from tests.cluster.harness import (
+    get_prefix,
+    leader_of,
+    put,
+    status,
+    wait_for,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.slow
 

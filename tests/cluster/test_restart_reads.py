@@ -15,8 +15,7 @@ import time
 import pytest
 
 from kvserver.client import Client, Op, Txn
-from tests.cluster.harness import call, wait_healthy
-from tests.support.wait import wait_for
+from tests.cluster.harness import call, wait_for, wait_healthy
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ import threading
 import pytest
 
 from kvserver.client import Client, ClientError
-from tests.cluster.harness import leader_of, wait_healthy
-from tests.support.wait import wait_for
+from tests.cluster.harness import leader_of, wait_for, wait_healthy
 
 pytestmark = pytest.mark.slow
 
