@@ -12,7 +12,6 @@ import base64
 import contextlib
 import json
 import os
-import signal
 import ssl
 import subprocess
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 
 from kvserver.localcluster.launcher import free_ports
 from tests.conftest import require_program
+from tests.support.procs import stop_process
 
 READY_TIMEOUT_S = 30.0
 
@@ -100,9 +100,4 @@ def etcd_process(
                 time.sleep(0.05)
         yield etcd
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 30)

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from tests.support.procs import stop_process
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -173,8 +175,7 @@ def main() -> None:
         )
         client_cpu = _cpu_seconds(os.getpid())
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        stop_process(server, 30)
     kind = "trivial aiohttp handler" if args.trivial else "raftkv API over LocalKV"
     print(
         f"{kind}: POST /v3/kv/{args.path}, {args.clients} clients: "

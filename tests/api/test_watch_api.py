@@ -19,6 +19,7 @@ import pytest
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
 from kvserver.mvcc.store import MVCCStore
 from kvserver.watch.hub import MSG_WATCHER_TOO_SLOW, WatchLimits
+from tests.support.wait import async_wait_for
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
 from .helpers import Api, b64, run_async, serve
@@ -105,14 +106,6 @@ async def open_watch(
 
     resp = await api.client.post(path, data=body())
     return Stream(resp, queue)
-
-
-async def wait_for(predicate, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,7 +493,7 @@ async def test_client_disconnect_removes_its_watchers() -> None:
         assert hub.watcher_count == 10
         for s in streams:  # idle streams: nothing is being written to them
             s.close()
-        await wait_for(lambda: hub.watcher_count == 0, "the watchers to be removed")
+        await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "the watchers to be removed")
         assert hub.synced_count == 0
 
 
@@ -512,7 +505,7 @@ async def test_client_disconnect_mid_body_removes_its_watchers() -> None:
         assert (await s.result())["created"]
         assert hub.watcher_count == 1
         s.close()  # the request body never ended
-        await wait_for(lambda: hub.watcher_count == 0, "the watcher to be removed")
+        await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "the watcher to be removed")
 
 
 @run_async

@@ -9,6 +9,7 @@ import time
 import urllib.request
 
 from kvserver.localcluster.launcher import free_ports
+from tests.support.procs import stop_process
 
 
 @contextlib.contextmanager
@@ -34,11 +35,7 @@ def moto_server(tmp_path):
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 10)
         log.close()
 
 

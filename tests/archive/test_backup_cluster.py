@@ -20,7 +20,8 @@ import pytest
 
 from kvserver.client import Client
 from tests.archive.helpers import cli, restored_cluster, state_at
-from tests.cluster.harness import leader_of, wait_for, wait_healthy
+from tests.cluster.harness import leader_of, wait_healthy
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from kvserver.archive.manifest import Manifest
 from kvserver.client import Client
 from tests.archive.helpers import cli, state_at
 from tests.archive.test_backup_cluster import _read_data_dir
-from tests.cluster.harness import wait_for
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,9 @@ from kvserver.cli import main
 from kvserver.client import Client, ClientError
 from kvserver.membership.registry import split_members_frame
 from tests.archive.helpers import cli, restored_cluster
-from tests.cluster.harness import leader_of, wait_for, wait_healthy
+from tests.cluster.harness import leader_of, wait_healthy
 from tests.support.apply_now import raftkv_without_raft
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

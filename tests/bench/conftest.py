@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kvserver.assembly.member import Member
-from tests.kvserver.inprocess import configs
+from tests.support.inprocess import configs, stop_all, wait_leader
 
 
 class InProcessCluster:
@@ -41,29 +41,17 @@ class InProcessCluster:
     def start(self):
         self.thread.start()
 
-        async def start_all():
+        async def start():
             self.members = [Member(c) for c in self.cfgs]
             for m in self.members:
                 await m.start()
-            deadline = self.loop.time() + 15
-            while self.loop.time() < deadline:
-                leaders = [m for m in self.members if m.node.is_leader]
-                if len(leaders) == 1 and all(
-                    m.node.leader == leaders[0].member_id for m in self.members
-                ):
-                    return
-                await asyncio.sleep(0.02)
-            raise AssertionError("no agreed leader")
+            await wait_leader(self.members)
 
-        self.call(start_all())
+        self.call(start())
 
     def stop(self):
-        async def stop_all():
-            for m in self.members:
-                await m.stop()
-
         try:
-            self.call(stop_all())
+            self.call(stop_all(self.members))
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from kvserver.localcluster.launcher import free_ports
 from tests.chaos.netns import NetTopology
 from tests.cluster.harness import get_json
+from tests.support.procs import stop_processes
 
 
 @dataclass
@@ -166,20 +167,10 @@ class ChaosCluster:
         m.paused = False
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        stop_processes((m.proc for m in self.members), timeout_s)
         for m in self.members:
-            if m.alive():
-                m.proc.send_signal(signal.SIGCONT)
-                m.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for m in self.members:
-            if m.proc is None:
-                continue
-            try:
-                m.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(timeout=30)
-            m.paused = False
+            if m.proc is not None:
+                m.paused = False
 
     def log_tail(self, m: Member, lines: int = 40) -> str:
         try:

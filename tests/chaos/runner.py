@@ -40,6 +40,7 @@ from tests.chaos.nemesis import Nemesis, expand, needs_network
 from tests.chaos.watchers import Watcher, replay
 from tests.chaos.workloads import Bank, LockWorkload, Prober, Recorder, Register
 from tests.lincheck import KvModel, check
+from tests.support.wait import WaitTimeout, wait_for
 
 
 class ChaosUnavailable(RuntimeError):
@@ -64,16 +65,6 @@ class ChaosConfig:
     watchers: int = 2
     check_timeout_s: float = 180.0
     extra_args: list[str] = field(default_factory=list)
-
-
-def _wait(predicate, timeout_s: float, interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return None
 
 
 def _put_retrying(endpoints: list[str], key: str, value: str, timeout_s: float) -> int:
@@ -255,7 +246,9 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     timeline: list[dict] = []
     report["timeline"] = timeline
     try:
-        if not _wait(lambda: len(recorder.ops) >= 100, 60):
+        try:
+            wait_for(lambda: len(recorder.ops) >= 100, 60, "100 operations", interval_s=0.1)
+        except WaitTimeout:
             problems.append("fewer than 100 operations in the first 60 s before any fault")
         cycle: list[str] = []
         schedule_end = origin + cfg.duration_s

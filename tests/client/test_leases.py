@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import time
 
 import pytest
 from aiohttp import web
@@ -41,6 +40,7 @@ from kvserver.kvpb.service_errors import no_leader
 from kvserver.server.metrics import Metrics
 from tests.api.fakes import LocalKV
 from tests.client.fakeserver import FAST, LoopThread, _free_port
+from tests.support.wait import async_wait_for, wait_for
 
 DEADLINE_S = 10.0
 
@@ -143,22 +143,6 @@ def api2():
     served = Served(listeners=2).start()
     yield served
     served.close()
-
-
-def wait_until(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-async def async_wait_until(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,8 +294,10 @@ def test_async_keep_alive_keeps_a_short_lease_past_its_ttl(api):
             refreshed: list[int] = []
             async with c.keep_alive(kept.id, on_refresh=refreshed.append) as ka:
                 assert isinstance(ka, KeepAlive) and ka.alive and ka.refreshes == 1
-                await async_wait_until(
-                    lambda: api.kv.lessor.is_expired(control.id), "the control lease to expire"
+                await async_wait_for(
+                    lambda: api.kv.lessor.is_expired(control.id),
+                    DEADLINE_S,
+                    "the control lease to expire",
                 )
                 assert not api.kv.lessor.is_expired(kept.id)
                 assert ka.alive and ka.error is None and ka.refreshes >= 2
@@ -337,7 +323,9 @@ def test_sync_keep_alive_runs_on_the_clients_loop_thread(api):
         ) as ka:
             assert isinstance(ka, SyncKeepAlive) and ka.alive and ka.ttl_s == 1
             assert threading.active_count() == before  # no thread of its own
-            wait_until(lambda: api.kv.lessor.is_expired(control.id), "the control to expire")
+            wait_for(
+                lambda: api.kv.lessor.is_expired(control.id), DEADLINE_S, "the control to expire"
+            )
             assert not api.kv.lessor.is_expired(kept.id) and ka.refreshes >= 2
             assert not ka.wait(0.01)  # still running
         assert not ka.alive and ka.error is None
@@ -364,13 +352,13 @@ def test_leaving_the_block_raises_when_the_lease_was_lost(api):
             with pytest.raises(LeaseNotFoundError):
                 async with c.keep_alive(lease.id, interval_s=0.05) as ka:
                     await c.lease_revoke(lease.id)
-                    await async_wait_until(lambda: not ka.alive, "the keep-alive to stop")
+                    await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
             # an exception from the body wins over the keep-alive's
             lease = await c.lease_grant(30)
             with pytest.raises(KeyError):
                 async with c.keep_alive(lease.id, interval_s=0.05) as ka:
                     await c.lease_revoke(lease.id)
-                    await async_wait_until(lambda: not ka.alive, "the keep-alive to stop")
+                    await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
                     raise KeyError("body")
 
     asyncio.run(body())
@@ -383,11 +371,11 @@ def test_keep_alive_retries_failed_refreshes_until_they_succeed(api):
         lease = c.lease_grant(5)
         with c.keep_alive(lease.id, interval_s=0.05) as ka:
             api.kv.fail_with = no_leader()
-            wait_until(lambda: ka.failures >= 2, "two failed refreshes")
+            wait_for(lambda: ka.failures >= 2, DEADLINE_S, "two failed refreshes")
             assert ka.alive
             api.kv.fail_with = None
             refreshes = ka.refreshes
-            wait_until(lambda: ka.refreshes >= refreshes + 2, "refreshes to resume")
+            wait_for(lambda: ka.refreshes >= refreshes + 2, DEADLINE_S, "refreshes to resume")
             assert ka.alive and ka.error is None
         assert not api.kv.lessor.is_expired(lease.id)
 
@@ -412,8 +400,10 @@ def test_keep_alive_fails_over_to_another_endpoint(api2):
         with c.keep_alive(lease.id) as ka:
             api2.stop_listener(0)
             refreshes = ka.refreshes
-            wait_until(lambda: ka.refreshes >= refreshes + 2, "refreshes through the 2nd")
-            wait_until(lambda: api2.kv.lessor.is_expired(control.id), "the control to expire")
+            wait_for(lambda: ka.refreshes >= refreshes + 2, DEADLINE_S, "refreshes through the 2nd")
+            wait_for(
+                lambda: api2.kv.lessor.is_expired(control.id), DEADLINE_S, "the control to expire"
+            )
             assert ka.alive and not api2.kv.lessor.is_expired(lease.id)
         assert c.lease_time_to_live(lease.id).ttl_s >= 0
 
@@ -438,7 +428,7 @@ def test_async_keep_alive_start_and_close_by_hand(api):
             await ka.start()
             with pytest.raises(ClientError):
                 await ka.start()  # once only
-            await async_wait_until(lambda: ka.refreshes >= 3, "three refreshes")
+            await async_wait_for(lambda: ka.refreshes >= 3, DEADLINE_S, "three refreshes")
             await ka.close()
             await ka.wait()  # returns: closed, not failed
             assert not ka.alive and ka.error is None and "stopped" in repr(ka)
@@ -593,7 +583,7 @@ def etcd(tmp_path_factory):
                 except ClientError:
                     return False
 
-            wait_until(has_leader, f"etcd to elect itself; see {proc.log_path}", 20.0)
+            wait_for(has_leader, 20.0, f"etcd to elect itself; see {proc.log_path}")
         yield proc.url
 
 
@@ -613,7 +603,7 @@ def test_lease_calls_against_etcd(etcd):
         assert {lease.id, chosen.id} <= set(c.lease_leases().ids)
         assert c.lease_keepalive_once(chosen.id) == 20
         with c.keep_alive(chosen.id, interval_s=0.05) as ka:
-            wait_until(lambda: ka.refreshes >= 3, "three refreshes through etcd")
+            wait_for(lambda: ka.refreshes >= 3, DEADLINE_S, "three refreshes through etcd")
         c.lease_revoke(chosen.id)
         assert c.get("etcd/k") is None
         assert c.lease_time_to_live(chosen.id).expired
@@ -650,17 +640,17 @@ def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
             c.put("held/a", "v", lease=lease.id)
             c.put("dropped/a", "v", lease=control.id)
             with c.keep_alive(lease.id) as ka:
-                wait_until(lambda: ka.refreshes >= 2, "two refreshes before the kill")
+                wait_for(lambda: ka.refreshes >= 2, DEADLINE_S, "two refreshes before the kill")
                 old = leader_of(cluster)
                 assert old is not None
                 cluster.kill(old, signal.SIGKILL)
                 survivors = [n for n in cluster.nodes if n.alive()]
                 wait_healthy(cluster, timeout_s=30, among=survivors)
                 refreshes = ka.refreshes
-                wait_until(
-                    lambda: ka.refreshes >= refreshes + 3, "refreshes via the new leader", 30.0
+                wait_for(
+                    lambda: ka.refreshes >= refreshes + 3, 30.0, "refreshes via the new leader"
                 )
-                wait_until(lambda: c.get("dropped/a") is None, "the control lease to expire", 30.0)
+                wait_for(lambda: c.get("dropped/a") is None, 30.0, "the control lease to expire")
                 assert ka.alive and ka.error is None
             assert c.get("held/a").value == b"v"
             assert not c.lease_time_to_live(lease.id).expired

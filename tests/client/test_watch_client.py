@@ -35,6 +35,7 @@ from kvserver.server.metrics import Metrics
 from kvserver.watch.hub import WatchLimits
 from tests.api.fakes import LocalKV
 from tests.client.fakeserver import FAST, LoopThread, _free_port
+from tests.support.wait import wait_for
 
 WAIT_S = 10.0
 
@@ -126,15 +127,6 @@ async def _value(x):
     return x
 
 
-def wait_until(predicate, what: str, timeout_s: float = WAIT_S) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def one():
     r = Replicas(1).start()
@@ -184,7 +176,7 @@ def test_history_then_live_events_in_order_with_prev_kv(one):
 def test_start_revision_zero_means_from_now_on(one):
     one.put("k", "before")
     with Client(one.urls, **FAST) as c, c.watch("k") as w:
-        wait_until(lambda: one.watchers() == 1, "the watcher to be created")
+        wait_for(lambda: one.watchers() == 1, WAIT_S, "the watcher to be created")
         rev = one.put("k", "after")
         (ev,) = take(w, 1)
         assert (ev.value, ev.revision) == (b"after", rev)
@@ -210,7 +202,7 @@ def test_resumes_after_the_stream_is_cut_each_event_once(one):
     """The server ends the stream (EOF) while writes go on: the iterator reconnects with
     start_revision = last seen + 1 and sees every event once."""
     with Client(one.urls, **FAST) as c, c.watch("p/", prefix=True) as w:
-        wait_until(lambda: one.watchers() == 1, "the watcher to be created")
+        wait_for(lambda: one.watchers() == 1, WAIT_S, "the watcher to be created")
         got = []
         for round_ in range(3):
             revs = [one.put(f"p/{round_}-{i}", "v") for i in range(5)]
@@ -242,7 +234,7 @@ def test_a_watcher_canceled_as_too_slow_resumes_from_history():
     r = Replicas(1, WatchLimits(max_buffered_events=4, replay_chunk_events=2)).start()
     try:
         with Client(r.urls, **FAST) as c, c.watch("k/", prefix=True) as w:
-            wait_until(lambda: r.watchers() == 1, "the watcher to be created")
+            wait_for(lambda: r.watchers() == 1, WAIT_S, "the watcher to be created")
             # One loop step applies 20 revisions: the live queue overflows at once.
             revs = [r.write(*(PutRequest(f"k/{i}".encode(), b"v") for i in range(20)))]
             got = take(w, 20)
@@ -307,7 +299,7 @@ def test_closing_the_watch_frees_the_watcher_on_the_server(one):
             w.get(timeout_s=0.2)  # the put was before the watch
         w.close()
         assert w.get(timeout_s=1.0) is None  # closed: the iteration is over
-        wait_until(lambda: one.watchers() == 0, "the server to drop the watcher")
+        wait_for(lambda: one.watchers() == 0, WAIT_S, "the server to drop the watcher")
 
 
 def test_async_iterator(one):

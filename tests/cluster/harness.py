@@ -6,11 +6,11 @@ or cause failures here. Every wait is bounded and polls; nothing sleeps to hide 
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 
 from kvserver.localcluster.launcher import LocalCluster, NodeProcess
+from tests.support.wait import wait_for
 
 
 def b64(data: bytes | str) -> str:
@@ -90,17 +90,6 @@ def status(node: NodeProcess) -> dict | None:
     except OSError:
         return None
     return body if code == 200 else None
-
-
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
 def leader_of(cluster: LocalCluster, among: list[NodeProcess] | None = None) -> NodeProcess | None:

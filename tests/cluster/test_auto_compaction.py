@@ -9,7 +9,8 @@ shortened with ``--auto-compaction-check-interval`` (revision mode) and a short 
 
 import pytest
 
-from tests.cluster.harness import b64, call, put, status, wait_for
+from tests.cluster.harness import b64, call, put, status
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,16 +17,8 @@ import urllib.request
 
 import pytest
 
-from tests.cluster.harness import (
-    call,
-    get,
-    get_prefix,
-    leader_of,
-    put,
-    status,
-    wait_for,
-    wait_healthy,
-)
+from tests.cluster.harness import call, get, get_prefix, leader_of, put, status, wait_healthy
+from tests.support.wait import wait_for
 
 
 class Writer:

@@ -26,7 +26,9 @@ import pytest
 
 from kvserver.localcluster.launcher import LocalCluster
 from kvserver.localcluster.supervisor import RestartBudget, Supervisor, describe_exit
-from tests.cluster.harness import get, get_json_safe, put, wait_for
+from tests.cluster.harness import get, get_json_safe, put
+from tests.support.procs import stop_process
+from tests.support.wait import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_LINE = re.compile(r"^\s+(node\d+): pid (\d+)\s+client (\S+)\s+peer (\S+)\s+log (\S+)$")
@@ -166,16 +168,8 @@ class ClusterUp:
 
     def stop(self) -> int:
         """Ctrl-C; returns the exit status (SIGKILL after a bounded wait)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(
-                    f"cluster up ignored Ctrl-C for 60 s:\n{self.output()}"
-                ) from None
+        if not stop_process(self.proc, 60, signal.SIGINT):
+            raise AssertionError(f"cluster up ignored Ctrl-C for 60 s:\n{self.output()}")
         return self.proc.returncode
 
 
@@ -304,13 +298,8 @@ def test_restart_no_prints_the_command_that_brings_the_member_back(tmp_path):
         up.wait_healthy()
         assert by_hand.poll() is None
     finally:
-        if by_hand is not None and by_hand.poll() is None:
-            by_hand.send_signal(signal.SIGTERM)
-            try:
-                by_hand.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                by_hand.kill()
-                by_hand.wait()
+        if by_hand is not None:
+            stop_process(by_hand, 30)
         status = up.stop()
     assert status == 0, up.output()
 

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cluster.harness import wait_for
 from tests.cluster.test_cluster_up import ClusterUp, gone
+from tests.support.wait import wait_for
 
 EXIT_S = 30.0
 

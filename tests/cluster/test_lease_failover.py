@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from tests.cluster.harness import b64, call, get, leader_of, put, wait_for, wait_healthy
+from tests.cluster.harness import b64, call, get, leader_of, put, wait_healthy
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

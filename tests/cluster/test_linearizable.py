@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from tests.cluster.harness import b64, call, leader_of, wait_for, wait_healthy
+from tests.cluster.harness import b64, call, leader_of, wait_healthy
 from tests.lincheck import History, KvModel, assert_linearizable, kv
+from tests.support.wait import wait_for
 
 
 def client(cid: int, cluster, history: History, stop: threading.Event) -> None:

@@ -15,14 +15,8 @@ import pytest
 
 from kvserver.client import Client
 from kvserver.membership.registry import REMOVED_MESSAGE
-from tests.cluster.harness import (
-    get_prefix,
-    leader_of,
-    put,
-    status,
-    wait_for,
-    wait_healthy,
-)
+from tests.cluster.harness import get_prefix, leader_of, put, status, wait_healthy
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

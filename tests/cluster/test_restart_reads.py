@@ -15,7 +15,8 @@ import time
 import pytest
 
 from kvserver.client import Client, Op, Txn
-from tests.cluster.harness import call, wait_for, wait_healthy
+from tests.cluster.harness import call, wait_healthy
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

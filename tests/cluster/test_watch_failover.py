@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from kvserver.client import Client, ClientError
-from tests.cluster.harness import leader_of, wait_for, wait_healthy
+from tests.cluster.harness import leader_of, wait_healthy
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from kvserver.localcluster.launcher import LocalCluster
-from tests.cluster.harness import leader_of, wait_for, wait_healthy
+from tests.cluster.harness import leader_of, wait_healthy
 from tests.etcd_process import etcd_process
+from tests.support.wait import wait_for
 
 # Default timing (heartbeat 100 ms, election 1 s), as etcd's: lease minimum TTL 2 s on both.
 RAFTKV_TIMING = ["--heartbeat-interval", "100", "--election-timeout", "1000"]

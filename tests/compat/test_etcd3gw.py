@@ -26,7 +26,7 @@ pytest.importorskip("etcd3gw")
 
 from etcd3gw import exceptions  # noqa: E402
 
-from tests.cluster.harness import wait_for  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 

@@ -37,6 +37,7 @@ import pytest
 
 from kvserver.localcluster.launcher import free_ports
 from tests.conftest import external_required, require_program
+from tests.support.wait import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -168,22 +169,10 @@ def http(
         return exc.code, exc.read()
 
 
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except (OSError, AssertionError, ValueError) as exc:
-            value, last_exc = None, exc
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(
-        f"timed out after {timeout_s:.0f} s waiting for {what}"
-        + (f" (last error: {last_exc!r})" if last_exc else "")
-    )
+# Containers and the daemon answer slowly and fail transiently (connection refused, a JSON
+# line not written yet): waits poll every POLL_S and treat these errors as "not yet".
+POLL_S = 0.2
+NOT_YET = (OSError, AssertionError, ValueError)
 
 
 @dataclass
@@ -233,7 +222,13 @@ class ComposeCluster:
 
     def wait_healthy(self, services=SERVICES, timeout_s: float = UP_TIMEOUT_S) -> None:
         for service in services:
-            wait_for(lambda s=service: self.healthy(s), timeout_s, f"{service} /health 200")
+            wait_for(
+                lambda s=service: self.healthy(s),
+                timeout_s,
+                f"{service} /health 200",
+                interval_s=POLL_S,
+                ignore=NOT_YET,
+            )
 
     def leader(self, among=SERVICES, timeout_s: float = 60.0) -> str:
         """The service name of the leader that every member in ``among`` agrees on."""
@@ -248,7 +243,13 @@ class ComposeCluster:
             names = {m["id"]: m["name"] for m in statuses[0]["members"]}
             return names.get(leaders.pop())
 
-        return wait_for(agreed, timeout_s, f"one leader agreed by {', '.join(among)}")
+        return wait_for(
+            agreed,
+            timeout_s,
+            f"one leader agreed by {', '.join(among)}",
+            interval_s=POLL_S,
+            ignore=NOT_YET,
+        )
 
     def logs(self) -> str:
         proc = self.compose_run("logs", "--no-color", "--tail", "200", check=False)

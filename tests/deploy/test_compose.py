@@ -23,14 +23,16 @@ import pytest
 
 from tests.deploy.compose import (
     APP_IMAGE,
+    NOT_YET,
+    POLL_S,
     SERVICES,
     base_image_env,
     compose_cluster,
     docker_command,
     http,
     remove_stale_projects,
-    wait_for,
 )
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external, pytest.mark.timeout(1800)]
 
@@ -101,7 +103,11 @@ def write_until(c, services, prefix: str, count: int, timeout_s: float = 60.0) -
         return done >= count
 
     wait_for(
-        step, timeout_s, f"{count} acknowledged writes via {', '.join(services)}", interval_s=0.05
+        step,
+        timeout_s,
+        f"{count} acknowledged writes via {', '.join(services)}",
+        interval_s=0.05,
+        ignore=NOT_YET,
     )
     return failures
 
@@ -121,6 +127,8 @@ def test_image_runs_unprivileged_with_a_named_data_volume_and_a_healthcheck(clus
             lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
             90,
             f"docker health of {service} to be healthy",
+            interval_s=POLL_S,
+            ignore=NOT_YET,
         )
 
 
@@ -147,6 +155,8 @@ def test_killed_leader_writes_continue_and_it_catches_up_after_restart(cluster):
         lambda: c.inspect(leader, "{{.State.Running}}") == "false",
         30,
         f"{leader}'s container to stop",
+        interval_s=POLL_S,
+        ignore=NOT_YET,
     )
 
     write_until(c, survivors, "after-leader-kill", WRITES_WHILE_DOWN)
@@ -162,6 +172,8 @@ def test_killed_leader_writes_continue_and_it_catches_up_after_restart(cluster):
         lambda: has_all(c.urls[leader], c.acked, serializable=True),
         60,
         f"{leader} to apply every acknowledged write",
+        interval_s=POLL_S,
+        ignore=NOT_YET,
     )
     assert has_all(c.urls[leader], c.acked, serializable=False)
 
@@ -183,6 +195,8 @@ def test_paused_follower_writes_continue_and_it_catches_up_when_resumed(cluster)
         lambda: has_all(c.urls[follower], c.acked, serializable=True),
         60,
         f"{follower} to apply every acknowledged write after unpause",
+        interval_s=POLL_S,
+        ignore=NOT_YET,
     )
     c.wait_healthy()
     assert c.leader() in SERVICES
@@ -204,6 +218,8 @@ def test_crashed_member_is_restarted_by_the_restart_policy(cluster):
         lambda: int(c.inspect(victim, "{{.RestartCount}}")) > before,
         60,
         f"docker to restart {victim}",
+        interval_s=POLL_S,
+        ignore=NOT_YET,
     )
     put_acked(c, leader, "after-crash", "still here")
     c.wait_healthy([victim])
@@ -211,6 +227,8 @@ def test_crashed_member_is_restarted_by_the_restart_policy(cluster):
         lambda: has_all(c.urls[victim], c.acked, serializable=True),
         60,
         f"{victim} to apply every acknowledged write after its restart",
+        interval_s=POLL_S,
+        ignore=NOT_YET,
     )
 
 

@@ -21,14 +21,16 @@ import pytest
 
 from tests.deploy.compose import (
     APP_IMAGE,
+    NOT_YET,
+    POLL_S,
     SERVICES,
     base_image_env,
     compose_cluster,
     docker_command,
     http,
     remove_stale_projects,
-    wait_for,
 )
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external, pytest.mark.timeout(1800)]
 
@@ -53,6 +55,8 @@ def test_tls_profile_put_get_over_https_with_the_ca(tmp_path):
                 lambda s=service: c.inspect(s, "{{.State.Health.Status}}") == "healthy",
                 90,
                 f"docker health of {service} (https, verified with the CA)",
+                interval_s=POLL_S,
+                ignore=NOT_YET,
             )
         leader = c.leader()
         first = c.urls[SERVICES[0]]

@@ -8,7 +8,6 @@ behind the guard with short limits, and raw sockets play the slow clients.
 import asyncio
 import functools
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from aiohttp import web
 from kvserver.api.http.common import LIMITS_KEY, ApiLimits
 from kvserver.api.http.connguard import ConnectionGuard, ConnectionLimits, raise_nofile_limit
 from kvserver.localcluster.launcher import free_ports
+from tests.support.procs import stop_process
+from tests.support.wait import wait_for
 
 LIMITS = ConnectionLimits(
     max_connections=20, header_timeout_s=0.5, body_timeout_s=0.5, idle_timeout_s=1.0
@@ -159,7 +160,7 @@ def test_a_member_cuts_off_1000_trickling_connections_and_keeps_serving(tmp_path
         )
     socks = []
     try:
-        _wait(lambda: _health(c) == 200, 60, "the member healthy")
+        wait_for(lambda: _health(c) == 200, 60, "the member healthy", interval_s=0.1)
         for _ in range(1000):
             s = socket.create_connection(("127.0.0.1", client), timeout=10)
             s.sendall(b"POST /v3/kv/put HTTP/1.1\r\nHo")
@@ -174,12 +175,7 @@ def test_a_member_cuts_off_1000_trickling_connections_and_keeps_serving(tmp_path
     finally:
         for s in socks:
             s.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)
 
 
 def _health(url: str) -> int:
@@ -190,10 +186,3 @@ def _health(url: str) -> int:
         return exc.code
     except OSError:
         return 0
-
-
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)

@@ -13,33 +13,11 @@ import pytest
 
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
-from tests.kvserver.inprocess import configs
-
-
-async def wait_leader(members, timeout_s=10.0) -> Member:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        leaders = [m for m in members if m.node.is_leader]
-        if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id for m in members):
-            return leaders[0]
-        await asyncio.sleep(0.02)
-    raise AssertionError("no agreed leader")
+from tests.support.inprocess import configs, start_all, stop_all, wait_leader
 
 
 def kv(member: Member):
     return member.node.sm
-
-
-async def start_all(cfgs):
-    members = [Member(c) for c in cfgs]
-    for m in members:
-        await m.start()
-    return members
-
-
-async def stop_all(members):
-    for m in members:
-        await m.stop()
 
 
 def run(coro):

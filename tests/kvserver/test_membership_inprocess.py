@@ -13,74 +13,15 @@ import pytest
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from kvserver.kvpb.service_errors import ServiceError
-from kvserver.localcluster.launcher import free_ports
 from kvserver.membership import registry as ms
-from kvserver.membership.registry import parse_initial_cluster
-from kvserver.server.config import ServerConfig
+from tests.support.inprocess import (
+    configs_with_joiners,
+    retry_membership_change,
+    wait_leader,
+)
+from tests.support.wait import async_wait_for
 
-TOKEN = "inproc-members"
-
-
-def configs(tmp_path, n=3, joiners=1, **overrides):
-    ports = free_ports(2 * (n + joiners))
-    peers = [f"http://127.0.0.1:{ports[2 * i + 1]}" for i in range(n + joiners)]
-    clients = [f"http://127.0.0.1:{ports[2 * i]}" for i in range(n + joiners)]
-
-    def cfg(i, count, state):
-        initial = ",".join(f"m{j}={peers[j]}" for j in range(count))
-        return ServerConfig(
-            name=f"m{i}",
-            data_dir=str(tmp_path / f"m{i}"),
-            listen_client_urls=(clients[i],),
-            advertise_client_urls=(clients[i],),
-            listen_peer_urls=(peers[i],),
-            initial_advertise_peer_urls=(peers[i],),
-            initial_cluster=initial,
-            initial_cluster_token=TOKEN,
-            heartbeat_interval_ms=20,
-            election_timeout_ms=200,
-            initial_cluster_state=state,
-            members=tuple(parse_initial_cluster(initial, TOKEN)),
-            **overrides,
-        )
-
-    return (
-        [cfg(i, n, "new") for i in range(n)],
-        [cfg(n + k, n + k + 1, "existing") for k in range(joiners)],
-    )
-
-
-async def until(predicate, what, timeout_s=15.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def leader_of(members):
-    leaders = [m for m in members if m.node.is_leader]
-    if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id for m in members):
-        return leaders[0]
-    return None
-
-
-async def retry(call, timeout_s=15.0):
-    """Retry a membership call while it fails with a retryable or readiness error."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        try:
-            return await call()
-        except ServiceError as exc:
-            if loop.time() >= deadline or not (
-                exc.retryable or exc.message in (ms.MSG_LEARNER_NOT_READY, ms.MSG_UNHEALTHY)
-            ):
-                raise
-        await asyncio.sleep(0.05)
+WAIT_S = 15.0
 
 
 def run(coro):
@@ -88,7 +29,9 @@ def run(coro):
 
 
 def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_path):
-    initial, (join_cfg,) = configs(tmp_path, snapshot_count=20, snapshot_catchup_entries=5)
+    initial, (join_cfg,) = configs_with_joiners(
+        tmp_path, snapshot_count=20, snapshot_catchup_entries=5
+    )
 
     async def scenario():
         members = [Member(c) for c in initial]
@@ -96,24 +39,26 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
         try:
             for m in members:
                 await m.start()
-            leader = await until(lambda: leader_of(members), "a leader")
+            leader = await wait_leader(members)
             for i in range(60):
                 await leader.kv.put(PutRequest(b"k/%03d" % i, b"v%d" % i))
             # everyone published its name and client URLs through the leader
-            await until(
+            await async_wait_for(
                 lambda: all(m.client_urls for m in leader.membership.registry.list()),
+                WAIT_S,
                 "client URLs of the initial members",
             )
             # the registry is replicated state: identical everywhere once applied
-            await until(
+            await async_wait_for(
                 lambda: all(
                     m.membership.registry.list() == leader.membership.registry.list()
                     for m in members
                 ),
+                WAIT_S,
                 "identical registries",
             )
 
-            resp = await retry(
+            resp = await retry_membership_change(
                 lambda: leader.kv.member_add(
                     list(join_cfg.initial_advertise_peer_urls), is_learner=True
                 )
@@ -131,10 +76,11 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             joiner = Member(join_cfg)
             await joiner.start()
             assert joiner.member_id == new_id and joiner.cluster_id == leader.cluster_id
-            await until(
+            await async_wait_for(
                 lambda: (
                     joiner.node.applied >= leader.node.applied and joiner.node.snapshot_index > 0
                 ),
+                WAIT_S,
                 "the learner to catch up",
             )
             got = await joiner.kv.range(
@@ -145,23 +91,28 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             assert {m.id for m in joiner.membership.registry.list()} == {
                 m.id for m in leader.membership.registry.list()
             }
-            await until(
+            await async_wait_for(
                 lambda: leader.membership.registry.get(new_id).name == join_cfg.name,
+                WAIT_S,
                 "the learner's name to be published",
             )
             assert joiner.kv.status().is_learner
 
-            await retry(lambda: leader.kv.member_promote(new_id))
+            await retry_membership_change(lambda: leader.kv.member_promote(new_id))
             assert new_id in leader.node.conf_state.voters
             with pytest.raises(ServiceError) as err:
                 await leader.kv.member_promote(new_id)
             assert err.value.message == ms.MSG_NOT_LEARNER
-            await until(lambda: not joiner.kv.status().is_learner, "the joiner to be a voter")
+            await async_wait_for(
+                lambda: not joiner.kv.status().is_learner, WAIT_S, "the joiner to be a voter"
+            )
 
             victim = next(m for m in members if m is not leader)
-            resp = await retry(lambda: leader.kv.member_remove(victim.member_id))
+            resp = await retry_membership_change(lambda: leader.kv.member_remove(victim.member_id))
             assert victim.member_id not in {m.id for m in resp.members}
-            await until(lambda: victim.membership.removed.is_set(), "the victim to learn it")
+            await async_wait_for(
+                lambda: victim.membership.removed.is_set(), WAIT_S, "the victim to learn it"
+            )
             with pytest.raises(ServiceError) as err:
                 await leader.kv.member_remove(victim.member_id)
             assert err.value.message == ms.MSG_MEMBER_NOT_FOUND
@@ -172,7 +123,9 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
             assert put.header.revision > 0
             live = [*members, joiner]
             for m in live:
-                await until(lambda m=m: m.node.applied >= leader.node.applied, "replication")
+                await async_wait_for(
+                    lambda m=m: m.node.applied >= leader.node.applied, WAIT_S, "replication"
+                )
                 assert m.membership.registry.list() == leader.membership.registry.list()
                 assert len(m.membership.registry.list()) == 3
         finally:
@@ -183,19 +136,21 @@ def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_pat
 
 
 def test_the_leader_removes_itself_and_hands_over(tmp_path):
-    initial, _ = configs(tmp_path, joiners=0)
+    initial, _ = configs_with_joiners(tmp_path, joiners=0)
 
     async def scenario():
         members = [Member(c) for c in initial]
         try:
             for m in members:
                 await m.start()
-            leader = await until(lambda: leader_of(members), "a leader")
-            await until(lambda: all(m.name for m in leader.membership.registry.list()), "names")
-            await retry(lambda: leader.kv.member_remove(leader.member_id))
+            leader = await wait_leader(members)
+            await async_wait_for(
+                lambda: all(m.name for m in leader.membership.registry.list()), WAIT_S, "names"
+            )
+            await retry_membership_change(lambda: leader.kv.member_remove(leader.member_id))
             assert leader.membership.removed.is_set()
             rest = [m for m in members if m is not leader]
-            new = await until(lambda: leader_of(rest), "a new leader among the others")
+            new = await wait_leader(rest)
             assert new is not leader
             await leader.stop()
             resp = await new.kv.put(PutRequest(b"k", b"v"))
@@ -211,14 +166,14 @@ def test_the_leader_removes_itself_and_hands_over(tmp_path):
 
 
 def test_changes_on_a_follower_say_not_leader_and_list_works_everywhere(tmp_path):
-    initial, _ = configs(tmp_path, joiners=0)
+    initial, _ = configs_with_joiners(tmp_path, joiners=0)
 
     async def scenario():
         members = [Member(c) for c in initial]
         try:
             for m in members:
                 await m.start()
-            leader = await until(lambda: leader_of(members), "a leader")
+            leader = await wait_leader(members)
             follower = next(m for m in members if m is not leader)
             with pytest.raises(ServiceError) as err:
                 await follower.kv.member_add(["http://127.0.0.1:1"], True)
@@ -234,8 +189,12 @@ def test_changes_on_a_follower_say_not_leader_and_list_works_everywhere(tmp_path
             assert err.value.message == ms.MSG_MEMBER_NOT_FOUND
             # a voter that never starts: 3 of 4 started is still a quorum, so it is added;
             # then not every voter is connected: the next add is refused as unhealthy
-            await until(lambda: all(m.name for m in leader.membership.registry.list()), "names")
-            await retry(lambda: leader.kv.member_add(["http://127.0.0.1:1"], False))
+            await async_wait_for(
+                lambda: all(m.name for m in leader.membership.registry.list()), WAIT_S, "names"
+            )
+            await retry_membership_change(
+                lambda: leader.kv.member_add(["http://127.0.0.1:1"], False)
+            )
             with pytest.raises(ServiceError) as err:
                 await leader.kv.member_add(["http://127.0.0.1:2"], True)
             assert err.value.message == ms.MSG_UNHEALTHY

@@ -19,6 +19,9 @@ from kvserver.kvpb import service_errors as errors
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
+from tests.support.wait import async_wait_for
+
+WAIT_S = 5.0
 
 
 class _Storage:
@@ -81,24 +84,18 @@ def _sync(case):
     return run
 
 
-async def _until(predicate, what: str, timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
-
-
 @_sync
 async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
     node = _follower()
     node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
     try:
         node.receive([_heartbeat(3)])
-        await _until(lambda: node.leader == 2, "the leader known")
+        await async_wait_for(lambda: node.leader == 2, WAIT_S, "the leader known")
         assert node.health_problem() == ""
         proposal = asyncio.ensure_future(node.propose(b"x", timeout_s=30))
         await asyncio.sleep(0)
         node.receive([_heartbeat(7)])  # the leader thinks we acknowledged up to 7
-        await _until(node.failed.is_set, "the raft loop to stop")
+        await async_wait_for(node.failed.is_set, WAIT_S, "the raft loop to stop")
         assert isinstance(node.failure, CommitOutOfRangeError)
         assert (node.failure.commit, node.failure.last_index) == (7, 3)
         assert node.health_problem().startswith("RAFT LOOP FAILED: commit 7 is out of range")
@@ -118,10 +115,14 @@ async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
         node.receive(
             [Message(type=MessageType.MsgApp, to=1, frm=2, term=1, log_term=1, index=3, commit=3)]
         )
-        await _until(lambda: node.leader == 2, "the leader known")
+        await async_wait_for(lambda: node.leader == 2, WAIT_S, "the leader known")
         assert node.health_problem() == "RAFT LEADER NOT CONFIRMED"
         node.receive([_heartbeat(3)])
-        await _until(lambda: node.health_problem() == "", "confirmed by a heartbeat")
+        await async_wait_for(
+            lambda: node.health_problem() == "",
+            WAIT_S,
+            "confirmed by a heartbeat",
+        )
     finally:
         await node.stop()
 
@@ -141,17 +142,18 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
     try:
         with caplog.at_level(logging.ERROR, logger="kvserver.server.node"):
             node.receive([_heartbeat(99)])
-            await _until(
+            await async_wait_for(
                 lambda: (
                     node.health_problem() != "RAFT LEADER NOT CONFIRMED"
                     and node.health_problem() != ""
                 ),
+                WAIT_S,
                 "the failure recorded",
             )
         assert node.health_problem() == "RAFT LOOP FAILING: ValueError: boom"
         assert any("dropped message" in r.getMessage() for r in caplog.records)
         node.receive([_heartbeat(3)])
-        await _until(lambda: node.leader == 2, "the next message taken")
+        await async_wait_for(lambda: node.leader == 2, WAIT_S, "the next message taken")
         assert not node.failed.is_set()
     finally:
         await node.stop()
@@ -167,7 +169,7 @@ async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
     try:
         with caplog.at_level(logging.INFO, logger="kvserver.server.node"):
             node.receive([_heartbeat(3)])
-            await _until(lambda: node.snapshot_index == 3, "a snapshot at 3")
+            await async_wait_for(lambda: node.snapshot_index == 3, WAIT_S, "a snapshot at 3")
         lines = [r.getMessage() for r in caplog.records if "snapshot at" in r.getMessage()]
         assert lines and "log not compacted" in lines[0]
         assert not re.search(r"-\d", lines[0]), lines[0]

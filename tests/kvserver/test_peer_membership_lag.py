@@ -14,11 +14,19 @@ import asyncio
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from raft import Message, MessageType
-from tests.kvserver.test_membership_inprocess import configs, leader_of, retry, until
+from tests.support.inprocess import (
+    agreed_leader,
+    configs_with_joiners,
+    retry_membership_change,
+    wait_leader,
+)
+from tests.support.wait import async_wait_for
+
+WAIT_S = 15.0
 
 
 def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
-    initial, (join_cfg,) = configs(tmp_path)
+    initial, (join_cfg,) = configs_with_joiners(tmp_path)
 
     async def scenario():
         members = [Member(c) for c in initial]
@@ -26,7 +34,7 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
         try:
             for m in members:
                 await m.start()
-            leader = await until(lambda: leader_of(members), "a leader")
+            leader = await wait_leader(members)
             lagging = next(m for m in members if m is not leader)
             down_at = members.index(lagging)
             # The lagging member misses everything from here on: its raft node drops every
@@ -37,7 +45,7 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             lagging.node.receive = lambda msgs: None
             live = [m for m in members if m is not lagging]
 
-            resp = await retry(
+            resp = await retry_membership_change(
                 lambda: leader.kv.member_add(
                     list(join_cfg.initial_advertise_peer_urls), is_learner=True
                 )
@@ -46,10 +54,13 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             everyone.append(joiner)
             await joiner.start()
             live.append(joiner)
-            await until(lambda: joiner.node.applied >= leader.node.applied, "the learner")
-            await retry(lambda: leader.kv.member_promote(resp.member.id))
-            await until(
+            await async_wait_for(
+                lambda: joiner.node.applied >= leader.node.applied, WAIT_S, "the learner"
+            )
+            await retry_membership_change(lambda: leader.kv.member_promote(resp.member.id))
+            await async_wait_for(
                 lambda: joiner.member_id in joiner.node.conf_state.voters,
+                WAIT_S,
                 "the promotion applied on the joiner",
             )
             # hand leadership to the newcomer (what a forwarded transfer request does)
@@ -62,7 +73,9 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
                     )
                 ]
             )
-            await until(lambda: leader_of(live) is joiner, "the newcomer leading")
+            await async_wait_for(
+                lambda: agreed_leader(live) is joiner, WAIT_S, "the newcomer leading"
+            )
             for i in range(5):
                 await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
 
@@ -70,13 +83,13 @@ def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
             restarted = Member(initial[down_at])
             everyone[down_at] = restarted
             await restarted.start()
-            await until(
+            await async_wait_for(
                 lambda: (
                     restarted.node.leader == joiner.member_id
                     and restarted.node.applied >= joiner.node.applied
                 ),
+                20,
                 "the restarted member to follow the newcomer",
-                timeout_s=20,
             )
             got = await restarted.kv.range(
                 RangeRequest(b"k/", prefix_range_end(b"k/"), serializable=True)

@@ -31,7 +31,7 @@ from kvserver.kvpb.kv import PutRequest, RangeRequest
 from kvserver.mvcc.codec import encode_entry
 from kvserver.rafthttp.codec import encode_batch
 from raft import Entry, Message, MessageType
-from tests.kvserver.inprocess import configs
+from tests.support.inprocess import configs, wait_leader
 
 # Written out, not imported: these tests also run against the transport before the fix.
 CLUSTER_HEADER, FROM_HEADER, TO_HEADER = "X-Raftkv-Cluster-Id", "X-Raftkv-From", "X-Raftkv-To"
@@ -75,16 +75,6 @@ async def attack_url(
                 in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
                 else "open"
             )
-
-
-async def wait_leader(members, timeout_s=15.0) -> Member:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        leaders = [m for m in members if m.node.is_leader]
-        if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id for m in members):
-            return leaders[0]
-        await asyncio.sleep(0.02)
-    raise AssertionError("no agreed leader")
 
 
 async def cluster(tmp_path) -> tuple[list, list[Member], Member]:

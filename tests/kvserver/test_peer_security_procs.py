@@ -18,8 +18,9 @@ import pytest
 
 from kvserver.localcluster.launcher import LocalCluster
 from raft import Entry, Message, MessageType
-from tests.cluster.harness import b64, call, put, status, wait_for, wait_healthy
+from tests.cluster.harness import b64, call, put, status, wait_healthy
 from tests.kvserver.test_peer_security import STRANGER, attack_url, forged_payload
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 

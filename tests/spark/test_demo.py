@@ -14,7 +14,8 @@ from kvserver.client import Client
 from kvserver.spark import demo
 from kvserver.spark.commitlog import CommitLog
 from kvserver.spark.fencing import FencedOutError
-from tests.cluster.harness import leader_of, wait_for
+from tests.cluster.harness import leader_of
+from tests.support.wait import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CFG = dict(days=5, events_per_day=3000, seed=11)

@@ -17,7 +17,7 @@ import pytest
 
 from kvserver.client import Client
 from kvserver.spark.source.options import DEFAULT_MARKER_PREFIX, DEFAULT_MAX_TXN_BYTES
-from tests.cluster.harness import wait_for
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")

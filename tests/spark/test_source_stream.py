@@ -18,7 +18,7 @@ import pytest
 
 from kvserver.client import Client, Op, Txn
 from kvserver.kvpb.kv import EventType
-from tests.cluster.harness import wait_for
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")

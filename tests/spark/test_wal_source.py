@@ -23,8 +23,9 @@ import wal
 from kvserver.client import Client, Op, Txn
 from kvserver.localcluster.launcher import LocalCluster
 from tests.archive.helpers import cli
-from tests.cluster.harness import wait_for, wait_healthy
+from tests.cluster.harness import wait_healthy
 from tests.spark.conftest import FAST_TIMING
+from tests.support.wait import wait_for
 from wal.segment import list_segments
 
 CLIENT_A, CLIENT_B = 0x1111_2222_3333_4444, 2**64 - 5  # the second one does not fit a long

@@ -15,7 +15,7 @@ from kvserver.client import Client
 from kvserver.spark.commitlog import CommitLog
 from kvserver.spark.fencing import Fence, FencedOutError
 from kvserver.spark.lock import FencedLock, LockTimeoutError
-from tests.cluster.harness import wait_for
+from tests.support.wait import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

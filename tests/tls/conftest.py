@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from kvserver.assembly.member import Member
 from kvserver.localcluster.launcher import free_ports
 from kvserver.membership.registry import parse_initial_cluster
 from kvserver.server.config import ServerConfig
+from tests.support.wait import wait_for
 
 
 @dataclass(frozen=True)
@@ -159,13 +159,12 @@ class ThreadMember:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def wait_leader(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            node = self.member.node
-            if node is not None and node.is_leader:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"{self.cfg.name} did not become leader in {timeout_s} s")
+        wait_for(
+            lambda: self.member.node is not None and self.member.node.is_leader,
+            timeout_s,
+            f"{self.cfg.name} to become leader",
+            interval_s=0.02,
+        )
 
     def revision(self) -> int:
         return self.member.node.sm.store.revision

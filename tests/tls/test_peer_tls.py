@@ -17,6 +17,8 @@ import pytest
 
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest
+from tests.support.inprocess import wait_leader
+from tests.support.wait import async_wait_for
 from tests.tls.conftest import cluster_configs
 
 
@@ -27,23 +29,6 @@ def _peer_flags(pki, pair) -> dict:
         "peer_trusted_ca_file": pki.ca_file,
         "peer_client_cert_auth": True,
     }
-
-
-async def _wait(predicate, timeout_s: float, what: str):
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def _leader(members):
-    leaders = [m for m in members if m.node.is_leader]
-    if len(leaders) == 1 and all(m.node.leader == leaders[0].member_id for m in members):
-        return leaders[0]
-    return None
 
 
 async def _run(cfgs, scenario):
@@ -64,12 +49,12 @@ def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, p
     cfgs = cluster_configs(tmp_path, size=3, peer="https", **_peer_flags(pki, pair))
 
     async def scenario(members):
-        leader = await _wait(lambda: _leader(members), 30, "a leader over peer TLS")
+        leader = await wait_leader(members, 30)
         follower = next(m for m in members if m is not leader)
         for i in range(20):
             await follower.node.sm.put(PutRequest(b"k%d" % i, b"v"))
         target = leader.node.sm.store.revision
-        await _wait(
+        await async_wait_for(
             lambda: all(m.node.sm.store.revision == target for m in members),
             30,
             "every member at the leader's revision",
@@ -100,17 +85,17 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
 
     async def scenario(members):
         good_members, bad = members[:2], members[2]
-        leader = await _wait(lambda: _leader(good_members), 30, "a leader of the two")
+        leader = await wait_leader(good_members, 30)
         for i in range(10):
             await leader.node.sm.put(PutRequest(b"k%d" % i, b"v"))
         target = leader.node.sm.store.revision
-        await _wait(
+        await async_wait_for(
             lambda: all(m.node.sm.store.revision == target for m in good_members),
             30,
             "both good members at the leader's revision",
         )
         # The rogue member tried all along (reconnecting with backoff) and got nothing.
-        await _wait(
+        await async_wait_for(
             lambda: bad.transport.failures_by_peer or bad.node.term > 0,
             10,
             "the rogue member to try",
@@ -155,9 +140,9 @@ def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
     )
 
     async def scenario(members):
-        leader = await _wait(lambda: _leader(members), 30, "a leader")
+        leader = await wait_leader(members, 30)
         follower = next(m for m in members if m is not leader)
-        await _wait(
+        await async_wait_for(
             lambda: all(m.client_urls for m in follower.members),
             30,
             "the follower to know every member's client URL",

@@ -9,24 +9,19 @@ written, acknowledgements come in submission order, and failures reach every wai
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 import wal
 from raftpb import Entry, HardState
+from tests.support.wait import wait_for
 from wal import GroupCommitWriter
 
 from .helpers import CountingSync, entries
 
 N = 64
-
-
-def wait_until(predicate, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)
+WAIT_S = 20.0
+POLL_S = 0.001  # the waits here are short: poll often
 
 
 @pytest.fixture
@@ -62,7 +57,8 @@ def test_threads_saving_during_a_slow_fsync_share_the_next_one(setup):
     threads = [threading.Thread(target=saver) for _ in range(N)]
     for t in threads:
         t.start()
-    wait_until(lambda: next_index[0] == N + 2)  # all N written, all waiting for a sync
+    # all N written, all waiting for a sync
+    wait_for(lambda: next_index[0] == N + 2, WAIT_S, "all N saves written", interval_s=POLL_S)
     assert sync.calls == base + 1
     sync.release.set()
     for t in threads + [first]:
@@ -85,7 +81,7 @@ def test_public_save_from_many_threads_uses_few_fsyncs(setup):
     threads = [threading.Thread(target=w.save, args=(HardState(term=2 + k),)) for k in range(N)]
     for t in threads:
         t.start()
-    wait_until(lambda: w._written_seq == N + 1)
+    wait_for(lambda: w._written_seq == N + 1, WAIT_S, "all saves written", interval_s=POLL_S)
     sync.release.set()
     for t in threads + [first]:
         t.join(20)
@@ -119,7 +115,7 @@ def test_writer_batches_submissions_made_during_an_fsync(setup):
                 writer.submit(None, entries(index, index), callback=done(k))
         assert not resolved
         sync.release.set()
-        wait_until(lambda: len(resolved) == N + 1)
+        wait_for(lambda: len(resolved) == N + 1, WAIT_S, "every callback", interval_s=POLL_S)
         assert writer.batches == 2
     assert [pos for pos, _ in resolved] == list(range(N + 1))  # in submission order
     assert resolved[0][1] == base + 1  # after the held fsync
@@ -208,7 +204,10 @@ def test_the_queue_is_bounded(setup):
             target=lambda: futs.extend(writer.submit(None, entries(i, i)) for i in range(2, 12))
         )
         producer.start()
-        wait_until(lambda: writer._space_waiters == 1)  # blocked: the queue holds 4
+        # blocked: the queue holds 4
+        wait_for(
+            lambda: writer._space_waiters == 1, WAIT_S, "a blocked producer", interval_s=POLL_S
+        )
         assert len(writer._queue) == 4 and producer.is_alive()
         sync.release.set()
         producer.join(20)
@@ -244,7 +243,8 @@ def test_interval_policy_acknowledges_at_write_even_while_an_fsync_is_stuck(ram_
                 f.result(20)  # acknowledged although that fsync is stuck
             calls = sync.calls
             sync.release.set()
-            wait_until(lambda: sync.calls > calls)  # and the data gets synced afterwards
+            # and the data gets synced afterwards
+            wait_for(lambda: sync.calls > calls, WAIT_S, "another fsync", interval_s=POLL_S)
     finally:
         sync.release.set()
         w.close()

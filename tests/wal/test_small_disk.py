@@ -15,7 +15,6 @@ import errno
 import importlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import pytest
 
 import wal
 import wal.segment
+from tests.support.procs import stop_process
 from tests.wal.helpers import entries
 from wal.segment import PREALLOCATE_FREE_SHARE, preallocate, preallocation_bytes
 
@@ -245,16 +245,6 @@ def _serve(data_dir: str, log_path: str) -> tuple[subprocess.Popen, str]:
     return proc, c
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.slow
 def test_member_runs_on_a_20mb_disk_stops_cleanly_when_full_and_restarts(tiny_fs, tmp_path):
     data_dir = os.path.join(tiny_fs, "member1")
@@ -269,7 +259,7 @@ def test_member_runs_on_a_20mb_disk_stops_cleanly_when_full_and_restarts(tiny_fs
             acked.append(i)
         proc.wait(timeout=60)
     finally:
-        _stop(proc)
+        stop_process(proc, 20)
     log = open(log_path).read()
     assert proc.returncode not in (0, None), log[-3000:]
     assert 3 <= len(acked) < 60
@@ -285,4 +275,4 @@ def test_member_runs_on_a_20mb_disk_stops_cleanly_when_full_and_restarts(tiny_fs
             with urllib.request.urlopen(f"{url}/v1/kv/k{i}", timeout=10) as resp:
                 assert resp.read() == value, f"k{i}"
     finally:
-        _stop(proc)
+        stop_process(proc, 20)
