@@ -162,10 +162,11 @@ def _field_decoder(hint: Any) -> _Decoder | None:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
-            sub = _field_decoder(inner[0])
-            if sub is None:
+            optional = _field_decoder(inner[0])
+            if optional is None:
                 return None
-            return lambda v: None if v is None else sub(v)
+            present = optional  # narrowed: the lambda keeps it
+            return lambda v: None if v is None else present(v)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         sub = _field_decoder(args[0])
 

@@ -230,6 +230,7 @@ class MVCCStore:
         With ``client_id != 0`` a write is deduplicated on ``(client_id, request_id)``: a pair
         seen before returns the first outcome with ``duplicate=True`` and changes nothing.
         """
+        events: tuple[Event, ...] | None
         if client_id == 0 or type(request) is RangeRequest:
             try:
                 response, events = self._execute(request)
@@ -272,14 +273,15 @@ class MVCCStore:
             check_put(request)
             if request.lease:
                 self._check_lease(request.lease)
-            self._wevents = events = []
+            put_events: list[Event] = []
+            self._wevents = put_events
             try:
-                response = self._put(request)
+                put_response = self._put(request)
             finally:
                 self._wevents = None
-                if events:
+                if put_events:
                     self._rev += 1
-            return response, (events[0],)
+            return put_response, (put_events[0],)
         if kind is RangeRequest:
             check_range(request)
             return self._range(request, self._rev), ()
@@ -287,10 +289,10 @@ class MVCCStore:
             check_delete(request)
             self._wevents = []
             try:
-                response = self._delete_range(request)
+                delete_response = self._delete_range(request)
             finally:
-                events = self._end_write()
-            return response, events
+                delete_events = self._end_write()
+            return delete_response, delete_events
         if kind is TxnRequest:
             check_txn(request, self.max_txn_ops)
             return self._txn(request)
@@ -585,6 +587,8 @@ class MVCCStore:
             kvs = [_EMPTY_KV]
         target = c.target
         result = c.result
+        a: Any  # both bytes (VALUE) or both int (the others)
+        b: Any
         for kv in kvs:
             if target == CompareTarget.VALUE:
                 a, b = kv.value, c.value
