@@ -38,7 +38,7 @@ Contract:
   dropped (ERROR) and the rest of its batch still goes; a receiving stream that fails
   unexpectedly is logged at ERROR and closed (the peer reconnects).
 
-Membership (``kvserver.membership.registry``): ``set_peers({id: url})`` reconciles the peer set with the
+Membership (``kvserver.membership.service``): ``set_peers({id: url})`` reconciles the peer set with the
 member registry (a new member is connected, a removed one closed, a changed URL re-dialled;
 incoming streams of a removed peer are closed too). Streams carry the sender's name and client
 URLs (``X-Raftkv-Name``, ``X-Raftkv-Client-Urls``), kept in ``peer_attributes`` for the leader
@@ -154,6 +154,12 @@ class PeerTransport:
             connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl),
         )
 
+    def _client(self) -> aiohttp.ClientSession:
+        """The session for dialing peers (made by ``start``)."""
+        if self._session is None:
+            raise RuntimeError("the peer transport is not started")
+        return self._session
+
     async def stop(self) -> None:
         self._closing = True  # refuse new streams: peers reconnect at once otherwise
         for peer in list(self._peers.values()):
@@ -229,9 +235,11 @@ class PeerTransport:
                 peer.enqueue(m)
 
     async def _send_snapshot(self, peer: "_PeerSender", m: Message) -> None:
-        data = m.snapshot.data
+        snapshot = m.snapshot
+        assert snapshot is not None  # send() hands only MsgSnap here, which carries one
+        data = snapshot.data
         header = encode_message(
-            dataclasses.replace(m, snapshot=dataclasses.replace(m.snapshot, data=b""))
+            dataclasses.replace(m, snapshot=dataclasses.replace(snapshot, data=b""))
         )
         chunk = self.limits.snapshot_chunk_bytes
 
@@ -243,7 +251,7 @@ class PeerTransport:
 
         failed = True
         try:
-            async with self._session.post(
+            async with self._client().post(
                 peer.url + SNAPSHOT_PATH, data=body(), headers=self._headers(m.to)
             ) as resp:
                 failed = resp.status != 204
@@ -367,7 +375,7 @@ class PeerTransport:
         urls = tuple(u for u in request.headers.get(CLIENT_URLS_HEADER, "").split(",") if u)
         if name:
             self.peer_attributes[sender] = (name, urls)
-        code = aiohttp.WSCloseCode.OK
+        code: int = aiohttp.WSCloseCode.OK
         try:
             code = await self._read_stream(ws, sender)
         except asyncio.CancelledError:
@@ -408,7 +416,7 @@ class PeerTransport:
                 continue
             try:
                 async with asyncio.timeout(self.limits.vouch_timeout_s):
-                    async with self._session.get(peer.url + MEMBERS_PATH) as resp:
+                    async with self._client().get(peer.url + MEMBERS_PATH) as resp:
                         if resp.status != 200:
                             continue
                         body = await resp.json()
@@ -502,8 +510,10 @@ class PeerTransport:
         except PeerMessageError as exc:
             self._refuse(sender, "snapshot", "refused a snapshot from peer %x: %s", sender, exc)
             raise web.HTTPBadRequest(text=str(exc)) from None
+        snapshot = m.snapshot
+        assert snapshot is not None  # check_message: a MsgSnap carries a snapshot
         self._on_messages(
-            [dataclasses.replace(m, snapshot=dataclasses.replace(m.snapshot, data=bytes(data)))]
+            [dataclasses.replace(m, snapshot=dataclasses.replace(snapshot, data=bytes(data)))]
         )
         return web.Response(status=204)
 
@@ -546,7 +556,7 @@ class _PeerSender:
         backoff = t.limits.backoff_min_s
         while True:
             try:
-                async with t._session.ws_connect(
+                async with t._client().ws_connect(
                     self.url + STREAM_PATH,
                     headers=t._headers(self.peer_id),
                     heartbeat=t.limits.heartbeat_s,
@@ -602,6 +612,7 @@ class _PeerSender:
                 m = self.queue.popleft()
                 batch.append(m)
                 size += 64 + sum(len(e.data) for e in m.entries)
+            frame: bytes | None
             try:
                 frame = encode_batch(batch)
             except Exception:  # a bug (e.g. a value msgpack cannot hold): drop only culprits

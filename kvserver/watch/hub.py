@@ -545,28 +545,34 @@ class WatchStream:
         hub = self._hub
         current = hub._source.revision
         if self._closed or hub._closed:
-            return self._refuse(current, MSG_WATCH_STOPPED)
+            self._refuse(current, MSG_WATCH_STOPPED)
+            return None
         key = req.key or b"\0"  # etcd: an empty key is the smallest key
         range_end = req.range_end
         if req.start_revision < 0:
-            return self._refuse(current, MSG_COMPACTED)
+            self._refuse(current, MSG_COMPACTED)
+            return None
         if range_end not in (b"", b"\0") and key >= range_end:
-            return self._refuse(current, MSG_EMPTY_WATCHER_RANGE)
+            self._refuse(current, MSG_EMPTY_WATCHER_RANGE)
+            return None
         watch_id = req.watch_id
         if watch_id < 0:
-            return self._refuse(current, MSG_NEGATIVE_WATCH_ID)
+            self._refuse(current, MSG_NEGATIVE_WATCH_ID)
+            return None
         if watch_id == 0:
             while self._next_id in self._watchers:
                 self._next_id += 1
             watch_id = self._next_id
             self._next_id += 1
         elif watch_id in self._watchers:
-            return self._refuse(current, MSG_DUPLICATE_WATCH_ID)
+            self._refuse(current, MSG_DUPLICATE_WATCH_ID)
+            return None
         if (
             len(hub._watchers) >= hub.limits.max_watchers
             or len(self._watchers) >= hub.limits.max_watchers_per_stream
         ):
-            return self._refuse(current, MSG_TOO_MANY_WATCHERS)
+            self._refuse(current, MSG_TOO_MANY_WATCHERS)
+            return None
         w = Watcher(hub, self, watch_id, key, range_end, req)
         self._watchers[watch_id] = w
         hub._watchers[w] = None
@@ -681,7 +687,6 @@ class WatchStream:
         )
         self._push(None, resp, _K_CONTROL, 0)
         self._hub.stats["refused"] += 1
-        return None
 
     def _push(self, w: Watcher | None, resp: WatchResponse, kind: int, nbytes: int) -> None:
         self._fifo.append((w, resp, kind, nbytes))
