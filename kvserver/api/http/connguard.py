@@ -87,7 +87,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.disarm()
-        if self.admitted:
+        if self.admitted and self.transport is not None:
             self.guard.open.pop(self.transport, None)
             self.inner.connection_lost(exc)
 

@@ -12,6 +12,7 @@ unknown or unreachable, the original ``not leader`` error is raised.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import aiohttp
@@ -23,7 +24,7 @@ from .common import JSON_CONTENT_TYPE, SERVICE_KEY
 
 FORWARDED_HEADER = "X-Raftkv-Forwarded"
 # The member's client TLS dial context (kvserver.tls), for a leader with an https client URL.
-FORWARD_SSL_KEY = web.AppKey("forward_ssl", object)
+FORWARD_SSL_KEY: web.AppKey[ssl.SSLContext | None] = web.AppKey("forward_ssl")
 FORWARD_TIMEOUT_S = 15.0
 MSG_NOT_LEADER = "etcdserver: not leader"
 

@@ -26,6 +26,8 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from aiohttp import web
 
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 LINE_BLOB_BYTES = 256 * 1024  # blob bytes per response line (etcd sends 32 KiB)
 
 
-def capture(service) -> tuple[dict, object]:
+def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
     """(file header, iterator of image chunks) of the member's state, taken now."""
     store = getattr(service, "store", None)
     lessor = getattr(service, "lessor", None)
@@ -90,7 +92,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     resp_header = ResponseHeader(
         service.cluster_id, service.member_id, file_header["revision"], file_header["raft_term"]
     )
-    estimate = max(1, int(getattr(service.store, "db_size_bytes", 0)))
+    estimate = max(1, int(getattr(getattr(service, "store", None), "db_size_bytes", 0)))
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     await response.prepare(request)

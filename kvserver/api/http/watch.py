@@ -110,7 +110,7 @@ class _Session:
         self.stream.close()
 
 
-SESSIONS_KEY = web.AppKey("raftkv_watch_sessions", set)  # set[_Session], closed at shutdown
+SESSIONS_KEY: web.AppKey[set[_Session]] = web.AppKey("raftkv_watch_sessions")  # closed at shutdown
 
 
 def setup(app: web.Application) -> None:
@@ -130,7 +130,8 @@ async def _reaper(app: web.Application):  # type: ignore[no-untyped-def]
     async def reap() -> None:
         while True:
             await asyncio.sleep(DISCONNECT_POLL_S)
-            for session in list(app[SESSIONS_KEY]):
+            sessions = app[SESSIONS_KEY]
+            for session in list(sessions):
                 if session.client_gone():
                     session.stream.close()  # its handler ends and removes it
 
@@ -141,7 +142,8 @@ async def _reaper(app: web.Application):  # type: ignore[no-untyped-def]
 
 
 async def _on_shutdown(app: web.Application) -> None:
-    for session in list(app[SESSIONS_KEY]):
+    sessions = app[SESSIONS_KEY]
+    for session in list(sessions):
         session.fail(int(GrpcCode.UNAVAILABLE), MSG_SERVER_STOPPED, 503)
 
 
