@@ -262,7 +262,7 @@ def decode_delete(raw: Any) -> DeleteResult:
 
 def decode_txn(raw: Any) -> TxnResult:
     doc = _mapping(raw, "txn response")
-    responses = []
+    responses: list[PutResult | RangeResult | DeleteResult | TxnResult] = []
     for item in _list(doc.get("responses"), "responses"):
         op = _mapping(item, "txn response op")
         if "response_put" in op:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from kvserver.kvpb.service_errors import GrpcCode
 
@@ -107,7 +108,7 @@ class ClientError(Exception):
         return self._copy(operation=operation, attempts=attempts)
 
     def _copy(self, **changes) -> ClientError:
-        fields = dict(
+        fields: dict[str, Any] = dict(
             code=self.code,
             http_status=self.http_status,
             endpoint=self.endpoint,
@@ -207,7 +208,7 @@ class ConnectionFailedError(UnavailableError):
         super().__init__(message, **kwargs)
 
     def _copy(self, **changes) -> ClientError:
-        fields = dict(
+        fields: dict[str, Any] = dict(
             code=self.code,
             http_status=self.http_status,
             endpoint=self.endpoint,

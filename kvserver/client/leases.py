@@ -295,18 +295,20 @@ class KeepAlive:
         """Stop refreshing (the lease stays until its TTL runs out or it is revoked)."""
         self._closed = True
         task = self._task
-        if task is not None and task is asyncio.current_task():
-            task.cancel()  # close() from on_refresh: the task ends at its next await
-            return
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                # Our own cancel of the task, unless the caller is being cancelled too.
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+        if task is not None:
+            running = asyncio.current_task()
+            if running is not None and running is task:
+                running.cancel()  # close() from on_refresh: the task ends at its next await
+                return
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    # Our own cancel of the task, unless the caller is being cancelled too.
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise
         if self._done is not None:
             self._done.set()
 

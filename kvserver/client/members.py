@@ -10,6 +10,7 @@ the first attempt did it — check ``member_list`` then. ``member_list`` stays i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class MemberChangeResult:
     members: tuple[Member, ...]
 
 
-def encode_add(peer_urls: list[str] | tuple[str, ...], is_learner: bool) -> dict[str, Any]:
+def encode_add(peer_urls: Sequence[str], is_learner: bool) -> dict[str, Any]:
     if isinstance(peer_urls, str):
         peer_urls = [u for u in peer_urls.split(",") if u]
     urls = [str(u) for u in peer_urls]

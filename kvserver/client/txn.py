@@ -24,6 +24,8 @@ either.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvserver.kvpb.kv import (
     Compare,
     CompareResult,
@@ -83,7 +85,7 @@ class CompareOperand:
         self._key, self._range_end = key_range(key, range_end, prefix)
 
     def _build(self, result: CompareResult, other: object) -> Compare:
-        field: dict[str, object]
+        field: dict[str, Any]
         if self._target == CompareTarget.VALUE:
             field = {"value": as_bytes(other, "compared value")}  # type: ignore[arg-type]
         else:
@@ -100,7 +102,7 @@ class CompareOperand:
             field = {name: other}
         return Compare(
             result=result, target=self._target, key=self._key, range_end=self._range_end, **field
-        )  # type: ignore[arg-type]
+        )
 
     def eq(self, other: object) -> Compare:
         return self._build(CompareResult.EQUAL, other)

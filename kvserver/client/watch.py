@@ -135,7 +135,7 @@ class WatchCompactedError(CompactedError):
         super().__init__(message, **kwargs)
 
     def _copy(self, **changes: Any) -> ClientError:
-        fields = dict(
+        fields: dict[str, Any] = dict(
             code=self.code,
             http_status=self.http_status,
             endpoint=self.endpoint,
