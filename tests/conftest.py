@@ -4,8 +4,14 @@ External programs (etcd, Java, Docker): a test that needs one calls
 ``require_program("etcd")``. On a developer machine without it the test is skipped with a
 clear reason; when ``RAFTKV_REQUIRE_EXTERNAL=1`` (set by .ci/run, which installs them) a
 missing program is a failure, so CI never silently skips.
+
+A test may be an ``async def``: it runs in a fresh event loop of its own (``asyncio.run``,
+so the loop policy in force, uvloop's included, makes the loop), with its fixtures as
+arguments. The loop is closed, and every task it left is cancelled, before the next test.
 """
 
+import asyncio
+import inspect
 import os
 import shutil
 
@@ -25,6 +31,20 @@ def require_program(name: str, hint: str = "") -> str:
     if external_required():
         pytest.fail(f"{reason} (RAFTKV_REQUIRE_EXTERNAL=1: .ci/run should have installed it)")
     pytest.skip(reason)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run an ``async def`` test to completion in a new event loop.
+
+    The loop runs in the calling (main) thread, so pytest-timeout's signal method
+    interrupts it like any other test, and the tasks it prints at the timeout are this
+    loop's."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(pyfuncitem.obj(**args))
+    return True
 
 
 # Suites that need minutes, a JVM or root (Spark, chaos, Docker) run in the slow phase of

@@ -1,17 +1,15 @@
 """Test helpers for the HTTP API: a served app over ``LocalKV`` and small codecs.
 
 ``async with serve() as api:`` starts ``build_client_app`` on a loopback port with aiohttp's
-``TestServer``/``TestClient`` and stops it afterwards. ``@run_async`` lets a plain pytest test
-be an ``async def`` (no pytest-asyncio needed).
+``TestServer``/``TestClient`` and stops it afterwards (tests that use it are ``async def``;
+tests/conftest.py runs them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import functools
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +21,6 @@ from kvserver.kvpb.kv import RangeRequest
 from kvserver.server.metrics import Metrics
 
 from .fakes import LocalKV
-
-
-def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 def b64(data: bytes | str) -> str:

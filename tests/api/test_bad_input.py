@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 SMALL_LIMIT = 1024  # max_request_bytes of the app used for the size cases
 MAX_BODY = SMALL_LIMIT * 4 // 3 + 512 * 1024
@@ -496,7 +496,6 @@ REST_CASES = [
 
 
 @pytest.mark.parametrize("case", V3_CASES + REST_CASES, ids=lambda c: c.name)
-@run_async
 async def test_bad_input_is_refused_and_changes_nothing(case: Case) -> None:
     async with serve(max_request_bytes=SMALL_LIMIT) as api:
         for key in ("a", "k", "z"):
@@ -533,7 +532,6 @@ async def test_bad_input_is_refused_and_changes_nothing(case: Case) -> None:
         assert (status, raw) == (200, b'{"health":"true"}')
 
 
-@run_async
 async def test_default_limit_is_etcds_one_and_a_half_mib() -> None:
     async with serve() as api:
         # etcd 3.4 with defaults: a 1.39 MiB value is stored, a 1.5 MiB + 10 B one is

@@ -10,10 +10,18 @@ from __future__ import annotations
 import pytest
 
 from kvserver.kvpb.service_errors import no_leader
-from kvserver.membership import registry as ms
+from kvserver.membership.reconfig import (
+    MSG_BAD_URLS,
+    MSG_LEARNER_NOT_READY,
+    MSG_MEMBER_NOT_FOUND,
+    MSG_NOT_ENOUGH_STARTED,
+    MSG_NOT_LEARNER,
+    MSG_PEER_URL_EXIST,
+    MSG_TOO_MANY_LEARNERS,
+)
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID
-from .helpers import run_async, serve
+from .helpers import serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
 HDR = {"cluster_id": CID, "member_id": MID, "raft_term": "2"}
@@ -25,7 +33,6 @@ SELF = {
 }
 
 
-@run_async
 async def test_list_shape() -> None:
     # etcd: {"header":{"cluster_id","member_id","raft_term"},"members":[{"ID","name",
     #   "peerURLs","clientURLs"}]} -- no revision, no isLearner on a voter
@@ -38,7 +45,6 @@ async def test_list_shape() -> None:
         assert status == 200 and got["members"] == [SELF]
 
 
-@run_async
 async def test_add_learner_promote_remove() -> None:
     async with serve() as api:
         status, got = await api.post(
@@ -65,8 +71,8 @@ async def test_add_learner_promote_remove() -> None:
         for path in ("remove", "promote"):
             status, got = await api.post(f"/v3/cluster/member/{path}", {"ID": new["ID"]})
             assert status == 404 and got == {
-                "error": ms.MSG_MEMBER_NOT_FOUND,
-                "message": ms.MSG_MEMBER_NOT_FOUND,
+                "error": MSG_MEMBER_NOT_FOUND,
+                "message": MSG_MEMBER_NOT_FOUND,
                 "code": 5,
             }
 
@@ -74,10 +80,10 @@ async def test_add_learner_promote_remove() -> None:
 @pytest.mark.parametrize(
     "body, code, status, message",
     [
-        ({}, 3, 400, ms.MSG_BAD_URLS),
-        ({"peerURLs": []}, 3, 400, ms.MSG_BAD_URLS),
-        ({"peerURLs": ["bad"]}, 3, 400, ms.MSG_BAD_URLS),
-        ({"peerURLs": ["http://127.0.0.1:2380"]}, 9, 412, ms.MSG_PEER_URL_EXIST),
+        ({}, 3, 400, MSG_BAD_URLS),
+        ({"peerURLs": []}, 3, 400, MSG_BAD_URLS),
+        ({"peerURLs": ["bad"]}, 3, 400, MSG_BAD_URLS),
+        ({"peerURLs": ["http://127.0.0.1:2380"]}, 9, 412, MSG_PEER_URL_EXIST),
         ({"peerURLs": "x"}, 3, 400, 'raftkv: field "peerURLs": expected an array of strings'),
         (
             {"peerURLs": ["http://127.0.0.1:5"], "isLearner": "yes"},
@@ -87,7 +93,6 @@ async def test_add_learner_promote_remove() -> None:
         ),
     ],
 )
-@run_async
 async def test_add_errors(body, code, status, message) -> None:
     async with serve() as api:
         got_status, got = await api.post("/v3/cluster/member/add", body)
@@ -95,7 +100,6 @@ async def test_add_errors(body, code, status, message) -> None:
         assert len(api.service.membership.registry.list()) == 1  # nothing changed
 
 
-@run_async
 async def test_too_many_learners_and_promote_errors() -> None:
     async with serve() as api:
         svc = api.service
@@ -103,15 +107,14 @@ async def test_too_many_learners_and_promote_errors() -> None:
         status, got = await api.post(
             "/v3/cluster/member/add", {"peerURLs": ["http://127.0.0.1:9"], "isLearner": True}
         )
-        assert status == 412 and got["error"] == ms.MSG_TOO_MANY_LEARNERS and got["code"] == 9
+        assert status == 412 and got["error"] == MSG_TOO_MANY_LEARNERS and got["code"] == 9
         svc.membership.unsynced.add(learner.id)
         status, got = await api.post("/v3/cluster/member/promote", {"ID": str(learner.id)})
-        assert status == 412 and got["error"] == ms.MSG_LEARNER_NOT_READY
+        assert status == 412 and got["error"] == MSG_LEARNER_NOT_READY
         status, got = await api.post("/v3/cluster/member/promote", {"ID": MID})
-        assert status == 412 and got["error"] == ms.MSG_NOT_LEARNER
+        assert status == 412 and got["error"] == MSG_NOT_LEARNER
 
 
-@run_async
 async def test_quorum_of_started_members() -> None:
     async with serve() as api:
         # one started member: growing to two is allowed (etcd's special case) ...
@@ -119,10 +122,10 @@ async def test_quorum_of_started_members() -> None:
         assert status == 200
         # ... but a third voter would make 1 started of 3
         status, got = await api.post("/v3/cluster/member/add", {"peerURLs": ["http://h:2"]})
-        assert (status, got["code"], got["error"]) == (500, 2, ms.MSG_NOT_ENOUGH_STARTED)
+        assert (status, got["code"], got["error"]) == (500, 2, MSG_NOT_ENOUGH_STARTED)
         # removing the only started member leaves none started
         status, got = await api.post("/v3/cluster/member/remove", {"ID": MID})
-        assert (status, got["error"]) == (500, ms.MSG_NOT_ENOUGH_STARTED)
+        assert (status, got["error"]) == (500, MSG_NOT_ENOUGH_STARTED)
 
 
 @pytest.mark.parametrize(
@@ -136,23 +139,20 @@ async def test_quorum_of_started_members() -> None:
         ("update", {"ID": MID, "peerURLs": [1]}),
     ],
 )
-@run_async
 async def test_bad_input_is_400(path, body) -> None:
     async with serve() as api:
         status, got = await api.post(f"/v3/cluster/member/{path}", body)
         assert status == 400 and got["code"] == 3 and got["error"].startswith("raftkv: ")
 
 
-@run_async
 async def test_missing_id_is_not_found_and_bad_json_400() -> None:
     async with serve() as api:
         status, got = await api.post("/v3/cluster/member/remove", {})  # etcd: ID 0
-        assert status == 404 and got["error"] == ms.MSG_MEMBER_NOT_FOUND
+        assert status == 404 and got["error"] == MSG_MEMBER_NOT_FOUND
         status, got = await api.post("/v3/cluster/member/remove", raw="{")
         assert status == 400 and got["code"] == 3
 
 
-@run_async
 async def test_update_peer_urls() -> None:
     async with serve() as api:
         new = (await api.service.member_add(["http://127.0.0.1:1"], True)).member
@@ -166,10 +166,9 @@ async def test_update_peer_urls() -> None:
         status, got = await api.post(
             "/v3/cluster/member/update", {"ID": str(new.id), "peerURLs": ["http://127.0.0.1:2380"]}
         )
-        assert status == 412 and got["error"] == ms.MSG_PEER_URL_EXIST
+        assert status == 412 and got["error"] == MSG_PEER_URL_EXIST
 
 
-@run_async
 async def test_no_leader_is_503_and_get_is_405() -> None:
     async with serve() as api:
         api.service.fail_with = no_leader()
@@ -181,9 +180,8 @@ async def test_no_leader_is_503_and_get_is_405() -> None:
 
 
 @pytest.mark.slow
-def test_shapes_match_a_real_etcd(tmp_path) -> None:
+async def test_shapes_match_a_real_etcd(tmp_path) -> None:
     """The same requests against etcd 3.4: the same keys (values differ: IDs, URLs)."""
-    import asyncio
     import json
     import urllib.error
     import urllib.request
@@ -219,11 +217,8 @@ def test_shapes_match_a_real_etcd(tmp_path) -> None:
     with etcd_process(str(tmp_path)) as etcd:
         theirs = [post(etcd.url, f"/v3/cluster/member/{p}", b) for p, b in steps]
 
-    async def ours():
-        async with serve() as api:
-            return [await api.post(f"/v3/cluster/member/{p}", b) for p, b in steps]
-
-    mine = asyncio.run(ours())
+    async with serve() as api:
+        mine = [await api.post(f"/v3/cluster/member/{p}", b) for p, b in steps]
     for (p, _), (s1, d1), (s2, d2) in zip(steps, theirs, mine, strict=True):
         assert shape(d1) == shape(d2), p
         assert s1 == s2, p

@@ -25,7 +25,7 @@ from kvserver.mvcc.store import MVCCStore
 from tests.etcd_process import etcd_process
 
 from .fakes import LocalKV
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 pytestmark = pytest.mark.external
 
@@ -146,7 +146,6 @@ async def _wait_ready(session: aiohttp.ClientSession, url: str) -> None:
     pytest.fail("etcd gateway never answered")
 
 
-@run_async
 async def test_gateway_answers_match_etcd(etcd_url: str) -> None:
     service = LocalKV(store=MVCCStore(lease_exists=lambda lease_id: False))
     async with serve(service) as api, aiohttp.ClientSession() as session:

@@ -13,7 +13,7 @@ import pytest
 from kvserver.kvpb.service_errors import GrpcCode, no_leader
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
 
@@ -30,7 +30,6 @@ class FakeClock:
         return self.now
 
 
-@run_async
 async def test_grant_put_timetolive_leases_revoke_in_etcd_shapes() -> None:
     async with serve(LocalKV(bind_leases=True)) as api:
         # etcd 3.4: {"header":{...,"revision":"1",...},"ID":"7","TTL":"30"}
@@ -67,7 +66,6 @@ async def test_grant_put_timetolive_leases_revoke_in_etcd_shapes() -> None:
         assert await api.post("/v3/lease/leases") == (200, {"header": hdr(3)})
 
 
-@run_async
 async def test_lease_errors_have_etcd_texts_and_statuses() -> None:
     async with serve(LocalKV(bind_leases=True)) as api:
         not_found = {
@@ -99,14 +97,12 @@ async def test_lease_errors_have_etcd_texts_and_statuses() -> None:
         assert len(api.service.lessor) == before
 
 
-@run_async
 async def test_lease_exists_is_http_412_like_etcd() -> None:
     async with serve() as api:
         await api.post("/v3/lease/grant", {"ID": 5, "TTL": 5})
         assert (await api.post("/v3/lease/grant", {"ID": 5, "TTL": 5}))[0] == 412
 
 
-@run_async
 async def test_grant_without_id_or_ttl_gets_server_id_and_minimum_ttl() -> None:
     async with serve() as api:
         # etcd 3.4: {} -> a server-chosen ID and TTL "2" (the minimum with default timing)
@@ -120,7 +116,6 @@ async def _keepalive(api, raw: bytes):  # type: ignore[no-untyped-def]
     return resp.status, resp.headers.get("Transfer-Encoding"), text
 
 
-@run_async
 async def test_keepalive_answers_chunked_one_result_line_per_request() -> None:
     async with serve(LocalKV(bind_leases=True)) as api:
         await api.post("/v3/lease/grant", {"TTL": 30, "ID": 7})
@@ -140,7 +135,6 @@ async def test_keepalive_answers_chunked_one_result_line_per_request() -> None:
         assert api.service.calls["LeaseKeepAliveRequest"] == 3
 
 
-@run_async
 async def test_keepalive_refreshes_and_unrefreshed_lease_expires() -> None:
     clock = FakeClock()
     async with serve(LocalKV(clock=clock, bind_leases=True)) as api:
@@ -158,7 +152,6 @@ async def test_keepalive_refreshes_and_unrefreshed_lease_expires() -> None:
         assert body["TTL"] == "2" and body["grantedTTL"] == "10"
 
 
-@run_async
 async def test_keepalive_failure_is_a_plain_error_response_for_failover() -> None:
     service = LocalKV()
     service.fail_with = no_leader()
@@ -177,7 +170,6 @@ async def test_keepalive_failure_is_a_plain_error_response_for_failover() -> Non
         "/v3/kv/lease/leases",
     ],
 )
-@run_async
 async def test_lease_routes_are_post_only(path: str) -> None:
     async with serve() as api:
         status, _, _ = await api.request("GET", path)

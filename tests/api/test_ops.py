@@ -9,10 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvserver.kvpb.service_errors import stopping
 from kvserver.server.metrics import DurationHistogram
 
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 
-@run_async
 async def test_health_follows_leader_and_apply_progress() -> None:
     async with serve() as api:
         # etcd 3.4: 200 {"health":"true"}
@@ -31,7 +30,6 @@ async def test_health_follows_leader_and_apply_progress() -> None:
         assert status == 503 and json.loads(body)["health"] == "false"
 
 
-@run_async
 async def test_version_names_the_etcd_api_we_speak() -> None:
     async with serve() as api:
         status, body, _ = await api.request("GET", "/version")
@@ -39,7 +37,6 @@ async def test_version_names_the_etcd_api_we_speak() -> None:
         assert (status, json.loads(body)) == (200, {"etcdserver": "3.5.0", "etcdcluster": "3.5.0"})
 
 
-@run_async
 async def test_v1_status_fields() -> None:
     async with serve() as api:
         await api.request("PUT", "/v1/kv/k", data=b"v")
@@ -91,7 +88,6 @@ PUT_COUNT = (
 )
 
 
-@run_async
 async def test_metrics_histogram_moves_with_requests() -> None:
     async with serve() as api:
         status, body, headers = await api.request("GET", "/metrics")
@@ -136,7 +132,6 @@ async def test_metrics_histogram_moves_with_requests() -> None:
         assert samples[("raftkv_http_request_duration_seconds_sum", PUT_COUNT[1])] > 0
 
 
-@run_async
 async def test_metrics_include_node_stats_source() -> None:
     async with serve() as api:
         fsync = DurationHistogram()

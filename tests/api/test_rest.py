@@ -8,10 +8,9 @@ import json
 from kvserver.mvcc.store import MVCCStore
 
 from .fakes import LocalKV
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 
-@run_async
 async def test_put_get_round_trip_of_raw_bytes() -> None:
     async with serve() as api:
         value = bytes(range(256))
@@ -30,7 +29,6 @@ async def test_put_get_round_trip_of_raw_bytes() -> None:
         ) == ("2", "2", "2", "1", "0")
 
 
-@run_async
 async def test_keys_are_url_decoded_bytes_and_may_contain_slashes() -> None:
     async with serve() as api:
         cases = {
@@ -48,7 +46,6 @@ async def test_keys_are_url_decoded_bytes_and_may_contain_slashes() -> None:
             assert (status, body) == (200, path.encode())
 
 
-@run_async
 async def test_put_with_prev_kv_and_lease() -> None:
     async with serve() as api:
         await api.request("PUT", "/v1/kv/k", data=b"one")
@@ -68,7 +65,6 @@ async def test_put_with_prev_kv_and_lease() -> None:
         assert api.service.store.get(b"k").lease == 7
 
 
-@run_async
 async def test_prefix_list_format_text_and_base64() -> None:
     async with serve() as api:
         await api.request("PUT", "/v1/kv/p/a", data=b"alpha")
@@ -118,7 +114,6 @@ async def test_prefix_list_format_text_and_base64() -> None:
         assert (status, json.loads(body)) == (200, [])
 
 
-@run_async
 async def test_get_at_past_revision_and_serializable() -> None:
     async with serve() as api:
         await api.request("PUT", "/v1/kv/k", data=b"v1")
@@ -129,7 +124,6 @@ async def test_get_at_past_revision_and_serializable() -> None:
         assert (status, body) == (200, b"v2")
 
 
-@run_async
 async def test_missing_key_is_404_with_json_body_and_revision() -> None:
     async with serve() as api:
         await api.request("PUT", "/v1/kv/other", data=b"x")
@@ -144,7 +138,6 @@ async def test_missing_key_is_404_with_json_body_and_revision() -> None:
         assert api.service.store.revision == 2
 
 
-@run_async
 async def test_delete_single_prefix_and_prev_kv() -> None:
     async with serve() as api:
         for k in ("d/1", "d/2", "d/3", "e"):
@@ -162,7 +155,6 @@ async def test_delete_single_prefix_and_prev_kv() -> None:
         assert api.service.store.get(b"e") is not None
 
 
-@run_async
 async def test_retried_rest_put_with_same_ids_applies_once() -> None:
     async with serve() as api:
         ids = {"X-Raftkv-Client-Id": "5", "X-Raftkv-Request-Id": "9"}
@@ -172,7 +164,6 @@ async def test_retried_rest_put_with_same_ids_applies_once() -> None:
         assert api.service.store.revision == 2
 
 
-@run_async
 async def test_store_errors_use_rest_error_shape() -> None:
     service = LocalKV(store=MVCCStore(lease_exists=lambda lease_id: False))
     async with serve(service) as api:

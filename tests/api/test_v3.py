@@ -14,7 +14,7 @@ from kvserver.kvpb.service_errors import GrpcCode, ServiceError, no_leader
 from kvserver.mvcc.store import MVCCStore
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
-from .helpers import b64, run_async, serve
+from .helpers import b64, serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
 
@@ -23,7 +23,6 @@ def hdr(revision: int) -> dict[str, str]:
     return {"cluster_id": CID, "member_id": MID, "revision": str(revision), "raft_term": "2"}
 
 
-@run_async
 async def test_put_then_range_round_trip_with_etcd_shapes() -> None:
     async with serve() as api:
         # etcd 3.4: {"header":{...,"revision":"2",...}} and nothing else for a plain put
@@ -65,14 +64,12 @@ async def test_put_then_range_round_trip_with_etcd_shapes() -> None:
         )
 
 
-@run_async
 async def test_range_of_missing_key_is_only_a_header() -> None:
     async with serve() as api:
         # etcd 3.4 gateway answers {"header":{...}}: no kvs, no count, no more
         assert await api.post("/v3/kv/range", {"key": b64("none")}) == (200, {"header": hdr(1)})
 
 
-@run_async
 async def test_range_options_limit_count_keys_only_sort() -> None:
     async with serve() as api:
         for k in ("a", "b", "c"):
@@ -108,7 +105,6 @@ async def test_range_options_limit_count_keys_only_sort() -> None:
         assert status == 200
 
 
-@run_async
 async def test_unknown_fields_are_ignored_like_grpc_gateway_v1() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v"), "bogus": [1, 2]})
@@ -117,7 +113,6 @@ async def test_unknown_fields_are_ignored_like_grpc_gateway_v1() -> None:
         assert status == 200 and body["count"] == "1"
 
 
-@run_async
 async def test_empty_value_is_omitted_from_the_kv() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("ab"), "value": ""})
@@ -128,7 +123,6 @@ async def test_empty_value_is_omitted_from_the_kv() -> None:
         ]
 
 
-@run_async
 async def test_base64_alphabets_accepted() -> None:
     async with serve() as api:
         key = b"\xfb\xff\xbe"  # standard "+/++", URL-safe "-_-+"... both accepted
@@ -142,7 +136,6 @@ async def test_base64_alphabets_accepted() -> None:
         assert body["count"] == "1"
 
 
-@run_async
 async def test_deleterange_shapes() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("ac"), "value": b64("x")})
@@ -176,7 +169,6 @@ async def test_deleterange_shapes() -> None:
         )
 
 
-@run_async
 async def test_txn_success_branch_shapes() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64("bar")})
@@ -221,7 +213,6 @@ async def test_txn_success_branch_shapes() -> None:
         )
 
 
-@run_async
 async def test_txn_failure_branch_and_nested_txn_shapes() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("foo"), "value": b64("baz")})
@@ -254,7 +245,6 @@ async def test_txn_failure_branch_and_nested_txn_shapes() -> None:
         )
 
 
-@run_async
 async def test_empty_txn_succeeds_and_every_compare_target_decodes() -> None:
     async with serve() as api:
         # etcd 3.4: {} -> {"header":...,"succeeded":true}
@@ -273,7 +263,6 @@ async def test_empty_txn_succeeds_and_every_compare_target_decodes() -> None:
             assert body.get("succeeded", False) is expected, compare
 
 
-@run_async
 async def test_compaction_and_compacted_reads() -> None:
     async with serve() as api:
         for i in range(3):
@@ -300,7 +289,6 @@ async def test_compaction_and_compacted_reads() -> None:
         assert status == 200
 
 
-@run_async
 async def test_maintenance_status_uses_etcd_field_names() -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v")})
@@ -332,7 +320,6 @@ async def test_maintenance_status_uses_etcd_field_names() -> None:
         if not p.startswith("/auth/")
     ),
 )
-@run_async
 async def test_v3beta_alias_answers_like_v3(path: str) -> None:
     async with serve() as api:
         await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v")})
@@ -365,7 +352,6 @@ async def test_v3beta_alias_answers_like_v3(path: str) -> None:
         "/v3/maintenance/alarm",
     ],
 )
-@run_async
 async def test_not_yet_built_etcd_endpoints_are_501_in_etcd_shape(path: str) -> None:
     async with serve() as api:
         status, body = await api.post(path, {"TTL": "10"})
@@ -374,7 +360,6 @@ async def test_not_yet_built_etcd_endpoints_are_501_in_etcd_shape(path: str) -> 
         assert body["error"] == body["message"] and "not implemented" in body["error"]
 
 
-@run_async
 async def test_unknown_path_and_wrong_method() -> None:
     async with serve() as api:
         # etcd answers a plain-text 404/405; we answer in its JSON error shape
@@ -386,7 +371,6 @@ async def test_unknown_path_and_wrong_method() -> None:
         assert status == 405
 
 
-@run_async
 async def test_retried_write_with_same_request_id_applies_once() -> None:
     async with serve() as api:
         ids = {"X-Raftkv-Client-Id": "77", "X-Raftkv-Request-Id": "1"}
@@ -409,7 +393,6 @@ async def test_retried_write_with_same_request_id_applies_once() -> None:
         assert api.service.store.revision == 4
 
 
-@run_async
 async def test_service_errors_render_with_their_code_and_status() -> None:
     async with serve() as api:
         api.service.fail_with = no_leader()
@@ -426,7 +409,6 @@ async def test_service_errors_render_with_their_code_and_status() -> None:
         assert (status, body["code"]) == (504, 4)
 
 
-@run_async
 async def test_unexpected_exception_is_a_generic_500_and_the_server_lives_on(caplog) -> None:
     async with serve() as api:
         api.service.fail_with = RuntimeError("secret internals")
@@ -442,7 +424,6 @@ async def test_unexpected_exception_is_a_generic_500_and_the_server_lives_on(cap
         assert (await api.post("/v3/kv/put", {"key": b64("k")}))[0] == 200
 
 
-@run_async
 async def test_unknown_lease_is_404_not_found() -> None:
     service = LocalKV(store=MVCCStore(lease_exists=lambda lease_id: False))
     async with serve(service) as api:
@@ -455,7 +436,6 @@ async def test_unknown_lease_is_404_not_found() -> None:
         assert api.service.store.revision == 1
 
 
-@run_async
 async def test_deeply_nested_txn_within_etcds_op_budget_round_trips() -> None:
     async with serve() as api:
         depth = 100  # each level spends one of etcd's 128 ops; deeper is "too many operations"

@@ -22,7 +22,7 @@ from kvserver.watch.hub import MSG_WATCHER_TOO_SLOW, WatchLimits
 from tests.support.wait import async_wait_for
 
 from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
-from .helpers import Api, b64, run_async, serve
+from .helpers import Api, b64, serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
 WAIT_S = 5.0
@@ -112,7 +112,6 @@ async def open_watch(
 # Shapes
 
 
-@run_async
 async def test_create_and_events_have_etcd_shapes() -> None:
     async with serve() as api:
         await put(api, "foo", "bar")  # rev 2
@@ -179,7 +178,6 @@ async def test_create_and_events_have_etcd_shapes() -> None:
         s.close()
 
 
-@run_async
 async def test_exact_bytes_of_one_line() -> None:
     async with serve() as api:
         s = await open_watch(api, create("k"))
@@ -194,7 +192,6 @@ async def test_exact_bytes_of_one_line() -> None:
         s.close()
 
 
-@run_async
 async def test_history_replay_prefix_and_no_prev_kv_unless_asked() -> None:
     async with serve() as api:
         for i in range(3):
@@ -215,7 +212,6 @@ async def test_history_replay_prefix_and_no_prev_kv_unless_asked() -> None:
         s.close()
 
 
-@run_async
 async def test_filters_by_name_and_number_unknown_numbers_ignored() -> None:
     async with serve() as api:
         await put(api, "a", "1")  # 2
@@ -245,7 +241,6 @@ async def test_filters_by_name_and_number_unknown_numbers_ignored() -> None:
         s.close()
 
 
-@run_async
 async def test_lower_camel_names_and_user_chosen_watch_ids() -> None:
     async with serve() as api:
         await put(api, "a", "1")
@@ -278,7 +273,6 @@ async def test_lower_camel_names_and_user_chosen_watch_ids() -> None:
         s.close()
 
 
-@run_async
 async def test_empty_range_is_refused_in_the_stream() -> None:
     async with serve() as api:
         s = await open_watch(api, create("b", range_end="a"))
@@ -293,7 +287,6 @@ async def test_empty_range_is_refused_in_the_stream() -> None:
         assert await s.rest() == b""
 
 
-@run_async
 async def test_compacted_start_revision() -> None:
     async with serve() as api:
         for i in range(5):
@@ -306,7 +299,6 @@ async def test_compacted_start_revision() -> None:
         assert await s.rest() == b""
 
 
-@run_async
 async def test_lease_revoke_deletions_are_events() -> None:
     async with serve() as api:
         lease = (await api.service.lease_grant(60)).lease_id
@@ -324,7 +316,6 @@ async def test_lease_revoke_deletions_are_events() -> None:
         s.close()
 
 
-@run_async
 async def test_snapshot_restore_keeps_watchers_going() -> None:
     """A restored store (what a snapshot install does) replaces the old one: the watcher
     continues from its next revision out of the new store's history."""
@@ -344,7 +335,6 @@ async def test_snapshot_restore_keeps_watchers_going() -> None:
         s.close()
 
 
-@run_async
 async def test_fragments_when_asked() -> None:
     service = LocalKV(watch_limits=WatchLimits(max_response_bytes=300))
     async with serve(service) as api:
@@ -362,7 +352,6 @@ async def test_fragments_when_asked() -> None:
         s.close()
 
 
-@run_async
 async def test_v3beta_alias() -> None:
     async with serve() as api:
         s = await open_watch(api, create("k"), path="/v3beta/watch")
@@ -374,7 +363,6 @@ async def test_v3beta_alias() -> None:
 # A streamed request body: cancel and progress on one connection
 
 
-@run_async
 async def test_cancel_and_progress_on_a_streamed_body() -> None:
     async with serve() as api:
         s = await open_watch(api, create("a"), streaming=True)
@@ -401,7 +389,6 @@ async def test_cancel_and_progress_on_a_streamed_body() -> None:
         assert api.service.watch_hub.watcher_count == 0
 
 
-@run_async
 async def test_bad_object_later_in_the_stream_ends_it_with_an_error_line() -> None:
     async with serve() as api:
         s = await open_watch(api, create("a"), streaming=True)
@@ -421,7 +408,6 @@ async def test_bad_object_later_in_the_stream_ends_it_with_an_error_line() -> No
 # Bad input before the stream starts: an ordinary error response, nothing created
 
 
-@run_async
 async def test_bad_first_request_is_an_error_response() -> None:
     async with serve() as api:
         cases = [
@@ -450,7 +436,6 @@ async def test_bad_first_request_is_an_error_response() -> None:
         assert api.service.watch_hub.stats["created"] == 0
 
 
-@run_async
 async def test_oversized_request_object_is_413() -> None:
     async with serve(max_request_bytes=1024) as api:  # objects up to ~525 KiB of JSON
         big = json.dumps(create("a", range_end="b" * 600_000)).encode()
@@ -458,7 +443,6 @@ async def test_oversized_request_object_is_413() -> None:
         assert status == 413 and doc["error"] == "etcdserver: request is too large"
 
 
-@run_async
 async def test_empty_body_or_nothing_asked_ends_at_once() -> None:
     async with serve() as api:
         for body in (b"", b"  \n", b"{}", b'{"create_request": null}', b'{"bogus": 1}'):
@@ -467,7 +451,6 @@ async def test_empty_body_or_nothing_asked_ends_at_once() -> None:
             assert await s.rest() == b""
 
 
-@run_async
 async def test_service_failure_before_the_stream_is_an_error_response() -> None:
     from kvserver.kvpb.service_errors import no_leader
 
@@ -481,7 +464,6 @@ async def test_service_failure_before_the_stream_is_an_error_response() -> None:
 # Resources: disconnects, slow consumers, shutdown
 
 
-@run_async
 async def test_client_disconnect_removes_its_watchers() -> None:
     async with serve() as api:
         hub = api.service.watch_hub
@@ -497,7 +479,6 @@ async def test_client_disconnect_removes_its_watchers() -> None:
         assert hub.synced_count == 0
 
 
-@run_async
 async def test_client_disconnect_mid_body_removes_its_watchers() -> None:
     async with serve() as api:
         hub = api.service.watch_hub
@@ -508,7 +489,6 @@ async def test_client_disconnect_mid_body_removes_its_watchers() -> None:
         await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "the watcher to be removed")
 
 
-@run_async
 async def test_slow_consumer_is_canceled_with_a_reason_and_memory_stays_bounded() -> None:
     limits = WatchLimits(max_buffered_events=8, replay_chunk_events=4)
     async with serve(LocalKV(watch_limits=limits)) as api:
@@ -529,7 +509,6 @@ async def test_slow_consumer_is_canceled_with_a_reason_and_memory_stays_bounded(
         assert hub.stats["canceled_slow"] == 1 and hub.watcher_count == 0
 
 
-@run_async
 async def test_shutdown_ends_open_streams_with_an_unavailable_line() -> None:
     async with serve() as api:
         s = await open_watch(api, create("k"))
@@ -547,7 +526,6 @@ async def test_shutdown_ends_open_streams_with_an_unavailable_line() -> None:
         assert api.service.watch_hub.watcher_count == 0
 
 
-@run_async
 async def test_many_revisions_in_one_stream_arrive_in_order_once() -> None:
     async with serve() as api:
         s = await open_watch(api, create("k", range_end="l", start_revision="1"))

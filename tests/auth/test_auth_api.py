@@ -12,7 +12,7 @@ from kvserver.auth import AuthService
 from kvserver.auth.tokens import FailureLimiter, TokenTable
 
 from ..api.fakes import LocalKV
-from ..api.helpers import Api, b64, run_async, serve
+from ..api.helpers import Api, b64, serve
 
 WAIT_S = 10.0
 
@@ -83,7 +83,6 @@ def etcd_error(out: Any, status: int, expect_status: int, code: int, text: str) 
     ), (status, out)
 
 
-@run_async
 async def test_enabling_auth_without_root_is_refused_as_etcd() -> None:
     async with serve(auth_kv()) as api:
         status, out = await api.post("/v3/auth/enable", {})
@@ -94,7 +93,6 @@ async def test_enabling_auth_without_root_is_refused_as_etcd() -> None:
         assert (await api.post("/v3/kv/put", {"key": b64("k"), "value": b64("v")}))[0] == 200
 
 
-@run_async
 async def test_users_roles_and_shapes() -> None:
     async with serve(auth_kv()) as api:
         root, alice = await setup_users(api)
@@ -121,7 +119,6 @@ async def test_users_roles_and_shapes() -> None:
         assert out["enabled"] is True
 
 
-@run_async
 async def test_wrong_password_missing_forged_and_expired_tokens() -> None:
     clock = Clock()
     async with serve(auth_kv(clock)) as api:
@@ -147,7 +144,6 @@ async def test_wrong_password_missing_forged_and_expired_tokens() -> None:
         etcd_error(out, status, 401, 16, "etcdserver: invalid auth token")
 
 
-@run_async
 async def test_key_permissions_on_range_put_delete_and_admin_paths() -> None:
     async with serve(auth_kv()) as api:
         _, alice = await setup_users(api)
@@ -174,7 +170,6 @@ async def test_key_permissions_on_range_put_delete_and_admin_paths() -> None:
         assert (await api.post("/v3/maintenance/status", {}))[0] == 200  # open, as etcd
 
 
-@run_async
 async def test_txn_reaching_outside_the_users_range_is_refused_and_changes_nothing() -> None:
     async with serve(auth_kv()) as api:
         _, alice = await setup_users(api)
@@ -196,7 +191,6 @@ async def test_txn_reaching_outside_the_users_range_is_refused_and_changes_nothi
         assert (await api.post("/v3/kv/txn", {"success": [inside]}, headers=h))[0] == 200
 
 
-@run_async
 async def test_lease_revoke_needs_write_on_every_attached_key() -> None:
     async with serve(auth_kv()) as api:
         root, alice = await setup_users(api)
@@ -215,7 +209,6 @@ async def test_lease_revoke_needs_write_on_every_attached_key() -> None:
         assert api.service.lessor.exists(lease)
 
 
-@run_async
 async def test_brute_force_is_bounded_per_client_address() -> None:
     async with serve(auth_kv(burst=5)) as api:
         await setup_users(api)
@@ -241,7 +234,6 @@ async def _lines(resp: Any, n: int) -> list[dict]:
     return out
 
 
-@run_async
 async def test_watch_refused_outside_range_and_canceled_when_permission_is_revoked() -> None:
     async with serve(auth_kv()) as api:
         root, alice = await setup_users(api)
@@ -275,7 +267,6 @@ async def test_watch_refused_outside_range_and_canceled_when_permission_is_revok
         resp.close()
 
 
-@run_async
 async def test_changed_password_and_disable_drop_tokens() -> None:
     async with serve(auth_kv()) as api:
         root, alice = await setup_users(api)

@@ -138,22 +138,19 @@ def test_options_are_checked():
         Client("http://127.0.0.1:1", password="x")
 
 
-def test_concurrent_first_calls_authenticate_once_and_watch_carries_the_token(served):
+async def test_concurrent_first_calls_authenticate_once_and_watch_carries_the_token(served):
     with Client(served.url, **FAST) as anon:
         setup_auth(anon)
 
-    async def body() -> None:
-        async with AsyncClient(served.url, **FAST, **ALICE) as c:
-            await asyncio.gather(*(c.put(f"a/{i}", "v") for i in range(8)))
-            assert served.authentications == 1
-            served.kv.auth.tokens.clear()  # the watch's open re-authenticates too
-            async with c.watch("a/", prefix=True) as w:
-                await c.put("a/w", "seen")
-                event = await asyncio.wait_for(w.__anext__(), 10.0)
-                assert event.kv.key == b"a/w"
-            assert served.authentications == 2
-            with pytest.raises(ClientError, match="permission denied"):
-                async with c.watch("b/", prefix=True):
-                    pass
-
-    asyncio.run(body())
+    async with AsyncClient(served.url, **FAST, **ALICE) as c:
+        await asyncio.gather(*(c.put(f"a/{i}", "v") for i in range(8)))
+        assert served.authentications == 1
+        served.kv.auth.tokens.clear()  # the watch's open re-authenticates too
+        async with c.watch("a/", prefix=True) as w:
+            await c.put("a/w", "seen")
+            event = await asyncio.wait_for(w.__anext__(), 10.0)
+            assert event.kv.key == b"a/w"
+        assert served.authentications == 2
+        with pytest.raises(ClientError, match="permission denied"):
+            async with c.watch("b/", prefix=True):
+                pass

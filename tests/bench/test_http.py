@@ -16,7 +16,7 @@ async def serve(app):
     return runner, port
 
 
-def test_pipelined_answers_come_back_in_order_with_both_framings():
+async def test_pipelined_answers_come_back_in_order_with_both_framings():
     async def echo(request):
         n = int(request.match_info["n"])
         await asyncio.sleep((n % 3) * 0.001)
@@ -35,70 +35,62 @@ def test_pipelined_answers_come_back_in_order_with_both_framings():
     async def missing(request):
         return web.json_response({"error": "nope"}, status=404)
 
-    async def scenario():
-        app = web.Application()
-        app.add_routes(
-            [
-                web.post("/echo/{n}", echo),
-                web.get("/chunked", chunked),
-                web.get("/missing", missing),
-            ]
-        )
-        runner, port = await serve(app)
-        try:
-            conn = await Connection.open("127.0.0.1", port)
-            host = f"127.0.0.1:{port}"
-            futs = []
-            for n in range(50):  # all written before any answer is read
-                if n % 10 == 5:
-                    futs.append(conn.request(encode_request("GET", "/chunked", host)))
-                elif n % 10 == 7:
-                    futs.append(conn.request(encode_request("GET", "/missing", host)))
-                else:
-                    futs.append(
-                        conn.request(
-                            encode_request("POST", f"/echo/{n}", host, f"body{n}".encode())
-                        )
-                    )
-            assert conn.in_flight > 1  # really pipelined
-            answers = await asyncio.gather(*futs)
-            for n, (status, body) in enumerate(answers):
-                if n % 10 == 5:
-                    assert (status, body) == (200, b"ab" + b"cde" * 1000)
-                elif n % 10 == 7:
-                    assert status == 404
-                else:
-                    assert status == 200 and body == (b'{"n": %d, "body": "body%d"}' % (n, n))
-            conn.close()
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    app = web.Application()
+    app.add_routes(
+        [
+            web.post("/echo/{n}", echo),
+            web.get("/chunked", chunked),
+            web.get("/missing", missing),
+        ]
+    )
+    runner, port = await serve(app)
+    try:
+        conn = await Connection.open("127.0.0.1", port)
+        host = f"127.0.0.1:{port}"
+        futs = []
+        for n in range(50):  # all written before any answer is read
+            if n % 10 == 5:
+                futs.append(conn.request(encode_request("GET", "/chunked", host)))
+            elif n % 10 == 7:
+                futs.append(conn.request(encode_request("GET", "/missing", host)))
+            else:
+                futs.append(
+                    conn.request(encode_request("POST", f"/echo/{n}", host, f"body{n}".encode()))
+                )
+        assert conn.in_flight > 1  # really pipelined
+        answers = await asyncio.gather(*futs)
+        for n, (status, body) in enumerate(answers):
+            if n % 10 == 5:
+                assert (status, body) == (200, b"ab" + b"cde" * 1000)
+            elif n % 10 == 7:
+                assert status == 404
+            else:
+                assert status == 200 and body == (b'{"n": %d, "body": "body%d"}' % (n, n))
+        conn.close()
+    finally:
+        await runner.cleanup()
 
 
-def test_a_lost_connection_fails_every_request_in_flight():
-    async def scenario():
-        hold = asyncio.Event()
+async def test_a_lost_connection_fails_every_request_in_flight():
+    hold = asyncio.Event()
 
-        async def slow(request):
-            await hold.wait()
-            return web.Response(text="late")
+    async def slow(request):
+        await hold.wait()
+        return web.Response(text="late")
 
-        app = web.Application()
-        app.add_routes([web.get("/slow", slow)])
-        runner, port = await serve(app)
-        try:
-            conn = await Connection.open("127.0.0.1", port)
-            futs = [conn.request(encode_request("GET", "/slow", "h")) for _ in range(3)]
-            await asyncio.sleep(0.05)
-            conn.abort("request timed out after 1 s")
-            results = await asyncio.gather(*futs, return_exceptions=True)
-            assert all(isinstance(r, ConnectionError) and "timed out" in str(r) for r in results)
-            assert conn.closed
-            late = conn.request(encode_request("GET", "/slow", "h"))
-            assert isinstance(late.exception(), ConnectionError)
-            hold.set()
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    app = web.Application()
+    app.add_routes([web.get("/slow", slow)])
+    runner, port = await serve(app)
+    try:
+        conn = await Connection.open("127.0.0.1", port)
+        futs = [conn.request(encode_request("GET", "/slow", "h")) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        conn.abort("request timed out after 1 s")
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        assert all(isinstance(r, ConnectionError) and "timed out" in str(r) for r in results)
+        assert conn.closed
+        late = conn.request(encode_request("GET", "/slow", "h"))
+        assert isinstance(late.exception(), ConnectionError)
+        hold.set()
+    finally:
+        await runner.cleanup()

@@ -131,20 +131,16 @@ def test_retried_write_after_timeout_is_applied_once(api):
     assert result.revision == after
 
 
-def test_same_request_id_from_the_same_client_id_is_deduplicated(api):
+async def test_same_request_id_from_the_same_client_id_is_deduplicated(api):
     """Two client objects sharing a client id (a restarted process reusing its id) send request
     id 1 each: the store answers the second with the first outcome."""
-
-    async def body():
-        async with (
-            AsyncClient(api.url, client_id=42, **FAST) as a,
-            AsyncClient(api.url, client_id=42, **FAST) as b,
-        ):
-            first = await a.put("k", "from a")
-            second = await b.put("k", "from b")
-            return first, second, await a.get("k")
-
-    first, second, kv = asyncio.run(body())
+    async with (
+        AsyncClient(api.url, client_id=42, **FAST) as a,
+        AsyncClient(api.url, client_id=42, **FAST) as b,
+    ):
+        first = await a.put("k", "from a")
+        second = await b.put("k", "from b")
+        kv = await a.get("k")
     assert second.revision == first.revision
     assert kv.value == b"from a" and kv.version == 1
 

@@ -39,85 +39,78 @@ from tests.client.fakeserver import FAST, Fail, FakeCluster, Hang, dead_url
 NO_LEADER = Fail(503, 14, "etcdserver: no leader")
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 # ---------------------------------------------------------------------------------------------
 # Round trips
 
 
-def test_round_trip_every_call(cluster):
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            put = await c.put("a/1", "one")
-            assert put.revision == 2 and put.prev_kv is None
-            put2 = await c.put(b"a/1", b"uno", prev_kv=True)
-            assert put2.revision == 3
-            assert put2.prev_kv == KeyValue(b"a/1", b"one", 2, 2, 1, 0)
-            await c.put("a/2", "two", lease=7)
-            await c.put("b", "bee")
+async def test_round_trip_every_call(cluster):
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        put = await c.put("a/1", "one")
+        assert put.revision == 2 and put.prev_kv is None
+        put2 = await c.put(b"a/1", b"uno", prev_kv=True)
+        assert put2.revision == 3
+        assert put2.prev_kv == KeyValue(b"a/1", b"one", 2, 2, 1, 0)
+        await c.put("a/2", "two", lease=7)
+        await c.put("b", "bee")
 
-            kv = await c.get("a/1")
-            assert kv == KeyValue(b"a/1", b"uno", 2, 3, 2, 0)
-            assert await c.get("missing") is None
+        kv = await c.get("a/1")
+        assert kv == KeyValue(b"a/1", b"uno", 2, 3, 2, 0)
+        assert await c.get("missing") is None
 
-            r = await c.range("a/", prefix=True)
-            assert [kv.key for kv in r.kvs] == [b"a/1", b"a/2"]
-            assert r.count == 2 and not r.more and r.revision == 5
-            assert r.kvs[1].lease == 7
-            r = await c.range("a/", prefix=True, limit=1, sort_order="descend")
-            assert [kv.key for kv in r.kvs] == [b"a/2"] and r.more and r.count == 2
-            r = await c.range("a/", prefix=True, keys_only=True)
-            assert [kv.value for kv in r.kvs] == [b"", b""]
-            r = await c.range("a/", prefix=True, count_only=True)
-            assert r.kvs == () and r.count == 2
-            r = await c.range("a", b"b\0")  # [a, b\0): everything
-            assert r.count == 3
-            r = await c.range("a", b"\0")  # every key >= a
-            assert r.count == 3
+        r = await c.range("a/", prefix=True)
+        assert [kv.key for kv in r.kvs] == [b"a/1", b"a/2"]
+        assert r.count == 2 and not r.more and r.revision == 5
+        assert r.kvs[1].lease == 7
+        r = await c.range("a/", prefix=True, limit=1, sort_order="descend")
+        assert [kv.key for kv in r.kvs] == [b"a/2"] and r.more and r.count == 2
+        r = await c.range("a/", prefix=True, keys_only=True)
+        assert [kv.value for kv in r.kvs] == [b"", b""]
+        r = await c.range("a/", prefix=True, count_only=True)
+        assert r.kvs == () and r.count == 2
+        r = await c.range("a", b"b\0")  # [a, b\0): everything
+        assert r.count == 3
+        r = await c.range("a", b"\0")  # every key >= a
+        assert r.count == 3
 
-            d = await c.delete("a/", prefix=True, prev_kv=True)
-            assert d.deleted == 2 and [kv.key for kv in d.prev_kvs] == [b"a/1", b"a/2"]
-            assert d.revision == 6
-            d = await c.delete("nothing")
-            assert d.deleted == 0 and d.revision == 6
+        d = await c.delete("a/", prefix=True, prev_kv=True)
+        assert d.deleted == 2 and [kv.key for kv in d.prev_kvs] == [b"a/1", b"a/2"]
+        assert d.revision == 6
+        d = await c.delete("nothing")
+        assert d.deleted == 0 and d.revision == 6
 
-            t = await c.txn(
-                Txn()
-                .when(Cmp.version("lock") == 0)
-                .then(Op.put("lock", "me"), Op.get("lock"))
-                .otherwise(Op.get("lock"))
-            )
-            assert t.succeeded and t.revision == 7
-            assert t.responses[0].revision == 7
-            assert t.responses[1].kvs[0].value == b"me"
-            t = await c.txn(
-                Txn()
-                .when(Cmp.version("lock") == 0)
-                .then(Op.put("lock", "you"))
-                .otherwise(Op.get("lock"))
-            )
-            assert not t.succeeded and t.responses[0].kvs[0].value == b"me"
-            t = await c.txn(Txn().when(Cmp.value("lock") == "me").then(Op.delete("lock")))
-            assert t.succeeded and t.responses[0].deleted == 1
+        t = await c.txn(
+            Txn()
+            .when(Cmp.version("lock") == 0)
+            .then(Op.put("lock", "me"), Op.get("lock"))
+            .otherwise(Op.get("lock"))
+        )
+        assert t.succeeded and t.revision == 7
+        assert t.responses[0].revision == 7
+        assert t.responses[1].kvs[0].value == b"me"
+        t = await c.txn(
+            Txn()
+            .when(Cmp.version("lock") == 0)
+            .then(Op.put("lock", "you"))
+            .otherwise(Op.get("lock"))
+        )
+        assert not t.succeeded and t.responses[0].kvs[0].value == b"me"
+        t = await c.txn(Txn().when(Cmp.value("lock") == "me").then(Op.delete("lock")))
+        assert t.succeeded and t.responses[0].deleted == 1
 
-            comp = await c.compact(5)
-            assert comp.revision == 8
-            with pytest.raises(CompactedError):
-                await c.range("b", revision=3)
-            with pytest.raises(FutureRevisionError):
-                await c.range("b", revision=100)
+        comp = await c.compact(5)
+        assert comp.revision == 8
+        with pytest.raises(CompactedError):
+            await c.range("b", revision=3)
+        with pytest.raises(FutureRevisionError):
+            await c.range("b", revision=100)
 
-            status = await c.status()
-            assert status.leader == cluster.nodes[0].member_id
-            assert status.raft_term == cluster.term and status.revision == 8
-            assert status.db_size_bytes == 24576 and status.version == "3.5.0"
-            members = await c.member_list()
-            assert [m.name for m in members] == ["n1", "n2", "n3"]
-            assert members[1].client_urls == (cluster.nodes[1].url,)
-
-    run(body())
+        status = await c.status()
+        assert status.leader == cluster.nodes[0].member_id
+        assert status.raft_term == cluster.term and status.revision == 8
+        assert status.db_size_bytes == 24576 and status.version == "3.5.0"
+        members = await c.member_list()
+        assert [m.name for m in members] == ["n1", "n2", "n3"]
+        assert members[1].client_urls == (cluster.nodes[1].url,)
 
 
 def test_member_list_falls_back_to_v1_status():
@@ -174,60 +167,47 @@ def test_sync_client_signatures_match_async():
         ], name
 
 
-def test_sync_client_works_inside_a_running_event_loop(cluster):
+async def test_sync_client_works_inside_a_running_event_loop(cluster):
     """A blocking call from a thread that runs an event loop (Jupyter-like) still works."""
-
-    async def inside():
-        with Client(cluster.urls, **FAST) as c:
-            return c.put("from-loop", "x").revision
-
-    assert run(inside()) == 2
+    with Client(cluster.urls, **FAST) as c:
+        revision = c.put("from-loop", "x").revision
+    assert revision == 2
 
 
 # ---------------------------------------------------------------------------------------------
 # Routing: leader preference and discovery
 
 
-def test_writes_and_linearizable_reads_go_to_the_leader(cluster):
+async def test_writes_and_linearizable_reads_go_to_the_leader(cluster):
     cluster.set_leader(2)
     leader = cluster.nodes[2]
 
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            for i in range(5):
-                await c.put(f"k{i}", "v")
-                await c.get(f"k{i}")
-            assert c.leader_endpoint == leader.url
-
-    run(body())
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        for i in range(5):
+            await c.put(f"k{i}", "v")
+            await c.get(f"k{i}")
+        assert c.leader_endpoint == leader.url
     assert len(leader.kv_requests()) == 10
     for follower in cluster.nodes[:2]:
         assert follower.kv_requests() == []
         assert set(follower.paths()) <= {"/v3/maintenance/status"}
 
 
-def test_concurrent_calls_share_one_leader_discovery(cluster):
+async def test_concurrent_calls_share_one_leader_discovery(cluster):
     cluster.set_leader(1)
-
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            results = await asyncio.gather(*(c.put(f"k{i}", "v") for i in range(20)))
-            return sorted(r.revision for r in results)
-
-    assert run(body()) == list(range(2, 22))
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        results = await asyncio.gather(*(c.put(f"k{i}", "v") for i in range(20)))
+    assert sorted(r.revision for r in results) == list(range(2, 22))
     assert [n.paths().count("/v3/maintenance/status") for n in cluster.nodes] == [1, 1, 1]
     assert len(cluster.nodes[1].kv_requests()) == 20
 
 
-def test_serializable_reads_stay_on_the_endpoint_that_answered(cluster):
+async def test_serializable_reads_stay_on_the_endpoint_that_answered(cluster):
     cluster.set_leader(2)
 
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            for _ in range(4):
-                await c.range("x", serializable=True)
-
-    run(body())
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        for _ in range(4):
+            await c.range("x", serializable=True)
     kv_counts = [len(n.kv_requests()) for n in cluster.nodes]
     assert sorted(kv_counts) == [0, 0, 4]  # sticky: all on one node
     # Serializable reads never needed the leader, so nobody was asked for it.
@@ -257,25 +237,22 @@ def test_no_leader_known_falls_back_to_any_endpoint():
         cluster.close()
 
 
-def test_leader_change_is_followed(cluster):
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            await c.put("k", "1")
-            assert c.leader_endpoint == cluster.nodes[0].url
-            # The leader crashes; n2 wins the election.
-            cluster.nodes[0].stop()
-            cluster.set_leader(1)
-            assert (await c.put("k", "2")).revision == 3
-            assert c.leader_endpoint == cluster.nodes[1].url
-            # n2 steps down ("leader changed" for the request in flight), n3 takes over.
-            cluster.nodes[1].script.append(
-                Fail(503, 14, "etcdserver: leader changed", path="/v3/kv/put")
-            )
-            cluster.set_leader(2)
-            assert (await c.put("k", "3")).revision == 4
-            assert c.leader_endpoint == cluster.nodes[2].url
-
-    run(body())
+async def test_leader_change_is_followed(cluster):
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        await c.put("k", "1")
+        assert c.leader_endpoint == cluster.nodes[0].url
+        # The leader crashes; n2 wins the election.
+        cluster.nodes[0].stop()
+        cluster.set_leader(1)
+        assert (await c.put("k", "2")).revision == 3
+        assert c.leader_endpoint == cluster.nodes[1].url
+        # n2 steps down ("leader changed" for the request in flight), n3 takes over.
+        cluster.nodes[1].script.append(
+            Fail(503, 14, "etcdserver: leader changed", path="/v3/kv/put")
+        )
+        cluster.set_leader(2)
+        assert (await c.put("k", "3")).revision == 4
+        assert c.leader_endpoint == cluster.nodes[2].url
     assert cluster.store.applied.count("/v3/kv/put") == 3
     assert len(cluster.nodes[2].kv_requests()) == 1
 
@@ -305,14 +282,11 @@ def test_failover_from_a_dead_leader_endpoint_when_discovery_fails():
         cluster.close()
 
 
-def test_503_is_retried_on_another_endpoint(cluster):
+async def test_503_is_retried_on_another_endpoint(cluster):
     cluster.nodes[0].script.append(Fail(503, 14, "etcdserver: no leader", path="/v3/kv/put"))
-
-    async def body():
-        async with AsyncClient(cluster.urls, **FAST) as c:
-            return await c.put("k", "v")
-
-    assert run(body()).revision == 2
+    async with AsyncClient(cluster.urls, **FAST) as c:
+        put = await c.put("k", "v")
+    assert put.revision == 2
     puts = [r for n in cluster.nodes for r in n.kv_requests()]
     assert len(puts) == 2
     assert len({(r.client_id, r.request_id) for r in puts}) == 1
@@ -512,7 +486,7 @@ def test_an_async_client_refuses_a_second_event_loop(cluster):
     try:
         first.run_until_complete(c.put("k", "v"))
         with pytest.raises(ClientError, match="another event loop"):
-            run(c.get("k"))
+            asyncio.run(c.get("k"))
         first.run_until_complete(c.close())
     finally:
         first.close()

@@ -285,29 +285,26 @@ def test_sync_signatures_match_async():
 # Keep-alive
 
 
-def test_async_keep_alive_keeps_a_short_lease_past_its_ttl(api):
-    async def body():
-        async with AsyncClient(api.url, **FAST) as c:
-            kept = await c.lease_grant(1)
-            control = await c.lease_grant(1)  # granted after ``kept``: expires no sooner
-            await c.put("kept/key", "v", lease=kept.id)
-            refreshed: list[int] = []
-            async with c.keep_alive(kept.id, on_refresh=refreshed.append) as ka:
-                assert isinstance(ka, KeepAlive) and ka.alive and ka.refreshes == 1
-                await async_wait_for(
-                    lambda: api.kv.lessor.is_expired(control.id),
-                    DEADLINE_S,
-                    "the control lease to expire",
-                )
-                assert not api.kv.lessor.is_expired(kept.id)
-                assert ka.alive and ka.error is None and ka.refreshes >= 2
-                assert (await c.lease_time_to_live(kept.id)).ttl_s >= 0
-            assert not ka.alive and ka.error is None  # closed cleanly
-            assert refreshed == [1] * ka.refreshes
-            assert api.run(api.kv.expire_leases) == [control.id]
-            assert (await c.get("kept/key")).value == b"v"
-
-    asyncio.run(body())
+async def test_async_keep_alive_keeps_a_short_lease_past_its_ttl(api):
+    async with AsyncClient(api.url, **FAST) as c:
+        kept = await c.lease_grant(1)
+        control = await c.lease_grant(1)  # granted after ``kept``: expires no sooner
+        await c.put("kept/key", "v", lease=kept.id)
+        refreshed: list[int] = []
+        async with c.keep_alive(kept.id, on_refresh=refreshed.append) as ka:
+            assert isinstance(ka, KeepAlive) and ka.alive and ka.refreshes == 1
+            await async_wait_for(
+                lambda: api.kv.lessor.is_expired(control.id),
+                DEADLINE_S,
+                "the control lease to expire",
+            )
+            assert not api.kv.lessor.is_expired(kept.id)
+            assert ka.alive and ka.error is None and ka.refreshes >= 2
+            assert (await c.lease_time_to_live(kept.id)).ttl_s >= 0
+        assert not ka.alive and ka.error is None  # closed cleanly
+        assert refreshed == [1] * ka.refreshes
+        assert api.run(api.kv.expire_leases) == [control.id]
+        assert (await c.get("kept/key")).value == b"v"
 
 
 def test_sync_keep_alive_runs_on_the_clients_loop_thread(api):
@@ -345,23 +342,20 @@ def test_keep_alive_stops_with_lease_not_found_when_revoked(api):
         ka.close()  # harmless after it stopped
 
 
-def test_leaving_the_block_raises_when_the_lease_was_lost(api):
-    async def body():
-        async with AsyncClient(api.url, **FAST) as c:
-            lease = await c.lease_grant(30)
-            with pytest.raises(LeaseNotFoundError):
-                async with c.keep_alive(lease.id, interval_s=0.05) as ka:
-                    await c.lease_revoke(lease.id)
-                    await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
-            # an exception from the body wins over the keep-alive's
-            lease = await c.lease_grant(30)
-            with pytest.raises(KeyError):
-                async with c.keep_alive(lease.id, interval_s=0.05) as ka:
-                    await c.lease_revoke(lease.id)
-                    await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
-                    raise KeyError("body")
-
-    asyncio.run(body())
+async def test_leaving_the_block_raises_when_the_lease_was_lost(api):
+    async with AsyncClient(api.url, **FAST) as c:
+        lease = await c.lease_grant(30)
+        with pytest.raises(LeaseNotFoundError):
+            async with c.keep_alive(lease.id, interval_s=0.05) as ka:
+                await c.lease_revoke(lease.id)
+                await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
+        # an exception from the body wins over the keep-alive's
+        lease = await c.lease_grant(30)
+        with pytest.raises(KeyError):
+            async with c.keep_alive(lease.id, interval_s=0.05) as ka:
+                await c.lease_revoke(lease.id)
+                await async_wait_for(lambda: not ka.alive, DEADLINE_S, "the keep-alive to stop")
+                raise KeyError("body")
 
 
 def test_keep_alive_retries_failed_refreshes_until_they_succeed(api):
@@ -418,22 +412,19 @@ def test_keep_alive_stops_when_the_client_closes(api):
     ka.close()  # the loop is gone: nothing to do, no error
 
 
-def test_async_keep_alive_start_and_close_by_hand(api):
-    async def body():
-        async with AsyncClient(api.url, **FAST) as c:
-            lease = await c.lease_grant(30)
-            ka = c.keep_alive(lease.id, interval_s=0.05)
-            with pytest.raises(ClientError):
-                await ka.wait()  # not started
-            await ka.start()
-            with pytest.raises(ClientError):
-                await ka.start()  # once only
-            await async_wait_for(lambda: ka.refreshes >= 3, DEADLINE_S, "three refreshes")
-            await ka.close()
-            await ka.wait()  # returns: closed, not failed
-            assert not ka.alive and ka.error is None and "stopped" in repr(ka)
-
-    asyncio.run(body())
+async def test_async_keep_alive_start_and_close_by_hand(api):
+    async with AsyncClient(api.url, **FAST) as c:
+        lease = await c.lease_grant(30)
+        ka = c.keep_alive(lease.id, interval_s=0.05)
+        with pytest.raises(ClientError):
+            await ka.wait()  # not started
+        await ka.start()
+        with pytest.raises(ClientError):
+            await ka.start()  # once only
+        await async_wait_for(lambda: ka.refreshes >= 3, DEADLINE_S, "three refreshes")
+        await ka.close()
+        await ka.wait()  # returns: closed, not failed
+        assert not ka.alive and ka.error is None and "stopped" in repr(ka)
 
 
 class GatedLeaseClient:
@@ -659,23 +650,20 @@ def test_keep_alive_survives_a_leader_kill_on_a_real_cluster(tmp_path):
         cluster.stop()
 
 
-def test_close_from_the_refresh_callback(api):
-    async def body():
-        async with AsyncClient(api.url, **FAST) as c:
-            lease = await c.lease_grant(30)
-            holder: list[KeepAlive] = []
+async def test_close_from_the_refresh_callback(api):
+    async with AsyncClient(api.url, **FAST) as c:
+        lease = await c.lease_grant(30)
+        holder: list[KeepAlive] = []
 
-            async def on_refresh(ttl_s: int) -> None:
-                if len(holder) and holder[0].refreshes >= 3:
-                    await holder[0].close()
+        async def on_refresh(ttl_s: int) -> None:
+            if len(holder) and holder[0].refreshes >= 3:
+                await holder[0].close()
 
-            ka = c.keep_alive(lease.id, interval_s=0.02, on_refresh=on_refresh)
-            holder.append(ka)
-            await ka.start()
-            await asyncio.wait_for(ka.wait(), DEADLINE_S)
-            assert not ka.alive and ka.error is None and ka.refreshes == 3
-
-    asyncio.run(body())
+        ka = c.keep_alive(lease.id, interval_s=0.02, on_refresh=on_refresh)
+        holder.append(ka)
+        await ka.start()
+        await asyncio.wait_for(ka.wait(), DEADLINE_S)
+        assert not ka.alive and ka.error is None and ka.refreshes == 3
 
     with Client(api.url, **FAST) as c:
         lease = c.lease_grant(30)

@@ -259,20 +259,17 @@ def test_compacted_history_raises_a_typed_error_with_the_compact_revision(one):
             assert [e.revision for e in take(w, 2)] == [5, 6]
 
 
-def test_refused_watch_raises_watch_canceled_error(one):
+async def test_refused_watch_raises_watch_canceled_error(one):
     with Client(one.urls, **FAST) as c:
         with pytest.raises(WatchCanceledError, match="watcher range is empty"):
             c.watch("b", range_end="a")  # the blocking watch returns once created
 
-    async def body() -> None:
-        async with AsyncClient(one.urls, **FAST) as c:
-            w = c.watch("b", range_end="a")
-            for _ in range(2):  # it stays failed
-                with pytest.raises(WatchCanceledError):
-                    await w.__anext__()
-            await w.close()
-
-    asyncio.run(body())
+    async with AsyncClient(one.urls, **FAST) as c:
+        w = c.watch("b", range_end="a")
+        for _ in range(2):  # it stays failed
+            with pytest.raises(WatchCanceledError):
+                await w.__anext__()
+        await w.close()
 
 
 def test_a_non_retryable_error_ends_the_watch(one):
@@ -302,22 +299,18 @@ def test_closing_the_watch_frees_the_watcher_on_the_server(one):
         wait_for(lambda: one.watchers() == 0, WAIT_S, "the server to drop the watcher")
 
 
-def test_async_iterator(one):
-    async def body() -> list:
-        async with AsyncClient(one.urls, **FAST) as c:
-            watch = c.watch("a/", prefix=True, start_revision=1)
-            out = []
-            async with watch:
-                async for ev in watch:
-                    out.append(ev)
-                    if len(out) == 3:
-                        break
-            assert watch.closed
-            return out
-
+async def test_async_iterator(one):
     for i in range(3):
         one.put(f"a/{i}", str(i))
-    events = asyncio.run(asyncio.wait_for(body(), WAIT_S))
+    async with asyncio.timeout(WAIT_S), AsyncClient(one.urls, **FAST) as c:
+        watch = c.watch("a/", prefix=True, start_revision=1)
+        events = []
+        async with watch:
+            async for ev in watch:
+                events.append(ev)
+                if len(events) == 3:
+                    break
+        assert watch.closed
     assert [(e.type, e.key) for e in events] == [
         (EventType.PUT, f"a/{i}".encode()) for i in range(3)
     ]

@@ -448,14 +448,11 @@ def etcd_url(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
-def test_random_sequence_matches_etcd_in_process(seed, etcd_url):
-    async def main() -> None:
-        service = LocalKV(store=MVCCStore(), bind_leases=True)
-        async with serve(service) as api:
-            url = str(api.client.make_url("")).rstrip("/")
-            await run_sequence(seed, etcd_url, lambda path, data: url)
-
-    asyncio.run(main())
+async def test_random_sequence_matches_etcd_in_process(seed, etcd_url):
+    service = LocalKV(store=MVCCStore(), bind_leases=True)
+    async with serve(service) as api:
+        url = str(api.client.make_url("")).rstrip("/")
+        await run_sequence(seed, etcd_url, lambda path, data: url)
 
 
 def test_random_sequence_matches_etcd_three_nodes(etcd_url, tmp_path):

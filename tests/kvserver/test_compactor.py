@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from kvserver.kvpb.errors import CompactedError
-from kvserver.membership.registry import ClusterConfigError
+from kvserver.membership.identity import ClusterConfigError
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.compactor import (
     AutoCompaction,
@@ -155,7 +155,7 @@ class FakeClock:
         return self.now
 
 
-def test_compactor_compacts_through_the_given_path_only_as_leader():
+async def test_compactor_compacts_through_the_given_path_only_as_leader():
     store = MVCCStore()
     clock = FakeClock()
     leader = [True]
@@ -165,33 +165,30 @@ def test_compactor_compacts_through_the_given_path_only_as_leader():
         calls.append(rev)
         store.compact(rev)  # raises CompactedError for an already compacted revision
 
-    async def main():
-        c = Compactor(
-            AutoCompaction("revision", 3, 0.0, 1.0),
-            revision=lambda: store.revision,
-            is_leader=lambda: leader[0],
-            compact=compact,
-            is_compacted_error=lambda e: isinstance(e, CompactedError),
-            clock=clock,
-        )
-        for i in range(10):
-            store.put(b"k", b"%d" % i)  # revision 11
-        assert await c.tick() == 8
-        assert store.compact_revision == 8
-        assert store.range(b"k", revision=8).kvs[0].value == b"6"
-        leader[0] = False
-        store.put(b"k", b"x")
-        assert await c.tick() is None  # follower: nothing proposed
-        leader[0] = True
-        store.compact(9)  # someone compacted further
-        assert await c.tick() == 9  # 12 - 3 = 9: "already compacted"
-        assert c.policy.last_compacted == 9  # ... counts as done
-        assert calls == [8, 9] and c.compactions == 2
-
-    asyncio.run(main())
+    c = Compactor(
+        AutoCompaction("revision", 3, 0.0, 1.0),
+        revision=lambda: store.revision,
+        is_leader=lambda: leader[0],
+        compact=compact,
+        is_compacted_error=lambda e: isinstance(e, CompactedError),
+        clock=clock,
+    )
+    for i in range(10):
+        store.put(b"k", b"%d" % i)  # revision 11
+    assert await c.tick() == 8
+    assert store.compact_revision == 8
+    assert store.range(b"k", revision=8).kvs[0].value == b"6"
+    leader[0] = False
+    store.put(b"k", b"x")
+    assert await c.tick() is None  # follower: nothing proposed
+    leader[0] = True
+    store.compact(9)  # someone compacted further
+    assert await c.tick() == 9  # 12 - 3 = 9: "already compacted"
+    assert c.policy.last_compacted == 9  # ... counts as done
+    assert calls == [8, 9] and c.compactions == 2
 
 
-def test_compactor_retries_after_a_failure():
+async def test_compactor_retries_after_a_failure():
     clock = FakeClock()
     outcomes = [RuntimeError("etcdserver: request timed out"), None]
     calls = []
@@ -202,39 +199,33 @@ def test_compactor_retries_after_a_failure():
         if err is not None:
             raise err
 
-    async def main():
-        c = Compactor(
-            AutoCompaction("revision", 10, 0.0, 1.0),
-            revision=lambda: 50,
-            is_leader=lambda: True,
-            compact=compact,
-            clock=clock,
-        )
-        assert await c.tick() is None and c.compactions == 0
-        assert await c.tick() == 40 and c.compactions == 1
-        assert await c.tick() is None  # done: not again
-        assert calls == [40, 40]
-
-    asyncio.run(main())
+    c = Compactor(
+        AutoCompaction("revision", 10, 0.0, 1.0),
+        revision=lambda: 50,
+        is_leader=lambda: True,
+        compact=compact,
+        clock=clock,
+    )
+    assert await c.tick() is None and c.compactions == 0
+    assert await c.tick() == 40 and c.compactions == 1
+    assert await c.tick() is None  # done: not again
+    assert calls == [40, 40]
 
 
-def test_compactor_loop_runs_and_stops():
+async def test_compactor_loop_runs_and_stops():
     store = MVCCStore()
     for i in range(5):
         store.put(b"k", b"%d" % i)
 
-    async def main():
-        c = Compactor(
-            AutoCompaction("revision", 2, 0.0, 0.01),
-            revision=lambda: store.revision,
-            is_leader=lambda: True,
-            compact=lambda rev: asyncio.sleep(0, store.compact(rev)),
-        )
-        c.start()
-        deadline = asyncio.get_running_loop().time() + 5
-        while c.compactions == 0 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
-        await c.stop()
-        assert c.compactions == 1 and store.compact_revision == store.revision - 2
-
-    asyncio.run(main())
+    c = Compactor(
+        AutoCompaction("revision", 2, 0.0, 0.01),
+        revision=lambda: store.revision,
+        is_leader=lambda: True,
+        compact=lambda rev: asyncio.sleep(0, store.compact(rev)),
+    )
+    c.start()
+    deadline = asyncio.get_running_loop().time() + 5
+    while c.compactions == 0 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    await c.stop()
+    assert c.compactions == 1 and store.compact_revision == store.revision - 2

@@ -6,7 +6,6 @@ behind the guard with short limits, and raw sockets play the slow clients.
 """
 
 import asyncio
-import functools
 import resource
 import socket
 import subprocess
@@ -27,18 +26,6 @@ from tests.support.wait import wait_for
 LIMITS = ConnectionLimits(
     max_connections=20, header_timeout_s=0.5, body_timeout_s=0.5, idle_timeout_s=1.0
 )
-
-
-def _sync(case):
-    @functools.wraps(case)
-    def run(*args, **kwargs):
-        async def bounded():
-            async with asyncio.timeout(60):
-                await case(*args, **kwargs)
-
-        asyncio.run(bounded())
-
-    return run
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -62,7 +49,6 @@ async def _closed(reader: asyncio.StreamReader, within_s: float) -> bytes:
         return await reader.read()
 
 
-@_sync
 async def test_trickled_headers_are_cut_off_and_connections_are_bounded():
     guard = ConnectionGuard(LIMITS)
     runner, port = await _serve(guard)
@@ -82,7 +68,6 @@ async def test_trickled_headers_are_cut_off_and_connections_are_bounded():
         await runner.cleanup()
 
 
-@_sync
 async def test_half_a_body_gets_408_and_the_connection_closes():
     guard = ConnectionGuard(LIMITS)
     runner, port = await _serve(guard)
@@ -97,7 +82,6 @@ async def test_half_a_body_gets_408_and_the_connection_closes():
         await runner.cleanup()
 
 
-@_sync
 async def test_prompt_requests_are_served_and_idle_keepalive_closes():
     guard = ConnectionGuard(LIMITS)
     runner, port = await _serve(guard)

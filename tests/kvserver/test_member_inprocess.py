@@ -20,134 +20,113 @@ def kv(member: Member):
     return member.node.sm
 
 
-def run(coro):
-    asyncio.run(asyncio.wait_for(coro, 60))
+async def test_writes_through_a_follower_and_linearizable_reads_everywhere(tmp_path):
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_leader(members)
+        follower = next(m for m in members if m is not leader)
+        resp = await kv(follower).put(PutRequest(b"job/1", b"running"))
+        assert resp.header.member_id == follower.member_id
+        await asyncio.gather(
+            *(kv(m).put(PutRequest(b"job/%d" % i, b"done")) for i, m in enumerate(members * 10))
+        )
+        for m in members:
+            got = await kv(m).range(RangeRequest(b"job/", prefix_range_end(b"job/")))
+            assert got.count == 30 and got.header.revision == resp.header.revision + 30
+    finally:
+        await stop_all(members)
 
 
-def test_writes_through_a_follower_and_linearizable_reads_everywhere(tmp_path):
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_leader(members)
-            follower = next(m for m in members if m is not leader)
-            resp = await kv(follower).put(PutRequest(b"job/1", b"running"))
-            assert resp.header.member_id == follower.member_id
-            await asyncio.gather(
-                *(kv(m).put(PutRequest(b"job/%d" % i, b"done")) for i, m in enumerate(members * 10))
-            )
-            for m in members:
-                got = await kv(m).range(RangeRequest(b"job/", prefix_range_end(b"job/")))
-                assert got.count == 30 and got.header.revision == resp.header.revision + 30
-        finally:
-            await stop_all(members)
-
-    run(scenario())
-
-
-def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
+async def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
     """Proposals arriving while a Ready is being written share the next Ready and its one
     fsync (DESIGN §8: one fsync per batch, not per request)."""
 
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_leader(members)
-            before = dict(leader.storage.stats())
-            await asyncio.gather(
-                *(kv(leader).put(PutRequest(b"k%d" % i, b"v")) for i in range(400))
-            )
-            after = leader.storage.stats()
-            entries = after["wal_entries"] - before["wal_entries"]
-            syncs = after["wal_syncs"] - before["wal_syncs"]
-            assert entries >= 400
-            assert syncs * 4 <= entries, f"{syncs} fsyncs for {entries} entries"
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_leader(members)
+        before = dict(leader.storage.stats())
+        await asyncio.gather(*(kv(leader).put(PutRequest(b"k%d" % i, b"v")) for i in range(400)))
+        after = leader.storage.stats()
+        entries = after["wal_entries"] - before["wal_entries"]
+        syncs = after["wal_syncs"] - before["wal_syncs"]
+        assert entries >= 400
+        assert syncs * 4 <= entries, f"{syncs} fsyncs for {entries} entries"
+    finally:
+        await stop_all(members)
 
 
-def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
+async def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
     cfgs = configs(tmp_path, snapshot_count=50, snapshot_catchup_entries=10)
 
-    async def scenario():
-        members = await start_all(cfgs)
-        try:
-            await wait_leader(members)
-            for i in range(120):
-                await kv(members[i % 3]).put(PutRequest(b"r%03d" % i, b"%d" % i))
-            victim = members[2]
-            assert victim.node.snapshot_index > 0, "no snapshot was taken"
-            await victim.stop()
-            members[2] = Member(cfgs[2])
-            await members[2].start()
-            got = await kv(members[2]).range(RangeRequest(b"r", b"s"))
-            assert got.count == 120
-            assert {kv.key: kv.value for kv in got.kvs}[b"r119"] == b"119"
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        for i in range(120):
+            await kv(members[i % 3]).put(PutRequest(b"r%03d" % i, b"%d" % i))
+        victim = members[2]
+        assert victim.node.snapshot_index > 0, "no snapshot was taken"
+        await victim.stop()
+        members[2] = Member(cfgs[2])
+        await members[2].start()
+        got = await kv(members[2]).range(RangeRequest(b"r", b"s"))
+        assert got.count == 120
+        assert {kv.key: kv.value for kv in got.kvs}[b"r119"] == b"119"
+    finally:
+        await stop_all(members)
 
 
-def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_path):
+async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_path):
     cfgs = configs(tmp_path, snapshot_count=30, snapshot_catchup_entries=5)
 
-    async def scenario():
-        members = await start_all(cfgs)
-        try:
-            leader = await wait_leader(members)
-            down = next(i for i, m in enumerate(members) if m is not leader)
-            await members[down].stop()
-            up = [m for i, m in enumerate(members) if i != down]
-            for i in range(100):
-                await kv(up[i % 2]).put(PutRequest(b"c%03d" % i, b"x"))
-            assert leader.storage.raft_storage.first_index() > 10, "leader did not compact"
-            members[down] = Member(cfgs[down])
-            await members[down].start()
-            node = members[down].node
-            for _ in range(500):
-                if node.applied >= leader.node.applied:
-                    break
-                await asyncio.sleep(0.02)
-            assert node.snapshot_index > 0, "caught up without a snapshot"
-            got = await kv(members[down]).range(RangeRequest(b"c", b"d", serializable=True))
-            assert got.count == 100
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+    members = await start_all(cfgs)
+    try:
+        leader = await wait_leader(members)
+        down = next(i for i, m in enumerate(members) if m is not leader)
+        await members[down].stop()
+        up = [m for i, m in enumerate(members) if i != down]
+        for i in range(100):
+            await kv(up[i % 2]).put(PutRequest(b"c%03d" % i, b"x"))
+        assert leader.storage.raft_storage.first_index() > 10, "leader did not compact"
+        members[down] = Member(cfgs[down])
+        await members[down].start()
+        node = members[down].node
+        for _ in range(500):
+            if node.applied >= leader.node.applied:
+                break
+            await asyncio.sleep(0.02)
+        assert node.snapshot_index > 0, "caught up without a snapshot"
+        got = await kv(members[down]).range(RangeRequest(b"c", b"d", serializable=True))
+        assert got.count == 100
+    finally:
+        await stop_all(members)
 
 
 @pytest.mark.parametrize("bad", [b"\x00", b"\xff" * 40, b"garbage that is not msgpack"])
-def test_peer_garbage_does_not_stop_a_member(tmp_path, bad):
+async def test_peer_garbage_does_not_stop_a_member(tmp_path, bad):
     """A peer stream carrying garbage is closed; the member keeps serving."""
     import aiohttp
 
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            await wait_leader(members)
-            m = members[0]
-            url = m.cfg.listen_peer_urls[0] + "/raft/stream"
-            headers = {
-                "X-Raftkv-Cluster-Id": str(m.cluster_id),
-                "X-Raftkv-From": str(members[1].member_id),
-            }
-            async with aiohttp.ClientSession() as s:
-                async with s.ws_connect(url, headers=headers) as ws:
-                    await ws.send_bytes(bad)
-                    msg = await ws.receive(timeout=5)
-                    assert msg.type in (
-                        aiohttp.WSMsgType.CLOSE,
-                        aiohttp.WSMsgType.CLOSED,
-                        aiohttp.WSMsgType.CLOSING,
-                    )
-                wrong = dict(headers, **{"X-Raftkv-Cluster-Id": "12345"})
-                async with s.get(url, headers=wrong) as resp:
-                    assert resp.status == 412
-            await kv(m).put(PutRequest(b"still", b"alive"))
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+    members = await start_all(configs(tmp_path))
+    try:
+        await wait_leader(members)
+        m = members[0]
+        url = m.cfg.listen_peer_urls[0] + "/raft/stream"
+        headers = {
+            "X-Raftkv-Cluster-Id": str(m.cluster_id),
+            "X-Raftkv-From": str(members[1].member_id),
+        }
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(url, headers=headers) as ws:
+                await ws.send_bytes(bad)
+                msg = await ws.receive(timeout=5)
+                assert msg.type in (
+                    aiohttp.WSMsgType.CLOSE,
+                    aiohttp.WSMsgType.CLOSED,
+                    aiohttp.WSMsgType.CLOSING,
+                )
+            wrong = dict(headers, **{"X-Raftkv-Cluster-Id": "12345"})
+            async with s.get(url, headers=wrong) as resp:
+                assert resp.status == 412
+        await kv(m).put(PutRequest(b"still", b"alive"))
+    finally:
+        await stop_all(members)

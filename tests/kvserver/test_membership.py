@@ -1,21 +1,39 @@
-"""The member registry (``kvserver.membership.registry``): conf-change application, the snapshot frame
-and its compatibility with snapshots made before it, etcd's reconfiguration checks, identity
-from the WAL."""
+"""Membership (``kvserver.membership``): the registry's conf-change application, its snapshot
+frame and its compatibility with snapshots made before it, etcd's reconfiguration checks,
+identity from the WAL and from the running cluster."""
 
-import asyncio
 import json
 
 import pytest
 
 from kvserver.kvpb.kv import PutRequest
+from kvserver.kvpb.member import Member
 from kvserver.kvpb.service_errors import ServiceError
-from kvserver.membership import registry as ms
+from kvserver.membership import discovery
+from kvserver.membership.discovery import discover_cluster, read_wal_identity
+from kvserver.membership.identity import ClusterConfigError
+from kvserver.membership.reconfig import (
+    MSG_BAD_URLS,
+    MSG_LEARNER_NOT_READY,
+    MSG_MEMBER_EXIST,
+    MSG_MEMBER_NOT_FOUND,
+    MSG_NOT_ENOUGH_STARTED,
+    MSG_NOT_LEARNER,
+    MSG_PEER_URL_EXIST,
+    MSG_TOO_MANY_LEARNERS,
+    MSG_UNHEALTHY,
+    check_add,
+    check_peer_urls,
+    check_promote,
+    check_remove,
+)
 from kvserver.membership.registry import (
-    Member,
     MemberRegistry,
+    MembersFrameError,
     frame_members,
     split_members_frame,
 )
+from kvserver.membership.service import MembershipService
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.node import Node
 from raft import ConfChange, ConfChangeType, ConfState
@@ -91,11 +109,11 @@ def test_snapshot_round_trip_and_frame():
     data = frame_members(blob) + b"rest-of-the-state"
     got, rest = split_members_frame(data)
     assert got == blob and bytes(rest) == b"rest-of-the-state"
-    with pytest.raises(ms.MembersFrameError):
+    with pytest.raises(MembersFrameError):
         split_members_frame(data[:10])
-    with pytest.raises(ms.MembersFrameError):
+    with pytest.raises(MembersFrameError):
         split_members_frame(frame_members(b"x" * 100)[:50])
-    with pytest.raises(ms.MembersFrameError):
+    with pytest.raises(MembersFrameError):
         other.restore(b'{"format": 99}', cs([1]))
 
 
@@ -130,12 +148,12 @@ def test_node_frames_the_registry_in_front_of_the_state_machine():
     node = Node.__new__(Node)  # only the snapshot-data helpers are exercised
     node.sm, node.members = (
         sm,
-        ms.MembershipService(
+        MembershipService(
             registry=reg, node=None, local_id=1, cluster_id=5, name="a", client_urls=()
         ),
     )
     image = frame_members(reg.snapshot()) + b"".join(sm.snapshot_chunks())
-    fresh = ms.MembershipService(
+    fresh = MembershipService(
         registry=MemberRegistry(), node=None, local_id=1, cluster_id=5, name="a", client_urls=()
     )
     node.members = fresh
@@ -166,50 +184,46 @@ def _err(fn, *args):
 def test_add_checks():
     ok = lambda _: True  # noqa: E731
     reg = _registry()
-    ms.check_add(reg, ("http://h:9",), False, 9, ok)
-    assert _err(ms.check_add, reg, ("http://h:1",), True, 9, ok) == ms.MSG_PEER_URL_EXIST
-    assert _err(ms.check_add, reg, ("http://h:9",), False, 1, ok) == ms.MSG_MEMBER_EXIST
+    check_add(reg, ("http://h:9",), False, 9, ok)
+    assert _err(check_add, reg, ("http://h:1",), True, 9, ok) == MSG_PEER_URL_EXIST
+    assert _err(check_add, reg, ("http://h:9",), False, 1, ok) == MSG_MEMBER_EXIST
     assert (
-        _err(ms.check_add, _registry(started=(1,)), ("http://h:9",), False, 9, ok)
-        == ms.MSG_NOT_ENOUGH_STARTED
+        _err(check_add, _registry(started=(1,)), ("http://h:9",), False, 9, ok)
+        == MSG_NOT_ENOUGH_STARTED
     )
-    assert _err(ms.check_add, reg, ("http://h:9",), True, 9, lambda m: m != 2) == ms.MSG_UNHEALTHY
+    assert _err(check_add, reg, ("http://h:9",), True, 9, lambda m: m != 2) == MSG_UNHEALTHY
     with_learner = _registry(voters=(1, 2, 3), learners=(4,))
-    assert (
-        _err(ms.check_add, with_learner, ("http://h:9",), True, 9, ok) == ms.MSG_TOO_MANY_LEARNERS
-    )
-    ms.check_add(_registry(voters=(1,), started=(1,)), ("http://h:9",), False, 9, ok)
-    assert _err(ms.check_peer_urls, ["ftp://x"]) == ms.MSG_BAD_URLS
-    assert _err(ms.check_peer_urls, []) == ms.MSG_BAD_URLS
+    assert _err(check_add, with_learner, ("http://h:9",), True, 9, ok) == MSG_TOO_MANY_LEARNERS
+    check_add(_registry(voters=(1,), started=(1,)), ("http://h:9",), False, 9, ok)
+    assert _err(check_peer_urls, ["ftp://x"]) == MSG_BAD_URLS
+    assert _err(check_peer_urls, []) == MSG_BAD_URLS
 
 
 def test_remove_checks():
     ok = lambda _: True  # noqa: E731
     reg = _registry()
-    ms.check_remove(reg, 2, 1, ok, ok)
-    assert _err(ms.check_remove, reg, 7, 1, ok, ok) == ms.MSG_MEMBER_NOT_FOUND
+    check_remove(reg, 2, 1, ok, ok)
+    assert _err(check_remove, reg, 7, 1, ok, ok) == MSG_MEMBER_NOT_FOUND
     # 2 of 3 started; removing a started one leaves 1 of 2: not enough
-    assert (
-        _err(ms.check_remove, _registry(started=(1, 2)), 2, 1, ok, ok) == ms.MSG_NOT_ENOUGH_STARTED
-    )
+    assert _err(check_remove, _registry(started=(1, 2)), 2, 1, ok, ok) == MSG_NOT_ENOUGH_STARTED
     # one voter down: removing another connected voter would leave no quorum connected
     down = lambda m: m != 3  # noqa: E731
-    assert _err(ms.check_remove, reg, 2, 1, down, ok) == ms.MSG_UNHEALTHY
+    assert _err(check_remove, reg, 2, 1, down, ok) == MSG_UNHEALTHY
     # ... but the down member itself may go, and one that never connected too
-    ms.check_remove(reg, 3, 1, down, lambda m: m != 3)
-    ms.check_remove(_registry(learners=(4,)), 4, 1, lambda _: False, ok)  # learners: always
+    check_remove(reg, 3, 1, down, lambda m: m != 3)
+    check_remove(_registry(learners=(4,)), 4, 1, lambda _: False, ok)  # learners: always
 
 
 def test_promote_checks():
     reg = _registry(learners=(4,))
-    ms.check_promote(reg, 4, 90, 100)
-    assert _err(ms.check_promote, reg, 4, 89, 100) == ms.MSG_LEARNER_NOT_READY
-    assert _err(ms.check_promote, reg, 4, None, 100) == ms.MSG_LEARNER_NOT_READY
-    assert _err(ms.check_promote, reg, 1, 100, 100) == ms.MSG_NOT_LEARNER
-    assert _err(ms.check_promote, reg, 8, 100, 100) == ms.MSG_MEMBER_NOT_FOUND
+    check_promote(reg, 4, 90, 100)
+    assert _err(check_promote, reg, 4, 89, 100) == MSG_LEARNER_NOT_READY
+    assert _err(check_promote, reg, 4, None, 100) == MSG_LEARNER_NOT_READY
+    assert _err(check_promote, reg, 1, 100, 100) == MSG_NOT_LEARNER
+    assert _err(check_promote, reg, 8, 100, 100) == MSG_MEMBER_NOT_FOUND
     assert (
-        _err(ms.check_promote, _registry(started=(1,), learners=(4,)), 4, 100, 100)
-        == ms.MSG_NOT_ENOUGH_STARTED
+        _err(check_promote, _registry(started=(1,), learners=(4,)), 4, 100, 100)
+        == MSG_NOT_ENOUGH_STARTED
     )
 
 
@@ -217,25 +231,20 @@ def test_wal_identity(tmp_path):
     import wal
     from kvserver.server.node_storage import encode_metadata
 
-    assert ms.read_wal_identity(str(tmp_path / "none")) is None
+    assert read_wal_identity(str(tmp_path / "none")) is None
     w = wal.create(str(tmp_path / "wal"), encode_metadata(0xABC, 0xDEF))
     w.close()
-    assert ms.read_wal_identity(str(tmp_path / "wal")) == (0xABC, 0xDEF)
+    assert read_wal_identity(str(tmp_path / "wal")) == (0xABC, 0xDEF)
 
 
-def test_discovery_refuses_an_unknown_member_and_gives_up_in_time():
-    async def scenario():
-        with pytest.raises(ms.ClusterConfigError, match="no other member"):
-            await ms.discover_cluster(("http://h:1",), ["http://h:1"])
-        with pytest.raises(ms.ClusterConfigError, match="cannot reach"):
-            await ms.discover_cluster(
-                ("http://127.0.0.1:1",), ["http://127.0.0.1:9"], timeout_s=0.3
-            )
-
-    asyncio.run(scenario())
+async def test_discovery_refuses_an_unknown_member_and_gives_up_in_time():
+    with pytest.raises(ClusterConfigError, match="no other member"):
+        await discover_cluster(("http://h:1",), ["http://h:1"])
+    with pytest.raises(ClusterConfigError, match="cannot reach"):
+        await discover_cluster(("http://127.0.0.1:1",), ["http://127.0.0.1:9"], timeout_s=0.3)
 
 
-def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypatch):
+async def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypatch):
     """`member add` answers once the leader applied it; a member asked a moment later may
     still list the cluster without the newcomer. That answer is not final: the joiner asks
     again (and the others), and fails only if it stays unlisted for the grace period."""
@@ -243,24 +252,21 @@ def test_discovery_waits_for_a_member_that_has_not_applied_the_add_yet(monkeypat
     from aiohttp.test_utils import TestServer
 
     me = ("http://127.0.0.1:1",)
-    old = [ms.Member(1, "a", ("http://127.0.0.1:2",))]
+    old = [Member(1, "a", ("http://127.0.0.1:2",))]
     answers = {"count": 0}
 
     async def members(request):
         answers["count"] += 1
-        listed = old + ([ms.Member(9, "me", me)] if answers["count"] >= 3 else [])
+        listed = old + ([Member(9, "me", me)] if answers["count"] >= 3 else [])
         return web.json_response({"cluster_id": "77", "members": [m.to_json() for m in listed]})
 
-    async def scenario():
-        app = web.Application()
-        app.router.add_get("/raft/members", members)
-        async with TestServer(app, host="127.0.0.1") as server:
-            url = str(server.make_url("")).rstrip("/")
-            got = await ms.discover_cluster(me, [url], timeout_s=10)
-            assert got[0] == 9 and got[1] == 77 and answers["count"] == 3
-            monkeypatch.setattr(ms, "NOT_LISTED_GRACE_S", 0.5)
-            answers["count"] = -(10**9)  # never listed from now on
-            with pytest.raises(ms.ClusterConfigError, match="not in the cluster's member list"):
-                await ms.discover_cluster(me, [url], timeout_s=10)
-
-    asyncio.run(scenario())
+    app = web.Application()
+    app.router.add_get("/raft/members", members)
+    async with TestServer(app, host="127.0.0.1") as server:
+        url = str(server.make_url("")).rstrip("/")
+        got = await discover_cluster(me, [url], timeout_s=10)
+        assert got[0] == 9 and got[1] == 77 and answers["count"] == 3
+        monkeypatch.setattr(discovery, "NOT_LISTED_GRACE_S", 0.5)
+        answers["count"] = -(10**9)  # never listed from now on
+        with pytest.raises(ClusterConfigError, match="not in the cluster's member list"):
+            await discover_cluster(me, [url], timeout_s=10)

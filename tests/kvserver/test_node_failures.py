@@ -9,7 +9,6 @@
 """
 
 import asyncio
-import functools
 import logging
 import re
 
@@ -70,21 +69,6 @@ def _heartbeat(commit: int) -> Message:
     return Message(type=MessageType.MsgHeartbeat, to=1, frm=2, term=1, commit=commit)
 
 
-def _sync(case):
-    """Run an async test case in its own event loop, bounded in time."""
-
-    @functools.wraps(case)
-    def run(*args, **kwargs):
-        async def bounded():
-            async with asyncio.timeout(60):
-                await case(*args, **kwargs)
-
-        asyncio.run(bounded())
-
-    return run
-
-
-@_sync
 async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
     node = _follower()
     node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
@@ -105,7 +89,6 @@ async def test_heartbeat_past_the_log_stops_the_node_with_a_typed_failure():
         await node.stop()
 
 
-@_sync
 async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
     node = _follower()
     node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
@@ -127,7 +110,6 @@ async def test_follower_is_unhealthy_until_its_leader_heartbeat_goes_through():
         await node.stop()
 
 
-@_sync
 async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fatal(caplog):
     node = _follower()
     real_step = node.raw.step
@@ -159,7 +141,6 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
         await node.stop()
 
 
-@_sync
 async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
     # Issue 13 defect 6: "snapshot at 301 (compacted to -4699)" with fewer entries than the
     # catch-up window.

@@ -9,8 +9,6 @@ knows (``GET /raft/members`` on their peer URLs, the registry they replicated) a
 sender once one of them lists it (kvserver.rafthttp.transport, "vouched" peers).
 """
 
-import asyncio
-
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from raft import Message, MessageType
@@ -25,80 +23,75 @@ from tests.support.wait import async_wait_for
 WAIT_S = 15.0
 
 
-def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
+async def test_a_restarted_member_follows_a_leader_added_while_it_was_down(tmp_path):
     initial, (join_cfg,) = configs_with_joiners(tmp_path)
 
-    async def scenario():
-        members = [Member(c) for c in initial]
-        everyone = list(members)
-        try:
-            for m in members:
-                await m.start()
-            leader = await wait_leader(members)
-            lagging = next(m for m in members if m is not leader)
-            down_at = members.index(lagging)
-            # The lagging member misses everything from here on: its raft node drops every
-            # peer message while its streams stay up. (Stopping it instead made the test a
-            # race: etcd's strict reconfig check, which raftkv follows, refuses a member add
-            # while a voter is disconnected, and the leader notices a stopped member within
-            # a heartbeat.)
-            lagging.node.receive = lambda msgs: None
-            live = [m for m in members if m is not lagging]
+    members = [Member(c) for c in initial]
+    everyone = list(members)
+    try:
+        for m in members:
+            await m.start()
+        leader = await wait_leader(members)
+        lagging = next(m for m in members if m is not leader)
+        down_at = members.index(lagging)
+        # The lagging member misses everything from here on: its raft node drops every
+        # peer message while its streams stay up. (Stopping it instead made the test a
+        # race: etcd's strict reconfig check, which raftkv follows, refuses a member add
+        # while a voter is disconnected, and the leader notices a stopped member within
+        # a heartbeat.)
+        lagging.node.receive = lambda msgs: None
+        live = [m for m in members if m is not lagging]
 
-            resp = await retry_membership_change(
-                lambda: leader.kv.member_add(
-                    list(join_cfg.initial_advertise_peer_urls), is_learner=True
+        resp = await retry_membership_change(
+            lambda: leader.kv.member_add(
+                list(join_cfg.initial_advertise_peer_urls), is_learner=True
+            )
+        )
+        joiner = Member(join_cfg)
+        everyone.append(joiner)
+        await joiner.start()
+        live.append(joiner)
+        await async_wait_for(
+            lambda: joiner.node.applied >= leader.node.applied, WAIT_S, "the learner"
+        )
+        await retry_membership_change(lambda: leader.kv.member_promote(resp.member.id))
+        await async_wait_for(
+            lambda: joiner.member_id in joiner.node.conf_state.voters,
+            WAIT_S,
+            "the promotion applied on the joiner",
+        )
+        # hand leadership to the newcomer (what a forwarded transfer request does)
+        leader.node.receive(
+            [
+                Message(
+                    type=MessageType.MsgTransferLeader,
+                    to=leader.member_id,
+                    frm=joiner.member_id,
                 )
-            )
-            joiner = Member(join_cfg)
-            everyone.append(joiner)
-            await joiner.start()
-            live.append(joiner)
-            await async_wait_for(
-                lambda: joiner.node.applied >= leader.node.applied, WAIT_S, "the learner"
-            )
-            await retry_membership_change(lambda: leader.kv.member_promote(resp.member.id))
-            await async_wait_for(
-                lambda: joiner.member_id in joiner.node.conf_state.voters,
-                WAIT_S,
-                "the promotion applied on the joiner",
-            )
-            # hand leadership to the newcomer (what a forwarded transfer request does)
-            leader.node.receive(
-                [
-                    Message(
-                        type=MessageType.MsgTransferLeader,
-                        to=leader.member_id,
-                        frm=joiner.member_id,
-                    )
-                ]
-            )
-            await async_wait_for(
-                lambda: agreed_leader(live) is joiner, WAIT_S, "the newcomer leading"
-            )
-            for i in range(5):
-                await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
+            ]
+        )
+        await async_wait_for(lambda: agreed_leader(live) is joiner, WAIT_S, "the newcomer leading")
+        for i in range(5):
+            await joiner.kv.put(PutRequest(b"k/%d" % i, b"v"))
 
-            await lagging.stop()
-            restarted = Member(initial[down_at])
-            everyone[down_at] = restarted
-            await restarted.start()
-            await async_wait_for(
-                lambda: (
-                    restarted.node.leader == joiner.member_id
-                    and restarted.node.applied >= joiner.node.applied
-                ),
-                20,
-                "the restarted member to follow the newcomer",
-            )
-            got = await restarted.kv.range(
-                RangeRequest(b"k/", prefix_range_end(b"k/"), serializable=True)
-            )
-            assert got.count == 5
-            assert joiner.member_id in {m.id for m in restarted.membership.registry.list()}
-        finally:
-            for m in everyone:
-                if m.node is not None:
-                    await m.stop()
-
-    asyncio.run(asyncio.wait_for(scenario(), 120))
+        await lagging.stop()
+        restarted = Member(initial[down_at])
+        everyone[down_at] = restarted
+        await restarted.start()
+        await async_wait_for(
+            lambda: (
+                restarted.node.leader == joiner.member_id
+                and restarted.node.applied >= joiner.node.applied
+            ),
+            20,
+            "the restarted member to follow the newcomer",
+        )
+        got = await restarted.kv.range(
+            RangeRequest(b"k/", prefix_range_end(b"k/"), serializable=True)
+        )
+        assert got.count == 5
+        assert joiner.member_id in {m.id for m in restarted.membership.registry.list()}
+    finally:
+        for m in everyone:
+            if m.node is not None:
+                await m.stop()

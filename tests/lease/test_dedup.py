@@ -7,7 +7,6 @@ after a snapshot restore and after a leader change. Shown at the lessor, at ``Ra
 apply / snapshot level, through the HTTP API over ``LocalKV`` and on in-process members.
 """
 
-import asyncio
 import random
 
 import msgpack
@@ -270,79 +269,70 @@ def test_raftkv_replicas_answer_a_retry_alike_also_after_a_snapshot():
     assert a.lessor.snapshot() == b.lessor.snapshot() == c.lessor.snapshot()
 
 
-def test_raftkv_lease_methods_answer_retries_the_first_outcome():
+async def test_raftkv_lease_methods_answer_retries_the_first_outcome():
     kv = raftkv(1)
 
-    async def scenario():
-        first = await kv.lease_grant(30, client_id=CID, request_id=1)
-        assert await kv.lease_grant(30, client_id=CID, request_id=1) == first
-        chosen = await kv.lease_grant(30, 77, client_id=CID, request_id=2)
-        assert await kv.lease_grant(30, 77, client_id=CID, request_id=2) == chosen
-        with pytest.raises(LeaseExistsError):  # without ids: refused at propose time
-            await kv.lease_grant(30, 77)
-        revoked = await kv.lease_revoke(77, client_id=CID, request_id=3)
-        assert await kv.lease_revoke(77, client_id=CID, request_id=3) == revoked
-        with pytest.raises(LeaseNotFoundError):
-            await kv.lease_revoke(77, client_id=CID, request_id=4)
-        assert list((await kv.lease_leases()).leases) == [first.lease_id]
-        assert first.header.member_id == 1 and first.header.raft_term == 3
-
-    asyncio.run(scenario())
+    first = await kv.lease_grant(30, client_id=CID, request_id=1)
+    assert await kv.lease_grant(30, client_id=CID, request_id=1) == first
+    chosen = await kv.lease_grant(30, 77, client_id=CID, request_id=2)
+    assert await kv.lease_grant(30, 77, client_id=CID, request_id=2) == chosen
+    with pytest.raises(LeaseExistsError):  # without ids: refused at propose time
+        await kv.lease_grant(30, 77)
+    revoked = await kv.lease_revoke(77, client_id=CID, request_id=3)
+    assert await kv.lease_revoke(77, client_id=CID, request_id=3) == revoked
+    with pytest.raises(LeaseNotFoundError):
+        await kv.lease_revoke(77, client_id=CID, request_id=4)
+    assert list((await kv.lease_leases()).leases) == [first.lease_id]
+    assert first.header.member_id == 1 and first.header.raft_term == 3
 
 
 # ---------------------------------------------------------------------------------------------
 # HTTP API (LocalKV) and in-process members
 
 
-def test_api_same_grant_and_revoke_twice_with_the_same_headers():
-    async def scenario():
-        async with serve(LocalKV(bind_leases=True)) as api:
-            h1 = dict(zip(IDS_HEADERS, ("12", "1"), strict=True))
-            status, first = await api.post("/v3/lease/grant", {"TTL": 30}, headers=h1)
-            assert status == 200 and int(first["ID"]) > 0
-            assert await api.post("/v3/lease/grant", {"TTL": 30}, headers=h1) == (200, first)
-            h2 = dict(zip(IDS_HEADERS, ("12", "2"), strict=True))
-            status, second = await api.post("/v3/lease/grant", {"TTL": 30}, headers=h2)
-            assert status == 200 and second["ID"] != first["ID"]
-            status, listed = await api.post("/v3/lease/leases", {})
-            assert sorted(x["ID"] for x in listed["leases"]) == sorted([first["ID"], second["ID"]])
-            h3 = dict(zip(IDS_HEADERS, ("12", "3"), strict=True))
-            revoked = await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3)
-            assert revoked[0] == 200
-            assert await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3) == revoked
-            # without ids a retry is a new request: not found
-            status, body = await api.post("/v3/lease/revoke", {"ID": first["ID"]})
-            assert status == 404 and body["error"] == "etcdserver: requested lease not found"
-
-    asyncio.run(scenario())
+async def test_api_same_grant_and_revoke_twice_with_the_same_headers():
+    async with serve(LocalKV(bind_leases=True)) as api:
+        h1 = dict(zip(IDS_HEADERS, ("12", "1"), strict=True))
+        status, first = await api.post("/v3/lease/grant", {"TTL": 30}, headers=h1)
+        assert status == 200 and int(first["ID"]) > 0
+        assert await api.post("/v3/lease/grant", {"TTL": 30}, headers=h1) == (200, first)
+        h2 = dict(zip(IDS_HEADERS, ("12", "2"), strict=True))
+        status, second = await api.post("/v3/lease/grant", {"TTL": 30}, headers=h2)
+        assert status == 200 and second["ID"] != first["ID"]
+        status, listed = await api.post("/v3/lease/leases", {})
+        assert sorted(x["ID"] for x in listed["leases"]) == sorted([first["ID"], second["ID"]])
+        h3 = dict(zip(IDS_HEADERS, ("12", "3"), strict=True))
+        revoked = await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3)
+        assert revoked[0] == 200
+        assert await api.post("/v3/lease/revoke", {"ID": first["ID"]}, headers=h3) == revoked
+        # without ids a retry is a new request: not found
+        status, body = await api.post("/v3/lease/revoke", {"ID": first["ID"]})
+        assert status == 404 and body["error"] == "etcdserver: requested lease not found"
 
 
-def test_retry_through_another_member_and_after_a_leader_change(tmp_path):
-    from tests.kvserver.test_member_inprocess import configs, run, start_all, stop_all
+async def test_retry_through_another_member_and_after_a_leader_change(tmp_path):
+    from tests.kvserver.test_member_inprocess import configs, start_all, stop_all
 
     from .test_wired_cluster import kv, wait_promoted
 
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        live = list(members)
-        try:
-            leader = await wait_promoted(members)
-            follower = next(m for m in members if m is not leader)
-            first = await kv(leader).lease_grant(60, client_id=CID, request_id=1)
-            again = await kv(follower).lease_grant(60, client_id=CID, request_id=1)
-            assert again.lease_id == first.lease_id
-            assert again.header.revision == first.header.revision
-            await leader.stop()
-            live = [m for m in members if m is not leader]
-            new = await wait_promoted(live)
-            after = await kv(new).lease_grant(60, client_id=CID, request_id=1)
-            assert after.lease_id == first.lease_id
-            for m in live:
-                assert list((await kv(m).lease_leases()).leases) == [first.lease_id]
-        finally:
-            await stop_all(live)
-
-    run(scenario())
+    members = await start_all(configs(tmp_path))
+    live = list(members)
+    try:
+        leader = await wait_promoted(members)
+        follower = next(m for m in members if m is not leader)
+        first = await kv(leader).lease_grant(60, client_id=CID, request_id=1)
+        again = await kv(follower).lease_grant(60, client_id=CID, request_id=1)
+        assert again.lease_id == first.lease_id
+        assert again.header.revision == first.header.revision
+        await leader.stop()
+        live = [m for m in members if m is not leader]
+        new = await wait_promoted(live)
+        after = await kv(new).lease_grant(60, client_id=CID, request_id=1)
+        assert after.lease_id == first.lease_id
+        for m in live:
+            assert list((await kv(m).lease_leases()).leases) == [first.lease_id]
+    finally:
+        await stop_all(live)
 
 
 @pytest.mark.parametrize("seed", range(10))

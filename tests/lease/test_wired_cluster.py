@@ -19,7 +19,7 @@ from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.lease.codec import encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
-from tests.kvserver.test_member_inprocess import configs, run, start_all, stop_all, wait_leader
+from tests.kvserver.test_member_inprocess import configs, start_all, stop_all, wait_leader
 from tests.support.apply_now import raftkv_without_raft
 
 POLL_S = 0.05
@@ -44,119 +44,107 @@ async def keys(member, prefix: bytes) -> list[bytes]:
     return [x.key for x in got.kvs]
 
 
-def test_revoke_deletes_the_leases_keys_in_one_revision(tmp_path):
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_promoted(members)
-            follower = next(m for m in members if m is not leader)
-            # grant through a follower: proposed through raft like any write
-            grant = await kv(follower).lease_grant(60)
-            lease = grant.lease_id
-            assert grant.ttl_s == 60 and lease > 0
-            assert grant.header.member_id == follower.member_id
-            with pytest.raises(LeaseNotFoundError):
-                await kv(leader).put(PutRequest(b"svc/x", b"1", lease=lease + 1))
-            for name in (b"svc/a", b"svc/b", b"svc/c"):
-                await kv(leader).put(PutRequest(name, b"up", lease=lease))
-            before = (await kv(leader).range(RangeRequest(b"svc/"))).header.revision
-            ttl = await kv(leader).lease_time_to_live(lease, keys=True)
-            assert ttl.keys == (b"svc/a", b"svc/b", b"svc/c") and ttl.granted_ttl_s == 60
-            for m in members:  # every member applied the grant
-                assert [lease] == list((await kv(m).lease_leases()).leases)
-            revoked = await kv(follower).lease_revoke(lease)
-            assert revoked.header.revision == before + 1  # three deletions, one revision
-            for m in members:
-                assert await keys(m, b"svc/") == []
-                assert len(kv(m).lessor) == 0
-            with pytest.raises(LeaseNotFoundError):
-                await kv(leader).lease_revoke(lease)
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+async def test_revoke_deletes_the_leases_keys_in_one_revision(tmp_path):
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_promoted(members)
+        follower = next(m for m in members if m is not leader)
+        # grant through a follower: proposed through raft like any write
+        grant = await kv(follower).lease_grant(60)
+        lease = grant.lease_id
+        assert grant.ttl_s == 60 and lease > 0
+        assert grant.header.member_id == follower.member_id
+        with pytest.raises(LeaseNotFoundError):
+            await kv(leader).put(PutRequest(b"svc/x", b"1", lease=lease + 1))
+        for name in (b"svc/a", b"svc/b", b"svc/c"):
+            await kv(leader).put(PutRequest(name, b"up", lease=lease))
+        before = (await kv(leader).range(RangeRequest(b"svc/"))).header.revision
+        ttl = await kv(leader).lease_time_to_live(lease, keys=True)
+        assert ttl.keys == (b"svc/a", b"svc/b", b"svc/c") and ttl.granted_ttl_s == 60
+        for m in members:  # every member applied the grant
+            assert [lease] == list((await kv(m).lease_leases()).leases)
+        revoked = await kv(follower).lease_revoke(lease)
+        assert revoked.header.revision == before + 1  # three deletions, one revision
+        for m in members:
+            assert await keys(m, b"svc/") == []
+            assert len(kv(m).lessor) == 0
+        with pytest.raises(LeaseNotFoundError):
+            await kv(leader).lease_revoke(lease)
+    finally:
+        await stop_all(members)
 
 
-def test_follower_refuses_keepalive_with_retryable_not_leader(tmp_path):
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_promoted(members)
-            lease = (await kv(leader).lease_grant(30)).lease_id
-            follower = next(m for m in members if m is not leader)
-            for call in (
-                kv(follower).lease_keepalive(lease),
-                kv(follower).lease_time_to_live(lease),
-            ):
-                with pytest.raises(ServiceError) as err:
-                    await call
-                assert err.value.grpc_code == GrpcCode.UNAVAILABLE and err.value.retryable
-                assert err.value.message == "etcdserver: not leader"
-            assert (await kv(leader).lease_keepalive(lease)).ttl_s == 30
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+async def test_follower_refuses_keepalive_with_retryable_not_leader(tmp_path):
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_promoted(members)
+        lease = (await kv(leader).lease_grant(30)).lease_id
+        follower = next(m for m in members if m is not leader)
+        for call in (
+            kv(follower).lease_keepalive(lease),
+            kv(follower).lease_time_to_live(lease),
+        ):
+            with pytest.raises(ServiceError) as err:
+                await call
+            assert err.value.grpc_code == GrpcCode.UNAVAILABLE and err.value.retryable
+            assert err.value.message == "etcdserver: not leader"
+        assert (await kv(leader).lease_keepalive(lease)).ttl_s == 30
+    finally:
+        await stop_all(members)
 
 
-def test_a_lease_not_kept_alive_expires_and_its_key_is_deleted(tmp_path):
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_promoted(members)
-            lease = (await kv(leader).lease_grant(2)).lease_id
-            await kv(leader).put(PutRequest(b"eph/1", b"x", lease=lease))
-            kept = (await kv(leader).lease_grant(60)).lease_id
-            await kv(leader).put(PutRequest(b"eph/2", b"y", lease=kept))
-            for _ in range(300):  # bounded poll (15 s) for the leader's revoke
-                if all(not kv(m).lessor.exists(lease) for m in members):
-                    break
-                await asyncio.sleep(POLL_S)
-            for m in members:
-                assert not kv(m).lessor.exists(lease) and kv(m).lessor.exists(kept)
-                assert await keys(m, b"eph/") == [b"eph/2"]
-            ttl = await kv(leader).lease_time_to_live(lease)
-            assert ttl.ttl_s == -1
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+async def test_a_lease_not_kept_alive_expires_and_its_key_is_deleted(tmp_path):
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_promoted(members)
+        lease = (await kv(leader).lease_grant(2)).lease_id
+        await kv(leader).put(PutRequest(b"eph/1", b"x", lease=lease))
+        kept = (await kv(leader).lease_grant(60)).lease_id
+        await kv(leader).put(PutRequest(b"eph/2", b"y", lease=kept))
+        for _ in range(300):  # bounded poll (15 s) for the leader's revoke
+            if all(not kv(m).lessor.exists(lease) for m in members):
+                break
+            await asyncio.sleep(POLL_S)
+        for m in members:
+            assert not kv(m).lessor.exists(lease) and kv(m).lessor.exists(kept)
+            assert await keys(m, b"eph/") == [b"eph/2"]
+        ttl = await kv(leader).lease_time_to_live(lease)
+        assert ttl.ttl_s == -1
+    finally:
+        await stop_all(members)
 
 
-def test_a_kept_alive_lease_survives_a_leader_change(tmp_path):
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            old = await wait_promoted(members)
-            lease = (await kv(old).lease_grant(2)).lease_id
-            await kv(old).put(PutRequest(b"lock/owner", b"me", lease=lease))
-            assert (await kv(old).lease_keepalive(lease)).ttl_s == 2
-            await old.stop()
-            rest = [m for m in members if m is not old]
-            new = await wait_promoted(rest)
-            assert new is not old
-            # keep it alive through the new leader for longer than TTL + election timeout (2.2 s)
-            renewals = 0
-            for _ in range(9):
-                assert (await kv(new).lease_keepalive(lease)).ttl_s == 2
-                renewals += 1
-                await asyncio.sleep(0.4)
-            assert renewals == 9
-            for m in rest:
-                assert kv(m).lessor.exists(lease)
-                assert await keys(m, b"lock/") == [b"lock/owner"]
-            # and once nobody keeps it alive, the new leader expires it
-            for _ in range(300):
-                if not any(kv(m).lessor.exists(lease) for m in rest):
-                    break
-                await asyncio.sleep(POLL_S)
-            for m in rest:
-                assert not kv(m).lessor.exists(lease)
-                assert await keys(m, b"lock/") == []
-        finally:
-            await stop_all([m for m in members if m is not old])
-
-    run(scenario())
+async def test_a_kept_alive_lease_survives_a_leader_change(tmp_path):
+    members = await start_all(configs(tmp_path))
+    try:
+        old = await wait_promoted(members)
+        lease = (await kv(old).lease_grant(2)).lease_id
+        await kv(old).put(PutRequest(b"lock/owner", b"me", lease=lease))
+        assert (await kv(old).lease_keepalive(lease)).ttl_s == 2
+        await old.stop()
+        rest = [m for m in members if m is not old]
+        new = await wait_promoted(rest)
+        assert new is not old
+        # keep it alive through the new leader for longer than TTL + election timeout (2.2 s)
+        renewals = 0
+        for _ in range(9):
+            assert (await kv(new).lease_keepalive(lease)).ttl_s == 2
+            renewals += 1
+            await asyncio.sleep(0.4)
+        assert renewals == 9
+        for m in rest:
+            assert kv(m).lessor.exists(lease)
+            assert await keys(m, b"lock/") == [b"lock/owner"]
+        # and once nobody keeps it alive, the new leader expires it
+        for _ in range(300):
+            if not any(kv(m).lessor.exists(lease) for m in rest):
+                break
+            await asyncio.sleep(POLL_S)
+        for m in rest:
+            assert not kv(m).lessor.exists(lease)
+            assert await keys(m, b"lock/") == []
+    finally:
+        await stop_all([m for m in members if m is not old])
 
 
 def test_snapshot_carries_the_lease_table_and_restore_rebinds_the_store():
@@ -182,45 +170,40 @@ def test_snapshot_carries_the_lease_table_and_restore_rebinds_the_store():
     assert len(old.lessor) == 0 and old.store.get(b"k") is not None
 
 
-def test_lease_routes_over_http_on_real_members(tmp_path):
+async def test_lease_routes_over_http_on_real_members(tmp_path):
     import aiohttp
 
-    async def scenario():
-        members = await start_all(configs(tmp_path))
-        try:
-            leader = await wait_promoted(members)
-            follower = next(m for m in members if m is not leader)
-            lurl = leader.cfg.advertise_client_urls[0]
-            furl = follower.cfg.advertise_client_urls[0]
-            async with aiohttp.ClientSession() as http:
+    members = await start_all(configs(tmp_path))
+    try:
+        leader = await wait_promoted(members)
+        follower = next(m for m in members if m is not leader)
+        lurl = leader.cfg.advertise_client_urls[0]
+        furl = follower.cfg.advertise_client_urls[0]
+        async with aiohttp.ClientSession() as http:
 
-                async def post(url, path, body):
-                    async with http.post(url + path, json=body) as resp:
-                        return resp.status, resp.headers.get("Transfer-Encoding"), await resp.text()
+            async def post(url, path, body):
+                async with http.post(url + path, json=body) as resp:
+                    return resp.status, resp.headers.get("Transfer-Encoding"), await resp.text()
 
-                status, _, text = await post(furl, "/v3/lease/grant", {"TTL": 30})
-                assert status == 200
-                lease = json.loads(text)["ID"]
-                status, _, _ = await post(
-                    lurl, "/v3/kv/put", {"key": "aw==", "value": "dg==", "lease": lease}
-                )
-                assert status == 200
-                status, chunked, text = await post(lurl, "/v3/lease/keepalive", {"ID": lease})
-                assert (status, chunked, text.count("\n")) == (200, "chunked", 1)
-                assert json.loads(text)["result"]["TTL"] == "30"
-                status, _, text = await post(furl, "/v3/lease/keepalive", {"ID": lease})
-                assert status == 503 and json.loads(text)["error"] == "etcdserver: not leader"
-                status, _, text = await post(
-                    lurl, "/v3/lease/timetolive", {"ID": lease, "keys": True}
-                )
-                assert status == 200 and json.loads(text)["keys"] == ["aw=="]
-                status, _, text = await post(furl, "/v3/kv/lease/leases", {})
-                assert json.loads(text)["leases"] == [{"ID": lease}]
-                status, _, text = await post(furl, "/v3/lease/revoke", {"ID": lease})
-                assert status == 200
-                status, _, text = await post(lurl, "/v3/kv/range", {"key": "aw=="})
-                assert "kvs" not in json.loads(text)
-        finally:
-            await stop_all(members)
-
-    run(scenario())
+            status, _, text = await post(furl, "/v3/lease/grant", {"TTL": 30})
+            assert status == 200
+            lease = json.loads(text)["ID"]
+            status, _, _ = await post(
+                lurl, "/v3/kv/put", {"key": "aw==", "value": "dg==", "lease": lease}
+            )
+            assert status == 200
+            status, chunked, text = await post(lurl, "/v3/lease/keepalive", {"ID": lease})
+            assert (status, chunked, text.count("\n")) == (200, "chunked", 1)
+            assert json.loads(text)["result"]["TTL"] == "30"
+            status, _, text = await post(furl, "/v3/lease/keepalive", {"ID": lease})
+            assert status == 503 and json.loads(text)["error"] == "etcdserver: not leader"
+            status, _, text = await post(lurl, "/v3/lease/timetolive", {"ID": lease, "keys": True})
+            assert status == 200 and json.loads(text)["keys"] == ["aw=="]
+            status, _, text = await post(furl, "/v3/kv/lease/leases", {})
+            assert json.loads(text)["leases"] == [{"ID": lease}]
+            status, _, text = await post(furl, "/v3/lease/revoke", {"ID": lease})
+            assert status == 200
+            status, _, text = await post(lurl, "/v3/kv/range", {"key": "aw=="})
+            assert "kvs" not in json.loads(text)
+    finally:
+        await stop_all(members)

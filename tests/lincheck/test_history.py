@@ -167,7 +167,7 @@ def test_stale_cache_is_caught_end_to_end() -> None:
         assert_linearizable(KvModel(), history)
 
 
-def test_asyncio_tasks_record_into_one_history() -> None:
+async def test_asyncio_tasks_record_into_one_history() -> None:
     history = History()
     data: dict[str, str] = {}
     late_writes: list[asyncio.Task] = []
@@ -188,10 +188,7 @@ def test_asyncio_tasks_record_into_one_history() -> None:
                     await asyncio.sleep(0)
                     r.ok(kv.get_ok(value))
 
-    async def main() -> None:
-        await asyncio.gather(*(correct_client(c) for c in range(6)))
-
-    asyncio.run(main())
+    await asyncio.gather(*(correct_client(c) for c in range(6)))
     assert len(history.operations()) == 300
     assert check(KvModel(), history).ok
 
@@ -202,15 +199,12 @@ def test_asyncio_tasks_record_into_one_history() -> None:
         await asyncio.sleep(0.001)
         data[key] = value
 
-    async def broken_run() -> None:
-        with broken.record(0, kv.put("z", "acked")) as r:
-            late_writes.append(asyncio.create_task(apply_later("z", "acked")))
-            r.ok(kv.put_ok())
-        with broken.record(1, kv.get("z")) as r:
-            r.ok(kv.get_ok(data.get("z")))
-        await asyncio.gather(*late_writes)
-
-    asyncio.run(broken_run())
+    with broken.record(0, kv.put("z", "acked")) as r:
+        late_writes.append(asyncio.create_task(apply_later("z", "acked")))
+        r.ok(kv.put_ok())
+    with broken.record(1, kv.get("z")) as r:
+        r.ok(kv.get_ok(data.get("z")))
+    await asyncio.gather(*late_writes)
     assert check(KvModel(), broken).verdict is Verdict.ILLEGAL
 
 

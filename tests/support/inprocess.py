@@ -12,14 +12,15 @@ until there is one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from kvserver.assembly.member import Member
 from kvserver.kvpb.service_errors import ServiceError
 from kvserver.localcluster.launcher import free_ports
-from kvserver.membership import registry as ms
-from kvserver.membership.registry import parse_initial_cluster
+from kvserver.membership.identity import parse_initial_cluster
+from kvserver.membership.reconfig import MSG_LEARNER_NOT_READY, MSG_UNHEALTHY
 from kvserver.server.config import ServerConfig
 from tests.support.wait import async_wait_for
 
@@ -67,6 +68,21 @@ async def start_all(cfgs: list[ServerConfig]) -> list[Member]:
 async def stop_all(members: list[Member]) -> None:
     for m in members:
         await m.stop()
+
+
+@contextlib.asynccontextmanager
+async def running(cfgs: list[ServerConfig]) -> AsyncIterator[list[Member]]:
+    """The members of ``cfgs``, started in order; all stopped at the end, in order (also
+    those started before one that failed to start, and that one)."""
+    members: list[Member] = []
+    try:
+        for cfg in cfgs:
+            m = Member(cfg)
+            members.append(m)
+            await m.start()
+        yield members
+    finally:
+        await stop_all(members)
 
 
 def agreed_leader(members: list[Member]) -> Member | None:
@@ -124,7 +140,7 @@ async def retry_membership_change(call: Callable[[], Awaitable[T]], timeout_s: f
             return await call()
         except ServiceError as exc:
             if loop.time() >= deadline or not (
-                exc.retryable or exc.message in (ms.MSG_LEARNER_NOT_READY, ms.MSG_UNHEALTHY)
+                exc.retryable or exc.message in (MSG_LEARNER_NOT_READY, MSG_UNHEALTHY)
             ):
                 raise
         await asyncio.sleep(0.05)

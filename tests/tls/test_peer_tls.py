@@ -15,9 +15,8 @@ import ssl
 
 import pytest
 
-from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest
-from tests.support.inprocess import wait_leader
+from tests.support.inprocess import running, wait_leader
 from tests.support.wait import async_wait_for
 from tests.tls.conftest import cluster_configs
 
@@ -31,24 +30,11 @@ def _peer_flags(pki, pair) -> dict:
     }
 
 
-async def _run(cfgs, scenario):
-    members = []
-    try:
-        for cfg in cfgs:
-            m = Member(cfg)
-            members.append(m)
-            await m.start()
-        await scenario(members)
-    finally:
-        for m in members:
-            await m.stop()
-
-
-def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, pki):
+async def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, pki):
     pair = pki.pair("member")
     cfgs = cluster_configs(tmp_path, size=3, peer="https", **_peer_flags(pki, pair))
 
-    async def scenario(members):
+    async with running(cfgs) as members:
         leader = await wait_leader(members, 30)
         follower = next(m for m in members if m is not leader)
         for i in range(20):
@@ -62,8 +48,6 @@ def test_three_members_with_peer_client_cert_auth_form_and_replicate(tmp_path, p
         got = await members[2].node.sm.range(RangeRequest(b"k0"))
         assert got.kvs[0].value == b"v"
 
-    asyncio.run(asyncio.wait_for(_run(cfgs, scenario), 120))
-
 
 def _peer_request(url: str, ctx: ssl.SSLContext) -> bytes:
     host, port = url.removeprefix("https://").split(":")
@@ -75,7 +59,7 @@ def _peer_request(url: str, ctx: ssl.SSLContext) -> bytes:
         return tls.recv(100)
 
 
-def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, other_pki):
+async def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, other_pki):
     good = pki.pair("member")
     rogue = other_pki.pair("rogue")
     per_member = [{}, {}, {"peer_cert_file": rogue.cert, "peer_key_file": rogue.key}]
@@ -83,7 +67,7 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
         tmp_path, size=3, peer="https", per_member=per_member, **_peer_flags(pki, good)
     )
 
-    async def scenario(members):
+    async with running(cfgs) as members:
         good_members, bad = members[:2], members[2]
         leader = await wait_leader(good_members, 30)
         for i in range(10):
@@ -119,10 +103,8 @@ def test_a_member_with_a_certificate_from_another_ca_is_refused(tmp_path, pki, o
         ctx.load_cert_chain(good.cert, good.key)
         assert (await asyncio.to_thread(_peer_request, url, ctx)).startswith(b"HTTP/1.1 200")
 
-    asyncio.run(asyncio.wait_for(_run(cfgs, scenario), 120))
 
-
-def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
+async def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
     """Leader-only requests (lease time-to-live here) reach the leader's https client URL
     with the follower's certificate, under --client-cert-auth."""
     import aiohttp
@@ -139,7 +121,7 @@ def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
         client_cert_auth=True,
     )
 
-    async def scenario(members):
+    async with running(cfgs) as members:
         leader = await wait_leader(members, 30)
         follower = next(m for m in members if m is not leader)
         await async_wait_for(
@@ -162,5 +144,3 @@ def test_a_follower_forwards_to_the_leaders_https_client_url(tmp_path, pki):
                 assert resp.status == 200, body
         assert int(body["TTL"]) > 0
         assert body["header"]["member_id"] == str(leader.member_id)  # the leader answered
-
-    asyncio.run(asyncio.wait_for(_run(cfgs, scenario), 120))

@@ -129,30 +129,24 @@ def test_writer_batches_submissions_made_during_an_fsync(setup):
     assert hs.commit == max(k for k in range(1, N + 1) if k % 5 == 0)
 
 
-def test_asyncio_appenders_are_released_together(setup):
+async def test_asyncio_appenders_are_released_together(setup):
     w, sync = setup
     base = sync.calls
-
-    async def main():
-        writer = GroupCommitWriter(w)
-        try:
-            sync.hold_next = True
-            first = asyncio.ensure_future(writer.append(HardState(term=1), entries(1, 1)))
-            while not sync.entered.is_set():
-                await asyncio.sleep(0.001)
-            tasks = [
-                asyncio.ensure_future(writer.append(None, entries(i, i))) for i in range(2, N + 2)
-            ]
-            while writer.submissions < N + 1:
-                await asyncio.sleep(0)
-            assert not any(t.done() for t in tasks)
-            sync.release.set()
-            await asyncio.wait_for(asyncio.gather(first, *tasks), 20)
-            return writer.batches
-        finally:
-            writer.close()
-
-    batches = asyncio.run(main())
+    writer = GroupCommitWriter(w)
+    try:
+        sync.hold_next = True
+        first = asyncio.ensure_future(writer.append(HardState(term=1), entries(1, 1)))
+        while not sync.entered.is_set():
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(writer.append(None, entries(i, i))) for i in range(2, N + 2)]
+        while writer.submissions < N + 1:
+            await asyncio.sleep(0)
+        assert not any(t.done() for t in tasks)
+        sync.release.set()
+        await asyncio.wait_for(asyncio.gather(first, *tasks), 20)
+        batches = writer.batches
+    finally:
+        writer.close()
     assert batches == 2 and sync.calls == base + 2
 
 

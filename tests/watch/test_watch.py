@@ -513,56 +513,47 @@ def test_stream_close_forgets_everything():
 # asyncio consumers
 
 
-def test_async_iteration_interleaved_with_writes():
+async def test_async_iteration_interleaved_with_writes():
     """``async for`` waits for new responses; a producer task writes while a consumer reads,
     including a replay that yields to the loop between chunks."""
+    env = Env(WatchLimits(replay_chunk_events=3, max_buffered_events=3))
+    for i in range(10):
+        env.put(b"k", b"%d" % i)  # revisions 2..11
+    w = env.hub.create(b"k", start_revision=2)
+    received = []
 
-    async def main():
-        env = Env(WatchLimits(replay_chunk_events=3, max_buffered_events=3))
-        for i in range(10):
-            env.put(b"k", b"%d" % i)  # revisions 2..11
-        w = env.hub.create(b"k", start_revision=2)
-        received = []
+    async def consume():
+        async for resp in w:
+            received.append(resp)
+            if resp.events and resp.events[-1].kv.mod_revision == 31:
+                w.cancel()
 
-        async def consume():
-            async for resp in w:
-                received.append(resp)
-                if resp.events and resp.events[-1].kv.mod_revision == 31:
-                    w.cancel()
+    async def produce():
+        for i in range(20):
+            env.put(b"k", b"p%d" % i)  # revisions 12..31
+            await asyncio.sleep(0)
 
-        async def produce():
-            for i in range(20):
-                env.put(b"k", b"p%d" % i)  # revisions 12..31
-                await asyncio.sleep(0)
-
-        consumer = asyncio.create_task(consume())
-        await produce()
-        await asyncio.wait_for(consumer, timeout=5)
-        return received
-
-    received = asyncio.run(main())
+    consumer = asyncio.create_task(consume())
+    await produce()
+    await asyncio.wait_for(consumer, timeout=5)
     assert received[0].created and received[-1].canceled
     assert [rev for _, _, rev in events_of(received)] == list(range(2, 32))
 
 
-def test_async_stream_ends_after_close():
-    async def main():
-        env = Env()
-        s = env.hub.open_stream()
-        s.create(WatchCreateRequest(b"k"))
-        got = []
+async def test_async_stream_ends_after_close():
+    env = Env()
+    s = env.hub.open_stream()
+    s.create(WatchCreateRequest(b"k"))
+    got = []
 
-        async def consume():
-            async for resp in s:
-                got.append(resp)
+    async def consume():
+        async for resp in s:
+            got.append(resp)
 
-        task = asyncio.create_task(consume())
-        await asyncio.sleep(0)
-        env.put(b"k")
-        await asyncio.sleep(0)
-        s.close()
-        await asyncio.wait_for(task, timeout=5)
-        return got
-
-    got = asyncio.run(main())
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    env.put(b"k")
+    await asyncio.sleep(0)
+    s.close()
+    await asyncio.wait_for(task, timeout=5)
     assert got[0].created and events_of(got[1:]) == [(PUT, b"k", 2)]

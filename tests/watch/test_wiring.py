@@ -10,8 +10,6 @@ history (or learn that it was compacted); ``stop()`` cancels every watcher with
 
 from __future__ import annotations
 
-import asyncio
-
 from kvserver.kvpb.kv import (
     CompactionRequest,
     DeleteRangeRequest,
@@ -140,16 +138,13 @@ def test_restore_past_a_compaction_tells_the_watcher_it_was_compacted():
     assert resp.canceled and resp.compact_revision == 5 and w.done
 
 
-def test_stop_cancels_every_watcher():
-    async def body():
-        kv = make_kv()
-        kv.start()
-        stream = kv.watch_stream()
-        stream.create(WatchCreateRequest(key=b"k"))
-        await kv.stop()
-        got = [r async for r in stream]  # the stream ends after the final responses
-        assert got[0].created and got[-1].canceled
-        assert got[-1].cancel_reason == MSG_WATCH_STOPPED
-        assert kv.watch_hub.watcher_count == 0
-
-    asyncio.run(body())
+async def test_stop_cancels_every_watcher():
+    kv = make_kv()
+    kv.start()
+    stream = kv.watch_stream()
+    stream.create(WatchCreateRequest(key=b"k"))
+    await kv.stop()
+    got = [r async for r in stream]  # the stream ends after the final responses
+    assert got[0].created and got[-1].canceled
+    assert got[-1].cancel_reason == MSG_WATCH_STOPPED
+    assert kv.watch_hub.watcher_count == 0
