@@ -20,12 +20,9 @@ import logging
 import random
 from dataclasses import dataclass
 
-from kvserver.membership.registry import (
-    MemberRegistry,
-    resolve_identity,
-    split_members_frame,
-)
-from kvserver.membership.registry import cluster_id as derive_cluster_id
+from kvserver.membership.discovery import resolve_identity
+from kvserver.membership.identity import cluster_id as derive_cluster_id
+from kvserver.membership.registry import MemberRegistry, split_members_frame
 from kvserver.server.config import ServerConfig
 from kvserver.server.node_storage import NodeStorage
 from raft import Config, RawNode

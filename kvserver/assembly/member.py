@@ -28,8 +28,9 @@ from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.archive import member as archive_member
 from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
 from kvserver.lease.lessor import min_lease_ttl_s
-from kvserver.membership.registry import REMOVED_MESSAGE, MembershipService, split_members_frame
-from kvserver.membership.registry import cluster_id as derive_cluster_id
+from kvserver.membership.identity import cluster_id as derive_cluster_id
+from kvserver.membership.registry import split_members_frame
+from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.metrics import AppendCounter, Metrics

@@ -33,7 +33,7 @@ from kvserver.cli.snapshot import (
     add_storage_options,
     restore_target,
 )
-from kvserver.membership.registry import read_wal_identity
+from kvserver.membership.discovery import read_wal_identity
 
 
 def _time(text: str) -> float:

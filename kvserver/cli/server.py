@@ -8,7 +8,7 @@ import sys
 from kvserver.localcluster.launcher import LocalCluster
 from kvserver.localcluster.ports import taken_ports
 from kvserver.localcluster.supervisor import RESTART_POLICIES, Supervisor
-from kvserver.membership.registry import ClusterConfigError
+from kvserver.membership.identity import ClusterConfigError
 from kvserver.server.config import add_server_flags, config_from_args
 from kvserver.tls import TLSConfigError
 

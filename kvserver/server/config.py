@@ -10,12 +10,8 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from kvserver.membership.registry import (
-    ClusterConfigError,
-    Member,
-    check_url,
-    parse_initial_cluster,
-)
+from kvserver.kvpb.member import Member
+from kvserver.membership.identity import ClusterConfigError, check_url, parse_initial_cluster
 from kvserver.server.compactor import AutoCompaction
 
 DEFAULT_CLIENT_URL = "http://127.0.0.1:2379"

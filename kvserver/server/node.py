@@ -21,7 +21,7 @@ applies it and hands the state machine's result to the waiting caller; other nod
 apply it. Retried client writes are de-duplicated by the state machine (client request ids),
 not here.
 
-Membership (``kvserver.membership.registry``): ``propose_conf_change`` proposes a ConfChange and returns
+Membership (``kvserver.membership``): ``propose_conf_change`` proposes a ConfChange and returns
 once this node has applied it (matched by the change's ``id``); applied changes go to the
 ``on_conf_change`` callback. The optional ``members`` object (``snapshot()`` /
 ``restore(blob, conf_state)``) is the replicated member registry: its image is framed in front

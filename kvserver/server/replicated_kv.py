@@ -74,7 +74,7 @@ from kvserver.lease.codec import LeaseCheckpointRequest, encode_lease_entry, is_
 from kvserver.lease.errors import LeaseExpiredError, NotPrimaryError
 from kvserver.lease.lessor import DEFAULT_MIN_TTL_S, LeaseIdGenerator, Lessor
 from kvserver.lease.snapshot import frame_snapshot, split_snapshot
-from kvserver.membership.registry import MembershipService
+from kvserver.membership.service import MembershipService
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
@@ -371,7 +371,7 @@ class RaftKV:
         had committed (its in-memory store would otherwise be older than before)."""
         await self.node.wait_recovered()
 
-    # --- membership (kvserver.membership.registry.MembershipService answers) -----------------------
+    # --- membership (kvserver.membership.service.MembershipService answers) ------------------------
 
     async def member_list(self):
         return await self.membership.member_list()

@@ -21,7 +21,7 @@ another member); ``lease_leases`` is answered by any member from its applied sta
 lease is ``etcdserver: requested lease not found`` (NotFound) for revoke and keep-alive;
 time-to-live answers ``ttl_s == -1`` instead.
 
-Membership (etcd's Cluster service, ``kvserver.membership.registry`` types): ``member_list`` is
+Membership (etcd's Cluster service, ``kvserver.kvpb.member`` types): ``member_list`` is
 answered by any member from its applied registry; ``member_add|remove|promote|update`` by the
 leader once the conf change is applied (a follower raises ``etcdserver: not leader``).
 
@@ -54,7 +54,7 @@ from kvserver.kvpb.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
-from kvserver.membership.registry import MemberAddResponse, MemberChangeResponse, MemberListResponse
+from kvserver.kvpb.member import MemberAddResponse, MemberChangeResponse, MemberListResponse
 from kvserver.watch.hub import WatchStream
 
 

@@ -19,7 +19,7 @@ Knobs a test may turn (plain attributes):
 - ``watch_hub`` — a ``kvserver.watch.hub.WatchHub`` over the store (limits from ``watch_limits``),
   notified after every write and lease revoke that produced events, as ``RaftKV`` does;
   ``replace_store(store)`` swaps the store as a snapshot restore would (``hub.reset``).
-- ``membership`` — a ``kvserver.membership.registry.LocalMembership`` (the member API without raft:
+- ``membership`` — a ``tests.support.fake_membership.LocalMembership`` (the member API without raft:
   changes apply at once with etcd's checks; ``membership.unsynced`` marks learners that are
   not in sync); the ``member_*`` calls go to it.
 """
@@ -54,11 +54,12 @@ from kvserver.kvpb.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
+from kvserver.kvpb.member import Member
 from kvserver.lease.lessor import LeaseIdGenerator, Lessor
-from kvserver.membership.registry import LocalMembership, Member
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.service import MemberInfo, NodeStatus
 from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
+from tests.support.fake_membership import LocalMembership
 
 DEFAULT_CLUSTER_ID = 0xCDF818194E3A8C32
 DEFAULT_MEMBER_ID = 0x8E9E05C52164694D

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from kvserver.client import Client
-from kvserver.membership.registry import REMOVED_MESSAGE
+from kvserver.membership.service import REMOVED_MESSAGE
 from tests.cluster.harness import get_prefix, leader_of, put, status, wait_healthy
 from tests.support.wait import wait_for
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from kvserver.localcluster.launcher import free_ports
-from kvserver.membership.registry import ClusterConfigError
+from kvserver.membership.identity import ClusterConfigError
 from kvserver.server.config import (
     ServerConfig,
     add_server_flags,

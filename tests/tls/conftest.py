@@ -20,7 +20,7 @@ import trustme
 
 from kvserver.assembly.member import Member
 from kvserver.localcluster.launcher import free_ports
-from kvserver.membership.registry import parse_initial_cluster
+from kvserver.membership.identity import parse_initial_cluster
 from kvserver.server.config import ServerConfig
 from tests.support.wait import wait_for
 

@@ -9,7 +9,7 @@ import argparse
 
 import pytest
 
-from kvserver.membership.registry import ClusterConfigError
+from kvserver.membership.identity import ClusterConfigError
 from kvserver.server.config import add_server_flags, config_from_args
 
 

@@ -15,7 +15,7 @@ cluster responses carry none).
 the leader once the conf change is applied there; a follower forwards the request over HTTP to
 the leader's client URL (once: a forwarded request that reaches a non-leader answers etcd's
 ``not leader``, Unavailable, which clients retry elsewhere). Errors are etcd's texts in the
-gateway's error shape (``kvserver.membership.registry`` lists them).
+gateway's error shape (``kvserver.membership.reconfig`` lists them).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kvserver.kvpb.member import Member
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.membership.registry import Member
 
 from . import forward, gateway_json
 from .common import LIMITS_KEY, SERVICE_KEY, dumps, json_response, read_body
