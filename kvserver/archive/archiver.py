@@ -58,7 +58,11 @@ log = logging.getLogger(__name__)
 MAX_PART_BYTES = 64 << 20
 
 
-def wal_tail(w) -> tuple[str, int, int, int] | None:
+# (tail segment path, end of its complete writes, last index, commit): see ``wal_tail``
+Tail = tuple[str, int, int, int]
+
+
+def wal_tail(w) -> Tail | None:
     """(tail segment path, end of its complete writes, last index, commit) of an open
     ``wal.WAL``, as of one moment (``WAL.tail_position``)."""
     pos = w.tail_position()
@@ -123,7 +127,7 @@ class Archiver:
         member_id: int,
         name: str = "",
         retention: int = 0,
-        tail: Callable[[], tuple[str, int] | None] | None = None,
+        tail: Callable[[], Tail | None] | None = None,
         last_index: Callable[[], int] | None = None,
     ):
         self.store = store
@@ -161,7 +165,8 @@ class Archiver:
 
     # --- opening and resuming -----------------------------------------------------------
 
-    def open(self) -> None:
+    def open(self) -> Manifest:
+        """Load (or start) the manifest and resume; returns it (also ``self.manifest``)."""
         mname = self._name(MANIFEST)
         if self.store.exists(mname):
             m = Manifest.from_json(self.store.get(mname), self.store.where(mname))
@@ -172,15 +177,16 @@ class Archiver:
         self.manifest = m
         self._may_hold_unlisted = True  # a crash may have left uploads the manifest lacks
         self.store.remove_temporaries(self.prefix)
-        dropped = self._recheck_open_segments()
+        dropped = self._recheck_open_segments(m)
         if dropped:
-            self._write_manifest()
+            self._write_manifest(m)
             for obj in dropped:
                 self.store.delete(self._name(obj))  # manifest names are relative
+        return m
 
-    def _recheck_open_segments(self) -> list[str]:
+    def _recheck_open_segments(self, m: Manifest) -> list[str]:
         dropped = []
-        for seg in self.manifest.segments:
+        for seg in m.segments:
             if seg.closed or not seg.parts:
                 continue
             path = os.path.join(self.wal_dir, seg.name)
@@ -216,30 +222,28 @@ class Archiver:
     # --- one pass -----------------------------------------------------------------------
 
     def run_once(self) -> bool:
-        if self.manifest is None:
-            self.open()
-        m = self.manifest
+        m = self.manifest if self.manifest is not None else self.open()
         started = time.monotonic()
         target = self.last_index() if self.last_index is not None else None
         try:
-            changed = self._archive_snapshots()
-            changed = self._archive_segments() or changed
+            changed = self._archive_snapshots(m)
+            changed = self._archive_segments(m) or changed
             if changed:
                 commit = m.commit
                 if not m.timeline or m.timeline[-1][1] < commit:
                     m.timeline.append([round(self._newest_mtime, 3), commit])
-                self._write_manifest()
+                self._write_manifest(m)
         except BaseException:
             self._may_hold_unlisted = True  # uploaded objects may not be in the manifest
             raise
         self._may_hold_unlisted = False
-        removed = self._apply_retention() if self.retention else []
+        removed = self._apply_retention(m) if self.retention else []
         if removed:
-            self._write_manifest()
+            self._write_manifest(m)
             for obj in removed:
                 self.store.delete(self._name(obj))  # manifest names are relative
         self.stats["passes"] += 1
-        self._update_lag(started, target)
+        self._update_lag(m, started, target)
         return changed
 
     def _upload(self, rel: str, data: bytes) -> tuple[str, int]:
@@ -259,8 +263,7 @@ class Archiver:
         self.stats["uploaded_objects"] += 1
         return rel, crc
 
-    def _archive_snapshots(self) -> bool:
-        m = self.manifest
+    def _archive_snapshots(self, m: Manifest) -> bool:
         try:
             names = sorted(os.listdir(self.snap_dir))
         except FileNotFoundError:
@@ -293,8 +296,7 @@ class Archiver:
             changed = True
         return changed
 
-    def _archive_segments(self) -> bool:
-        m = self.manifest
+    def _archive_segments(self, m: Manifest) -> bool:
         try:
             local = list_segments(self.wal_dir)
         except FileNotFoundError:
@@ -362,8 +364,7 @@ class Archiver:
             self._local_last = max(self._local_last, m.last_index)
         return changed
 
-    def _apply_retention(self) -> list[str]:
-        m = self.manifest
+    def _apply_retention(self, m: Manifest) -> list[str]:
         if len(m.snapshots) <= self.retention:
             return []
         keep_snaps = m.snapshots[-self.retention :]
@@ -380,8 +381,7 @@ class Archiver:
         m.timeline = [t for t in m.timeline if t[1] >= oldest.index] or m.timeline[-1:]
         return removed
 
-    def _write_manifest(self) -> None:
-        m = self.manifest
+    def _write_manifest(self, m: Manifest) -> None:
         m.updated_unix = round(time.time(), 3)
         if len(m.timeline) > 100_000:
             m.timeline = m.timeline[-100_000:]
@@ -389,10 +389,10 @@ class Archiver:
 
     # --- lag ----------------------------------------------------------------------------
 
-    def _update_lag(self, started: float, target: int | None) -> None:
+    def _update_lag(self, m: Manifest, started: float, target: int | None) -> None:
         if target is None:
             target = self._local_last
-        if self.manifest.last_index >= target:
+        if m.last_index >= target:
             self._covered_at = started
 
     def lag(self) -> tuple[int, float]:

@@ -164,7 +164,7 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
     """Refuse an image that does not decode ([auth frame] + lease frame + complete MVCC
     stream)."""
     try:
-        auth_blob, rest = split_auth_frame(image)
+        auth_blob, rest = split_auth_frame(memoryview(image))
         AuthStore.restore(auth_blob)
         _, rest = split_snapshot(rest)
         MVCCStore.restore([bytes(rest)])

@@ -52,7 +52,7 @@ class RestoredMember:
     index: int
 
 
-def build_data_dir(image: bytes, target: RestoreTarget) -> RestoredMember:
+def build_data_dir(image: bytes | bytearray, target: RestoreTarget) -> RestoredMember:
     try:
         members = parse_initial_cluster(target.initial_cluster, target.initial_cluster_token)
     except ClusterConfigError as exc:

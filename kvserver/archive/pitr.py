@@ -43,6 +43,20 @@ _HEADER_BYTES = 16  # origin | sequence in front of every proposal (kvserver.ser
 Progress = Callable[[str], None]
 
 
+class _ReplayOnly:
+    """The node under a state machine that is only replayed: committed entries are applied
+    to it directly, so it never proposes, reads through raft or leads."""
+
+    term = 0
+    is_leader = False
+
+    async def propose(self, payload: bytes) -> object:
+        raise ArchiveError("a point-in-time replay does not propose")
+
+    async def read_barrier(self) -> int:
+        raise ArchiveError("a point-in-time replay has no raft to read through")
+
+
 @dataclass(frozen=True)
 class Point:
     revision: int | None = None
@@ -186,7 +200,15 @@ def restore(
             else "the empty state"
         )
     )
-    kv = RaftKV(cluster_id=m.cluster_id, member_id=m.member_id, name=m.name, members=())
+    # RaftKV is typed for a live member (a raft Node, membership); a replay needs neither.
+    kv = RaftKV(
+        cluster_id=m.cluster_id,
+        member_id=m.member_id,
+        name=m.name,
+        members=(),
+        node=_ReplayOnly(),  # type: ignore[arg-type]  # no Node protocol to implement yet
+        membership=None,  # type: ignore[arg-type]  # no member calls are answered here
+    )
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
     try:
         ws = raftpb.WalSnapshot()

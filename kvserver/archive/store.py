@@ -17,6 +17,7 @@ object, which ``remove_temporaries`` deletes; readers never see a partial ``<nam
 
 from __future__ import annotations
 
+import builtins
 import json
 import posixpath
 import uuid
@@ -167,7 +168,8 @@ class ObjectStore:
         except FileNotFoundError:
             pass
 
-    def remove_temporaries(self, prefix: str) -> list[str]:
+    # ``builtins.list``: inside this class ``list`` names the method above
+    def remove_temporaries(self, prefix: str) -> builtins.list[str]:
         gone = [n for n in self.list(prefix) if TMP_MARK in posixpath.basename(n)]
         for n in gone:
             self.delete(n)
