@@ -137,14 +137,15 @@ class _Protocol(asyncio.Protocol):
 class Connection:
     """One persistent, pipelining HTTP/1.1 connection."""
 
-    def __init__(self, protocol: _Protocol) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
         self._p = protocol
 
     @classmethod
     async def open(cls, host: str, port: int, ssl=None) -> Connection:
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(_Protocol, host, port, ssl=ssl)
-        return cls(protocol)
+        transport, protocol = await loop.create_connection(_Protocol, host, port, ssl=ssl)
+        return cls(transport, protocol)
 
     @property
     def closed(self) -> bool:
@@ -163,7 +164,7 @@ class Connection:
             return fut
         p.waiters.append(fut)
         p.sent_at.append(time.monotonic())
-        p.transport.write(raw)
+        self._transport.write(raw)
         return fut
 
     def oldest_age(self, now: float) -> float:
@@ -178,5 +179,4 @@ class Connection:
         self.close()
 
     def close(self) -> None:
-        if self._p.transport is not None:
-            self._p.transport.close()
+        self._transport.close()

@@ -53,6 +53,7 @@ def split(n: int, parts: int) -> list[int]:
 
 def shares(opts: BenchOptions) -> list[Share]:
     procs = opts.procs
+    assert opts.conns is not None  # validate() defaults it to --clients
     clients, conns = split(opts.clients, procs), split(opts.conns, procs)
     totals = split(opts.total, procs) if opts.total is not None else [None] * procs
     return [
@@ -69,7 +70,7 @@ class _Slot:
     def __init__(self, host: str, port: int, ssl=None) -> None:
         self.host, self.port, self.ssl = host, port, ssl
         self.conn: Connection | None = None
-        self._opening: asyncio.Future | None = None
+        self._opening: asyncio.Future[Connection] | None = None
 
     async def get(self) -> Connection:
         conn = self.conn
@@ -81,11 +82,11 @@ class _Slot:
             )
         opening = self._opening
         try:
-            self.conn = await asyncio.shield(opening)
+            self.conn = conn = await asyncio.shield(opening)
         finally:
             if self._opening is opening and opening.done():
                 self._opening = None
-        return self.conn
+        return conn
 
 
 async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures count here
@@ -131,8 +132,10 @@ async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures
             if total is not None:
                 if seq >= total:
                     return
-            elif monotonic() >= deadline:
-                return
+            else:
+                assert deadline is not None  # validate(): --duration when there is no --total
+                if monotonic() >= deadline:
+                    return
             if rate:
                 due = t0 + seq / rate
                 if deadline is not None and due >= deadline:
@@ -230,7 +233,8 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
     ]
     for p in procs:
         p.start()
-    results, errors = [], []
+    results: list[dict[str, bytes]] = []
+    errors: list[str] = []
     try:
         while len(results) + len(errors) < len(procs):
             # read before join (a child blocks until its result is taken), but notice a
@@ -252,11 +256,11 @@ def run(opts: BenchOptions, progress=None) -> BenchResult:
                 p.kill()
     if errors:
         raise BenchError(errors[0])
-    by_kind: dict[str, Stats] = {}
+    parts_by_kind: dict[str, list[Stats]] = {}
     for part in results:
         for kind, data in part.items():
-            by_kind.setdefault(kind, []).append(Stats.from_bytes(data))
-    return BenchResult(opts, {k: Stats.merge_all(v) for k, v in by_kind.items()}, endpoints)
+            parts_by_kind.setdefault(kind, []).append(Stats.from_bytes(data))
+    return BenchResult(opts, {k: Stats.merge_all(v) for k, v in parts_by_kind.items()}, endpoints)
 
 
 def new_progress(procs: int):

@@ -55,7 +55,7 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:  # 
         timeout=aiohttp.ClientTimeout(total=None),
         connector=aiohttp.TCPConnector(ssl=True if tls is None else tls),
     ) as session:
-        streams = []
+        streams: list[aiohttp.ClientResponse] = []
         for w in range(opts.watchers):
             url = endpoints[w % len(endpoints)]
             resp = await session.post(
@@ -120,8 +120,14 @@ async def _run(opts: BenchOptions, endpoints: list[str], progress) -> Stats:  # 
             if progress is not None:
                 progress[0] = seq + 1
 
+        def more(seq: int) -> bool:
+            if opts.total is not None:
+                return seq < opts.total
+            assert deadline is not None  # validate(): --duration when there is no --total
+            return monotonic() < deadline
+
         seq = 0
-        while (seq < opts.total) if opts.total is not None else (monotonic() < deadline):
+        while more(seq):
             delay = t0 + seq / rate - monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -19,6 +19,7 @@ read). ``txn-put`` and ``watch-latency`` exist only in ``v3``.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import random
 from collections.abc import Callable
@@ -173,10 +174,8 @@ class Workload:
     def __init__(self, opts: BenchOptions, host: str, stream: int, streams: int) -> None:
         self.o = opts
         self.host = host
-        self._enc = encode_request
-        if opts.token:
-            auth = (("Authorization", opts.token),)
-            self._enc = lambda *args: encode_request(*args, headers=auth)
+        auth = (("Authorization", opts.token),) if opts.token else ()
+        self._enc = functools.partial(encode_request, headers=auth)
         self._rng = random.Random(None if opts.seed is None else opts.seed * 1000 + stream)
         self._stream, self._streams = stream, streams  # sequential keys: interleaved
         self.value = b"v" * opts.val_size
@@ -228,7 +227,7 @@ class Workload:
             return Request(
                 "range", self._enc("GET", "/v1/kv/" + key.decode() + q, self.host), _OK_OR_MISSING
             )
-        body = {"key": b64(key)}
+        body: dict[str, str | bool] = {"key": b64(key)}
         if self._serializable:
             body["serializable"] = True
         return Request(
