@@ -122,13 +122,12 @@ def cmd_archive(args) -> int:
             name=args.name or os.path.basename(os.path.abspath(args.data_dir)),
             retention=args.archive_retention,
         )
-        arch.open()
+        m = arch.open()  # the archiver's manifest: every pass updates it in place
     except (ArchiveError, OSError, ValueError) as exc:
         return _fail(str(exc))
     while True:
         try:
             arch.run_once()
-            m = arch.manifest
             report = {
                 "member_id": f"{m.member_id:x}",
                 "cluster_id": f"{m.cluster_id:x}",

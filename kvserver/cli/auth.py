@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from kvserver.cli.client import (
     PASSWORD_ENV,
     USER_ENV,
+    TLSFiles,
     _common_options,
     _dumps,
     _run,
@@ -185,7 +186,7 @@ def add_user_options(p: argparse.ArgumentParser) -> None:
 
 
 def auth_header(
-    endpoint: str, args: argparse.Namespace, *, timeout_s: float = 5.0, tls: dict | None = None
+    endpoint: str, args: argparse.Namespace, *, timeout_s: float = 5.0, tls: TLSFiles | None = None
 ) -> dict[str, str]:
     """``{"Authorization": token}`` for ``--user`` at ``endpoint`` (``{}`` without ``--user``
     or when the cluster has auth disabled)."""
@@ -194,8 +195,15 @@ def auth_header(
         return {}
 
     async def go() -> dict[str, str]:
-        options = {k: v for k, v in (tls or {}).items() if v}
-        async with AsyncClient(endpoint, timeout_s=timeout_s, **options, **creds) as client:
+        files = tls or TLSFiles(ca_file=None, cert_file=None, key_file=None)
+        async with AsyncClient(
+            endpoint,
+            timeout_s=timeout_s,
+            ca_file=files["ca_file"] or None,
+            cert_file=files["cert_file"] or None,
+            key_file=files["key_file"] or None,
+            **creds,
+        ) as client:
             return await client.auth_headers()
 
     return asyncio.run(go())

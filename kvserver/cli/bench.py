@@ -203,7 +203,7 @@ def _with_token(args, opts: BenchOptions) -> BenchOptions:
         opts.endpoints[0],
         args,
         timeout_s=args.timeout,
-        tls=dict(ca_file=opts.cacert, cert_file=opts.cert, key_file=opts.key),
+        tls={"ca_file": opts.cacert, "cert_file": opts.cert, "key_file": opts.key},
     )
     return replace(opts, token=headers.get("Authorization"))
 

@@ -39,7 +39,7 @@ import os
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 from kvserver.client import (
     DEFAULT_ENDPOINT,
@@ -216,12 +216,28 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def tls_options_from(args: argparse.Namespace, environ=os.environ) -> dict[str, str | None]:
+class TLSFiles(TypedDict):
+    """The client's TLS files (``AsyncClient``/``client_context`` keywords); None: not given."""
+
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+
+
+class Credentials(TypedDict, total=False):
+    """``AsyncClient``'s ``user``/``password`` keywords; empty without ``--user``."""
+
+    user: str
+    password: str
+
+
+def tls_options_from(args: argparse.Namespace, environ=os.environ) -> TLSFiles:
     """The client's ``ca_file``/``cert_file``/``key_file`` from the flags, else the env."""
-    return {
-        name: getattr(args, _TLS_DEST[flag], None) or environ.get(TLS_ENV[flag]) or None
-        for name, flag in (("ca_file", "--cacert"), ("cert_file", "--cert"), ("key_file", "--key"))
-    }
+
+    def get(flag: str) -> str | None:
+        return getattr(args, _TLS_DEST[flag], None) or environ.get(TLS_ENV[flag]) or None
+
+    return TLSFiles(ca_file=get("--cacert"), cert_file=get("--cert"), key_file=get("--key"))
 
 
 USER_ENV, PASSWORD_ENV = "RAFTKV_USER", "RAFTKV_PASSWORD"
@@ -232,7 +248,7 @@ def auth_options_from(
     environ=os.environ,
     stdin: TextIO | None = None,
     prompt: Callable[[str], str] = getpass.getpass,
-) -> dict[str, str]:
+) -> Credentials:
     """The client's ``user``/``password`` from ``--user name[:password]``/``--password``
     (else the env); the password asked on the terminal when missing. Raises ValueError when
     it is missing and stdin is not a terminal (a script must give it)."""
@@ -258,7 +274,7 @@ def auth_options_from(
                 "ask it)"
             )
         password = prompt(f"Password for {name}: ")
-    return {"user": name, "password": password}
+    return Credentials(user=name, password=password)
 
 
 def client_options_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -512,16 +528,17 @@ def _error_text(error: Exception | None) -> str:
 
 
 def _size(n: int) -> str:
+    size: float = n  # still the int while it is shown in bytes
     for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
+        if size < 1000 or unit == "GB":
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return str(size)
 
 
 def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
     if as_json:
-        docs = []
+        docs: list[dict[str, Any]] = []
         for es in statuses:
             s = es.status
             if s is None:
@@ -559,7 +576,7 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
         "DB SIZE",
         "ERRORS",
     ]
-    rows = []
+    rows: list[list[Any]] = []
     for es in statuses:
         s = es.status
         if s is None:
