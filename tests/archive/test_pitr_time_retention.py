@@ -20,8 +20,7 @@ import pytest
 
 from kvserver.archive.manifest import Manifest
 from kvserver.client import Client
-from tests.archive.helpers import cli, state_at
-from tests.archive.test_backup_cluster import _read_data_dir
+from tests.archive.helpers import cli, read_data_dir, state_at
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
@@ -80,10 +79,10 @@ def test_restore_to_time(make_cluster, tmp_path):
     assert state_a != state_b
     r = _restore(url, str(tmp_path / "at-t"), "--to-time", f"{t:.3f}")
     assert r.returncode == 0, r.stderr
-    assert _read_data_dir(str(tmp_path / "at-t")) == state_a
+    assert read_data_dir(str(tmp_path / "at-t")) == state_a
     r = _restore(url, str(tmp_path / "latest"), "--latest")
     assert r.returncode == 0, r.stderr
-    assert _read_data_dir(str(tmp_path / "latest")) == state_b
+    assert read_data_dir(str(tmp_path / "latest")) == state_b
     r = _restore(url, str(tmp_path / "too-early"), "--to-time", f"{before_anything:.3f}")
     assert r.returncode == 1
     assert "at or before time" in r.stderr
@@ -129,11 +128,11 @@ def test_archive_retention_keeps_two_snapshots_and_deletes_the_rest(make_cluster
     assert stored == m.objects() | {"manifest.json"}, "objects the manifest dropped remain"
     r = _restore(url, str(tmp_path / "latest"), "--latest")
     assert r.returncode == 0, r.stderr
-    assert _read_data_dir(str(tmp_path / "latest")) == live
+    assert read_data_dir(str(tmp_path / "latest")) == live
     # The member's one 64 MB segment holds the whole log, so retention cannot drop any of
     # it and the oldest revision stays restorable by replay from the empty state.
     (seg,) = m.segments
     assert seg.seq == 0
     r = _restore(url, str(tmp_path / "old"), "--to-revision", str(first_rev))
     assert r.returncode == 0, r.stderr
-    assert _read_data_dir(str(tmp_path / "old")) == {b"k/first": (b"x", first_rev, first_rev, 1)}
+    assert read_data_dir(str(tmp_path / "old")) == {b"k/first": (b"x", first_rev, first_rev, 1)}

@@ -8,9 +8,8 @@ import json
 import pytest
 
 from kvserver.client import Client
-from tests.archive.helpers import cli, state_at
+from tests.archive.helpers import cli, pitr_under_load, state_at
 from tests.archive.moto_s3 import make_bucket, moto_server, s3_env
-from tests.archive.test_backup_cluster import pitr_under_load
 
 pytestmark = pytest.mark.slow
 

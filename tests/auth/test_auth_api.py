@@ -8,40 +8,10 @@ import asyncio
 import json
 from typing import Any
 
-from kvserver.auth import AuthService
-from kvserver.auth.tokens import FailureLimiter, TokenTable
-
-from ..api.fakes import LocalKV
 from ..api.helpers import Api, b64, serve
+from .helpers import Clock, auth_kv
 
 WAIT_S = 10.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def auth_kv(clock: Clock | None = None, burst: int = 5) -> LocalKV:
-    kv = LocalKV()
-    clock = clock or Clock()
-
-    async def propose(payload: bytes) -> Any:
-        result = kv.auth.apply_entry(payload)
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    kv.auth = AuthService(
-        propose=propose,
-        tokens=TokenTable(60.0, clock=clock),  # type: ignore
-        limiter=FailureLimiter(burst=burst, rate_per_s=0.5, clock=clock),
-        hash_n=16,
-    )
-    return kv
 
 
 async def setup_users(api: Api) -> tuple[str, str]:

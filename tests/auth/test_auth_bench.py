@@ -11,7 +11,7 @@ from kvserver import cli
 from kvserver.client import Client
 from tests.client.fakeserver import FAST
 
-from .test_auth_client import AuthServed
+from .helpers import AuthServed
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from kvserver.cli import client as cli_client
 from kvserver.cli import main
 
-from .test_auth_client import AuthServed
+from .helpers import AuthServed
 
 
 @pytest.fixture

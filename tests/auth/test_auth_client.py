@@ -7,56 +7,16 @@ watches, and errors that are not retried."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from aiohttp import web
 
-from kvserver.api.http import build_client_app
 from kvserver.client import AsyncClient, Client, ClientError, InvalidArgumentError
-from kvserver.server.metrics import Metrics
-from tests.client.fakeserver import FAST, LoopThread, _free_port
+from tests.client.fakeserver import FAST
 
-from .test_auth_api import auth_kv
+from .helpers import AuthServed
 
 ALICE = dict(user="alice", password="alicepw")
 ROOT = dict(user="root", password="rootpw")
-
-
-class AuthServed:
-    """The client API over an auth-enabled ``LocalKV`` on a loopback port, in a loop thread;
-    counts authentications."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.kv = auth_kv(burst=50)
-        self.authentications = 0
-        original = self.kv.auth.authenticate
-
-        async def counted(*args: Any) -> str:
-            self.authentications += 1
-            return await original(*args)
-
-        self.kv.auth.authenticate = counted  # type: ignore[method-assign]
-        self.loop_thread = LoopThread()
-        self.runner: web.AppRunner | None = None
-
-    async def _start(self) -> None:
-        self.runner = web.AppRunner(
-            build_client_app(self.kv, Metrics(process_metrics=False)), access_log=None
-        )
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    def start(self) -> AuthServed:
-        self.loop_thread.run(self._start())
-        return self
-
-    def close(self) -> None:
-        if self.runner is not None:
-            self.loop_thread.run(self.runner.cleanup())
-        self.loop_thread.close()
 
 
 def setup_auth(c: Client, *, enable: bool = True) -> None:

@@ -22,7 +22,7 @@ Writes with an ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair are deduplica
 seen before gets the first answer again and changes nothing.
 
 The servers run on an event loop in a background thread, so tests may use the blocking client,
-the CLI (``asyncio.run``) or ``asyncio.run`` of async test bodies from the main thread.
+the CLI (``asyncio.run``) or async tests from the main thread.
 """
 
 from __future__ import annotations

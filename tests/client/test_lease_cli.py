@@ -28,8 +28,8 @@ from kvserver.cli import lease as cli_lease
 from kvserver.client import Client
 from kvserver.client.leases import format_lease_id
 from tests.client.fakeserver import dead_url
+from tests.client.servers import Served
 from tests.client.sigint import default_sigint, python_module
-from tests.client.test_leases import Served
 
 WAIT_S = 10.0
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

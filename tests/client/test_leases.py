@@ -18,9 +18,7 @@ import inspect
 import json
 
 import pytest
-from aiohttp import web
 
-from kvserver.api.http import build_client_app
 from kvserver.client import (
     AsyncClient,
     Client,
@@ -37,98 +35,11 @@ from kvserver.client import (
 )
 from kvserver.client import leases as leases_mod
 from kvserver.kvpb.service_errors import no_leader
-from kvserver.server.metrics import Metrics
-from tests.api.fakes import LocalKV
-from tests.client.fakeserver import FAST, LoopThread, _free_port
+from tests.client.fakeserver import FAST
+from tests.client.servers import Served
 from tests.support.wait import async_wait_for, wait_for
 
 DEADLINE_S = 10.0
-
-
-class LeaseKV(LocalKV):
-    """LocalKV that records the (client id, request id) of every grant/revoke that reached it,
-    can fail the first attempt of each op in ``fail_once`` with "no leader" (before applying),
-    delay the
-    answer of the next ``slow_grants`` grants by ``delay_s`` after applying, and counts
-    keep-alives that failed."""
-
-    def __init__(self, **kwargs):
-        super().__init__(bind_leases=True, **kwargs)
-        self.lessor.min_ttl_s = 1  # short leases keep the keep-alive tests quick
-        self.write_ids: list[tuple[str, int, int]] = []
-        self.fail_once: set[str] = set()
-        self.slow_grants = 0
-        self.delay_s = 0.0
-        self.keepalive_failures = 0
-
-    def _record(self, op: str, client_id: int, request_id: int) -> None:
-        self.write_ids.append((op, client_id, request_id))
-        if op in self.fail_once:
-            self.fail_once.discard(op)
-            raise no_leader()
-
-    async def lease_grant(self, ttl_s, lease_id=0, *, client_id=0, request_id=0):
-        self._record("grant", client_id, request_id)
-        response = await super().lease_grant(
-            ttl_s, lease_id, client_id=client_id, request_id=request_id
-        )
-        if self.slow_grants:
-            self.slow_grants -= 1
-            await asyncio.sleep(self.delay_s)
-        return response
-
-    async def lease_revoke(self, lease_id, *, client_id=0, request_id=0):
-        self._record("revoke", client_id, request_id)
-        return await super().lease_revoke(lease_id, client_id=client_id, request_id=request_id)
-
-    async def lease_keepalive(self, lease_id):
-        try:
-            return await super().lease_keepalive(lease_id)
-        except Exception:
-            self.keepalive_failures += 1
-            raise
-
-
-class Served:
-    """One LeaseKV served on ``ports`` HTTP listeners (the same node reachable at several
-    endpoints; closing one listener is a failover test)."""
-
-    def __init__(self, listeners: int = 1) -> None:
-        self.ports = [_free_port() for _ in range(listeners)]
-        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.url = self.urls[0]
-        self.kv = LeaseKV(client_url=self.url)
-        self.loop_thread = LoopThread()
-        self.runners: list[web.AppRunner] = []
-
-    async def _start(self) -> None:
-        for port in self.ports:
-            app = build_client_app(self.kv, Metrics(process_metrics=False))
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            self.runners.append(runner)
-
-    def start(self) -> Served:
-        self.loop_thread.run(self._start())
-        return self
-
-    def stop_listener(self, index: int) -> None:
-        runner = self.runners[index]
-        self.loop_thread.run(runner.cleanup())
-
-    def run(self, fn):
-        """Run ``fn()`` on the server's loop (LocalKV is not thread-safe)."""
-
-        async def call():
-            return fn()
-
-        return self.loop_thread.run(call())
-
-    def close(self) -> None:
-        for runner in self.runners:
-            self.loop_thread.run(runner.cleanup())
-        self.loop_thread.close()
 
 
 @pytest.fixture

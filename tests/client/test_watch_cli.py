@@ -19,8 +19,8 @@ from kvserver import cli
 from kvserver.cli.watch import render_event
 from kvserver.client import EventType, KeyValue, WatchEvent
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest
+from tests.client.servers import Replicas
 from tests.client.sigint import python_module
-from tests.client.test_watch_client import Replicas
 
 WAIT_S = 10.0
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

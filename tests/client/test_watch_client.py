@@ -17,10 +17,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiohttp import web
 
-from kvserver.api.http import build_client_app
-from kvserver.api.http.watch import SESSIONS_KEY
 from kvserver.client import (
     AsyncClient,
     Client,
@@ -31,100 +28,12 @@ from kvserver.client import (
 )
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.server.metrics import Metrics
 from kvserver.watch.hub import WatchLimits
-from tests.api.fakes import LocalKV
-from tests.client.fakeserver import FAST, LoopThread, _free_port
+from tests.client.fakeserver import FAST
+from tests.client.servers import Replicas
 from tests.support.wait import wait_for
 
 WAIT_S = 10.0
-
-
-class Replicas:
-    """N LocalKV replicas served over HTTP on one background loop; writes go to every live
-    replica, in order. Replica 0 is reported as the leader."""
-
-    def __init__(self, n: int = 1, watch_limits: WatchLimits | None = None) -> None:
-        self.loop_thread = LoopThread()
-        self.ports = [_free_port() for _ in range(n)]
-        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.kvs = [
-            LocalKV(member_id=0x100 + i, client_url=url, watch_limits=watch_limits)
-            for i, url in enumerate(self.urls)
-        ]
-        self.apps: list[web.Application] = []
-        self.runners: list[web.AppRunner | None] = []
-        self.set_leader(0)
-
-    def set_leader(self, index: int) -> None:
-        for kv in self.kvs:
-            kv.leader = self.kvs[index].member_id
-
-    async def _start(self) -> None:
-        for kv, port in zip(self.kvs, self.ports, strict=True):
-            app = build_client_app(kv, Metrics(process_metrics=False))
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            self.apps.append(app)
-            self.runners.append(runner)
-
-    def start(self) -> Replicas:
-        self.loop_thread.run(self._start())
-        return self
-
-    def live(self) -> list[LocalKV]:
-        return [kv for kv, r in zip(self.kvs, self.runners, strict=True) if r is not None]
-
-    def write(self, *requests) -> int:
-        """Apply the requests to every live replica (on the serving loop); the revision."""
-
-        async def apply() -> int:
-            rev = 0
-            for req in requests:
-                for kv in self.live():
-                    if isinstance(req, PutRequest):
-                        rev = (await kv.put(req)).header.revision
-                    elif isinstance(req, DeleteRangeRequest):
-                        rev = (await kv.delete_range(req)).header.revision
-                    else:
-                        rev = (await kv.compact(req)).header.revision
-            return rev
-
-        return self.loop_thread.run(apply())
-
-    def put(self, key: str, value: str) -> int:
-        return self.write(PutRequest(key.encode(), value.encode()))
-
-    def stop(self, index: int) -> None:
-        """Shut a replica down (open watch streams get a final Unavailable error line)."""
-        runner = self.runners[index]
-        self.runners[index] = None
-        if runner is not None:
-            self.loop_thread.run(runner.cleanup())
-
-    def end_streams(self, index: int) -> int:
-        """End every watch stream of a replica abruptly (EOF, as a proxy dropping it)."""
-
-        async def end() -> int:
-            sessions = list(self.apps[index][SESSIONS_KEY])
-            for s in sessions:
-                s.stream.close()
-            return len(sessions)
-
-        return self.loop_thread.run(end())
-
-    def watchers(self, index: int = 0) -> int:
-        return self.loop_thread.run(_value(self.kvs[index].watch_hub.watcher_count))
-
-    def close(self) -> None:
-        for i in range(len(self.runners)):
-            self.stop(i)
-        self.loop_thread.close()
-
-
-async def _value(x):
-    return x
 
 
 @pytest.fixture

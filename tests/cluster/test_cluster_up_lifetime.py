@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cluster.test_cluster_up import ClusterUp, gone
+from tests.cluster.cluster_up import ClusterUp, gone
 from tests.support.wait import wait_for
 
 EXIT_S = 30.0

@@ -18,63 +18,31 @@ Also: a message the sender cannot encode (msgpack's OverflowError, the crash of 
 is dropped with an ERROR, and that peer's sender task keeps running.
 """
 
-import asyncio
 import dataclasses
 import logging
-import os
 
 import aiohttp
 import pytest
 
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest
-from kvserver.mvcc.codec import encode_entry
-from kvserver.rafthttp.codec import encode_batch
 from raft import Entry, Message, MessageType
+from tests.kvserver.peer_attack import (
+    CLUSTER_HEADER,
+    FORGED_KEY,
+    FROM_HEADER,
+    STRANGER,
+    TO_HEADER,
+    attack_url,
+    forged_payload,
+)
 from tests.support.inprocess import configs, wait_leader
-
-# Written out, not imported: these tests also run against the transport before the fix.
-CLUSTER_HEADER, FROM_HEADER, TO_HEADER = "X-Raftkv-Cluster-Id", "X-Raftkv-From", "X-Raftkv-To"
-STRANGER = 0x5EC0_DEAD_BEEF  # not a member id
-FORGED_KEY = b"forged"
-
-
-def forged_payload() -> bytes:
-    """An entry's data as the node driver frames it: origin | sequence | request."""
-    return os.urandom(8) + (1).to_bytes(8, "big") + encode_entry(PutRequest(FORGED_KEY, b"x"))
 
 
 async def attack(member: Member, sender: int, messages: list[Message]) -> str:
     return await attack_url(
         member.cfg.listen_peer_urls[0], member.cluster_id, sender, member.member_id, messages
     )
-
-
-async def attack_url(
-    peer_url: str, cluster_id: int, sender: int, to: int, messages: list[Message]
-) -> str:
-    """Open a stream to ``peer_url`` as ``sender`` and send ``messages`` in one frame.
-    Returns ``refused <status>``, ``closed`` (the member closed the stream after the frame)
-    or ``open`` (it took the frame and kept the stream)."""
-    headers = {CLUSTER_HEADER: str(cluster_id), FROM_HEADER: str(sender), TO_HEADER: str(to)}
-    async with aiohttp.ClientSession() as session:
-        try:
-            ws = await session.ws_connect(peer_url + "/raft/stream", headers=headers)
-        except aiohttp.WSServerHandshakeError as exc:
-            return f"refused {exc.status}"
-        async with ws:
-            await ws.send_bytes(encode_batch(messages))
-            try:
-                async with asyncio.timeout(3.0):
-                    frame = await ws.receive()
-            except TimeoutError:
-                return "open"
-            return (
-                "closed"
-                if frame.type
-                in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
-                else "open"
-            )
 
 
 async def cluster(tmp_path) -> tuple[list, list[Member], Member]:

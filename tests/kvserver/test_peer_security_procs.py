@@ -19,7 +19,7 @@ import pytest
 from kvserver.localcluster.launcher import LocalCluster
 from raft import Entry, Message, MessageType
 from tests.cluster.harness import b64, call, put, status, wait_healthy
-from tests.kvserver.test_peer_security import STRANGER, attack_url, forged_payload
+from tests.kvserver.peer_attack import STRANGER, attack_url, forged_payload
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow

@@ -34,8 +34,9 @@ from kvserver.server.replicated_kv import RaftKV
 from tests.api.fakes import LocalKV
 from tests.api.helpers import serve
 from tests.support.apply_now import raftkv_without_raft
+from tests.support.inprocess import configs, start_all, stop_all
 
-from .helpers import FakeClock, ids, make
+from .helpers import FakeClock, ids, kv, make, wait_promoted
 
 CID = 0xC11E
 IDS_HEADERS = ("X-Raftkv-Client-Id", "X-Raftkv-Request-Id")
@@ -311,10 +312,6 @@ async def test_api_same_grant_and_revoke_twice_with_the_same_headers():
 
 
 async def test_retry_through_another_member_and_after_a_leader_change(tmp_path):
-    from tests.kvserver.test_member_inprocess import configs, start_all, stop_all
-
-    from .test_wired_cluster import kv, wait_promoted
-
     members = await start_all(configs(tmp_path))
     live = list(members)
     try:

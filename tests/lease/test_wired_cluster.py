@@ -19,24 +19,11 @@ from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.lease.codec import encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.replicated_kv import RaftKV
-from tests.kvserver.test_member_inprocess import configs, start_all, stop_all, wait_leader
+from tests.lease.helpers import kv, wait_promoted
 from tests.support.apply_now import raftkv_without_raft
+from tests.support.inprocess import configs, start_all, stop_all
 
 POLL_S = 0.05
-
-
-def kv(member) -> RaftKV:
-    return member.node.sm
-
-
-async def wait_promoted(members):
-    """The agreed leader, once its lessor is primary (its first entry of the term applied)."""
-    for _ in range(200):
-        leader = await wait_leader(members)
-        if kv(leader).lessor.is_primary:
-            return leader
-        await asyncio.sleep(POLL_S)
-    raise AssertionError("the leader's lessor was never promoted")
 
 
 async def keys(member, prefix: bytes) -> list[bytes]:

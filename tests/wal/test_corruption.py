@@ -22,7 +22,7 @@ from raftpb import HardState
 from wal.dump import DumpRecord, dump
 
 from .helpers import entries
-from .test_codec_properties import reference_scan
+from .reference import reference_scan
 
 SEGMENT_BYTES = 8192
 
