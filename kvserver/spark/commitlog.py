@@ -42,6 +42,7 @@ from kvserver.client import Client, Cmp, Op, Txn
 from kvserver.client.txn import as_bytes
 from kvserver.kvpb.kv import KeyValue, RequestOp, prefix_range_end
 from kvserver.spark.fencing import Fence, FencedOutError
+from kvserver.spark.txn_reads import range_kvs
 
 DEFAULT_PREFIX = "__raftkv/commitlog/"
 VERSION_DIGITS = 20
@@ -170,20 +171,20 @@ class CommitLog:
         )
         if result.succeeded:
             return CommitEntry(version, data, result.revision)
-        responses = list(result.responses)
         if fence is not None:
-            detail = fenced_out_detail(fence, responses[-1].kvs)
+            detail = fenced_out_detail(fence, range_kvs(result, -1))
             if detail is not None:
-                if responses[0].kvs:
+                if range_kvs(result, 0):
                     detail += f"; version {version} was meanwhile committed by another writer"
                 raise FencedOutError(
                     fence.key,
                     fence.token,
                     f"commit of {self.table!r} version {version} refused: {detail}",
                 )
-        if responses[0].kvs:
-            raise CommitConflictError(self.table, version, self._entry(responses[0].kvs[0]))
-        if version > 0 and not responses[1].kvs:
+        current = range_kvs(result, 0)
+        if current:
+            raise CommitConflictError(self.table, version, self._entry(current[0]))
+        if version > 0 and not range_kvs(result, 1):
             raise CommitGapError(self.table, version)
         raise CommitLogError(
             f"table {self.table!r}: commit of version {version} refused for "

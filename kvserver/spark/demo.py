@@ -55,6 +55,7 @@ from kvserver.client.errors import ClientError
 from kvserver.spark.commitlog import CommitConflictError, CommitEntry, CommitLog
 from kvserver.spark.fencing import Fence, FencedOutError
 from kvserver.spark.lock import FencedLock
+from kvserver.spark.txn_reads import range_kvs
 
 CATEGORIES = ("books", "games", "garden", "music", "tools")
 STAGING = "_staging"
@@ -134,7 +135,7 @@ def read_output(out_dir: str) -> list[tuple]:
     """Every committed row under ``out_dir`` (``day=*`` directories), sorted; via pyarrow."""
     import pyarrow.parquet as pq
 
-    rows = []
+    rows: list[tuple] = []
     for name in sorted(os.listdir(out_dir)):
         if not name.startswith("day="):
             continue
@@ -221,7 +222,7 @@ def _check_config(client: Client, cfg: DemoConfig, fence: Fence) -> None:
     )
     if result.succeeded:
         return
-    kvs = result.responses[0].kvs
+    kvs = range_kvs(result, 0)
     if not kvs:
         raise FencedOutError(fence.key, fence.token, "writing the run's configuration refused")
     if kvs[0].value.decode() != want:
@@ -282,13 +283,13 @@ def run(
     result = RunResult()
     run_id = uuid.uuid4().hex[:12]
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    lost = []
-    lock = FencedLock(
-        client,
-        f"demo/{cfg.table}",
-        ttl=ttl,
-        on_lost=lambda reason: (lost.append(reason), say(f"!! lock lost: {reason}")),
-    )
+    lost: list[str] = []
+
+    def on_lost(reason: str) -> None:
+        lost.append(reason)
+        say(f"!! lock lost: {reason}")
+
+    lock = FencedLock(client, f"demo/{cfg.table}", ttl=ttl, on_lost=on_lost)
     say(f"raftkv: {', '.join(client.endpoints)}; table {cfg.table!r}: waiting for its lock")
     fence = lock.acquire(timeout=lock_timeout)
     result.token = fence.token

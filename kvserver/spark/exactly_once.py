@@ -55,6 +55,7 @@ from kvserver.client import Client, Cmp, Op, Txn
 from kvserver.client.txn import as_bytes
 from kvserver.spark.commitlog import fenced_out_detail, resolve_fence
 from kvserver.spark.fencing import FencedOutError
+from kvserver.spark.txn_reads import range_kvs
 
 log = logging.getLogger("raftkv.spark.exactly_once")
 
@@ -164,7 +165,7 @@ class ExactlyOnceBatch:
         if result.succeeded:
             return
         if fence is not None:
-            detail = fenced_out_detail(fence, result.responses[-1].kvs)
+            detail = fenced_out_detail(fence, range_kvs(result, -1))
             if detail is not None:
                 raise FencedOutError(
                     fence.key,

@@ -48,10 +48,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from kvserver.client import Client, Cmp, LeaseNotFoundError, Op, Txn
+from kvserver.client import Client, Cmp, LeaseNotFoundError, Op, SyncKeepAlive, Txn
 from kvserver.client.errors import ClientError
 from kvserver.client.txn import as_bytes
 from kvserver.spark.fencing import Fence, FencedOutError
+from kvserver.spark.txn_reads import range_kvs
 
 log = logging.getLogger("raftkv.spark.lock")
 
@@ -97,7 +98,7 @@ class FencedLock:
         self._key: bytes | None = None
         self._token: int | None = None
         self._lease_id: int | None = None
-        self._keepalive = None
+        self._keepalive: SyncKeepAlive | None = None
         self._monitor: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -229,7 +230,7 @@ class FencedLock:
         )
         if result.succeeded:
             return result.revision  # the put's revision is the key's create revision
-        kvs = result.responses[0].kvs  # only if the key already exists: reuse its place
+        kvs = range_kvs(result, 0)  # only if the key already exists: reuse its place
         if not kvs:
             raise ClientError(f"lock {self.name!r}: queue key {key!r} vanished at creation")
         return kvs[0].create_revision

@@ -42,6 +42,7 @@ import dataclasses
 import enum
 import json
 from dataclasses import dataclass
+from typing import TypedDict
 
 import raftpb
 from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
@@ -140,9 +141,20 @@ _OPERATIONS = {
 }
 
 
-def decode_request(entry_type: int, data: bytes | None) -> dict:
+class RequestColumns(TypedDict):
+    """The columns ``decode_request`` fills (None: not applicable to the entry)."""
+
+    origin: str | None  # 16 hex digits
+    operation: str | None
+    keys: list[str] | None
+    client_id: int | None
+    request_id: int | None
+    request: str | None  # JSON
+
+
+def decode_request(entry_type: int, data: bytes | None) -> RequestColumns:
     """origin, operation, keys, client_id, request_id and request of one entry's data."""
-    out = {
+    out: RequestColumns = {
         "origin": None,
         "operation": None,
         "keys": None,
@@ -192,13 +204,11 @@ def decode_request(entry_type: int, data: bytes | None) -> dict:
         return out
     keys: list[str] = []
     _write_keys(req, keys)
-    out.update(
-        operation=_OPERATIONS.get(type(req).__name__, type(req).__name__),
-        keys=keys,
-        client_id=client_id,
-        request_id=request_id,
-        request=json.dumps(_plain(req), sort_keys=True),
-    )
+    out["operation"] = _OPERATIONS.get(type(req).__name__, type(req).__name__)
+    out["keys"] = keys
+    out["client_id"] = client_id
+    out["request_id"] = request_id
+    out["request"] = json.dumps(_plain(req), sort_keys=True)
     return out
 
 

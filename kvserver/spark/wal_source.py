@@ -49,8 +49,9 @@ parts themselves (partitions carry names, never open files or clients) and decod
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -76,7 +77,7 @@ class WalOptions:
     storage: dict
 
 
-def parse_options(opts: dict) -> WalOptions:
+def parse_options(opts: Mapping[str, Any]) -> WalOptions:
     opts = {str(k).lower(): v for k, v in opts.items()}
     storage_raw = [
         f"{k[len('storage.') :]}={v}" for k, v in opts.items() if k.startswith("storage.")
@@ -148,6 +149,12 @@ class SegmentPartition(InputPartition):
         self.cluster = cluster
         self.committed = committed
 
+    @property
+    def archive_url(self) -> str:
+        """The archive of a partition that is no local file (it names archived parts)."""
+        assert self.url is not None, "a segment partition has a local path or an archive URL"
+        return self.url
+
     def __repr__(self) -> str:
         return f"SegmentPartition({self.index}, {self.segment}, {self.path or self.url})"
 
@@ -180,11 +187,11 @@ def _archived_bytes(url: str, storage: dict, segment: str, parts) -> bytes:
 def partition_bytes(o: WalOptions, p: SegmentPartition) -> bytes:
     if p.path is not None:
         return _local_bytes(p.path)
-    return _archived_bytes(p.url, o.storage, p.segment, p.parts)
+    return _archived_bytes(p.archive_url, o.storage, p.segment, p.parts)
 
 
 def _where(p: SegmentPartition) -> str:
-    return p.path if p.path is not None else f"{p.url.rstrip('/')} ({p.segment})"
+    return p.path if p.path is not None else f"{p.archive_url.rstrip('/')} ({p.segment})"
 
 
 def read_partition(o: WalOptions, p: SegmentPartition) -> Iterator:
@@ -260,7 +267,7 @@ def _plan_local(o: WalOptions, path: str, start: int) -> list[SegmentPartition]:
         raise WalSourceError(f"raftkv-wal: {exc}") from None
     names = [s.name for s in list_segments(wal_dir)]
     paths = [os.path.join(wal_dir, n) for n in names]
-    plans: list[Committed | None] = [None] * len(names)
+    plans: Sequence[Committed | None] = [None] * len(names)
     if o.committed_only:
         plans = _committed_plan([summarize(_local_bytes(p), p) for p in paths])
     return [
@@ -281,7 +288,7 @@ def _plan_archive(o: WalOptions, url: str, start: int) -> list[SegmentPartition]
             tuple((f"{m.member_prefix}/{p.object}", p.offset, p.size, p.crc32c) for p in s.parts)
             for s in segs
         ]
-        plans: list[Committed | None] = [None] * len(segs)
+        plans: Sequence[Committed | None] = [None] * len(segs)
         if o.committed_only:
             plans = _committed_plan(
                 [
@@ -333,7 +340,8 @@ class RaftKVWalReader(DataSourceReader):
     def partitions(self) -> list[SegmentPartition]:
         return plan(self.o)
 
-    def read(self, partition: SegmentPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
+        assert isinstance(partition, SegmentPartition)  # Spark hands back partitions()'s own
         return read_partition(self.o, partition)
 
 

@@ -178,5 +178,6 @@ class RaftKVReader(DataSourceReader):
     def partitions(self) -> list[KeyRangePartition]:
         return plan(self.o)
 
-    def read(self, partition: KeyRangePartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
+        assert isinstance(partition, KeyRangePartition)  # Spark hands back partitions()'s own
         return read_partition(self.o, partition)

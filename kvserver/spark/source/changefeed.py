@@ -54,7 +54,16 @@ import threading
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from kvserver.client import AsyncClient, Cmp, Op, SortOrder, SortTarget, Txn, WatchCompactedError
+from kvserver.client import (
+    AsyncClient,
+    Cmp,
+    Op,
+    SortOrder,
+    SortTarget,
+    SyncWatch,
+    Txn,
+    WatchCompactedError,
+)
 from kvserver.kvpb.kv import EventType
 from kvserver.spark.source.batch_read import decode_key, decode_value
 from kvserver.spark.source.options import SourceOptions
@@ -63,6 +72,7 @@ from kvserver.spark.source.store import (
     current_compact_revision,
     open_client,
 )
+from kvserver.spark.txn_reads import range_kvs
 
 log = logging.getLogger("raftkv.spark.changefeed")
 
@@ -166,7 +176,7 @@ class _RangeWatcher:
         self.error: BaseException | None = None
         self._o = o
         self._client = open_client(o)
-        self._watch = None
+        self._watch: SyncWatch | None = None  # the current one, for stop()
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="raftkv-changefeed-watch", daemon=True
@@ -179,8 +189,8 @@ class _RangeWatcher:
         try:
             while not self._stopped.is_set():
                 try:
-                    self._watch = self._client.watch(key, range_end, start_revision=first)
-                    for event in self._watch:
+                    self._watch = watch = self._client.watch(key, range_end, start_revision=first)
+                    for event in watch:
                         self.latest = max(self.latest, event.revision)
                     return
                 except WatchCompactedError as err:
@@ -240,7 +250,7 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             if res.succeeded:
                 return resolved
-            return int(res.responses[0].kvs[0].value)  # type: ignore[union-attr]
+            return int(range_kvs(res, 0)[0].value)
 
     def latestOffset(self, start: dict, limit) -> dict:
         begin = int(start["revision"])
@@ -278,7 +288,8 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s, e = int(start["revision"]), int(end["revision"])
         return [ChangePartition(s, e)] if e > s else []
 
-    def read(self, partition: ChangePartition):
+    def read(self, partition: InputPartition):
+        assert isinstance(partition, ChangePartition)  # Spark hands back partitions()'s own
         timeout_s = max(READ_TIMEOUT_FLOOR_S, 4 * self.o.timeout_s)
 
         async def bounded():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kvserver.client import Client, Cmp, Op, Txn
 from kvserver.spark.fencing import Fence, FencedOutError
 from kvserver.spark.source.options import SourceOptions
+from kvserver.spark.txn_reads import range_kvs
 
 PUT_OVERHEAD_BYTES = 16
 MARKER_VALUE = b"1"
@@ -153,7 +154,7 @@ def write_chunks(
         if res.succeeded:
             applied += 1
             continue
-        marker_found = bool(res.responses and res.responses[0].kvs)  # type: ignore[union-attr]
+        marker_found = bool(res.responses and range_kvs(res, 0))
         if marker_found:
             skipped += 1
             continue
