@@ -6,6 +6,11 @@ generations, history lists, change logs, snapshots or dedup tables. Random seque
 put / delete-range / txn / compact / range-at-revision / watch replay / lease revoke /
 retried writes / snapshot-and-restore must give identical responses, errors, events and
 observable state in both.
+
+The model's reads are its own: which keys a range selects (key, range end, prefix), the
+revision filters, the sort, the limit and ``more``, ``count``, ``count_only`` and
+``keys_only`` are written here plainly from etcd's rules, sharing no code with the store, so
+that the comparison can catch a store bug in them.
 """
 
 from __future__ import annotations
@@ -49,8 +54,6 @@ from kvserver.mvcc import (
     SortTarget,
     TxnRequest,
     TxnResponse,
-    key_in_range,
-    prefix_range_end,
 )
 from kvserver.mvcc.store import record_size_bytes
 
@@ -68,6 +71,38 @@ def hdr(rev: int) -> ResponseHeader:
     return ResponseHeader(0, 0, rev, 0)
 
 
+# The model's own reading of etcd's range conventions, written from etcd's documentation and
+# not shared with the store, so that a store bug in them shows.
+
+
+def in_range(k: bytes, key: bytes, range_end: bytes) -> bool:
+    """No range end: the key itself. Range end "\\0": every key from ``key`` on. Otherwise
+    the keys in [key, range_end)."""
+    if range_end == b"":
+        return k == key
+    if range_end == b"\0":
+        return k >= key
+    return key <= k and k < range_end
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range end that selects every key starting with ``prefix``: the prefix up to its
+    last byte below 0xff, that byte incremented; "\\0" (no end) if every byte is 0xff."""
+    for i in reversed(range(len(prefix))):
+        if prefix[i] < 0xFF:
+            return prefix[:i] + bytes([prefix[i] + 1])
+    return b"\0"
+
+
+SORT_FIELD = {
+    SortTarget.KEY: "key",
+    SortTarget.VERSION: "version",
+    SortTarget.CREATE: "create_revision",
+    SortTarget.MOD: "mod_revision",
+    SortTarget.VALUE: "value",
+}
+
+
 class Model:
     def __init__(self) -> None:
         self.rev = 1
@@ -78,7 +113,7 @@ class Model:
 
     # -- reads ---------------------------------------------------------------------------------
     def live(self, state, key, end) -> list[KeyValue]:
-        return [state[k] for k in sorted(state) if key_in_range(k, key, end)]
+        return [state[k] for k in sorted(state) if in_range(k, key, end)]
 
     def do_range(self, r: RangeRequest, state, cur_rev: int) -> RangeResponse:
         rev = r.revision
@@ -90,32 +125,27 @@ class Model:
             raise CompactedError()
         # `state` is the working state when cur_rev == rev inside a txn
         source = state if rev == cur_rev else self.states[rev]
-        kvs = self.live(source, r.key, r.range_end)
-        count = len(kvs)
+        selected = [kv for k, kv in source.items() if in_range(k, r.key, r.range_end)]
+        count = len(selected)  # every key in the range: the options below only shape kvs
         if r.count_only:
-            kvs = []
-        filtered = any(
-            (r.min_mod_revision, r.max_mod_revision, r.min_create_revision, r.max_create_revision)
-        )
-        if r.sort_order == SortOrder.NONE and not filtered and r.limit > 0:
-            kvs = kvs[: r.limit + 1]
-        if r.max_mod_revision:
-            kvs = [kv for kv in kvs if kv.mod_revision <= r.max_mod_revision]
-        if r.min_mod_revision:
-            kvs = [kv for kv in kvs if kv.mod_revision >= r.min_mod_revision]
-        if r.max_create_revision:
-            kvs = [kv for kv in kvs if kv.create_revision <= r.max_create_revision]
-        if r.min_create_revision:
-            kvs = [kv for kv in kvs if kv.create_revision >= r.min_create_revision]
-        order = r.sort_order
-        if r.sort_target != SortTarget.KEY and order == SortOrder.NONE:
-            order = SortOrder.ASCEND
-        if order != SortOrder.NONE:
-            field = ["key", "version", "create_revision", "mod_revision", "value"][r.sort_target]
-            kvs = sorted(kvs, key=lambda kv: getattr(kv, field), reverse=order == SortOrder.DESCEND)
-        more = r.limit > 0 and len(kvs) > r.limit
-        if more:
-            kvs = kvs[: r.limit]
+            return RangeResponse(hdr(cur_rev), (), False, count)
+        kvs = [
+            kv
+            for kv in selected
+            if (not r.min_mod_revision or kv.mod_revision >= r.min_mod_revision)
+            and (not r.max_mod_revision or kv.mod_revision <= r.max_mod_revision)
+            and (not r.min_create_revision or kv.create_revision >= r.min_create_revision)
+            and (not r.max_create_revision or kv.create_revision <= r.max_create_revision)
+        ]
+        kvs = sorted(kvs, key=lambda kv: kv.key)  # unsorted means in key order
+        field = SORT_FIELD[r.sort_target]
+        if r.sort_order == SortOrder.DESCEND:
+            kvs = sorted(kvs, key=lambda kv: getattr(kv, field), reverse=True)
+        elif r.sort_order == SortOrder.ASCEND or r.sort_target != SortTarget.KEY:
+            kvs = sorted(kvs, key=lambda kv: getattr(kv, field))  # a target alone: ascending
+        more = False
+        if r.limit > 0 and len(kvs) > r.limit:
+            kvs, more = kvs[: r.limit], True
         if r.keys_only:
             kvs = [
                 KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.lease)
@@ -215,7 +245,7 @@ class Model:
             puts = [op.request_put.key for op in branch if op.request_put is not None]
             dels = [op.request_delete_range for op in branch if op.request_delete_range]
             if len(set(puts)) != len(puts) or any(
-                key_in_range(k, d.key, d.range_end) for k in puts for d in dels
+                in_range(k, d.key, d.range_end) for k in puts for d in dels
             ):
                 raise InvalidArgumentError(MSG_DUPLICATE_KEY)
         ok = all(self.compare(c) for c in t.compare)
@@ -263,7 +293,7 @@ class Model:
         out = []
         for e in self.events:
             m = e.kv.mod_revision
-            if m < rev or not key_in_range(e.kv.key, key, end):
+            if m < rev or not in_range(e.kv.key, key, end):
                 continue
             if m == self.compact and e.type == EventType.DELETE:
                 continue
@@ -290,7 +320,7 @@ def ranges_end(draw, key, single_weight=1):
     if kind == "single":
         return b""
     if kind == "prefix":
-        return prefix_range_end(key)
+        return prefix_end(key)
     if kind == "open":
         return b"\0"
     return draw(keys)
@@ -353,7 +383,7 @@ def resolve(req, rev: int):
 @st.composite
 def compares(draw):
     key = draw(keys)
-    end = draw(st.sampled_from([b"", b"", prefix_range_end(key)]))
+    end = draw(st.sampled_from([b"", b"", prefix_end(key)]))
     target = draw(st.sampled_from(list(CompareTarget)))
     result = draw(st.sampled_from(list(CompareResult)))
     number = draw(st.integers(min_value=0, max_value=8))
@@ -459,7 +489,7 @@ def run_against_model(ops) -> None:
         elif kind in ("events", "events_from_compact"):
             rev = model.rev + op[1] if kind == "events" else model.compact + op[1]
             key, prev_kv = op[2], op[3]
-            for end in (b"", prefix_range_end(key), b"\0"):
+            for end in (b"", prefix_end(key), b"\0"):
                 args = (rev, key, end, prev_kv)
                 got, err = outcome(lambda a=args, s=store: s.events_since(*a[:3], prev_kv=a[3]))
                 want, werr = outcome(lambda a=args: model.events_since(*a))
