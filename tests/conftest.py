@@ -3,7 +3,9 @@
 External programs (etcd, Java, Docker): a test that needs one calls
 ``require_program("etcd")``. On a developer machine without it the test is skipped with a
 clear reason; when ``RAFTKV_REQUIRE_EXTERNAL=1`` (set by .ci/run, which installs them) a
-missing program is a failure, so CI never silently skips.
+missing program is a failure, so CI never silently skips. Tests that need one are marked
+``external``; when etcd is missing (and not required), the run says at its start how many of
+the selected tests will skip for it and how to install it.
 
 A test may be an ``async def``: it runs in a fresh event loop of its own (``asyncio.run``,
 so the loop policy in force, uvloop's included, makes the loop), with its fixtures as
@@ -20,6 +22,9 @@ import pytest
 
 def external_required() -> bool:
     return os.environ.get("RAFTKV_REQUIRE_EXTERNAL", "") not in ("", "0")
+
+
+ETCD_INSTALL = "apt-get install etcd-server etcd-client"
 
 
 def require_program(name: str, hint: str = "") -> str:
@@ -80,7 +85,29 @@ SLOW_TIMEOUT_S = 300
 BACKSTOP_S = 60
 
 
+def _needs_etcd(item) -> bool:
+    """Marked external, and not for Docker, Java or the chaos suites: etcd is what it needs."""
+    return item.get_closest_marker("external") is not None and not any(
+        item.get_closest_marker(m) for m in ("docker", "spark", "chaos")
+    )
+
+
+def _say_etcd_is_missing(session) -> None:
+    if external_required() or shutil.which("etcd"):
+        return
+    count = sum(1 for item in session.items if _needs_etcd(item))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if count and reporter is not None:
+        reporter.write_line(
+            f"etcd is not installed: {count} selected test(s) that run against a real etcd "
+            f"will be skipped. Install it with: {ETCD_INSTALL}",
+            yellow=True,
+            bold=True,
+        )
+
+
 def pytest_collection_finish(session):
+    _say_etcd_is_missing(session)
     config = session.config
     if not config.pluginmanager.hasplugin("timeout"):
         return

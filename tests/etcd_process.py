@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from kvserver.localcluster.launcher import free_ports
-from tests.conftest import require_program
+from tests.conftest import ETCD_INSTALL, require_program
 from tests.support.procs import stop_process
 
 READY_TIMEOUT_S = 30.0
@@ -61,7 +61,7 @@ def etcd_process(
 ):
     """``extra_args`` go to etcd as they are (e.g. TLS flags: then ``client_scheme``
     "https" and ``ssl_context``, what the readiness poll and ``post`` connect with)."""
-    binary = require_program("etcd", "Debian package etcd-server")
+    binary = require_program("etcd", ETCD_INSTALL)
     client, peer = free_ports(2)
     url, peer_url = f"{client_scheme}://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     data_dir, log_path = os.path.join(root, "etcd"), os.path.join(root, "etcd.log")

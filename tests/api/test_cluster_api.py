@@ -180,6 +180,7 @@ async def test_no_leader_is_503_and_get_is_405() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.external
 async def test_shapes_match_a_real_etcd(tmp_path) -> None:
     """The same requests against etcd 3.4: the same keys (values differ: IDs, URLs)."""
     import json

@@ -23,7 +23,7 @@ from tests.compat.conftest import RAFTKV_TIMING
 from tests.etcd_process import etcd_process
 from tests.tls.conftest import PKI
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 
 @dataclass
