@@ -33,8 +33,9 @@ import wal
 from kvserver.archive.datadir import RestoredMember, RestoreTarget, build_data_dir
 from kvserver.archive.manifest import MANIFEST, Manifest, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore
+from kvserver.membership.identity import decode_metadata
 from kvserver.membership.registry import split_members_frame
-from kvserver.server.node_storage import decode_metadata
+from kvserver.server.node import NodeOptions
 from kvserver.server.replicated_kv import RaftKV
 from raft import EntryType
 
@@ -47,14 +48,24 @@ class _ReplayOnly:
     """The node under a state machine that is only replayed: committed entries are applied
     to it directly, so it never proposes, reads through raft or leads."""
 
-    term = 0
+    term = leader = applied = 0
     is_leader = False
+    opts = NodeOptions()
 
     async def propose(self, payload: bytes) -> object:
         raise ArchiveError("a point-in-time replay does not propose")
 
     async def read_barrier(self) -> int:
         raise ArchiveError("a point-in-time replay has no raft to read through")
+
+    async def wait_recovered(self) -> None:
+        return None
+
+    def status(self) -> dict:
+        raise ArchiveError("a point-in-time replay has no raft status")
+
+    def health_problem(self) -> str:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -206,8 +217,8 @@ def restore(
         member_id=m.member_id,
         name=m.name,
         members=(),
-        node=_ReplayOnly(),  # type: ignore[arg-type]  # no Node protocol to implement yet
-        membership=None,  # type: ignore[arg-type]  # no member calls are answered here
+        node=_ReplayOnly(),
+        membership=None,  # no member calls are answered here
     )
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
     try:

@@ -48,11 +48,10 @@ async def bootstrap(cfg: ServerConfig, *, peer_ssl=None) -> Bootstrapped:
     )
     registry = MemberRegistry(known)
     storage, fresh = await NodeStorage.open(cfg, member_id=member_id, cluster_id=cluster_id)
-    snapshot = storage.raft_storage.snapshot()
+    newest = storage.raft_storage.snapshot()
+    snapshot = None if newest.is_empty() else newest
     applied = 0
-    if snapshot.is_empty():
-        snapshot = None
-    else:
+    if snapshot is not None:
         blob, _ = split_members_frame(snapshot.data)
         registry.restore(blob, snapshot.metadata.conf_state)
         applied = snapshot.metadata.index

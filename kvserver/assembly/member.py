@@ -13,6 +13,7 @@ SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then t
 """
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -26,6 +27,7 @@ from kvserver.api.http.app import build_client_app
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.archive import member as archive_member
+from kvserver.archive.member import ArchiverThread
 from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
 from kvserver.lease.lessor import min_lease_ttl_s
 from kvserver.membership.identity import cluster_id as derive_cluster_id
@@ -67,7 +69,7 @@ class Member:
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
         self.client_guard = ConnectionGuard()  # client-port connection limits
-        self.archive = None  # kvserver.archive.member: the --archive-url thread, if any
+        self.archive: ArchiverThread | None = None  # the --archive-url thread, if any
         self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
 
     async def start(self) -> None:
@@ -99,7 +101,7 @@ class Member:
         )
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
-        await self._serve(kv, transport)
+        await self._serve(node, boot.storage, kv, transport)
         log.info(
             "member %s (%x) of cluster %x serving clients on %s, peers on %s",
             cfg.name,
@@ -168,10 +170,12 @@ class Member:
         )
         return self.kv
 
-    async def _serve(self, kv: RaftKV, transport: PeerTransport) -> None:
+    async def _serve(
+        self, node: Node, storage: NodeStorage, kv: RaftKV, transport: PeerTransport
+    ) -> None:
         """Open the peer and the client listeners."""
         cfg = self.cfg
-        metrics = Metrics(node_stats=self._stats)
+        metrics = Metrics(node_stats=functools.partial(self._stats, node, storage, kv, transport))
         peer_app = web.Application(client_max_size=(64 << 20))
         peer_app.add_routes(transport.routes())
         client_app = build_client_app(kv, metrics, max_request_bytes=cfg.max_request_bytes)
@@ -195,6 +199,12 @@ class Member:
                     runner, host, port, reuse_address=True, ssl_context=ssl_context
                 ).start()
 
+    def running(self) -> tuple[Node, MembershipService]:
+        """The node and the membership service of a started member."""
+        if self.node is None or self.membership is None:
+            raise RuntimeError("the member is not started")
+        return self.node, self.membership
+
     def _members_changed(self, members) -> None:
         self.members = tuple(
             MemberInfo(m.id, m.name, m.peer_urls, m.client_urls, m.is_learner) for m in members
@@ -202,9 +212,10 @@ class Member:
         if self.kv is not None:
             self.kv.members = self.members
 
-    def _stats(self) -> dict:
+    def _stats(
+        self, node: Node, storage: NodeStorage, kv: RaftKV, transport: PeerTransport
+    ) -> dict:
         """Numbers for /metrics (keys: kvserver.server.metrics.NODE_METRICS); read per scrape."""
-        node = self.node
         commit = node.raw.status().hard_state.commit
         return {
             "raft_term": node.term,
@@ -217,11 +228,11 @@ class Member:
             "proposals_committed": node.stats["proposals_applied"],
             "proposals_failed": node.stats["proposals_failed"],
             "proposals_pending": node.pending_proposals,
-            "wal_fsync_duration_seconds": self.storage.fsync_seconds,
+            "wal_fsync_duration_seconds": storage.fsync_seconds,
             "peer_send_failures": {
-                f"{peer:x}": count for peer, count in self.transport.failures_by_peer.items()
+                f"{peer:x}": count for peer, count in transport.failures_by_peer.items()
             },
-            "store_revision": self.kv.store.revision,
+            "store_revision": kv.store.revision,
             **self.appends.stats(),
             **archive_member.stats(self.archive),
         }
@@ -283,20 +294,21 @@ async def serve(cfg: ServerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await member.start()
-        failed = asyncio.ensure_future(member.node.failed.wait())
+        node, membership = member.running()
+        failed = asyncio.ensure_future(node.failed.wait())
         stopped = asyncio.ensure_future(stop.wait())
-        removed = asyncio.ensure_future(member.membership.removed.wait())
+        removed = asyncio.ensure_future(membership.removed.wait())
         await asyncio.wait([failed, stopped, removed], return_when=asyncio.FIRST_COMPLETED)
         for fut in (failed, stopped, removed):
             fut.cancel()
-        if member.node.failed.is_set():
-            message = failure_message(cfg, member.member_id, member.node.failure)
+        if node.failed.is_set():
+            message = failure_message(cfg, member.member_id, node.failure)
             log.error("%s", message)
             raise SystemExit(message)
-        if member.membership.removed.is_set():
+        if membership.removed.is_set():
             # A removed leader hands over first (the raft core steps down once the others
             # have its log); then stop serving, as etcd does.
-            await member.membership.wait_handed_over(2 * cfg.election_timeout_ms / 1000)
+            await membership.wait_handed_over(2 * cfg.election_timeout_ms / 1000)
             log.warning("raftkv: %s; stopping", REMOVED_MESSAGE)
             print(f"raftkv: {REMOVED_MESSAGE}", file=sys.stderr, flush=True)
     finally:

@@ -59,7 +59,7 @@ class AuthService:
         self,
         *,
         propose: Callable[[bytes], Awaitable[Any]] | None = None,
-        read_barrier: Callable[[], Awaitable[None]] | None = None,
+        read_barrier: Callable[[], Awaitable[object]] | None = None,
         tokens: TokenTable | None = None,
         limiter: FailureLimiter | None = None,
         hash_n: int = passwords.DEFAULT_N,

@@ -8,6 +8,7 @@ one-node store in ``./raftkv-data`` with clients on 127.0.0.1:2379 and peers on 
 import argparse
 import os
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from kvserver.kvpb.member import Member
@@ -234,7 +235,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         shown = ",".join(default) if kind == "urls" else default
         env = "RAFTKV_" + flag[2:].upper().replace("-", "_")
         # A bool flag alone means true (etcd: --client-cert-auth); "--pre-vote false" works.
-        extra = {"nargs": "?", "const": "true"} if kind == "bool" else {}
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if kind == "bool" else {}
         parser.add_argument(
             flag, dest=attr, default=None, **extra, help=f"{text} (default {shown!r}; env {env})"
         )
@@ -360,6 +361,8 @@ def check_url_schemes(cfg: ServerConfig) -> None:
                 )
 
 
-def host_port(url: str) -> tuple[str, int]:
+def host_port(url: str) -> tuple[str | None, int | None]:
+    """Host and port of a listen URL (None where the URL has none: all interfaces, or the
+    scheme's default port, as aiohttp's TCPSite takes them)."""
     parts = urlsplit(url)
     return parts.hostname, parts.port

@@ -302,7 +302,9 @@ def _families(stats: Mapping[str, Any]) -> Iterable[Metric]:
             continue
         labels = [spec.label] if spec.label else None
         if spec.kind is MetricKind.COUNTER:
-            fam: Metric = CounterMetricFamily(name, spec.help, labels=labels)
+            fam: CounterMetricFamily | GaugeMetricFamily = CounterMetricFamily(
+                name, spec.help, labels=labels
+            )
         else:
             fam = GaugeMetricFamily(name, spec.help, labels=labels)
         if spec.label:

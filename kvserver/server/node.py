@@ -58,6 +58,7 @@ from raft import (
     ConfState,
     Entry,
     EntryType,
+    MemoryStorage,
     Message,
     MessageType,
     ProposalDroppedError,
@@ -92,14 +93,14 @@ class StateMachine(Protocol):
     def snapshot_chunks(self) -> Iterator[bytes]:
         """The state's image, in chunks small enough to produce without stalling the loop."""
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image."""
 
 
 class DurableStorage(Protocol):
     """WAL + snapshot files behind the raft core's MemoryStorage (kvserver.server.node_storage)."""
 
-    raft_storage: object
+    raft_storage: MemoryStorage
 
     async def persist(self, rd: Ready) -> None: ...
 
@@ -497,7 +498,8 @@ class Node:
         hs = rd.hard_state
         if hs is not None:
             self.term = hs.term
-        early, late = [], []
+        early: list[Message] = []
+        late: list[Message] = []
         # A leader may send appends before its own write completes, unless this Ready also
         # changes its term or vote (a one-voter leader elected within the Ready): those must
         # be durable before anything that depends on them leaves the node.
@@ -593,7 +595,7 @@ class Node:
             return
         still = []
         for batch in self._reads_ready:
-            if batch.index <= self.applied:
+            if batch.index is not None and batch.index <= self.applied:
                 for fut in batch.waiters:
                     if not fut.done():
                         fut.set_result(batch.index)

@@ -1,8 +1,9 @@
 """A member's durable storage: ``member/wal`` + ``member/snap`` behind raft's MemoryStorage.
 
 Layout as etcd's: ``<data-dir>/member/wal/*.wal`` and ``<data-dir>/member/snap/*.snap``.
-The WAL metadata is etcd's ``etcdserverpb.Metadata`` encoding ``{node_id=1, cluster_id=2}``,
-so a data directory cannot be started as another member or in another cluster.
+The WAL metadata is etcd's ``etcdserverpb.Metadata`` encoding ``{node_id=1, cluster_id=2}``
+(``kvserver.membership.identity``), so a data directory cannot be started as another member
+or in another cluster.
 
 Recovery (``NodeStorage.open``): load the newest snapshot the WAL has a record of, open the
 WAL at it and read everything after; a torn tail (a crash in the middle of a write) is
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import raftpb
 import snap
 import wal
+from kvserver.membership.identity import decode_metadata, encode_metadata
 from kvserver.server.config import ServerConfig
 from kvserver.server.metrics import FSYNC_BUCKETS_SECONDS, DurationHistogram
 from raft import (
@@ -44,15 +46,6 @@ log = logging.getLogger(__name__)
 
 class StorageCorruptError(RuntimeError):
     """The member's data is damaged in a way that must not be repaired automatically."""
-
-
-def encode_metadata(member_id: int, cluster_id: int) -> bytes:
-    return raftpb.wire.uint_field(1, member_id) + raftpb.wire.uint_field(2, cluster_id)
-
-
-def decode_metadata(data: bytes) -> tuple[int, int]:
-    fields = {num: value for num, _, value in raftpb.wire.iter_fields(data)}
-    return fields.get(1, 0), fields.get(2, 0)
 
 
 def _to_raft_conf_state(cs) -> ConfState:
@@ -200,8 +193,8 @@ class NodeStorage:
     # --- writing ----------------------------------------------------------------------------
 
     async def persist(self, rd: Ready) -> None:
-        has_snap = rd.snapshot is not None and not rd.snapshot.is_empty()
-        if has_snap:
+        snapshot = rd.snapshot if rd.snapshot is not None and not rd.snapshot.is_empty() else None
+        if snapshot is not None:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
         elif rd.entries or rd.hard_state is not None:
@@ -217,8 +210,8 @@ class NodeStorage:
             if need_sync:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._writer, self._sync_blocking, seq)
-        if has_snap:
-            self.raft_storage.apply_snapshot(rd.snapshot)
+        if snapshot is not None:
+            self.raft_storage.apply_snapshot(snapshot)
         if rd.hard_state is not None:
             self.raft_storage.set_hard_state(rd.hard_state)
         if rd.entries:
@@ -243,6 +236,7 @@ class NodeStorage:
 
     def _persist_with_snapshot(self, rd: Ready) -> None:
         """A Ready carrying a snapshot from the leader (writer thread)."""
+        assert rd.snapshot is not None  # only called for such a Ready
         self._write_snapshot(rd.snapshot)
         self.wal.save(rd.hard_state, rd.entries, must_sync=rd.must_sync)
         self._stats["wal_syncs"] += int(rd.must_sync)

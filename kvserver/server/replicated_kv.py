@@ -43,6 +43,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from kvserver.auth import AuthService
 from kvserver.auth.store import is_auth_entry, split_auth_frame
@@ -79,7 +80,7 @@ from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.server.compactor import AutoCompaction, Compactor
-from kvserver.server.node import Node
+from kvserver.server.node import NodeOptions
 from kvserver.server.service import MemberInfo, NodeStatus
 from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 
@@ -99,6 +100,42 @@ def not_leader() -> errors.ServiceError:
     )
 
 
+class ConsensusNode(Protocol):
+    """What the KV service asks of the raft node (``kvserver.server.node.Node``). Tests of the
+    state machine alone and the point-in-time replay pass stand-ins."""
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def leader(self) -> int: ...
+
+    @property
+    def applied(self) -> int: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def opts(self) -> NodeOptions: ...
+
+    async def propose(self, payload: bytes) -> object: ...
+
+    async def read_barrier(self) -> int: ...
+
+    async def wait_recovered(self) -> None: ...
+
+    def status(self) -> dict: ...
+
+    def health_problem(self) -> str: ...
+
+
+def no_membership() -> errors.ServiceError:
+    return errors.ServiceError(
+        errors.GrpcCode.UNIMPLEMENTED, "raftkv: this service answers no member calls"
+    )
+
+
 class RaftKV:
     """Implements ``kvserver.server.node.StateMachine`` and ``kvserver.server.service.KVService``."""
 
@@ -109,8 +146,8 @@ class RaftKV:
         member_id: int,
         name: str,
         members: tuple[MemberInfo, ...],
-        node: Node,
-        membership: MembershipService,
+        node: ConsensusNode,
+        membership: MembershipService | None,
         archive_lag: Callable[[], tuple[int, float]] | None = None,
         max_txn_ops: int = 128,
         election_timeout_s: float = 1.0,
@@ -132,7 +169,7 @@ class RaftKV:
         self.lease_ids = LeaseIdGenerator(member_id, int(time.time() * 1000))
         self.watch_hub = WatchHub(self.store, WatchLimits(max_response_bytes=WATCH_FRAGMENT_BYTES))
         self.node = node  # proposals and read barriers (it starts with this as its state machine)
-        self.membership = membership  # answers the member_* calls
+        self.membership = membership  # answers the member_* calls (None: a replay, a test)
         # () -> (entries, seconds) behind, when this member archives (--archive-url)
         self.archive_lag = archive_lag
         self._lease_task: asyncio.Task | None = None
@@ -166,9 +203,9 @@ class RaftKV:
         yield frame_snapshot(blob)
         yield from chunks
 
-    def restore(self, data: bytes) -> None:
-        auth_blob, data = split_auth_frame(data)  # absent in older snapshots: empty state
-        blob, rest = split_snapshot(data)
+    def restore(self, data: bytes | memoryview) -> None:
+        auth_blob, after_auth = split_auth_frame(data)  # absent in older snapshots: empty
+        blob, rest = split_snapshot(after_auth)
         store = MVCCStore.restore([bytes(rest)])
         self.auth.restore(auth_blob)
         self.lessor.restore(blob)
@@ -373,20 +410,25 @@ class RaftKV:
 
     # --- membership (kvserver.membership.service.MembershipService answers) ------------------------
 
+    def _members(self) -> MembershipService:
+        if self.membership is None:
+            raise no_membership()
+        return self.membership
+
     async def member_list(self):
-        return await self.membership.member_list()
+        return await self._members().member_list()
 
     async def member_add(self, peer_urls, is_learner: bool = False):
-        return await self.membership.member_add(peer_urls, is_learner)
+        return await self._members().member_add(peer_urls, is_learner)
 
     async def member_remove(self, member_id: int):
-        return await self.membership.member_remove(member_id)
+        return await self._members().member_remove(member_id)
 
     async def member_promote(self, member_id: int):
-        return await self.membership.member_promote(member_id)
+        return await self._members().member_promote(member_id)
 
     async def member_update(self, member_id: int, peer_urls):
-        return await self.membership.member_update(member_id, peer_urls)
+        return await self._members().member_update(member_id, peer_urls)
 
     def status(self) -> NodeStatus:
         node = self.node
