@@ -29,9 +29,13 @@ import raftpb
 import snap
 import wal
 from kvserver.archive.store import ArchiveError
-from kvserver.membership.identity import ClusterConfigError, cluster_id, parse_initial_cluster
+from kvserver.membership.identity import (
+    ClusterConfigError,
+    cluster_id,
+    encode_metadata,
+    parse_initial_cluster,
+)
 from kvserver.membership.registry import MemberRegistry, frame_members
-from kvserver.server.node_storage import encode_metadata
 from raft import ConfState
 
 

@@ -1,1 +1,2 @@
-"""kvserver.membership: member identity, the replicated member registry and the member service."""
+"""kvserver.membership: member identity and how a member learns it at start, the replicated
+member registry, etcd's reconfiguration checks and the member service."""

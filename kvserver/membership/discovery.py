@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kvserver.kvpb.member import Member
-from kvserver.membership.identity import ClusterConfigError
+from kvserver.membership.identity import ClusterConfigError, decode_metadata
+from wal.decoder import iter_raw_records
 
 __all__ = [
     "NOT_LISTED_GRACE_S",
@@ -40,9 +41,6 @@ log = logging.getLogger(__name__)
 
 def read_wal_identity(wal_dir: str) -> tuple[int, int] | None:
     """``(member_id, cluster_id)`` from the WAL's metadata record, or None without a WAL."""
-    from kvserver.server.node_storage import decode_metadata
-    from wal.decoder import iter_raw_records
-
     try:
         names = sorted(n for n in os.listdir(wal_dir) if n.endswith(".wal"))
     except FileNotFoundError:

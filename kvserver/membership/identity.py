@@ -1,4 +1,5 @@
-"""Member identity: member and cluster IDs, ``--initial-cluster`` parsing.
+"""Member identity: member and cluster IDs, ``--initial-cluster`` parsing, the WAL's identity
+record.
 
 ``--initial-cluster`` is ``name1=http://127.0.0.1:2380,name2=http://...`` (a name may repeat
 to give several URLs). An initial member's ID is a hash of its sorted peer URLs and the cluster
@@ -7,6 +8,11 @@ the cluster ID is a hash of the sorted initial member IDs. IDs are non-zero 64-b
 (raft uses 0 for "none"). Peers check the cluster ID on every connection, so nodes of two
 clusters never exchange messages. A member added later gets a fresh random ID from the leader
 instead (``kvserver.membership.reconfig.new_member_id``).
+
+A member's WAL starts with a metadata record holding its IDs, etcd's
+``etcdserverpb.Metadata`` encoding ``{node_id=1, cluster_id=2}`` (``encode_metadata`` /
+``decode_metadata``), so a data directory cannot be started as another member or in another
+cluster, and a restarted node takes its identity from it, never from the flags.
 
 Malformed or inconsistent flags raise ``ClusterConfigError`` with a message naming them.
 """
@@ -17,12 +23,15 @@ import hashlib
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+import raftpb
 from kvserver.kvpb.member import Member
 
 __all__ = [
     "ClusterConfigError",
     "check_url",
     "cluster_id",
+    "decode_metadata",
+    "encode_metadata",
     "member_id",
     "parse_initial_cluster",
 ]
@@ -71,3 +80,15 @@ def parse_initial_cluster(text: str, cluster_token: str) -> list[Member]:
     if len({m.id for m in members}) != len(members):
         raise ClusterConfigError("two members of --initial-cluster share the same peer URLs")
     return sorted(members, key=lambda m: m.id)
+
+
+def encode_metadata(member_id: int, cluster_id: int) -> bytes:
+    return raftpb.wire.uint_field(1, member_id) + raftpb.wire.uint_field(2, cluster_id)
+
+
+def decode_metadata(data: bytes) -> tuple[int, int]:
+    fields = {num: value for num, _, value in raftpb.wire.iter_fields(data)}
+    member_id, cluster_id = fields.get(1, 0), fields.get(2, 0)
+    if not isinstance(member_id, int) or not isinstance(cluster_id, int):
+        raise raftpb.wire.DecodeError("WAL metadata: member and cluster IDs must be varints")
+    return member_id, cluster_id

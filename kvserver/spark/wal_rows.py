@@ -47,8 +47,8 @@ from typing import TypedDict
 import raftpb
 from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, TxnRequest
 from kvserver.lease.codec import decode_lease_entry, is_lease_entry
+from kvserver.membership.identity import decode_metadata
 from kvserver.mvcc.codec import decode_entry
-from kvserver.server.node_storage import decode_metadata
 from raft.types import ConfChange
 from raftpb import DecodeError
 from wal.crc import crc32c_update

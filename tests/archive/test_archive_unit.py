@@ -14,7 +14,7 @@ from kvserver.archive import snapfile
 from kvserver.archive.archiver import Archiver, wal_tail
 from kvserver.archive.manifest import MANIFEST, Manifest
 from kvserver.archive.store import ObjectCorruptError, ObjectMissingError, ObjectStore
-from kvserver.server.node_storage import encode_metadata
+from kvserver.membership.identity import encode_metadata
 
 
 def test_snapshot_file_round_trip_and_hash_refusal():

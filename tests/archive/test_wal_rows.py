@@ -21,8 +21,8 @@ from kvserver.kvpb.kv import (
 )
 from kvserver.kvpb.lease import LeaseGrantRequest
 from kvserver.lease.codec import encode_lease_entry
+from kvserver.membership.identity import encode_metadata
 from kvserver.mvcc.codec import encode_entry
-from kvserver.server.node_storage import encode_metadata
 from kvserver.spark.wal_rows import (
     Committed,
     WalDecodeError,

@@ -229,7 +229,7 @@ def test_promote_checks():
 
 def test_wal_identity(tmp_path):
     import wal
-    from kvserver.server.node_storage import encode_metadata
+    from kvserver.membership.identity import encode_metadata
 
     assert read_wal_identity(str(tmp_path / "none")) is None
     w = wal.create(str(tmp_path / "wal"), encode_metadata(0xABC, 0xDEF))
