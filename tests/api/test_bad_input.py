@@ -1,4 +1,4 @@
-"""Bad input gets a clear 4xx JSON error and changes nothing (DESIGN section 5, issue 4).
+"""Bad input gets a clear 4xx JSON error and changes nothing.
 
 Every case runs against a store holding a few keys; afterwards the revision and the data are
 exactly as before, no write reached the service (for input refused by the HTTP layer), and

@@ -1,8 +1,8 @@
 """The client library against raftkv's own HTTP API (``kvserver.api.http.build_client_app``) over
 ``LocalKV`` (the MVCC store without raft, ``tests/api/fakes.py``).
 
-This closes the loop client → etcd gateway dialect → service → MVCC store, and pins issue 4's
-"Request-id deduplication" end to end: a write whose answer is lost to a client-side timeout
+This closes the loop client → etcd gateway dialect → service → MVCC store, and pins
+request-id deduplication end to end: a write whose answer is lost to a client-side timeout
 is retried with the same (client id, request id) and applied once — the revision increases by
 one although the store saw the request twice.
 """

@@ -1,6 +1,6 @@
 """The client library against a fake cluster: round trips, routing, failover, retries, errors.
 
-Properties pinned down (DESIGN §5 "Client library", issue 4 "Request-id deduplication"):
+Properties pinned down (the client library, and request-id deduplication):
 - every API call round-trips through etcd's v3 JSON gateway dialect into typed results;
 - writes and linearizable reads go to the leader; the leader is found through
   /v3/maintenance/status and, when it is not a configured endpoint, the member list;

@@ -1,6 +1,6 @@
 """The client library and CLI against a real etcd (3.4+) through its JSON gateway.
 
-DESIGN §5/§7: raftkv speaks etcd's gateway dialect, and the same client must work against
+raftkv speaks etcd's gateway dialect, and the same client must work against
 etcd — this pins the dialect to the reference, not to our own server or fake. One etcd
 member on loopback ports in a temporary directory, started and stopped by the fixture.
 """

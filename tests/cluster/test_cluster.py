@@ -1,6 +1,6 @@
 """Real ``raftkv serve`` processes on loopback: replication, failover, durability, recovery.
 
-DESIGN §6: a write acknowledged to a client is on a majority's disks and survives kill -9 of
+A write acknowledged to a client is on a majority's disks and survives kill -9 of
 a minority and of the whole cluster; a member with a torn WAL tail repairs it and rejoins; a
 member with corrupt data refuses to start and says where and what to run.
 """

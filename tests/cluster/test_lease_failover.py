@@ -1,6 +1,6 @@
 """Lease safety under failover, on a three-node raftkv of real processes.
 
-Issue 5 / DESIGN §5 (Leases): only the leader expires leases (by proposing a revoke through
+As in etcd, only the leader expires leases (by proposing a revoke through
 raft), and a new leader extends every remaining TTL by an election timeout, so
 
 1. a lease that its holder keeps alive — through a client that fails over between members —

@@ -1,5 +1,5 @@
-"""A recorded concurrent history against three real processes, checked for linearizability
-(DESIGN §7.4), while the leader is SIGKILLed and restarted.
+"""A recorded concurrent history against three real processes, checked for linearizability,
+while the leader is SIGKILLed and restarted.
 
 Clients are threads, each sending puts (unique values) and linearizable gets over a few
 keys to every node in turn. A request that fails or times out is recorded with an unknown

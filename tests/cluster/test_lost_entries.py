@@ -1,4 +1,4 @@
-"""A member that lost log entries it had acknowledged stops loudly (issue 13, defect 2).
+"""A member that lost log entries it had acknowledged stops loudly.
 
 The scenario: follower F is the only other voter up when entry C commits (the third member is
 SIGSTOPped), so F's acknowledgement is part of C's commit quorum. F is then killed and its WAL
@@ -7,8 +7,8 @@ log ends at C-1. The leader still records F's match at C and its next heartbeat 
 C". etcd panics there ("tocommit(C) is out of range [lastIndex(C-1)]. Was the raft log
 corrupted, truncated, or lost?"): a member that forgot an entry it acknowledged could, with
 another member lacking it, elect a leader without a committed write (Raft §5.4 relies on
-acknowledged entries staying on disk). Before the fix F logged the error at DEBUG on every
-heartbeat, stayed stuck, and answered /health 200.
+acknowledged entries staying on disk). The quiet failure this rules out: F logging the
+error at DEBUG on every heartbeat, stuck, while answering /health 200.
 
 Pinned here, with real processes: F exits non-zero with a message naming its data dir and the
 way out, its /health is never 200 on the way, and the two others keep serving writes.

@@ -1,10 +1,10 @@
 """A restarted member never answers a local (serializable) read, or opens a watch, from a
 state older than the one it had before it stopped.
 
-Its store lives in memory and is rebuilt from the snapshot and the WAL: before the fix, for
-the first moments after a restart it answered serializable reads at revision 1 (an empty
-store) and then at every revision of the replay, going back in time (found by the chaos
-suite: "revision 2423 after 26465"). etcd's store is on disk, so it never does; raftkv makes
+Its store lives in memory and is rebuilt from the snapshot and the WAL: answering at once,
+for the first moments after a restart it would answer serializable reads at revision 1 (an
+empty store) and then at every revision of the replay, going back in time (the chaos suite
+saw "revision 2423 after 26465"). etcd's store is on disk, so it never does; raftkv makes
 those requests wait until the recovered log is applied again (or answers 503).
 """
 

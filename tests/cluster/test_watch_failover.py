@@ -1,4 +1,4 @@
-"""Watch under failover (issue 5): a prefix watch through the client survives a SIGKILL of the
+"""Watch under failover: a prefix watch through the client survives a SIGKILL of the
 leader serving it and sees every committed write exactly once, in revision order.
 
 Three real ``raftkv serve`` processes. The client's watch is created on the leader (the client

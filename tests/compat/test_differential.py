@@ -1,7 +1,7 @@
 """Differential tests: one seeded random request sequence, sent to a real etcd and to raftkv.
 
-Issue 5: "the same sequence of puts, deletes, txns, compactions and ranges sent to both;
-responses compared field by field after removing cluster/member ids". This extends
+The same sequence of puts, deletes, txns, compactions and ranges is sent to both, and the
+responses are compared field by field after removing cluster/member ids. This extends
 ``tests/api/test_etcd_compat.py`` (a fixed, hand-written script against the in-process API)
 with generated sequences: puts with and without ``prev_kv`` (also ``ignore_value``/
 ``ignore_lease`` and leases), deletes of keys, ranges and prefixes, txns with every compare

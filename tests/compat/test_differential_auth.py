@@ -1,4 +1,4 @@
-"""Differential test of the v3 auth requests (issue 12 point 4): one fixed script of auth and
+"""Differential test of the v3 auth requests: one fixed script of auth and
 kv requests, sent to a real etcd (Debian's 3.4) and to a three-node raftkv of real processes,
 answers compared after normalisation.
 
@@ -268,7 +268,7 @@ KNOWN: dict[str, str] = {
     "alice-txn-nested-outside": "etcd 3.4 does not check the operations of a nested txn "
     "(checkTxnReqsPermission skips request_txn), so a user reads "
     "outside its range; raftkv checks every key a txn touches at "
-    "any depth (issue 12: 'txn (every key it touches)') and "
+    "any depth and "
     "answers etcd's permission denied",
 }
 

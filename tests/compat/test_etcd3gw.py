@@ -1,6 +1,6 @@
 """The ``etcd3gw`` client (PyPI, used unmodified) against raftkv and against a real etcd.
 
-Issue 5 / DESIGN §7.5: an existing etcd v3 JSON-gateway client works against raftkv
+An existing etcd v3 JSON-gateway client works against raftkv
 unchanged. Every test body runs twice (``backend`` fixture): against a three-node raftkv of
 real ``raftkv serve`` processes and against a real etcd 3.4 — the etcd run proves the test
 checks what etcd really does. etcd3gw talks to one endpoint; lease keep-alive and

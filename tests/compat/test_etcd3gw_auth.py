@@ -1,5 +1,5 @@
 """``etcd3gw`` (unmodified) with a user restricted to a prefix, against a three-node raftkv
-of real processes and against a real etcd (issue 12 point 4): set up root and a user with
+of real processes and against a real etcd: set up root and a user with
 READWRITE on ``app/`` through the v3 auth endpoints, enable auth, authenticate on one member,
 and let etcd3gw carry the token (etcd3gw 2.7 has no user/password option; it takes a
 ``requests.Session``, whose ``Authorization`` header is where etcd's gateway reads the raw

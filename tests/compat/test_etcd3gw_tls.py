@@ -1,4 +1,4 @@
-"""etcd3gw, unchanged, over TLS with client certificates (issue 12 item 4): against a
+"""etcd3gw, unchanged, over TLS with client certificates: against a
 three-member raftkv of real processes and against a real etcd, both given the same trustme
 CA and certificates (``--cert-file --key-file --trusted-ca-file --client-cert-auth``).
 

@@ -9,7 +9,7 @@ and every write they saw acknowledged is remembered in ``acked`` and must stay r
 end, across a killed leader, a frozen follower, a crashed member restarted by the restart
 policy and a stop/start of the whole cluster (named volumes keep the data).
 
-The properties are the deployment's share of DESIGN.md section 6: a minority down or frozen
+The properties are the deployment's share of the durability promise: a minority down or frozen
 does not stop writes, an acknowledged write is never lost, a member that comes back catches
 up. Every wait is a bounded poll; nothing asserts on timing.
 """

@@ -1,7 +1,7 @@
-"""``https://`` URLs are refused unless TLS is configured (issue 13 defect 3, issue 12).
+"""``https://`` URLs are refused unless TLS is configured.
 
-Before the fix ``raftkv serve --listen-client-urls https://...`` logged "serving clients on
-https://..." and answered plain HTTP: a client believing its traffic was encrypted sent it in
+Otherwise ``raftkv serve --listen-client-urls https://...`` would log "serving clients on
+https://..." and answer plain HTTP: a client believing its traffic was encrypted sent it in
 clear text. etcd refuses to start when the cert flags are missing ("TLS key/cert (--cert-file,
 --key-file) must be provided for client url ... with HTTPS scheme"); so does raftkv, for every
 client and peer URL it listens on or advertises, through one check

@@ -1,6 +1,6 @@
-"""Client-port deadlines and connection bound (kvserver.api.http.connguard, issue 13 defect 5).
+"""Client-port deadlines and connection bound (kvserver.api.http.connguard).
 
-Before the fix, connections trickling headers or holding half a body stayed open for ever
+Without the guard, connections trickling headers or holding half a body stay open for ever
 (aiohttp has no header or body deadline, and no bound on connections). Here a small app runs
 behind the guard with short limits, and raw sockets play the slow clients.
 """

@@ -1,6 +1,6 @@
 """Three members in one event loop, real storage and transport, no subprocesses.
 
-Fast checks of the node driver's contract (DESIGN §2 and §5): proposals through a follower
+Fast checks of the node driver's contract: proposals through a follower
 commit via the leader; linearizable reads see every acknowledged write; a member restarted
 from its data directory recovers its state from snapshot + WAL; a member that was down while
 the others snapshotted and compacted catches up through a snapshot; write batching gives
@@ -39,7 +39,7 @@ async def test_writes_through_a_follower_and_linearizable_reads_everywhere(tmp_p
 
 async def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
     """Proposals arriving while a Ready is being written share the next Ready and its one
-    fsync (DESIGN §8: one fsync per batch, not per request)."""
+    fsync (one fsync per batch, not per request)."""
 
     members = await start_all(configs(tmp_path))
     try:

@@ -1,4 +1,4 @@
-"""The node driver's failure contract (kvserver.server.node, issue 13 defect 2), one process.
+"""The node driver's failure contract (kvserver.server.node), one process.
 
 - A heartbeat whose commit index is past this follower's log means the follower lost entries
   it acknowledged: the raft loop stops with the typed ``CommitOutOfRangeError`` (etcd panics),
@@ -142,7 +142,7 @@ async def test_unexpected_error_on_a_peer_message_is_logged_and_unhealthy_not_fa
 
 
 async def test_snapshot_log_line_never_shows_a_negative_index(caplog):
-    # Issue 13 defect 6: "snapshot at 301 (compacted to -4699)" with fewer entries than the
+    # Not "snapshot at 301 (compacted to -4699)" when there are fewer entries than the
     # catch-up window.
     node = _follower()
     node.opts.snapshot_count = 1

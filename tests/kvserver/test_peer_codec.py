@@ -1,5 +1,5 @@
 """Peer message codec: exact round trips, and no input from a peer raises anything but
-PeerMessageError (DESIGN §5: a node never crashes on input from a peer)."""
+PeerMessageError (a node never crashes on input from a peer)."""
 
 import msgpack
 import pytest

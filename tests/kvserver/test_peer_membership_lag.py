@@ -1,6 +1,6 @@
 """A member whose registry is behind still accepts a member added while it was down.
 
-The peer port refuses senders that are not members (404, issue 13), but "member" is what this
+The peer port refuses senders that are not members (404), but "member" is what this
 member's registry says, and a member that was down while another was added does not know the
 newcomer until it has caught up, which it can only do from the leader. If the newcomer leads,
 the lagging member would refuse its leader forever (etcd's stream handler names this case and

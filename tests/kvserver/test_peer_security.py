@@ -1,7 +1,7 @@
-"""Forged peer frames change nothing (issue 13, defect 1); three members in one event loop.
+"""Forged peer frames change nothing; three members in one event loop.
 
 An attacker reads the cluster ID and the member IDs from ``GET /raft/members`` (it is open:
-a joining member needs it) and opens ``/raft/stream`` with crafted frames, as in the issue:
+a joining member needs it) and opens ``/raft/stream`` with crafted frames:
 
 - from an ID that is not a member: refused with 404 ``sender not found`` as etcd's stream
   handler does (``peerGetter.Get(from) == nil``), so a proposal is never applied, a heartbeat
@@ -14,7 +14,7 @@ a joining member needs it) and opens ``/raft/stream`` with crafted frames, as in
   member has the forged key, all members agree on the revision, and a member restarted
   afterwards rejoins.
 
-Also: a message the sender cannot encode (msgpack's OverflowError, the crash of the issue)
+Also: a message the sender cannot encode (msgpack's OverflowError)
 is dropped with an ERROR, and that peer's sender task keeps running.
 """
 

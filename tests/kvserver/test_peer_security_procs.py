@@ -1,4 +1,4 @@
-"""The issue 13 attack on real ``raftkv serve`` processes (slow): forged peer frames change
+"""The forged-peer-frame attacks on real ``raftkv serve`` processes (slow): forged peer frames change
 nothing, and the cluster is still fine after a full restart.
 
 As the attacker did: read the cluster ID and member IDs from ``GET /raft/members`` on a peer

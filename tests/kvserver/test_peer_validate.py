@@ -1,4 +1,4 @@
-"""Bounds checks on peer messages (kvserver.rafthttp.validate), issue 13 defect 1.
+"""Bounds checks on peer messages (kvserver.rafthttp.validate).
 
 Two sides of one contract: every message the raft core sends in a simulated cluster under
 faults, membership changes and snapshots passes the checks (so they never refuse a correct

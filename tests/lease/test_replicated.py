@@ -111,7 +111,7 @@ def test_duplicate_id_is_lease_already_exists():
 
 def test_ttl_bounds():
     """etcd: TTL > MaxLeaseTTL (9e9 s) -> OutOfRange 'etcdserver: too large lease TTL'; a TTL
-    below the minimum is raised to it (0 too). raftkv refuses negative TTLs (DESIGN 5)."""
+    below the minimum is raised to it (0 too). raftkv refuses negative TTLs."""
     lessor, _, _ = make(min_ttl_s=3)
     with pytest.raises(LeaseTTLTooLargeError) as exc:
         lessor.prepare_grant(LeaseGrantRequest(MAX_LEASE_TTL_S + 1, 1))

@@ -88,7 +88,7 @@ def test_only_the_primary_keeps_alive_answers_ttl_or_expires():
 
 
 def test_promote_after_leader_change_never_expires_a_lease_early():
-    """DESIGN 5 / etcd Promote: the new leader gives every lease now + TTL + extend, so a lease
+    """etcd Promote: the new leader gives every lease now + TTL + extend, so a lease
     kept alive on the old leader survives the election."""
     old, _, old_clock = make(primary=True)
     new, _, new_clock = make(primary=False)

@@ -1,7 +1,7 @@
 """lincheck: record a concurrent history and check that it is linearizable.
 
 A Wing–Gong search with Lowe's memoization (the design of porcupine), partitioned by key, in
-plain Python. Used by the multi-process tests (DESIGN section 7, item 4): several clients
+plain Python. Used by the multi-process tests: several clients
 drive real ``raftkv serve`` processes while the test kills and restarts nodes, every request
 is recorded with its call and return time, and afterwards the history must have a valid
 sequential order.

@@ -227,7 +227,7 @@ def test_truncated_or_damaged_snapshots_are_rejected():
     ],
 )
 def test_apply_never_raises_on_malformed_requests(garbage):
-    """DESIGN 5 "Bad input": a node never crashes on client input; a malformed request is an
+    """Bad input: a node never crashes on client input; a malformed request is an
     InvalidArgument outcome (remembered for dedup like any other write) and changes
     nothing."""
     s = MVCCStore()

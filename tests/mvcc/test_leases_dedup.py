@@ -2,7 +2,7 @@
 
 Leases follow etcd: a put attaches the key to its lease (detaching it from the old one),
 a delete detaches it, and a revoke (lessor.Revoke) deletes the attached keys in key order in
-one revision. Deduplication is raftkv's own (DESIGN section 5, "Duplicate requests").
+one revision. Deduplication of retried requests is raftkv's own (etcd has none).
 """
 
 import pytest
@@ -73,7 +73,7 @@ def test_delete_keys_of_lease_in_one_revision():
 
 
 def test_retried_write_applies_once():
-    """DESIGN 5: a write retried with the same (client_id, request_id) is applied once; the
+    """A write retried with the same (client_id, request_id) is applied once; the
     retry gets the first response and no events (the log may hold duplicates)."""
     s = MVCCStore()
     first = s.apply(PutRequest(b"a", b"1"), client_id=9, request_id=1)

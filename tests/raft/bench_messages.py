@@ -1,4 +1,4 @@
-"""Messages per round of a loaded leader (DESIGN §8), a measurement, not a test.
+"""Messages per round of a loaded leader, a measurement, not a test.
 
     .venv/bin/python -m tests.raft.bench_messages
 

@@ -1,4 +1,4 @@
-"""Messages per round (DESIGN §8: "entries per message, messages per round").
+"""Messages per round: entries per message, messages per round.
 
 The leader builds its MsgApps when a Ready is assembled, from the progress it has by then,
 so everything that happened since the previous Ready shares them:

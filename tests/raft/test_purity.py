@@ -1,4 +1,4 @@
-"""DESIGN §1/§2: raft/ is a pure state machine. No module imports os, socket, asyncio,
+"""raft/ is a pure state machine. No module imports os, socket, asyncio,
 threading, time, subprocess or select (not even lazily inside a function), and nothing calls
 the module-level ``random`` functions: randomness only comes from ``Config.rng``."""
 

@@ -1,4 +1,4 @@
-"""Deterministic cluster simulation of the raft core with safety checkers (DESIGN 7.3).
+"""Deterministic cluster simulation of the raft core with safety checkers.
 
 Run: ``python -m tests.sim --seeds 2000 [--start S] [--nodes 3|5]`` (soak) or
 ``python -m tests.sim --seed S --nodes N --verbose`` (replay one seed, printing every event).

@@ -5,7 +5,7 @@ Contract:
   so the op id doubles as the written value). Applying it sets ``data[key] = (op_id,
   revision)`` where the revision is the entry's log index. Writes are deduplicated by op id
   (a client retries a write with the same op id, the log may hold it twice): only the first
-  copy takes effect, the later copies are no-ops, as DESIGN section 5 requires.
+  copy takes effect, the later copies are no-ops, as deduplication of retries requires.
 - Every applied entry (writes, empty no-ops, conf changes) extends a CRC-32 ``chain`` over
   ``(index, term, type, data)``. Two nodes with the same chain at the same applied index
   applied the same sequence; the chain travels inside snapshots so that a node restored

@@ -1,4 +1,4 @@
-"""Deterministic cluster simulation of the raft core (issue 3, part 3; DESIGN section 7.3).
+"""Deterministic cluster simulation of the raft core.
 
 Fixed seed ranges (never random per run): 100 seeds in the default suite, 2,000 in the slow
 suite. Every seed alternates 3 and 5 nodes (even/odd) and checks election safety, log

@@ -1,1 +1,1 @@
-"""Tests of snap/: snapshot files (DESIGN section 4)."""
+"""Tests of snap/: snapshot files."""

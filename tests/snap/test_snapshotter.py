@@ -1,4 +1,4 @@
-"""Snapshotter behaviour, after etcd's snap package (DESIGN section 4).
+"""Snapshotter behaviour, after etcd's snap package.
 
 * the newest snapshot the WAL knows about is loaded; one without a WAL snapshot record (saved
   just before a crash) is skipped, not used and not touched;

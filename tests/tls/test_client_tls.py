@@ -1,4 +1,4 @@
-"""Client TLS (issue 12 items 1 and 3): one member with https client URLs.
+"""Client TLS: one member with https client URLs.
 
 Pinned here: https answers with the CA; a plaintext client to the TLS port and an https
 client to a plaintext port fail cleanly (ConnectionFailedError, nothing applied, the member

@@ -1,4 +1,4 @@
-"""The TLS flags in ServerConfig (issue 12 item 1): etcd's names, ``RAFTKV_*`` twins, a bare
+"""The TLS flags in ServerConfig: etcd's names, ``RAFTKV_*`` twins, a bare
 bool flag meaning true, and what is refused before anything starts — half a certificate
 pair, client-cert-auth without a trusted CA, a file that cannot be read, https without
 TLS material. (tests/kvserver/test_config_tls.py has the https-without-TLS messages.)"""

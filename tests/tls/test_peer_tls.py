@@ -1,4 +1,4 @@
-"""Peer TLS (issue 12 items 1 and 3): members in one event loop, real transport over https.
+"""Peer TLS: members in one event loop, real transport over https.
 
 Pinned here: three members with https peer URLs and --peer-client-cert-auth elect a leader
 and replicate; a member whose certificate comes from another CA is refused at the handshake

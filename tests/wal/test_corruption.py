@@ -1,6 +1,6 @@
 """Damage at the tail and in the middle: a clean prefix after repair, or a typed error.
 
-The properties (DESIGN §3, etcd's torn-write handling, our "never a wrong entry" rule):
+The properties (etcd's torn-write handling, and our rule: never a wrong entry):
 * truncating the last segment at any byte offset inside its last records is a torn write:
   ``read_all`` raises TornWriteError (file, offset), ``repair`` truncates there, and the log
   then holds exactly the records that were complete;

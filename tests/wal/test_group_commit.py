@@ -3,8 +3,8 @@
 Counted with an injected sync function that holds the first fsync until the test has
 queued N more appends. The properties: N appends are covered by far fewer than N fsyncs
 (here exactly one more), nothing is acknowledged before an fsync that started after it was
-written, acknowledgements come in submission order, and failures reach every waiter
-(DESIGN §3 "Durability and group commit"; bookkeeper's journal).
+written, acknowledgements come in submission order, and failures reach every waiter (as
+bookkeeper's journal does).
 """
 
 import asyncio

@@ -1,8 +1,8 @@
-"""Small and full disks (issue 13 defect 6).
+"""Small and full disks.
 
-Before the fix a member could not start on a 20 MB file system (a 64 MB preallocated segment
-plus a 64 MB spare) and a full disk said "[Errno 28] No space left on device" without a path.
-Now: preallocation takes at most a quarter of the free space and a full disk only drops it
+A member must start on a 20 MB file system (a 64 MB preallocated segment plus a 64 MB spare
+would not fit), and a full disk must say more than "[Errno 28] No space left on device"
+without a path. So: preallocation takes at most a quarter of the free space and a full disk only drops it
 (``wal.segment.preallocation_bytes``/``preallocate``); every disk error of the WAL names its
 file, and for a full disk the free space of that file system; ``repair`` on a disk without
 room for a whole ``.broken`` copy keeps the torn bytes only.

@@ -1,4 +1,4 @@
-"""Property test: every watcher receives exactly its events, in order, once (DESIGN 5, Watch).
+"""Property test: every watcher receives exactly its events, in order, once.
 
 Random interleavings of writes (puts, deletes, multi-key txns), compactions, watcher creation
 at random start revisions (past, now, future) over keys / prefixes / ranges with filters and

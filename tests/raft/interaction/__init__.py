@@ -1,4 +1,4 @@
-"""Interaction traces for the raft core (DESIGN section 7, item 2).
+"""Interaction traces for the raft core, in the manner of etcd's raft/testdata.
 
 ``testdata/*.txt`` are trace files: commands run against a small environment of RawNodes
 and the exact output expected, each file starting with comments saying what it shows.

@@ -1,4 +1,4 @@
-"""Every trace file in testdata/ as one test (DESIGN section 7, item 2).
+"""Every trace file in testdata/ as one test.
 
 A trace pins down the exact messages, Readies and state changes of a scenario; see the
 comments at the top of each file for the Raft behaviour it shows.
