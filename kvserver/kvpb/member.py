@@ -11,6 +11,7 @@ ID; ``MemberAddResponse.member`` is the member just added.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvserver.kvpb.kv import ResponseHeader
 
@@ -25,7 +26,7 @@ class Member:
     client_urls: tuple[str, ...] = ()
     is_learner: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """etcd's membership.Member JSON (the conf-change context)."""
         return {
             "id": self.id,
@@ -36,7 +37,7 @@ class Member:
         }
 
     @staticmethod
-    def from_json(obj: dict) -> Member:
+    def from_json(obj: dict[str, Any]) -> Member:
         return Member(
             int(obj["id"]),
             str(obj.get("name") or ""),

@@ -87,7 +87,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kvserver.kvpb.errors import (
     CodecError,
@@ -369,7 +369,8 @@ class Lessor:
             if type(seen) is not RESPONSE_TYPE[kind]:
                 error = InvalidArgumentError(MSG_REQUEST_ID_REUSED)
                 return ApplyResult(None, error, (), True, self._revision())
-            return ApplyResult(seen, None, (), True, self._revision())
+            # seen is the response type this request kind answers (checked above)
+            return ApplyResult(cast(Any, seen), None, (), True, self._revision())
         result = self._apply_once(request)
         ids[request_id] = result.error if result.error is not None else result.response
         if len(ids) > self._dedup.ids_per_client:

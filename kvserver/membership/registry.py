@@ -21,6 +21,7 @@ rebuilt from the snapshot's ConfState and the known members (``split_members_fra
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Iterable
@@ -154,10 +155,11 @@ class MemberRegistry:
         m = self.members.get(mid)
         return m is not None and bool(m.name)
 
-    def voters(self) -> list[Member]:
+    # ``list`` in this class body is the method above, hence builtins.list.
+    def voters(self) -> builtins.list[Member]:
         return [m for m in self.list() if not m.is_learner]
 
-    def learners(self) -> list[Member]:
+    def learners(self) -> builtins.list[Member]:
         return [m for m in self.list() if m.is_learner]
 
 

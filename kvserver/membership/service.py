@@ -94,7 +94,7 @@ class MembershipService:
         self.transport: Any = None  # given to start()
         self._on_change = on_change
         self.removed = asyncio.Event()
-        self._lock: asyncio.Lock | None = None
+        self._lock = asyncio.Lock()  # one member change at a time
         self._task: asyncio.Task | None = None
         self._conf_state = ConfState()
 
@@ -153,7 +153,6 @@ class MembershipService:
     def start(self, transport: Any) -> None:
         """Connect to the known members through ``transport`` and publish attributes."""
         self.transport = transport
-        self._lock = asyncio.Lock()
         self._changed()
         self._task = asyncio.get_running_loop().create_task(
             self._publish_loop(), name=f"members-{self.local_id:x}"
@@ -265,7 +264,9 @@ class MembershipService:
                 progress.match if progress else None,
                 leader.match if leader else 0,
             )
-            m = replace(self.registry.get(mid), is_learner=False)
+            learner = self.registry.get(mid)
+            assert learner is not None  # check_promote refused an unknown member
+            m = replace(learner, is_learner=False)
             await self._propose(
                 ConfChange(ConfChangeType.ADD_NODE, mid, json.dumps(m.to_json()).encode())
             )
