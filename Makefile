@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint typecheck compose-up compose-down clean spark-demo
+.PHONY: run test test-slow test-fast lint typecheck compose-up compose-down clean spark-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,10 +33,13 @@ run: $(RUN_STAMP)
 spark-demo: $(DEV_STAMP)
 	$(BIN)/python -m kvserver.spark.demo $(if $(ENDPOINTS),--endpoints $(ENDPOINTS),--start-cluster raftkv-data/spark-demo) --out $(or $(OUT),spark-demo-out) $(DEMO_ARGS)
 
-# The whole suite: the fast default tests, then the slow-marked ones.
-test: $(DEV_STAMP)
-	$(BIN)/ruff check .
+# What to run before a commit (a few minutes): lint, format, types, then the default suite.
+test: lint typecheck $(DEV_STAMP)
 	$(BIN)/pytest -q -m "not slow"
+
+# The slow-marked suites (Spark, chaos, Docker, S3, etcd compatibility, the long simulation):
+# about a quarter of an hour. CI runs `make test test-slow`.
+test-slow: $(DEV_STAMP)
 	$(BIN)/pytest -q -m slow
 
 test-fast: $(DEV_STAMP)
@@ -44,6 +47,7 @@ test-fast: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Static types, with the config in pyproject.toml ([tool.mypy]: the core packages and the wire
 # contract strict, the rest in mypy's default mode). Tests are not checked.
