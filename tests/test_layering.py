@@ -184,3 +184,17 @@ def test_no_import_cycles():
                 if len(component) > 1:
                     cycles.append(sorted(component))
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in helper modules (tests/support/, a directory's helpers), so
+    running one test module never collects or depends on another."""
+    tests = our_modules("tests")
+    bad = []
+    for name, path in tests.items():
+        if not path.name.startswith("test_"):
+            continue
+        for target in sorted(imported_modules(path, set(tests))):
+            if target.rsplit(".", 1)[-1].startswith("test_") and target != name:
+                bad.append(f"{name} imports {target}")
+    assert not bad, "\n".join(bad)
