@@ -49,6 +49,7 @@ from kvserver.archive.store import ArchiveError, ObjectStore, crc_of
 from kvserver.auth.store import split_auth_frame
 from kvserver.lease.snapshot import split_snapshot
 from kvserver.membership.registry import split_members_frame
+from kvserver.server.alarms import split_alarm_frame
 from wal.decoder import BadRecord, iter_raw_records
 from wal.frame import RecordType
 from wal.segment import is_locked, list_segments
@@ -109,6 +110,7 @@ def scan_part(data: bytes) -> tuple[int, int]:
 def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
     """The MVCC revision inside a member's raft snapshot data."""
     _, rest = split_members_frame(snapshot.data or b"")
+    _, rest = split_alarm_frame(rest)  # present while an alarm is raised
     _, rest = split_auth_frame(rest)  # present once auth was used
     _, mvcc = split_snapshot(rest)
     unpacker = msgpack.Unpacker(raw=False)

@@ -28,6 +28,7 @@ from kvserver.archive.store import ArchiveError
 from kvserver.auth.store import AuthStore, split_auth_frame
 from kvserver.lease.snapshot import split_snapshot
 from kvserver.mvcc.store import MVCCStore
+from kvserver.server.alarms import AlarmStore, split_alarm_frame
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes expected or 0)
 _READ_BYTES = 1 << 20
@@ -161,10 +162,12 @@ def status(
 
 
 def check_image(image: bytes | bytearray | memoryview) -> None:
-    """Refuse an image that does not decode ([auth frame] + lease frame + complete MVCC
-    stream)."""
+    """Refuse an image that does not decode ([alarm frame] + [auth frame] + lease frame +
+    complete MVCC stream)."""
     try:
-        auth_blob, rest = split_auth_frame(memoryview(image))
+        alarm_blob, rest = split_alarm_frame(memoryview(image))
+        AlarmStore.restore(alarm_blob)
+        auth_blob, rest = split_auth_frame(rest)
         AuthStore.restore(auth_blob)
         _, rest = split_snapshot(rest)
         MVCCStore.restore([bytes(rest)])

@@ -10,8 +10,10 @@ one revision whose last 32 bytes are the SHA-256 of all the bytes before them:
                 "raft_index", "raft_term", "cluster_id" (hex), "member_id" (hex),
                 "keys" (live keys at the revision), "created_unix"}
     then        the state image, exactly what the member puts in a raft snapshot after the
-                member-registry frame: the lease frame (``kvserver.lease.snapshot.frame_snapshot``)
-                then the MVCC stream (``kvserver.mvcc.snapshot``; it ends with its own
+                member-registry frame: the alarm frame while an alarm is raised
+                (``kvserver.server.alarms``), the auth frame once auth was used
+                (``kvserver.auth.store``), the lease frame
+                (``kvserver.lease.snapshot.frame_snapshot``), then the MVCC stream (``kvserver.mvcc.snapshot``; it ends with its own
                 counts trailer, so truncation inside the body is caught a second time)
     last 32     SHA-256 of every byte above
 

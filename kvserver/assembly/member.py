@@ -29,6 +29,7 @@ from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.archive import member as archive_member
 from kvserver.archive.member import ArchiverThread
 from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
+from kvserver.kvpb.alarm import AlarmType
 from kvserver.lease.lessor import min_lease_ttl_s
 from kvserver.membership.identity import cluster_id as derive_cluster_id
 from kvserver.membership.registry import split_members_frame
@@ -167,6 +168,7 @@ class Member:
             archive_lag=self.archive.archiver.lag if self.archive is not None else None,
             election_timeout_s=cfg.election_timeout_ms / 1000,
             min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
+            quota_backend_bytes=cfg.quota_bytes,
         )
         return self.kv
 
@@ -233,6 +235,11 @@ class Member:
                 f"{peer:x}": count for peer, count in transport.failures_by_peer.items()
             },
             "store_revision": kv.store.revision,
+            "store_db_size_bytes": kv.store.db_size_bytes,
+            "quota_backend_bytes": kv.quota_backend_bytes,
+            "alarm_active": {
+                t.name: int(kv.alarms.is_active(t)) for t in (AlarmType.NOSPACE, AlarmType.CORRUPT)
+            },
             **self.appends.stats(),
             **archive_member.stats(self.archive),
         }

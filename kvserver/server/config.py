@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from kvserver.kvpb.member import Member
 from kvserver.membership.identity import ClusterConfigError, check_url, parse_initial_cluster
 from kvserver.server.compactor import AutoCompaction
+from kvserver.server.quota import effective_quota
 
 DEFAULT_CLIENT_URL = "http://127.0.0.1:2379"
 DEFAULT_PEER_URL = "http://127.0.0.1:2380"
@@ -42,6 +43,7 @@ class ServerConfig:
     auto_compaction_mode: str = "periodic"  # etcd's flags; retention "0" = disabled
     auto_compaction_retention: str = "0"
     auto_compaction_check_interval: str = "5m"  # revision mode's check period (etcd: 5 min)
+    quota_backend_bytes: int = 0  # 0 = etcd's default, 2 GiB (kvserver.server.quota)
     archive_url: str = ""  # kvserver.archive: "" = no continuous archive
     archive_retention: int = 0  # archived snapshots kept (0 = all)
     archive_interval_ms: int = 1000  # between two archive passes (the loss window)
@@ -72,6 +74,11 @@ class ServerConfig:
             self.auto_compaction_retention,
             self.auto_compaction_check_interval,
         )
+
+    @property
+    def quota_bytes(self) -> int:
+        """The space quota in effect: ``--quota-backend-bytes``, 0 meaning 2 GiB."""
+        return effective_quota(self.quota_backend_bytes)
 
     @property
     def member_dir(self) -> str:
@@ -160,6 +167,14 @@ _FLAGS = (
         "auto_compaction_check_interval",
         "str",
         "how often revision-mode auto-compaction checks (raftkv only; etcd fixes 5m)",
+    ),
+    (
+        "--quota-backend-bytes",
+        "quota_backend_bytes",
+        "int",
+        "space quota: over it, puts, txns with puts and lease grants fail and a NOSPACE alarm "
+        "is raised; counts the store's db size (the encoded size of the live data plus its "
+        "uncompacted history, as status reports it), not process memory; 0 = 2 GiB",
     ),
     (
         "--archive-url",

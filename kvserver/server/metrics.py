@@ -137,6 +137,15 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
         C, "Messages to a peer that could not be sent.", label="peer"
     ),
     "store_revision": NodeMetricSpec(G, "Current MVCC store revision."),
+    "store_db_size_bytes": NodeMetricSpec(
+        G,
+        "Encoded size of the store's live data plus its uncompacted history (what the space "
+        "quota counts; not process memory).",
+    ),
+    "quota_backend_bytes": NodeMetricSpec(G, "The space quota (--quota-backend-bytes) in bytes."),
+    "alarm_active": NodeMetricSpec(
+        G, "1 while some member has raised this alarm (NOSPACE, CORRUPT), else 0.", label="alarm"
+    ),
     "raft_append_messages_sent": NodeMetricSpec(
         C,
         "MsgApp messages handed to the peer transport (entries per message = "
@@ -220,6 +229,9 @@ class NodeStats(TypedDict, total=False):
     wal_fsync_duration_seconds: DurationHistogram
     peer_send_failures: Mapping[int | str, int]
     store_revision: int
+    store_db_size_bytes: int
+    quota_backend_bytes: int
+    alarm_active: Mapping[str, int]
     raft_append_messages_sent: int
     raft_append_entries_sent: int
     archive_lag_entries: int

@@ -31,6 +31,18 @@ Auth (``kvserver.auth``): auth entries (``is_auth_entry``) are applied by ``self
 starts with its frame (``kvserver.auth.store.frame_auth``) before the lease frame; a snapshot
 without it restores the empty auth state.
 
+Alarms and the space quota (``kvserver.server.alarms``, ``kvserver.server.quota``): alarm
+entries (``is_alarm_entry``) are applied by ``self.alarms``, the same set on every member.
+Before proposing a put, a txn with puts or a lease grant, ``_check_quota`` compares the
+store's ``db_size_bytes`` plus the request's cost with ``quota_backend_bytes``; over it, this
+member raises its NOSPACE alarm through raft (and waits for it to apply) and the request fails
+with ``etcdserver: mvcc: database space exceeded``. While an alarm is raised, ``apply`` answers
+the writes it refuses (``quota.refusal``) with that error instead of applying them, on every
+member alike, so a write proposed before the alarm fails everywhere too. ``alarm(GET)`` is
+answered from the local set after a ReadIndex barrier; ACTIVATE and DEACTIVATE are logged.
+When an alarm is raised, a snapshot starts with its frame (``AlarmStore.snapshot_frame``),
+before the auth frame; a snapshot without it restores no alarms.
+
 Auto-compaction (``kvserver.server.compactor``, etcd's ``--auto-compaction-*`` flags): when the
 server passes enabled settings to ``start``, a loop on every member asks its policy; only the
 leader's proposes, through the ordinary ``compact`` path.
@@ -43,12 +55,25 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvserver.auth import AuthService
 from kvserver.auth.store import is_auth_entry, split_auth_frame
 from kvserver.kvpb import service_errors as errors
-from kvserver.kvpb.errors import CompactedError, LeaseNotFoundError
+from kvserver.kvpb.alarm import (
+    AlarmAction,
+    AlarmMember,
+    AlarmRequest,
+    AlarmResponse,
+    AlarmType,
+    NoSpaceError,
+)
+from kvserver.kvpb.errors import (
+    CodecError,
+    CompactedError,
+    InvalidArgumentError,
+    LeaseNotFoundError,
+)
 from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
@@ -71,16 +96,34 @@ from kvserver.kvpb.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
-from kvserver.lease.codec import LeaseCheckpointRequest, encode_lease_entry, is_lease_entry
+from kvserver.lease.codec import (
+    LeaseCheckpointRequest,
+    decode_lease_entry,
+    encode_lease_entry,
+    is_lease_entry,
+)
 from kvserver.lease.errors import LeaseExpiredError, NotPrimaryError
 from kvserver.lease.lessor import DEFAULT_MIN_TTL_S, LeaseIdGenerator, Lessor
 from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.service import MembershipService
-from kvserver.mvcc.codec import encode_entry
+from kvserver.mvcc.codec import decode_entry, encode_entry
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
+from kvserver.server.alarms import (
+    AlarmStore,
+    decode_alarm_entry,
+    encode_alarm_entry,
+    is_alarm_entry,
+    split_alarm_frame,
+)
 from kvserver.server.compactor import AutoCompaction, Compactor
 from kvserver.server.node import NodeOptions
+from kvserver.server.quota import (
+    DEFAULT_QUOTA_BACKEND_BYTES,
+    over_quota,
+    refusal,
+    request_cost,
+)
 from kvserver.server.service import MemberInfo, NodeStatus
 from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 
@@ -153,6 +196,7 @@ class RaftKV:
         election_timeout_s: float = 1.0,
         min_lease_ttl_s: int = DEFAULT_MIN_TTL_S,
         lease_checkpoint_interval_s: float | None = None,
+        quota_backend_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES,
     ):
         self.cluster_id = cluster_id
         self.member_id = member_id
@@ -178,35 +222,92 @@ class RaftKV:
         self._background: set[asyncio.Task] = set()  # fire-and-forget revoke proposals
         # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
         self.auth = AuthService(propose=node.propose, read_barrier=node.read_barrier)
+        # Alarms (kvserver.server.alarms): replicated; entries start with 94 21.
+        self.alarms = AlarmStore()
+        self.quota_backend_bytes = quota_backend_bytes
+        self._nospace_proposal: asyncio.Task | None = None  # this member's ACTIVATE in flight
 
     # --- StateMachine ------------------------------------------------------------------------
 
     def apply(self, index: int, payload: bytes) -> object:
-        if is_lease_entry(payload):
-            result = self.lessor.apply_entry(payload)
-        elif is_auth_entry(payload):
+        if is_alarm_entry(payload):
+            return self._apply_alarm(payload)
+        if is_auth_entry(payload):
             return self.auth.apply_entry(payload)
+        if len(self.alarms):  # capped: decode first, refuse what the raised alarms forbid
+            result = self._apply_capped(payload)
+            if isinstance(result, Exception):
+                return result
+        elif is_lease_entry(payload):
+            result = self.lessor.apply_entry(payload)
         else:
             result = self.store.apply_entry(payload)
         if result.events:  # before anything else runs on the loop (WatchHub's contract)
             self.watch_hub.notify(result.revision, result.events)
         return result.error if result.error is not None else result.response
 
+    def _apply_alarm(self, payload: bytes) -> object:
+        try:
+            req = decode_alarm_entry(payload)
+        except CodecError as err:
+            return InvalidArgumentError(f"raftkv: undecodable log entry: {err}")
+        changed = self.alarms.apply(req)
+        if changed:
+            log.warning(
+                "member %x: alarm %s %s of member %x (raised now: %s)",
+                self.member_id,
+                req.action.name,
+                req.alarm.name,
+                req.member_id,
+                ", ".join(f"{a.alarm.name}@{a.member_id:x}" for a in self.alarms.get()) or "none",
+            )
+        return AlarmResponse(ResponseHeader(revision=self.store.revision), changed)
+
+    def _apply_capped(self, payload: bytes) -> Any:
+        """``apply`` while an alarm is raised (the same outcome on every member): the error
+        that refuses the entry, or the apply result."""
+        if is_lease_entry(payload):
+            try:
+                _, _, req = decode_lease_entry(payload)
+            except CodecError:
+                req = None  # the lessor answers its own decoding error
+            error = refusal(self.alarms, req)
+            if error is not None:
+                return error
+            result = self.lessor.apply_entry(payload)
+        else:
+            try:
+                client_id, request_id, req = decode_entry(payload)
+            except CodecError:
+                result = self.store.apply_entry(payload)  # answers the decoding error
+            else:
+                error = refusal(self.alarms, req)
+                if error is not None:
+                    return error
+                result = self.store.apply(req, client_id, request_id)
+        return result
+
     def snapshot_chunks(self):
         # Lease table and store image at the same applied index: the node iterates this in
         # the raft task, which applies nothing until the last chunk is taken.
         blob = self.lessor.snapshot()
         auth_frame = self.auth.snapshot_frame()  # b"" when auth was never used
+        alarm_frame = self.alarms.snapshot_frame()  # b"" when no alarm is raised
         chunks = self.store.serialize()
+        if alarm_frame:
+            yield alarm_frame
         if auth_frame:
             yield auth_frame
         yield frame_snapshot(blob)
         yield from chunks
 
     def restore(self, data: bytes | memoryview) -> None:
-        auth_blob, after_auth = split_auth_frame(data)  # absent in older snapshots: empty
+        alarm_blob, after_alarms = split_alarm_frame(data)  # absent: no alarm raised
+        auth_blob, after_auth = split_auth_frame(after_alarms)  # absent: empty auth state
         blob, rest = split_snapshot(after_auth)
+        alarms = AlarmStore.restore(alarm_blob)
         store = MVCCStore.restore([bytes(rest)])
+        self.alarms = alarms
         self.auth.restore(auth_blob)
         self.lessor.restore(blob)
         self.store = store
@@ -309,8 +410,35 @@ class RaftKV:
         result = await self.node.propose(encode_entry(req, client_id, request_id))
         return self._finish(result)
 
+    async def _check_quota(self, req) -> None:
+        """etcd's quota check before a proposal: over the quota, raise this member's NOSPACE
+        alarm (once applied here, every member refuses such writes) and refuse ``req``."""
+        if not over_quota(self.store.db_size_bytes, request_cost(req), self.quota_backend_bytes):
+            return
+        mine = AlarmMember(self.member_id, AlarmType.NOSPACE)
+        if mine not in self.alarms.get(AlarmType.NOSPACE):
+            if self._nospace_proposal is None or self._nospace_proposal.done():
+                log.warning(
+                    "member %x: database space exceeded (%d bytes, quota %d): raising NOSPACE",
+                    self.member_id,
+                    self.store.db_size_bytes,
+                    self.quota_backend_bytes,
+                )
+                self._nospace_proposal = asyncio.get_running_loop().create_task(
+                    self._propose_quietly_alarm(AlarmAction.ACTIVATE, AlarmType.NOSPACE)
+                )
+            await asyncio.shield(self._nospace_proposal)
+        raise NoSpaceError()
+
+    async def _propose_quietly_alarm(self, action: AlarmAction, alarm: AlarmType) -> None:
+        try:
+            await self.node.propose(encode_alarm_entry(AlarmRequest(action, self.member_id, alarm)))
+        except Exception as exc:  # the next refused write proposes it again
+            log.warning("member %x: alarm proposal failed: %s", self.member_id, exc)
+
     async def put(self, req: PutRequest, *, client_id: int = 0, request_id: int = 0) -> PutResponse:
         check_put(req)  # refuse bad input before it reaches the log
+        await self._check_quota(req)
         return await self._write(req, client_id, request_id)
 
     async def delete_range(
@@ -321,6 +449,7 @@ class RaftKV:
 
     async def txn(self, req: TxnRequest, *, client_id: int = 0, request_id: int = 0) -> TxnResponse:
         check_txn(req, self.max_txn_ops)
+        await self._check_quota(req)
         return await self._write(req, client_id, request_id)
 
     async def compact(self, req: CompactionRequest) -> CompactionResponse:
@@ -333,6 +462,7 @@ class RaftKV:
     ) -> LeaseGrantResponse:
         # A retry (pair already applied here) is proposed anyway: the apply answers it the
         # first outcome (the lessor's dedup table), whatever ID this proposal carries.
+        await self._check_quota(LeaseGrantRequest(ttl_s, lease_id))
         req = self.lessor.prepare_grant(
             LeaseGrantRequest(ttl_s, lease_id),
             self.lease_ids,
@@ -394,6 +524,22 @@ class RaftKV:
         await self.node.read_barrier()
         return self._finish(self.lessor.leases())
 
+    # --- alarms ------------------------------------------------------------------------------
+
+    async def alarm(self, req: AlarmRequest) -> AlarmResponse:
+        """etcd's Maintenance.Alarm: GET lists the raised alarms of ``req.alarm`` (``NONE``:
+        all) as of a ReadIndex barrier; ACTIVATE and DEACTIVATE go through the log and answer
+        the pair they changed (nothing when there was nothing to change)."""
+        if req.action == AlarmAction.GET:
+            await self.node.read_barrier()
+            return self._finish(
+                AlarmResponse(
+                    ResponseHeader(revision=self.store.revision), self.alarms.get(req.alarm)
+                )
+            )
+        resp = await self.node.propose(encode_alarm_entry(req))
+        return self._finish(resp)
+
     # --- watch -------------------------------------------------------------------------------
 
     @property
@@ -446,6 +592,10 @@ class RaftKV:
             revision=self.store.revision,
             compact_revision=self.store.compact_revision,
             db_size_bytes=self.store.db_size_bytes,
+            quota_backend_bytes=self.quota_backend_bytes,
+            errors=tuple(
+                f"memberID:{a.member_id} alarm:{a.alarm.name} " for a in self.alarms.get()
+            ),
             is_learner=is_learner,
             members=self.members,
             problem=node.health_problem(),

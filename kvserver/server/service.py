@@ -21,6 +21,11 @@ another member); ``lease_leases`` is answered by any member from its applied sta
 lease is ``etcdserver: requested lease not found`` (NotFound) for revoke and keep-alive;
 time-to-live answers ``ttl_s == -1`` instead.
 
+Alarms (etcd's Maintenance.Alarm, ``kvserver.kvpb.alarm`` types): ``alarm`` lists the raised
+alarms (GET, linearizable) or raises/clears one through the log (ACTIVATE/DEACTIVATE). A put,
+a txn with puts or a lease grant fails with ``etcdserver: mvcc: database space exceeded``
+(ResourceExhausted) when the store is over its quota or a NOSPACE alarm is raised.
+
 Membership (etcd's Cluster service, ``kvserver.kvpb.member`` types): ``member_list`` is
 answered by any member from its applied registry; ``member_add|remove|promote|update`` by the
 leader once the conf change is applied (a follower raises ``etcdserver: not leader``).
@@ -34,6 +39,7 @@ caller must ``close()`` the stream when its consumer goes away.
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kvserver.kvpb.alarm import AlarmRequest, AlarmResponse
 from kvserver.kvpb.headers import RAFTKV_VERSION
 from kvserver.kvpb.kv import (
     CompactionRequest,
@@ -88,6 +94,9 @@ class NodeStatus:
     problem: str = ""  # why the node is unhealthy beyond the two checks below
     archive_lag_entries: int | None = None  # --archive-url only (kvserver.archive.member)
     archive_lag_seconds: float | None = None
+    quota_backend_bytes: int = 0  # --quota-backend-bytes in effect (0: not reported)
+    # The raised alarms in etcd's StatusResponse.errors form: "memberID:<id> alarm:<TYPE> "
+    errors: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -131,6 +140,8 @@ class KVService(Protocol):
     ) -> LeaseTimeToLiveResponse: ...
 
     async def lease_leases(self) -> LeaseLeasesResponse: ...
+
+    async def alarm(self, req: AlarmRequest) -> AlarmResponse: ...
 
     async def member_list(self) -> MemberListResponse: ...
 

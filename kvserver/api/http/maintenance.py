@@ -6,8 +6,8 @@ decoded blobs gives the snapshot file, whose last 32 bytes are the SHA-256 of ev
 before them (etcd sends its hash the same way). The file layout is
 ``kvserver.archive.snapfile`` (ours: header, state image, SHA-256; not a bolt db).
 
-Consistency: the auth state (users, roles, permissions, enabled; never tokens), the lease
-table, the MVCC view (``MVCCStore.capture``), the applied index and
+Consistency: the raised alarms, the auth state (users, roles, permissions, enabled; never
+tokens), the lease table, the MVCC view (``MVCCStore.capture``), the applied index and
 the revision are all taken in one synchronous step on the event loop, which is where the
 raft task applies entries, so they describe one applied index. The store keeps applying
 while the chunks are serialized and sent (the view is immutable), and the response is
@@ -58,6 +58,10 @@ def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
     # Users, roles, permissions and the enabled flag (never tokens): the same frame a raft
     # snapshot carries, first, so a restored member starts with them (b"": auth never used).
     auth_frame = auth.snapshot_frame() if auth is not None else b""
+    # The raised alarms, first (b"": none): a member restored from this file keeps refusing
+    # writes until an operator has freed space and disarmed them, as the cluster did.
+    alarms = getattr(service, "alarms", None)
+    alarm_frame = alarms.snapshot_frame() if alarms is not None else b""
     view = store.capture()
     header = {
         "revision": store.revision,
@@ -71,6 +75,8 @@ def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
     }
 
     def chunks():
+        if alarm_frame:
+            yield alarm_frame
         if auth_frame:
             yield auth_frame
         yield frame_snapshot(lease_blob)
