@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse
 from kvserver.kvpb.kv import (
     CompactionRequest,
     CompactionResponse,
@@ -57,6 +58,7 @@ from kvserver.kvpb.lease import (
 from kvserver.kvpb.member import Member
 from kvserver.lease.lessor import LeaseIdGenerator, Lessor
 from kvserver.mvcc.store import MVCCStore
+from kvserver.server.alarms import AlarmStore
 from kvserver.server.service import MemberInfo, NodeStatus
 from kvserver.watch.hub import WatchHub, WatchLimits, WatchStream
 from tests.support.fake_membership import LocalMembership
@@ -102,6 +104,7 @@ class LocalKV:
         self.lessor.promote(0.0)
         self.lease_ids = LeaseIdGenerator(member_id, 1_700_000_000_000)
         self.watch_hub = WatchHub(self.store, watch_limits)
+        self.alarms = AlarmStore()
         self.membership = LocalMembership(
             Member(member_id, name, (peer_url,), (client_url,)), cluster_id, lambda: self.raft_term
         )
@@ -176,6 +179,14 @@ class LocalKV:
         if self.fail_with is not None:
             raise self.fail_with
         return replace(self.lessor.leases(), header=self._header())
+
+    async def alarm(self, req: AlarmRequest) -> AlarmResponse:
+        self.calls["AlarmRequest"] += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        if req.action == AlarmAction.GET:
+            return AlarmResponse(self._header(), self.alarms.get(req.alarm))
+        return AlarmResponse(self._header(), self.alarms.apply(req))
 
     def expire_leases(self) -> list[int]:
         """Revoke every expired lease (what the leader's expiry task proposes)."""

@@ -349,7 +349,6 @@ async def test_v3beta_alias_answers_like_v3(path: str) -> None:
         "/v3/maintenance/hash",
         "/v3beta/maintenance/hashkv",
         "/v3/maintenance/defragment",
-        "/v3/maintenance/alarm",
     ],
 )
 async def test_not_yet_built_etcd_endpoints_are_501_in_etcd_shape(path: str) -> None:

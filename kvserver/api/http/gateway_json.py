@@ -42,8 +42,15 @@ Responses (``*_response`` return dicts; ``encode`` turns one into body bytes)
   [{"ID"}...]}`` — int64 as strings, zero fields omitted. A keep-alive body may hold several
   JSON objects one after another (the gateway's request stream); each gets one answer line.
 - ``/v3/maintenance/status`` uses that message's own (camelCase) proto names: ``version``,
-  ``dbSize``, ``leader``, ``raftIndex``, ``raftTerm``, ``raftAppliedIndex``, ``dbSizeInUse``,
-  ``isLearner``.
+  ``dbSize``, ``leader``, ``raftIndex``, ``raftTerm``, ``raftAppliedIndex``, ``errors`` (the
+  raised alarms, ``"memberID:<id> alarm:<TYPE> "`` as etcd prints them), ``dbSizeInUse``,
+  ``isLearner``, and etcd 3.6's ``dbSizeQuota``.
+- ``/v3/maintenance/alarm``: request ``{"action", "memberID", "alarm"}`` (``action`` GET,
+  ACTIVATE or DEACTIVATE, ``alarm`` NONE, NOSPACE or CORRUPT: names or numbers; ``memberID`` a
+  uint64, number or decimal string); an unknown action or alarm number is refused (etcd 3.4
+  crashes on one). Response ``{"header", "alarms": [{"memberID", "alarm"}...]}`` with the
+  usual omissions (no ``alarms`` when empty, no ``alarm`` for NONE). etcd 3.5 sends the
+  header; etcd 3.4 leaves it out.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse, AlarmType
 from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.kvpb.kv import (
     CompactionRequest,
@@ -96,6 +104,8 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 _INT_TEXT = re.compile(r"-?[0-9]{1,19}", re.ASCII)
+_UINT_TEXT = re.compile(r"[0-9]{1,20}", re.ASCII)
+_UINT64_MAX = (1 << 64) - 1
 _URLSAFE_TO_STD = str.maketrans("-_", "+/", "\r\n")
 _a2b = binascii.a2b_base64
 _b2a = binascii.b2a_base64
@@ -273,6 +283,22 @@ def _int64(raw: Any, path: str) -> int:
     return value
 
 
+def _uint64(raw: Any, path: str) -> int:
+    kind = type(raw)
+    if kind is int:
+        value = raw
+    elif kind is str and _UINT_TEXT.fullmatch(raw) is not None:
+        value = int(raw)
+    else:
+        raise _invalid(
+            f'field "{path}": expected a 64-bit unsigned integer (a JSON integer or a decimal '
+            f"string), got {_show(raw)}"
+        )
+    if not 0 <= value <= _UINT64_MAX:
+        raise _invalid(f'field "{path}": {value} is out of the uint64 range')
+    return value
+
+
 def _enum(raw: Any, enum: type[IntEnum], path: str) -> int:
     kind = type(raw)
     if kind is str:
@@ -412,6 +438,33 @@ def decode_lease_time_to_live(body: bytes) -> tuple[int, bool]:
 def decode_empty(body: bytes) -> None:
     """A request without fields (LeaseLeasesRequest): empty, ``null`` or a JSON object."""
     _lease_object(parse_json(body), ())
+
+
+def _known_enum(raw: Any, enum: type[IntEnum], path: str) -> Any:
+    value = _enum(raw, enum, path)
+    if value not in enum._value2member_map_:
+        raise _invalid(f'field "{path}": unknown {enum.__name__} {value}')
+    return enum(value)
+
+
+def decode_alarm(body: bytes) -> AlarmRequest:
+    """AlarmRequest ``{"action", "memberID", "alarm"}`` (see the module docstring)."""
+    obj = parse_json(body)
+    if obj is None:
+        return AlarmRequest()
+    if type(obj) is not dict:
+        raise _invalid(f"body: expected a JSON object, got {_json_type(obj)}")
+    action, member_id, alarm = AlarmAction.GET, 0, AlarmType.NONE
+    for name, raw in obj.items():
+        if raw is None:
+            continue  # null = the default
+        if name == "action":
+            action = _known_enum(raw, AlarmAction, name)
+        elif name == "memberID":
+            member_id = _uint64(raw, name)
+        elif name == "alarm":
+            alarm = _known_enum(raw, AlarmType, name)
+    return AlarmRequest(action, member_id, alarm)
 
 
 def decode_lease_keepalive_stream(body: bytes) -> list[int]:
@@ -635,6 +688,25 @@ def encode_lease_keepalive_line(r: LeaseKeepAliveResponse) -> bytes:
     return b'{"result":' + _with_header(r.header, fields) + b"}\n"
 
 
+def alarm_response(r: AlarmResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {"header": header(r.header)}
+    alarms = []
+    for a in r.alarms:
+        item: dict[str, Any] = {}
+        if a.member_id:
+            item["memberID"] = str(a.member_id)
+        if a.alarm:
+            item["alarm"] = AlarmType(a.alarm).name
+        alarms.append(item)
+    if alarms:
+        out["alarms"] = alarms
+    return out
+
+
+def encode_alarm(r: AlarmResponse) -> bytes:
+    return encode(alarm_response(r))
+
+
 def status_response(s: NodeStatus) -> dict[str, Any]:
     """etcdserverpb.StatusResponse for ``/v3/maintenance/status``."""
     out: dict[str, Any] = {
@@ -651,10 +723,14 @@ def status_response(s: NodeStatus) -> dict[str, Any]:
         out["raftTerm"] = str(s.raft_term)
     if s.raft_applied_index:
         out["raftAppliedIndex"] = str(s.raft_applied_index)
+    if s.errors:
+        out["errors"] = list(s.errors)
     if s.db_size_bytes:
         out["dbSizeInUse"] = str(s.db_size_bytes)  # no free pages in an in-memory store
     if s.is_learner:
         out["isLearner"] = True
+    if s.quota_backend_bytes:
+        out["dbSizeQuota"] = str(s.quota_backend_bytes)  # etcd 3.6's field
     if s.archive_lag_entries is not None:  # not etcd's: its clients ignore unknown fields
         out["raftkvArchive"] = {
             "lagEntries": str(s.archive_lag_entries),

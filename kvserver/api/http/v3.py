@@ -8,7 +8,7 @@ read the body (bounded, 413 over ``ApiLimits.max_body_bytes``), decode it with
 Writes carry the ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair (bad values: 400).
 
 Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/compaction``,
-``maintenance/status``, the cluster endpoints (``cluster/member/*``, see ``cluster``) and the lease endpoints (``lease/grant``, ``lease/revoke``,
+``maintenance/status``, ``maintenance/alarm`` (``alarm``), the cluster endpoints (``cluster/member/*``, see ``cluster``) and the lease endpoints (``lease/grant``, ``lease/revoke``,
 ``lease/keepalive``, ``lease/timetolive``, ``lease/leases``, and etcd's older aliases
 ``kv/lease/revoke``, ``kv/lease/timetolive``, ``kv/lease/leases``). ``lease/keepalive`` answers
 like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request object in the
@@ -35,7 +35,7 @@ from kvserver.kvpb.lease import LeaseKeepAliveResponse
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.mvcc.validate import validate_request
 
-from . import auth, cluster, forward, gateway_json, watch
+from . import alarm, auth, cluster, forward, gateway_json, watch
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -69,11 +69,11 @@ IMPLEMENTED = frozenset(
         "/watch",
         *(path for path, _ in cluster.ROUTES),
         *(path for path, _ in auth.ROUTES),
+        *(path for path, _ in alarm.ROUTES),
     }
 )
 UNIMPLEMENTED = frozenset(
     {
-        "/maintenance/alarm",
         "/maintenance/defragment",
         "/maintenance/hash",
         "/maintenance/hashkv",
@@ -268,5 +268,6 @@ ROUTES = (
     ("/watch", watch.watch),
     *cluster.ROUTES,
     *auth.ROUTES,
+    *alarm.ROUTES,
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED
