@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from kvserver.cli import (
+    alarm,
     archive,
     auth,
     bench,
@@ -21,7 +22,19 @@ from kvserver.cli import (
     watch,
 )
 
-_COMMAND_MODULES = (server, client, watch, lease, member, auth, wal, bench, snapshot, archive)
+_COMMAND_MODULES = (
+    server,
+    client,
+    watch,
+    lease,
+    member,
+    alarm,
+    auth,
+    wal,
+    bench,
+    snapshot,
+    archive,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

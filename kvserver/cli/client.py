@@ -14,9 +14,11 @@ table``); ``--json`` prints one JSON document. Keys and values are taken as UTF-
   keys. Exit 1 when a single KEY (no ``--prefix``) does not exist.
 * ``del KEY [--prefix]`` — prints how many keys were deleted (0 is not an error).
 * ``status`` — one row per endpoint: endpoint, member id (hex, as etcdctl prints it), leader?,
-  raft term, raft index, applied index, revision, version, db size (plus ARCHIVE LAG entries
-  and time when a member archives, ``--archive-url``); an endpoint that does not
-  answer gets its error in the row, and the exit status is 1.
+  raft term, raft index, applied index, revision, version, db size, the space quota
+  (``--quota-backend-bytes``; the column is there when a member reports it), errors (the
+  raised alarms, as etcd prints them: ``memberID:<decimal id> alarm:NOSPACE``; see ``raftkv
+  alarm``) (plus ARCHIVE LAG entries and time when a member archives, ``--archive-url``); an
+  endpoint that does not answer gets its error in the row, and the exit status is 1.
 
 JSON output: integers as numbers; a key-value as ``{"key", "value", "create_revision",
 "mod_revision", "version", "lease"}`` with key and value as text when both are valid UTF-8,
@@ -558,6 +560,7 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
                     "revision": s.revision,
                     "version": s.version,
                     "db_size_bytes": s.db_size_bytes,
+                    "db_size_quota_bytes": s.db_size_quota_bytes,
                     "is_learner": s.is_learner,
                     "errors": list(s.errors),
                     **_archive_json(s),
@@ -598,7 +601,24 @@ def render_status(statuses: Sequence[EndpointStatus], *, as_json: bool) -> str:
                 ", ".join(s.errors),
             ]
         )
-    return table(*_with_archive_columns(headers, rows, statuses))
+    return table(*_with_archive_columns(*_with_quota_column(headers, rows, statuses), statuses))
+
+
+# The space quota, after DB SIZE: only when some member reports one (raftkv, etcd >= 3.6).
+def _with_quota_column(headers: list, rows: list, statuses) -> tuple[list, list]:
+    if all(es.status is None or not es.status.db_size_quota_bytes for es in statuses):
+        return headers, rows
+    at = headers.index("DB SIZE") + 1
+    quota = [
+        _size(es.status.db_size_quota_bytes)
+        if es.status is not None and es.status.db_size_quota_bytes
+        else "-"
+        for es in statuses
+    ]
+    return (
+        [*headers[:at], "QUOTA", *headers[at:]],
+        [[*r[:at], q, *r[at:]] for r, q in zip(rows, quota, strict=True)],
+    )
 
 
 # Archive lag columns: only when some member archives (--archive-url).

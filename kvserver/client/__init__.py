@@ -24,7 +24,7 @@ failover, backoff, deadlines and re-authentication, for every call and every wat
 ``transport`` (one HTTP attempt and the connection pool), ``sync`` (the blocking wrapper),
 ``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON),
 ``watch`` (watch iterators), ``leases`` (lease calls and keep-alive), ``members`` (member
-calls). The client imports only ``kvserver.kvpb`` (the wire types) and ``kvserver.tls`` of
+calls), ``alarms`` (alarm list and disarm). The client imports only ``kvserver.kvpb`` (the wire types) and ``kvserver.tls`` of
 the rest of raftkv, so importing it loads no server code.
 """
 
@@ -41,6 +41,7 @@ from kvserver.client.errors import (
     LeaseExistsError,
     LeaseNotFoundError,
     NoLeaderError,
+    NoSpaceError,
     NotFoundError,
     OutOfRangeError,
     RequestTimeoutError,
@@ -106,6 +107,7 @@ __all__ = [
     "LeaseTimeToLive",
     "Member",
     "NoLeaderError",
+    "NoSpaceError",
     "NotFoundError",
     "Op",
     "OutOfRangeError",

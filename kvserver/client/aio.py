@@ -39,7 +39,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kvserver.client import codec, leases, members
+from kvserver.client import alarms, codec, leases, members
 from kvserver.client.errors import (
     ClientError,
     CompactedError,
@@ -65,6 +65,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, AsyncWatch
+from kvserver.kvpb.alarm import AlarmAction, AlarmType
 from kvserver.kvpb.headers import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.kvpb.kv import (
     CompactionRequest,
@@ -524,6 +525,40 @@ class AsyncClient:
             members.PROMOTE_PATH,
             members.encode_id(member_id),
             _plain(members.decode_change),
+            Route.LEADER,
+        )
+
+    async def alarm_list(self) -> alarms.AlarmResult:
+        """Every raised alarm (``/v3/maintenance/alarm`` GET)."""
+        return await self._call(
+            "alarm list",
+            "POST",
+            alarms.PATH,
+            alarms.encode_request(AlarmAction.GET),
+            _plain(alarms.decode_result),
+            Route.LEADER,
+        )
+
+    async def alarm_disarm(
+        self, member_id: int = 0, alarm: AlarmType = AlarmType.NONE
+    ) -> alarms.AlarmResult:
+        """Clear the alarm ``alarm`` of ``member_id``; with neither given, every raised alarm
+        (listed first, then cleared one by one, as etcd's clientv3). The alarms cleared."""
+        if member_id == 0 and alarm == AlarmType.NONE:
+            raised = await self.alarm_list()
+            cleared: list[alarms.Alarm] = []
+            header = raised.header
+            for a in raised.alarms:
+                result = await self.alarm_disarm(a.member_id, a.alarm)
+                cleared.extend(result.alarms)
+                header = result.header
+            return alarms.AlarmResult(header, tuple(cleared))
+        return await self._call(
+            f"alarm disarm {AlarmType(alarm).name} of {member_id:x}",
+            "POST",
+            alarms.PATH,
+            alarms.encode_request(AlarmAction.DEACTIVATE, member_id, alarm),
+            _plain(alarms.decode_result),
             Route.LEADER,
         )
 

@@ -313,6 +313,7 @@ def decode_status(raw: Any, endpoint: str) -> Status:
         raft_applied_index=num("raft_applied_index", "raftAppliedIndex"),
         is_learner=_to_bool(_field(doc, "is_learner", "isLearner"), "is_learner"),
         errors=tuple(str(e) for e in errors),
+        db_size_quota_bytes=num("db_size_quota", "dbSizeQuota"),
         archive_lag_entries=lag_entries,
         archive_lag_seconds=lag_seconds,
     )

@@ -35,6 +35,8 @@ gRPC code            text                                       class
 14 Unavailable       other                                      UnavailableError
 4 DeadlineExceeded   any                                        RequestTimeoutError
 12 Unimplemented     any                                        UnimplementedError
+8 ResourceExhausted  ``etcdserver: mvcc: database space          NoSpaceError
+                     exceeded``
 ===================  ========================================  ==========================
 
 A body that is not such JSON is mapped by HTTP status alone (404 → NotFoundError, 400 →
@@ -177,6 +179,11 @@ class LeaseExistsError(FailedPreconditionError):
     """A grant named a lease ID that is already granted."""
 
 
+class NoSpaceError(ClientError):
+    """The cluster is over its space quota (a NOSPACE alarm): puts, txns with puts and lease
+    grants fail until space is freed (delete, compact) and the alarm disarmed. Not retried."""
+
+
 class UnimplementedError(ClientError):
     """The server does not implement this call (gRPC Unimplemented, HTTP 501 or 405)."""
 
@@ -273,6 +280,8 @@ def error_class(code: GrpcCode | None, http_status: int | None, message: str) ->
         return LeaseNotFoundError
     if code == GrpcCode.FAILED_PRECONDITION and "lease already exists" in message:
         return LeaseExistsError
+    if code == GrpcCode.RESOURCE_EXHAUSTED and "database space exceeded" in message:
+        return NoSpaceError
     if code == GrpcCode.OUT_OF_RANGE:
         if "compacted" in message:
             return CompactedError

@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient
+from kvserver.client.alarms import AlarmResult
 from kvserver.client.errors import ClientError, RequestTimeoutError
 from kvserver.client.leases import KeepAlive, SyncKeepAlive
 from kvserver.client.members import MemberAddResult, MemberChangeResult
@@ -48,6 +49,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.client.watch import DEFAULT_RECONNECT_TIMEOUT_S, SyncWatch
+from kvserver.kvpb.alarm import AlarmType
 from kvserver.kvpb.kv import SortOrder, SortTarget, TxnRequest
 
 T = TypeVar("T")
@@ -320,6 +322,12 @@ class Client:
 
     def member_promote(self, member_id: int) -> MemberChangeResult:
         return self._run(self._aclient.member_promote(member_id))
+
+    def alarm_list(self) -> AlarmResult:
+        return self._run(self._aclient.alarm_list())
+
+    def alarm_disarm(self, member_id: int = 0, alarm: AlarmType = AlarmType.NONE) -> AlarmResult:
+        return self._run(self._aclient.alarm_disarm(member_id, alarm))
 
     def find_leader(self) -> str | None:
         return self._run(self._aclient.find_leader())

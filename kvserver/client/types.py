@@ -105,6 +105,7 @@ class Status:
     raft_applied_index: int = 0
     is_learner: bool = False
     errors: tuple[str, ...] = ()
+    db_size_quota_bytes: int = 0  # etcd 3.6's dbSizeQuota (0: not reported)
     archive_lag_entries: int | None = None  # raftkv's own field: None = not archiving
     archive_lag_seconds: float | None = None
 
