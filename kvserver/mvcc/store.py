@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import Any
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 from kvserver.kvpb.errors import (
     CodecError,
@@ -156,7 +156,7 @@ class MVCCStore:
         "_log",
         "_log_start",
         "_leases",
-        "_live",
+        "_live_keys",
         "_records",
         "_size_bytes",
         "_wevents",
@@ -179,7 +179,10 @@ class MVCCStore:
         self._log: list[KeyValue] = []
         self._log_start = 0  # invariant: _log[_log_start:] are the records >= compact rev
         self._leases: dict[int, set[bytes]] = {}
-        self._live = 0  # number of keys whose current record is not a tombstone
+        # The keys whose current record is not a tombstone, in order: an order-statistics
+        # index, so a range at the current revision counts in O(log N) and pages in
+        # O(log N + limit) (etcd's count with a limit).
+        self._live_keys: SortedList = SortedList()
         self._records = 0  # invariant: == sum(len(h) for h in _index.values())
         self._size_bytes = 0  # invariant: == sum of record_size_bytes over those records
         self._wevents: list[Event] | None = None  # events of the open write txn
@@ -204,7 +207,7 @@ class MVCCStore:
     @property
     def key_count(self) -> int:
         """Number of live keys at the current revision."""
-        return self._live
+        return len(self._live_keys)
 
     @property
     def history_size(self) -> int:
@@ -436,7 +439,7 @@ class MVCCStore:
                 self._index[key] = [kv]
             else:
                 hist.append(kv)
-            self._live += 1
+            self._live_keys.add(key)
         else:
             kv = KeyValue(key, value, prev.create_revision, wrev, prev.version + 1, lease)
             hist.append(kv)  # type: ignore[union-attr]
@@ -468,7 +471,9 @@ class MVCCStore:
             events.append(Event(_DELETE, tomb, prev))  # type: ignore[union-attr]
             if prev.lease:
                 self._detach(prev.lease, prev.key)
-        self._live -= len(keys)
+        live_keys = self._live_keys
+        for k in keys:
+            live_keys.remove(k)
         self._records += len(keys)
         self._size_bytes += size
         return len(keys)
@@ -498,10 +503,12 @@ class MVCCStore:
             if kv is None:
                 return [], 0
             return ([] if count_only else [kv]), 1
+        if range_end != b"\0" and range_end <= key:
+            return [], 0
+        if rev == (self._rev + 1 if self._wevents else self._rev):
+            return self._collect_current(key, range_end, limit, count_only)
         if range_end == b"\0":
             keys = index.irange(minimum=key)
-        elif range_end <= key:
-            return [], 0
         else:
             keys = index.irange(key, range_end, inclusive=(True, False))
         kvs: list[KeyValue] = []
@@ -521,6 +528,22 @@ class MVCCStore:
                 kvs.append(kv)
                 want -= 1
         return kvs, count
+
+    def _collect_current(
+        self, key: bytes, range_end: bytes, limit: int, count_only: bool
+    ) -> tuple[list[KeyValue], int]:
+        """``_collect`` at the revision the store (with an open txn's writes) is at now:
+        ``_live_keys`` is exactly the set of visible keys there, so the count is two bisects
+        and only the returned keys are touched."""
+        live = self._live_keys
+        lo = live.bisect_left(key)
+        hi = len(live) if range_end == b"\0" else live.bisect_left(range_end)
+        count = hi - lo
+        if count_only or count == 0:
+            return [], count
+        stop = hi if limit <= 0 else min(hi, lo + limit)
+        index = self._index
+        return [index[k][-1] for k in live.islice(lo, stop)], count
 
     def _range(self, r: RangeRequest, cur_rev: int) -> RangeResponse:
         """etcd's applierV3backend.Range + mvcc rangeKeys, at read revision ``cur_rev``."""
@@ -845,7 +868,8 @@ class MVCCStore:
         store._compact_rev = compact_revision
         store._log = log
         store._log_start = 0
-        live = records = size = 0
+        records = size = 0
+        live: list[bytes] = []
         leases = store._leases
         for k, hist in histories.items():
             records += len(hist)
@@ -854,10 +878,10 @@ class MVCCStore:
                 size += len(kv.value)
             cur = hist[-1]
             if cur.create_revision != 0:
-                live += 1
+                live.append(k)
                 if cur.lease:
                     leases.setdefault(cur.lease, set()).add(k)
-        store._live = live
+        store._live_keys = SortedList(live)
         store._records = records
         store._size_bytes = size
         store._dedup = DedupTable.from_export(
