@@ -4,7 +4,9 @@
 
 Measures, single-threaded: ``apply(PutRequest)`` with dedup ids, ``apply_entry`` (msgpack
 decode + apply, what the node driver runs per committed entry), single-key ``range`` reads,
-a compaction of the whole history, and snapshot serialize/restore throughput.
+a page of 1,000 and a ``count_only`` over every key, a paged scan, a compaction of the whole
+history, and snapshot serialize/restore throughput. ``--puts 1000000 --keys 1000000`` gives
+the figures at a million keys.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import gc
 import time
 
-from kvserver.kvpb.kv import PutRequest
+from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from kvserver.mvcc.codec import encode_entry
 from kvserver.mvcc.store import MVCCStore
 
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         store.range(keys[i % nkeys])
     t1 = time.perf_counter()
     print(f"range(single key)          {_rate(n, t1 - t0)}")
+    _whole_range(store, b"/bench/key/")
 
     hist = store.history_size
     t0 = time.perf_counter()
@@ -79,6 +82,30 @@ def main(argv: list[str] | None = None) -> None:
     MVCCStore.restore(chunks)
     t1 = time.perf_counter()
     print(f"restore: {(t1 - t0) * 1e3:.0f} ms")
+
+
+def _whole_range(store: MVCCStore, prefix: bytes) -> None:
+    """A page and a count over every key, and a scan in pages of 10,000 (median of 5)."""
+    end = prefix_range_end(prefix)
+    for name, req in (
+        ("range(all keys, limit 1000)", RangeRequest(prefix, end, limit=1000)),
+        ("range(all keys, count_only)", RangeRequest(prefix, end, count_only=True)),
+    ):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            store.apply(req)
+            times.append(time.perf_counter() - t0)
+        print(f"{name:27s}{sorted(times)[2] * 1e3:10.3f} ms")
+    t0 = time.perf_counter()
+    start, seen = prefix, 0
+    while True:
+        resp = store.range(start, end, limit=10_000)
+        seen += len(resp.kvs)
+        if not resp.more:
+            break
+        start = resp.kvs[-1].key + b"\0"
+    print(f"scan in pages of 10,000     {_rate(seen, time.perf_counter() - t0)}")
 
 
 def _max_step_ms(store: MVCCStore) -> float:
