@@ -236,6 +236,7 @@ class Member:
             },
             "store_revision": kv.store.revision,
             "store_db_size_bytes": kv.store.db_size_bytes,
+            "store_compaction_pending_versions": kv.store.compaction_backlog,
             "quota_backend_bytes": kv.quota_backend_bytes,
             "alarm_active": {
                 t.name: int(kv.alarms.is_active(t)) for t in (AlarmType.NOSPACE, AlarmType.CORRUPT)

@@ -10,7 +10,8 @@ stream):
    "compact_revision": C}``
 2. ``["base", [record, ...]]`` zero or more times: for each key (in key order) whose oldest
    retained version is below ``C``, that version. (After a compaction at ``C`` a key keeps at
-   most one version below ``C`` and it is never a tombstone.)
+   most one version below ``C`` and it is never a tombstone; versions the store's background
+   compaction has not cut yet are not written, so the stream does not depend on its progress.)
 3. ``["log", [record, ...]]`` zero or more times: every version with ``mod_revision >= C``
    in the order it was applied (tombstones included, except those at exactly ``C``, which
    compaction removed).
@@ -30,8 +31,10 @@ returns the parts ``MVCCStore.from_parts`` builds the store from.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import msgpack
@@ -66,6 +69,7 @@ class SnapshotParts:
     dedup: list[tuple[int, list[tuple[int, Any]]]]
 
 
+_MOD = attrgetter("mod_revision")
 MAGIC = "raftkv-mvcc-snapshot"
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_SIZE_BYTES = 64 * 1024
@@ -118,10 +122,21 @@ def serialize(
             buf += packer.pack([section, batch])
 
     def base_records() -> Iterator[tuple]:
+        # A key's retained version below C is its newest version at or below C, if that is a
+        # put below C (one at exactly C is in the log). While the store's background
+        # compaction is pending a history may still hold older versions (and a key may be all
+        # dead): picking by revision keeps the bytes those of a fully compacted store.
         histories = view.histories
         for k in view.keys:
-            kv = histories[k][0]
-            if kv.mod_revision < compact_rev:
+            hist = histories[k]
+            kv = hist[0]
+            if kv.mod_revision >= compact_rev:
+                continue
+            if len(hist) > 1 and hist[1].mod_revision <= compact_rev:
+                kv = hist[bisect_right(hist, compact_rev, key=_MOD) - 1]
+                if kv.mod_revision == compact_rev:
+                    continue
+            if kv.create_revision != 0:
                 yield _record(kv)
 
     def log_records() -> Iterator[tuple]:

@@ -22,6 +22,19 @@ all versions older than the newest one at or below ``C`` and that one too if it 
 ``compact(C)`` with ``C <= compact_revision`` raises ``CompactedError`` (etcd starts with a
 compact revision of -1, so ``compact(0)`` once succeeds on a new store, as in etcd).
 
+Compaction has a logical and a physical part. Applying it (the logical part, O(log N), the
+same on every replica) sets the compact revision, moves the log start and notes the log
+records below ``C`` as pending work; from then on every read behaves as after the whole
+compaction. The physical part, ``compact_step(max_keys)``, cuts the histories of the keys
+those records name, a batch at a time. ``MVCCStore()`` runs it to the end inside the apply;
+``MVCCStore(compact_in_background=True)`` leaves it to the caller (RaftKV runs it in batches on
+its event loop, as etcd's scheduled compaction does), so a compaction of a million keys
+answers at once. Nothing a client can observe depends on its progress: reads pick versions
+by revision, watch replay reads the log from its start, ``serialize`` writes the same bytes.
+Only ``history_size``, ``db_size_bytes`` and memory lag until the work is done. A second
+compaction while work is pending adds its records to it; every cut uses the current compact
+revision.
+
 Errors raised by an operation leave the store unchanged. ``apply`` turns them into
 ``ApplyResult.error``; the direct methods (``put``, ``range``, ...) raise them.
 
@@ -39,8 +52,12 @@ Data layout (memory ~ live data + uncompacted history)
 - ``_leases``: lease id -> set of live keys attached to it.
 - ``_records`` / ``_size_bytes``: running totals over every record in ``_index`` (tombstones
   included) — the count and ``sum(record_size_bytes(kv))`` — kept up to date by put, delete,
-  compaction and restore, so ``db_size_bytes`` is O(1) (etcd's dbSize, which ``status`` reports
-  on every call, must not walk the keyspace).
+  ``compact_step`` and restore, so ``db_size_bytes`` is O(1) (etcd's dbSize, which ``status``
+  reports on every call, must not walk the keyspace). They count the versions still waiting
+  for ``compact_step`` too, so the space quota sees the space freed as it is freed.
+- ``_pending``: the physical compaction still to do, as slices of (a possibly replaced)
+  ``_log``; while it is non-empty a history may hold versions below the compact revision that
+  compaction will cut, and a key whose history is all dead may still be in ``_index``.
 
 Immutability rules that let ``serialize`` stream a consistent point-in-time view while writes
 continue: history lists and ``_log`` are only ever appended to; compaction replaces a key's
@@ -107,6 +124,7 @@ _PUT = EventType.PUT
 _DELETE = EventType.DELETE
 _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
+_IMMEDIATE_STEP_KEYS = 1 << 30  # compact_step budget of a compaction applied in one go
 # Bytes charged per stored record besides its key and value: roughly what etcd's bolt backend
 # spends per revision (a 17-byte revision key, the KeyValue protobuf's tags and varints, page
 # overhead). An estimate: the figure only has to grow and shrink with the data.
@@ -159,6 +177,9 @@ class MVCCStore:
         "_live_keys",
         "_records",
         "_size_bytes",
+        "_pending",
+        "_pending_records",
+        "_compact_in_background",
         "_wevents",
         "_dedup",
         "lease_exists",
@@ -172,6 +193,7 @@ class MVCCStore:
         max_txn_ops: int = DEFAULT_MAX_TXN_OPS,
         dedup_ids_per_client: int = DEFAULT_IDS_PER_CLIENT,
         dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
+        compact_in_background: bool = False,
     ) -> None:
         self._index: SortedDict = SortedDict()
         self._rev = 1  # etcd: a new store is at revision 1
@@ -185,6 +207,13 @@ class MVCCStore:
         self._live_keys: SortedList = SortedList()
         self._records = 0  # invariant: == sum(len(h) for h in _index.values())
         self._size_bytes = 0  # invariant: == sum of record_size_bytes over those records
+        # Physical compaction still to do: (log list, lo, hi) slices of log records below the
+        # compact revision whose keys compact_step has yet to visit, oldest first.
+        self._pending: list[tuple[list[KeyValue], int, int]] = []
+        self._pending_records = 0  # invariant: == sum(hi - lo) over _pending
+        # False: a compaction cuts the old versions before apply returns. True: the caller
+        # runs compact_step until it returns False (RaftKV does, on its event loop).
+        self._compact_in_background = compact_in_background
         self._wevents: list[Event] | None = None  # events of the open write txn
         self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
         # Hook of the lease manager: does this lease exist? None accepts every lease id.
@@ -699,6 +728,9 @@ class MVCCStore:
     # Compaction
 
     def _compact(self, rev: int) -> CompactionResponse:
+        """The logical compaction, O(log N): from now on reads below ``rev`` fail and the log
+        starts at ``rev``. The old versions are cut by ``compact_step``: at once in the
+        default mode, in batches the caller runs in the background otherwise."""
         if rev <= self._compact_rev:
             raise CompactedError(compact_revision=self._compact_rev)
         if rev > self._rev:
@@ -706,37 +738,81 @@ class MVCCStore:
         self._compact_rev = rev
         log = self._log
         start = self._log_start
-        # Keys with a change at or below rev are the only ones whose history can shrink.
+        # Keys with a change at or below rev are the only ones whose history can shrink: the
+        # log records in [start, stop) name them (a key once per version).
         stop = bisect_right(log, rev, lo=start, key=_MOD)
-        touched = {log[i].key for i in range(start, stop)}
-        index = self._index
-        dropped = dropped_bytes = 0
-        for k in touched:
-            hist = index.get(k)
-            if hist is None:
-                continue
-            j = bisect_right(hist, rev, key=_MOD)  # versions at or below rev: hist[:j]
-            if j == 0:
-                continue
-            cut = j if hist[j - 1].create_revision == 0 else j - 1
-            if cut == 0:
-                continue
-            dropped += cut
-            dropped_bytes += cut * (len(k) + RECORD_OVERHEAD_BYTES)
-            for i in range(cut):
-                dropped_bytes += len(hist[i].value)
-            if cut == len(hist):
-                del index[k]
-            else:
-                index[k] = hist[cut:]  # a new list: a running serialize() keeps the old one
-        self._records -= dropped
-        self._size_bytes -= dropped_bytes
+        if stop > start:
+            # The list object is kept, not copied: _log is only appended to or replaced.
+            self._pending.append((log, start, stop))
+            self._pending_records += stop - start
         # The log keeps records >= rev (a retained put at exactly rev is still an event).
         self._log_start = bisect_left(log, rev, lo=start, hi=stop, key=_MOD)
         if self._log_start >= _LOG_REBUILD_MIN and self._log_start * 2 > len(log):
             self._log = log[self._log_start :]
             self._log_start = 0
+        if not self._compact_in_background:
+            while self.compact_step(_IMMEDIATE_STEP_KEYS):
+                pass
         return CompactionResponse(_header(self._rev))
+
+    @property
+    def compaction_pending(self) -> bool:
+        """Whether old versions below the compact revision still wait for ``compact_step``."""
+        return bool(self._pending)
+
+    @property
+    def compaction_backlog(self) -> int:
+        """Versions below the compact revision whose keys ``compact_step`` has yet to visit
+        (an upper bound of the records still to drop); 0 when no work is pending."""
+        return self._pending_records
+
+    def compact_step(self, max_keys: int = 1000) -> bool:
+        """The physical compaction of up to ``max_keys`` pending key visits: cut each visited
+        key's history below the compact revision (etcd's keyIndex.compact), drop keys left
+        with nothing, update ``history_size`` and ``db_size_bytes``. Returns whether work
+        remains. Invisible to readers: every read at or above the compact revision picks its
+        version by revision, so the versions still waiting here are never seen.
+
+        A visit is one log record below the compact revision, so a key with several old
+        versions is visited once per version; after its first visit the others find nothing
+        to cut. The cut always uses the current compact revision, so work left by an earlier
+        compaction is done to the later one's revision."""
+        pending = self._pending
+        if not pending:
+            return False
+        rev = self._compact_rev
+        index = self._index
+        budget = max(1, max_keys)
+        dropped = dropped_bytes = 0
+        while pending and budget:
+            log, lo, hi = pending[0]
+            end = min(hi, lo + budget)
+            for i in range(lo, end):
+                k = log[i].key
+                hist = index.get(k)
+                if hist is None or hist[0].mod_revision > rev:
+                    continue
+                j = bisect_right(hist, rev, key=_MOD)  # versions at or below rev: hist[:j]
+                cut = j if hist[j - 1].create_revision == 0 else j - 1
+                if cut == 0:
+                    continue
+                dropped += cut
+                dropped_bytes += cut * (len(k) + RECORD_OVERHEAD_BYTES)
+                for m in range(cut):
+                    dropped_bytes += len(hist[m].value)
+                if cut == len(hist):
+                    del index[k]
+                else:
+                    index[k] = hist[cut:]  # a new list: a running serialize() keeps the old one
+            budget -= end - lo
+            self._pending_records -= end - lo
+            if end == hi:
+                pending.pop(0)
+            else:
+                pending[0] = (log, end, hi)
+        self._records -= dropped
+        self._size_bytes -= dropped_bytes
+        return bool(pending)
 
     # -----------------------------------------------------------------------------------------
     # Watch support

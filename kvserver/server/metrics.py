@@ -143,6 +143,11 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
         "quota counts; not process memory).",
     ),
     "quota_backend_bytes": NodeMetricSpec(G, "The space quota (--quota-backend-bytes) in bytes."),
+    "store_compaction_pending_versions": NodeMetricSpec(
+        G,
+        "Versions below the compact revision whose keys the background compaction has yet to "
+        "visit (0: the last compaction's old versions are all gone).",
+    ),
     "alarm_active": NodeMetricSpec(
         G, "1 while some member has raised this alarm (NOSPACE, CORRUPT), else 0.", label="alarm"
     ),
@@ -231,6 +236,7 @@ class NodeStats(TypedDict, total=False):
     store_revision: int
     store_db_size_bytes: int
     quota_backend_bytes: int
+    store_compaction_pending_versions: int
     alarm_active: Mapping[str, int]
     raft_append_messages_sent: int
     raft_append_entries_sent: int

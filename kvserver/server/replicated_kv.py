@@ -46,6 +46,13 @@ before the auth frame; a snapshot without it restores no alarms.
 Auto-compaction (``kvserver.server.compactor``, etcd's ``--auto-compaction-*`` flags): when the
 server passes enabled settings to ``start``, a loop on every member asks its policy; only the
 leader's proposes, through the ordinary ``compact`` path.
+
+Applying a compaction is the store's logical part only (``MVCCStore`` with
+``compact_in_background``): the revision is compacted for every reader at once, and a task
+(one at a time, stopped by ``stop``) cuts the old versions with ``compact_step`` in batches of
+``COMPACTION_BATCH_KEYS``, yielding the loop between batches, so a large compaction never
+holds the loop long enough for a member to miss heartbeats. Meanwhile memory and the store's
+db size (what the space quota counts) still include the versions not yet cut.
 """
 
 import asyncio
@@ -132,6 +139,12 @@ log = logging.getLogger(__name__)
 LEASE_EXPIRY_INTERVAL_S = 0.5  # etcd's lessor loop: revoke expired leases twice a second
 _EXPIRED_WAIT_STEP_S = 0.05  # keep-alive of an expired lease: poll for its revoke
 WATCH_PROGRESS_INTERVAL_S = 600.0  # etcd's --experimental-watch-progress-notify-interval
+COMPACTION_BATCH_KEYS = 1000  # etcd's CompactionBatchLimit
+# Between two batches the loop runs whatever is ready (raft ticks and messages, requests),
+# which bounds what compaction adds to any latency to one batch. etcd also sleeps 10 ms there,
+# to let its backend's writers take the lock; here nothing waits for a lock, and a pause
+# would only stretch the time the old versions stay in memory (10 s more per million keys).
+COMPACTION_PAUSE_S = 0.0
 # etcd fragments a watch response over maxRequestBytes + gRPC overhead (1.5 MiB + 512 KiB).
 WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
 
@@ -203,7 +216,7 @@ class RaftKV:
         self.name = name
         self.members = members
         self.max_txn_ops = max_txn_ops
-        self.store = MVCCStore()
+        self.store = MVCCStore(compact_in_background=True)
         self.election_timeout_s = election_timeout_s
         self.lessor = Lessor(
             store=self.store,
@@ -220,6 +233,8 @@ class RaftKV:
         self.compactor: Compactor | None = None  # auto-compaction, when enabled
         self._watch_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()  # fire-and-forget revoke proposals
+        self._compaction_task: asyncio.Task | None = None  # the store's physical compaction
+        self.compaction_batches = 0  # compact_step calls made by that task (for tests)
         # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
         self.auth = AuthService(propose=node.propose, read_barrier=node.read_barrier)
         # Alarms (kvserver.server.alarms): replicated; entries start with 94 21.
@@ -244,6 +259,8 @@ class RaftKV:
             result = self.store.apply_entry(payload)
         if result.events:  # before anything else runs on the loop (WatchHub's contract)
             self.watch_hub.notify(result.revision, result.events)
+        if type(result.response) is CompactionResponse:
+            self._start_compaction()
         return result.error if result.error is not None else result.response
 
     def _apply_alarm(self, payload: bytes) -> object:
@@ -306,7 +323,7 @@ class RaftKV:
         auth_blob, after_auth = split_auth_frame(after_alarms)  # absent: empty auth state
         blob, rest = split_snapshot(after_auth)
         alarms = AlarmStore.restore(alarm_blob)
-        store = MVCCStore.restore([bytes(rest)])
+        store = MVCCStore.restore([bytes(rest)], compact_in_background=True)
         self.alarms = alarms
         self.auth.restore(auth_blob)
         self.lessor.restore(blob)
@@ -345,20 +362,49 @@ class RaftKV:
         self._watch_task = asyncio.get_running_loop().create_task(
             self._watch_progress_loop(), name=f"watch-progress-{self.member_id:x}"
         )
+        self._start_compaction()  # a compaction replayed before the loop ran
 
     async def stop(self) -> None:
         if self.compactor is not None:
             await self.compactor.stop()
         tasks = [
-            t for t in (self._lease_task, self._watch_task, *self._background) if t is not None
+            t
+            for t in (self._lease_task, self._watch_task, self._compaction_task, *self._background)
+            if t is not None
         ]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._lease_task = self._watch_task = None
+        self._lease_task = self._watch_task = self._compaction_task = None
         self.watch_hub.close()  # every watcher: canceled, "etcdserver: server stopped"
+
+    def _start_compaction(self) -> None:
+        """Start the task that cuts the old versions of an applied compaction, unless it runs
+        already (it picks up the new work: the store merges it) or there is nothing to do."""
+        if self._compaction_task is not None or not self.store.compaction_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # applied outside a loop (a replay): ``start`` picks it up
+            return
+        self._compaction_task = loop.create_task(
+            self._compaction_loop(), name=f"compaction-{self.member_id:x}"
+        )
+
+    async def _compaction_loop(self) -> None:
+        """etcd's scheduled compaction: batches of ``COMPACTION_BATCH_KEYS``, the loop free in
+        between. The store is read anew per batch: a restore replaces it by one that is fully
+        compacted, which ends the work."""
+        try:
+            while True:
+                self.compaction_batches += 1
+                if not self.store.compact_step(COMPACTION_BATCH_KEYS):
+                    return
+                await asyncio.sleep(COMPACTION_PAUSE_S)
+        finally:
+            self._compaction_task = None
 
     async def _watch_progress_loop(self) -> None:
         while True:
