@@ -17,8 +17,10 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from kvserver.bench.workloads import BenchOptions, BenchUsageError
+from kvserver.cli.auth import add_user_options, auth_header
 
 _HELP = {
     "put": "put keys (etcd benchmark put)",
@@ -160,8 +162,6 @@ def _add_common(b: argparse.ArgumentParser) -> None:
             metavar="FILE",
             help=f"{what} (default ${env})",
         )
-    from kvserver.cli.auth import add_user_options
-
     add_user_options(b)  # --user NAME[:PASSWORD], --password: one token for the whole run
 
 
@@ -195,10 +195,6 @@ def options_from_args(args) -> BenchOptions:
 
 def _with_token(args, opts: BenchOptions) -> BenchOptions:
     """``opts`` with the token of ``--user`` (authenticated once at the first endpoint)."""
-    from dataclasses import replace
-
-    from kvserver.cli.auth import auth_header
-
     headers = auth_header(
         opts.endpoints[0],
         args,
@@ -209,6 +205,8 @@ def _with_token(args, opts: BenchOptions) -> BenchOptions:
 
 
 def _run(args) -> int:
+    # The runner (multiprocessing, the load loops) loads only when a bench runs, so every
+    # other raftkv command starts without it.
     from kvserver.bench.report import ProgressBar, format_report
     from kvserver.bench.result import BenchError
     from kvserver.bench.runner import new_progress, run
