@@ -61,7 +61,25 @@ def restored_cluster(tmp, restore_args, size: int = 3, token: str = "restored") 
     return c
 
 
-__all__ = ["cli", "free_ports", "restored_cluster", "state_at"]
+def snapshot_restore_args(path):
+    """``restore_args`` for ``restored_cluster``: every node restored from the snapshot file
+    ``path`` with ``raftkv snapshot restore``."""
+    return lambda name, d, initial, peer: (
+        "snapshot",
+        "restore",
+        path,
+        "--data-dir",
+        d,
+        "--name",
+        name,
+        "--initial-cluster",
+        initial,
+        "--initial-advertise-peer-urls",
+        peer,
+    )
+
+
+__all__ = ["cli", "free_ports", "restored_cluster", "snapshot_restore_args", "state_at"]
 
 
 def _load(client: Client, stop: threading.Event, counter: list[int]) -> None:

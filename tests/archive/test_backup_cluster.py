@@ -17,7 +17,13 @@ import os
 import pytest
 
 from kvserver.client import Client
-from tests.archive.helpers import cli, pitr_under_load, restored_cluster, state_at
+from tests.archive.helpers import (
+    cli,
+    pitr_under_load,
+    restored_cluster,
+    snapshot_restore_args,
+    state_at,
+)
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
@@ -47,19 +53,7 @@ def test_save_restore_new_three_node_cluster(make_cluster, tmp_path):
 
     new = restored_cluster(
         tmp_path / "new",
-        lambda name, d, initial, peer: (
-            "snapshot",
-            "restore",
-            path,
-            "--data-dir",
-            d,
-            "--name",
-            name,
-            "--initial-cluster",
-            initial,
-            "--initial-advertise-peer-urls",
-            peer,
-        ),
+        snapshot_restore_args(path),
     )
     try:
         for ep in new.endpoints:

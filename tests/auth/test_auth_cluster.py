@@ -16,7 +16,7 @@ import snap
 from kvserver.cli import main
 from kvserver.client import Client, ClientError
 from kvserver.membership.registry import split_members_frame
-from tests.archive.helpers import cli, restored_cluster
+from tests.archive.helpers import cli, restored_cluster, snapshot_restore_args
 from tests.cluster.harness import leader_of, wait_healthy
 from tests.support.apply_now import raftkv_without_raft
 from tests.support.wait import wait_for
@@ -127,19 +127,7 @@ def test_snapshot_save_restore_keeps_auth(make_cluster, tmp_path):
     c.stop()
     new = restored_cluster(
         tmp_path / "new",
-        lambda name, d, initial, peer: (
-            "snapshot",
-            "restore",
-            path,
-            "--data-dir",
-            d,
-            "--name",
-            name,
-            "--initial-cluster",
-            initial,
-            "--initial-advertise-peer-urls",
-            peer,
-        ),
+        snapshot_restore_args(path),
         size=1,
     )
     try:
