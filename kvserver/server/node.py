@@ -1,4 +1,4 @@
-"""The node driver: one asyncio task owns the raft core and runs its Ready loop.
+"""The node driver: a raft task that owns the raft core, and an apply task behind it.
 
 Nothing but the raft task touches the ``RawNode``. Everything else hands it work through
 queues and wakes it: peer messages (``receive``), proposals (``propose``), linearizable read
@@ -12,8 +12,18 @@ the order etcd's raft documents for a Ready (``doc.go``, "Usage"):
 2. the snapshot, entries and hard state are persisted (the WAL writer thread fsyncs when
    ``must_sync``; the loop keeps serving meanwhile);
 3. all other messages — votes and acknowledgements, which promise durable state — are sent;
-4. the snapshot and committed entries are applied to the state machine, read states are
-   served once applied, and then ``advance``.
+4. the snapshot and committed entries are queued for the apply task, and then ``advance``.
+
+Why two tasks (etcd's ``raftNode`` goroutine and its apply loop): applying, restoring a
+snapshot and making one take time that grows with the data. If the raft task waited for them,
+a leader busy applying a big delete or writing a snapshot of a million keys would send no
+heartbeat, and its followers would elect another leader. So the raft task only persists,
+sends and hands over; it keeps ticking, heartbeating and answering votes while the apply task
+works through its queue, and every long step of the apply task yields to the loop in bounded
+slices. The one exception is a Ready with a conf change among its committed entries: the raft
+task waits until the apply task has applied it (as etcd's ``raftNode`` does), so the core never
+counts votes with a configuration the member has not applied. ``applied`` is the apply task's
+progress; reads (``read_barrier``) are answered once it reaches their read index.
 
 Proposal payloads travel in entries as ``origin (8 bytes) | sequence (8 bytes) | payload``.
 ``origin`` is random per process, so the node that proposed an entry recognises it when it
@@ -47,6 +57,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -93,8 +104,9 @@ class StateMachine(Protocol):
     def snapshot_chunks(self) -> Iterator[bytes]:
         """The state's image, in chunks small enough to produce without stalling the loop."""
 
-    def restore(self, data: bytes | memoryview) -> None:
-        """Replace the state with a snapshot image."""
+    async def install_snapshot(self, data: bytes | memoryview) -> None:
+        """Replace the state with a snapshot image from the leader, without holding the loop
+        for long (the raft task keeps running meanwhile)."""
 
 
 class DurableStorage(Protocol):
@@ -197,6 +209,10 @@ class Node:
         self._reads_asked: dict[bytes, _ReadBatch] = {}
         self._reads_ready: list[_ReadBatch] = []
         self._read_seq = 0
+        # The apply task's queue: committed entries, or a snapshot to restore, in log order.
+        self._apply_queue: deque[tuple[Entry, ...] | Snapshot] = deque()
+        self._apply_wake = asyncio.Event()
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []  # (index, woken at it)
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.failed = asyncio.Event()  # set if the raft loop dies: the member exits
@@ -333,7 +349,8 @@ class Node:
         self._on_conf_change = handlers.on_conf_change
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._run(), name=f"raft-{self.id:x}"),
+            loop.create_task(self._guarded(self._run()), name=f"raft-{self.id:x}"),
+            loop.create_task(self._guarded(self._apply_loop()), name=f"apply-{self.id:x}"),
             loop.create_task(self._ticker(), name=f"tick-{self.id:x}"),
         ]
 
@@ -362,15 +379,10 @@ class Node:
             self._ticks += 1
             self._wake.set()
 
-    async def _run(self) -> None:
+    async def _guarded(self, body) -> None:
+        """Run the raft or the apply task; an error that escapes it stops the node."""
         try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                self._feed_core()
-                while self.raw.has_ready():
-                    await self._handle_ready(self.raw.ready())
-                    self._feed_core()
+            await body
         except asyncio.CancelledError:
             raise
         except CommitOutOfRangeError as exc:
@@ -385,6 +397,15 @@ class Node:
             log.exception("node %x: raft loop failed; the node stops", self.id)
             self._fail(exc)
 
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._feed_core()
+            while self.raw.has_ready():
+                await self._handle_ready(self.raw.ready())
+                self._feed_core()
+
     def _fail(self, exc: BaseException) -> None:
         self.failure = exc
         self._stopped = True
@@ -392,11 +413,21 @@ class Node:
         for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
             if not fut.done():
                 fut.set_exception(errors.stopping())
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()  # the other of the raft and apply tasks, and the ticker
 
     # --- the raft task -------------------------------------------------------------------
 
     def _feed_core(self) -> None:
         raw = self.raw
+        # Messages before ticks: after a pause the heartbeats that did arrive count before
+        # the election timer is advanced, so a follower does not campaign against a leader
+        # it has just heard from.
+        if self._inbox:
+            inbox, self._inbox = self._inbox, []
+            for m in inbox:
+                self._step(m)
         ticks, self._ticks = self._ticks, 0
         for _ in range(ticks):
             raw.tick()
@@ -408,10 +439,6 @@ class Node:
             for peer, failed in self._snapshot_status:
                 raw.report_snapshot(peer, failed)
             self._snapshot_status.clear()
-        if self._inbox:
-            inbox, self._inbox = self._inbox, []
-            for m in inbox:
-                self._step(m)
         if self._proposals:
             proposals, self._proposals = self._proposals, []
             for data in proposals:
@@ -514,15 +541,12 @@ class Node:
         if late:
             self._send(late)
         if rd.snapshot is not None and not rd.snapshot.is_empty():
-            self.conf_state = rd.snapshot.metadata.conf_state
-            self.restore_snapshot_data(rd.snapshot.data, self.conf_state)
-            self.applied = self.snapshot_index = rd.snapshot.metadata.index
-            self._note_applied()
-            log.info(
-                "node %x: restored snapshot at index %d from the leader", self.id, self.applied
-            )
+            self._enqueue_apply(rd.snapshot)
         if rd.committed_entries:
-            await self._apply(rd.committed_entries)
+            self._enqueue_apply(rd.committed_entries)
+            last = rd.committed_entries[-1].index
+            if any(e.type == EntryType.CONF_CHANGE for e in rd.committed_entries):
+                await self._wait_applied(last)
         for rs in rd.read_states:
             batch = self._reads_asked.pop(rs.request_ctx, None)
             if batch is not None:
@@ -530,8 +554,55 @@ class Node:
                 self._reads_ready.append(batch)
         self._serve_reads()
         self.raw.advance(rd)
-        if self.applied - self.snapshot_index > self.opts.snapshot_count:
-            await self._snapshot()
+
+    def _enqueue_apply(self, item: tuple[Entry, ...] | Snapshot) -> None:
+        self._apply_queue.append(item)
+        self._apply_wake.set()
+
+    async def _wait_applied(self, index: int) -> None:
+        """Wait until the apply task has applied ``index``."""
+        if self.applied >= index:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._applied_waiters.append((index, fut))
+        await fut
+
+    # --- the apply task ------------------------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        queue = self._apply_queue
+        while True:
+            if not queue:
+                await self._apply_wake.wait()
+                self._apply_wake.clear()
+                continue
+            item = queue.popleft()
+            if isinstance(item, Snapshot):
+                await self._restore_from_leader(item)
+            else:
+                await self._apply(item)
+            self._after_apply()
+            if self.applied - self.snapshot_index > self.opts.snapshot_count:
+                await self._snapshot()
+
+    def _after_apply(self) -> None:
+        self._note_applied()
+        self._serve_reads()
+        if self._applied_waiters:
+            still = []
+            for index, fut in self._applied_waiters:
+                if index <= self.applied:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    still.append((index, fut))
+            self._applied_waiters = still
+
+    async def _restore_from_leader(self, snapshot: Snapshot) -> None:
+        self.conf_state = snapshot.metadata.conf_state
+        await self.restore_snapshot_data(snapshot.data, self.conf_state)
+        self.applied = self.snapshot_index = snapshot.metadata.index
+        log.info("node %x: restored snapshot at index %d from the leader", self.id, self.applied)
 
     def _on_soft_state(self, ss) -> None:
         if ss.lead != self.leader:
@@ -572,8 +643,7 @@ class Node:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
             if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
-                await asyncio.sleep(0)  # a long catch-up must not starve the HTTP servers
-        self._note_applied()  # once per batch (not per entry): recovery waiters wake after it
+                await asyncio.sleep(0)  # a long catch-up must not starve the raft task
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)
@@ -583,10 +653,10 @@ class Node:
         if fut is not None and not fut.done():
             fut.set_result(self.conf_state)
 
-    def restore_snapshot_data(self, data: bytes, conf_state: ConfState) -> None:
+    async def restore_snapshot_data(self, data: bytes, conf_state: ConfState) -> None:
         """Restore the state machine (and the member registry) from a snapshot image."""
         blob, rest = split_members_frame(data)
-        self.sm.restore(data if blob is None else rest)
+        await self.sm.install_snapshot(data if blob is None else rest)
         if self.members is not None:
             self.members.restore(blob, conf_state)
 
@@ -604,8 +674,8 @@ class Node:
         self._reads_ready = still
 
     async def _snapshot(self) -> None:
-        """Snapshot the state machine at ``applied``; runs inside the raft task, so nothing
-        is applied meanwhile, but it yields to the loop between chunks."""
+        """Snapshot the state machine at ``applied``; runs inside the apply task, so nothing
+        is applied meanwhile, but it yields to the loop (and the raft task) between chunks."""
         index = self.applied
         chunks = []
         for chunk in self.sm.snapshot_chunks():

@@ -136,12 +136,12 @@ class _SM:
     def snapshot_chunks(self):
         yield from self.store.serialize()
 
-    def restore(self, data):
+    async def install_snapshot(self, data):
         self.restored = bytes(data)
         self.store = MVCCStore.restore([bytes(data)])
 
 
-def test_node_frames_the_registry_in_front_of_the_state_machine():
+async def test_node_frames_the_registry_in_front_of_the_state_machine():
     sm = _SM()
     sm.store.apply(PutRequest(b"k", b"v"))
     reg = bootstrapped()
@@ -157,12 +157,12 @@ def test_node_frames_the_registry_in_front_of_the_state_machine():
         registry=MemberRegistry(), node=None, local_id=1, cluster_id=5, name="a", client_urls=()
     )
     node.members = fresh
-    node.restore_snapshot_data(image, cs([1, 2, 3]))
+    await node.restore_snapshot_data(image, cs([1, 2, 3]))
     assert fresh.registry.list() == reg.list()
     assert sm.restored == b"".join(MVCCStore.restore([sm.restored]).serialize())
     # an old image (no frame) goes to the state machine unchanged
     plain = b"".join(sm.snapshot_chunks())
-    node.restore_snapshot_data(plain, cs([1, 2, 3]))
+    await node.restore_snapshot_data(plain, cs([1, 2, 3]))
     assert sm.restored == plain
 
 

@@ -47,7 +47,7 @@ class _SM:
     def snapshot_chunks(self):
         return iter(())
 
-    def restore(self, data):
+    async def install_snapshot(self, data):
         pass
 
 
