@@ -23,8 +23,18 @@ stream):
 A record is ``[key, value, create_revision, mod_revision, version, lease]`` (a tombstone has
 ``create_revision == 0``).
 
-Serialization runs on a ``SnapshotView`` captured when ``serialize`` is called, so the store
-may keep applying entries between chunks. ``SnapshotLoader`` accepts chunks incrementally
+Serializing while the store applies
+------------------------------------
+``serialize`` reads a ``SnapshotView``: references to the store's own key index and change
+log, with the revision, compact revision and log length fixed when the view was taken, and a
+copy of the (bounded) deduplication table. Nothing is copied per key, so taking the view is
+O(1) and each chunk costs about ``chunk_size_bytes`` of work, however large the store is (it
+also yields after ``_KEYS_PER_STEP`` keys scanned without output). The store may keep
+applying between chunks: a history list is only appended to, with versions above the view's
+revision, which the stream ignores; a new key's versions are all above it; the log is only
+appended to or replaced by a new list. The one thing that would change what the stream
+reads, cutting old versions, is held off by the store while a stream is open
+(``MVCCStore.serialize``). ``SnapshotLoader`` accepts chunks incrementally
 (``feed``) so an event loop can restore as bytes arrive; ``finish`` checks the trailer and
 returns the parts ``MVCCStore.from_parts`` builds the store from.
 """
@@ -34,6 +44,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -46,12 +57,12 @@ from kvserver.mvcc.codec import from_plain, to_plain
 
 @dataclass(frozen=True, slots=True)
 class SnapshotView:
-    """A point-in-time capture of the store for ``snapshot.serialize`` (see module rules)."""
+    """What ``serialize`` reads: the store's live structures plus the revisions and log end
+    fixed when the view was taken (see "Serializing while the store applies")."""
 
     revision: int
     compact_revision: int
-    keys: list[bytes]  # sorted
-    histories: dict[bytes, list[KeyValue]]  # records with mod_revision > revision are ignored
+    index: Any  # the store's SortedDict key -> history list (read, never written)
     log: list[KeyValue]
     log_start: int
     log_end: int
@@ -74,6 +85,7 @@ MAGIC = "raftkv-mvcc-snapshot"
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_SIZE_BYTES = 64 * 1024
 _BATCH_MAX_RECORDS = 1024
+_KEYS_PER_STEP = 4096  # keys the base section scans between two yields
 _RECORD_OVERHEAD_BYTES = 24  # msgpack framing + four integers, roughly
 _MAX_BUFFER_BYTES = 256 * 1024 * 1024  # one msgpack object (a batch) never exceeds this
 
@@ -103,11 +115,15 @@ def serialize(
 
     counts = {"base": 0, "log": 0, "dedup_clients": 0}
 
-    def batches(section: str, records: Iterator[tuple]) -> Iterator[bytes]:
+    def batches(section: str, records: Iterator[tuple | None]) -> Iterator[bytes]:
         nonlocal buf
         batch: list[tuple] = []
         size = 0
         for rec in records:
+            if rec is None:  # a yield point: hand out what is buffered, even nothing
+                yield bytes(buf)
+                buf = bytearray()
+                continue
             batch.append(rec)
             size += len(rec[0]) + len(rec[1]) + _RECORD_OVERHEAD_BYTES
             if size >= batch_budget or len(batch) >= _BATCH_MAX_RECORDS:
@@ -121,34 +137,8 @@ def serialize(
             counts[section] += len(batch)
             buf += packer.pack([section, batch])
 
-    def base_records() -> Iterator[tuple]:
-        # A key's retained version below C is its newest version at or below C, if that is a
-        # put below C (one at exactly C is in the log). While the store's background
-        # compaction is pending a history may still hold older versions (and a key may be all
-        # dead): picking by revision keeps the bytes those of a fully compacted store.
-        histories = view.histories
-        for k in view.keys:
-            hist = histories[k]
-            kv = hist[0]
-            if kv.mod_revision >= compact_rev:
-                continue
-            if len(hist) > 1 and hist[1].mod_revision <= compact_rev:
-                kv = hist[bisect_right(hist, compact_rev, key=_MOD) - 1]
-                if kv.mod_revision == compact_rev:
-                    continue
-            if kv.create_revision != 0:
-                yield _record(kv)
-
-    def log_records() -> Iterator[tuple]:
-        log = view.log
-        for i in range(view.log_start, view.log_end):
-            kv = log[i]
-            if kv.create_revision == 0 and kv.mod_revision == compact_rev:
-                continue  # compacted tombstone (see store.py)
-            yield _record(kv)
-
-    yield from batches("base", base_records())
-    yield from batches("log", log_records())
+    yield from batches("base", _base_records(view))
+    yield from batches("log", _log_records(view))
 
     clients: list[Any] = []
     size = 0
@@ -168,6 +158,48 @@ def serialize(
 
     buf += packer.pack(["end", counts])
     yield bytes(buf)
+
+
+def _base_records(view: SnapshotView) -> Iterator[tuple | None]:
+    compact_rev = view.compact_revision
+    # A key's retained version below C is its newest version at or below C, if that is a
+    # put below C (one at exactly C is in the log). While the store's background
+    # compaction is pending a history may still hold older versions (and a key may be all
+    # dead): picking by revision keeps the bytes those of a fully compacted store. Keys
+    # are read a batch at a time from the live index (a fresh ``irange`` per batch, so
+    # keys inserted meanwhile are harmless: their versions are all above the view).
+    index = view.index
+    last: bytes | None = None
+    while True:
+        if last is None:
+            keys = list(islice(index.irange(), _KEYS_PER_STEP))
+        else:
+            keys = list(islice(index.irange(last, None, (False, False)), _KEYS_PER_STEP))
+        if not keys:
+            return
+        last = keys[-1]
+        for k in keys:
+            hist = index[k]
+            kv = hist[0]
+            if kv.mod_revision >= compact_rev:
+                continue
+            if len(hist) > 1 and hist[1].mod_revision <= compact_rev:
+                kv = hist[bisect_right(hist, compact_rev, key=_MOD) - 1]
+                if kv.mod_revision == compact_rev:
+                    continue
+            if kv.create_revision != 0:
+                yield _record(kv)
+        yield None  # a yield point: a stretch of keys may hold nothing for the base
+
+
+def _log_records(view: SnapshotView) -> Iterator[tuple | None]:
+    compact_rev = view.compact_revision
+    log = view.log
+    for i in range(view.log_start, view.log_end):
+        kv = log[i]
+        if kv.create_revision == 0 and kv.mod_revision == compact_rev:
+            continue  # compacted tombstone (see store.py)
+        yield _record(kv)
 
 
 _SECTION_ORDER = {"base": 0, "log": 1, "dedup": 2, "end": 3}

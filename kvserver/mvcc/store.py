@@ -180,6 +180,7 @@ class MVCCStore:
         "_pending",
         "_pending_records",
         "_compact_in_background",
+        "_open_streams",
         "_wevents",
         "_dedup",
         "lease_exists",
@@ -214,6 +215,9 @@ class MVCCStore:
         # False: a compaction cuts the old versions before apply returns. True: the caller
         # runs compact_step until it returns False (RaftKV does, on its event loop).
         self._compact_in_background = compact_in_background
+        # Snapshot streams being read (serialize): physical compaction waits until none is,
+        # because it is the one change that would alter what a stream reads.
+        self._open_streams = 0
         self._wevents: list[Event] | None = None  # events of the open write txn
         self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
         # Hook of the lease manager: does this lease exist? None accepts every lease id.
@@ -750,7 +754,7 @@ class MVCCStore:
         if self._log_start >= _LOG_REBUILD_MIN and self._log_start * 2 > len(log):
             self._log = log[self._log_start :]
             self._log_start = 0
-        if not self._compact_in_background:
+        if not self._compact_in_background and not self._open_streams:
             while self.compact_step(_IMMEDIATE_STEP_KEYS):
                 pass
         return CompactionResponse(_header(self._rev))
@@ -776,10 +780,14 @@ class MVCCStore:
         A visit is one log record below the compact revision, so a key with several old
         versions is visited once per version; after its first visit the others find nothing
         to cut. The cut always uses the current compact revision, so work left by an earlier
-        compaction is done to the later one's revision."""
+        compaction is done to the later one's revision.
+
+        While a snapshot stream is open nothing is cut (it returns whether work waits)."""
         pending = self._pending
         if not pending:
             return False
+        if self._open_streams:
+            return True
         rev = self._compact_rev
         index = self._index
         budget = max(1, max_keys)
@@ -895,24 +903,27 @@ class MVCCStore:
     # -----------------------------------------------------------------------------------------
     # Snapshots (encoding lives in kvserver.mvcc.snapshot)
 
-    def capture(self) -> SnapshotView:
-        """A consistent point-in-time view, cheap to take (C-speed copies of references)."""
-        index = self._index
-        return SnapshotView(
+    def serialize(self, chunk_size_bytes: int = 64 * 1024) -> Iterator[bytes]:
+        """The snapshot as msgpack chunks of about ``chunk_size_bytes`` (see snapshot.py),
+        of the state now; the store may keep applying while the chunks are consumed. Until
+        the stream is exhausted or closed, old versions are not cut (``compact_step``): in
+        the default mode a compaction applied meanwhile cuts them when the stream ends."""
+        view = SnapshotView(
             revision=self._rev,
             compact_revision=self._compact_rev,
-            keys=list(index.keys()),
-            histories=dict.copy(index),
+            index=self._index,
             log=self._log,
             log_start=self._log_start,
             log_end=len(self._log),
             dedup=self._dedup.export(),
         )
+        return _SnapshotStream(self, serialize(view, chunk_size_bytes))
 
-    def serialize(self, chunk_size_bytes: int = 64 * 1024) -> Iterator[bytes]:
-        """The snapshot as msgpack chunks of about ``chunk_size_bytes`` (see snapshot.py).
-        The view is taken now; the store may keep applying while the chunks are consumed."""
-        return serialize(self.capture(), chunk_size_bytes)
+    def _stream_closed(self) -> None:
+        self._open_streams -= 1
+        if not self._open_streams and not self._compact_in_background:
+            while self.compact_step(_IMMEDIATE_STEP_KEYS):
+                pass
 
     @classmethod
     def restore(cls, chunks: Iterable[bytes], **options: Any) -> MVCCStore:
@@ -964,6 +975,31 @@ class MVCCStore:
             dedup, store._dedup.ids_per_client, store._dedup.max_clients
         )
         return store
+
+
+class _SnapshotStream(Iterator[bytes]):
+    """The chunks of one ``MVCCStore.serialize``; holds physical compaction off from its
+    creation until it is exhausted, closed or collected."""
+
+    def __init__(self, store: MVCCStore, chunks: Iterator[bytes]) -> None:
+        self._store: MVCCStore | None = store
+        self._chunks = chunks
+        store._open_streams += 1
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store._stream_closed()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _visible_now(index: SortedDict, key: bytes) -> KeyValue | None:

@@ -37,7 +37,6 @@ from kvserver.archive import snapfile
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.lease.snapshot import frame_snapshot
-from kvserver.mvcc.snapshot import serialize
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
     # writes until an operator has freed space and disarmed them, as the cluster did.
     alarms = getattr(service, "alarms", None)
     alarm_frame = alarms.snapshot_frame() if alarms is not None else b""
-    view = store.capture()
+    stream = store.serialize(LINE_BLOB_BYTES)
     header = {
         "revision": store.revision,
         "compact_revision": store.compact_revision,
@@ -80,7 +79,7 @@ def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
         if auth_frame:
             yield auth_frame
         yield frame_snapshot(lease_blob)
-        yield from serialize(view, LINE_BLOB_BYTES)
+        yield from stream
 
     return header, chunks()
 
