@@ -96,6 +96,9 @@ class NodeStorage:
         self.snapshotter = snapshotter
         self.raft_storage = raft_storage
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-writer")
+        # Snapshot files of this member's own snapshots are written apart from the WAL: a
+        # file of hundreds of megabytes must not hold up the fsyncs of the writes behind it.
+        self._snap_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snap-writer")
         self._stats = {"wal_syncs": 0, "wal_entries": 0}
         self.fsync_seconds = DurationHistogram(FSYNC_BUCKETS_SECONDS)
 
@@ -226,13 +229,16 @@ class NodeStorage:
     def _write_snapshot(self, snapshot: Snapshot) -> None:
         # Snapshot file first, then its WAL record: a crash in between leaves a .snap the WAL
         # does not know, which recovery ignores.
+        self._write_snapshot_file(snapshot)
+        self.wal.save_snapshot(_wal_snapshot(snapshot))
+
+    def _write_snapshot_file(self, snapshot: Snapshot) -> None:
         try:
             self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
         except OSError as exc:  # name the file (a full disk: and the free space)
             md = snapshot.metadata
             path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
             raise os_error_at(exc, path, "saving the snapshot") from exc
-        self.wal.save_snapshot(_wal_snapshot(snapshot))
 
     def _persist_with_snapshot(self, rd: Ready) -> None:
         """A Ready carrying a snapshot from the leader (writer thread)."""
@@ -243,12 +249,15 @@ class NodeStorage:
         self._stats["wal_entries"] += len(rd.entries)
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Persist a snapshot the state machine made, then release WAL segments before it."""
+        """Persist a snapshot the state machine made, then release WAL segments before it.
+        The file is written by its own thread while the WAL writer goes on; its WAL record
+        follows (in the WAL writer), so a crash in between leaves a file recovery ignores."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer, self._save_snapshot_blocking, snapshot)
+        await loop.run_in_executor(self._snap_writer, self._write_snapshot_file, snapshot)
+        await loop.run_in_executor(self._writer, self._record_snapshot_blocking, snapshot)
 
-    def _save_snapshot_blocking(self, snapshot: Snapshot) -> None:
-        self._write_snapshot(snapshot)
+    def _record_snapshot_blocking(self, snapshot: Snapshot) -> None:
+        self.wal.save_snapshot(_wal_snapshot(snapshot))
         self.wal.release_lock_to(snapshot.metadata.index)
         self.snapshotter.purge(self.cfg.max_snapshots)
         wal.purge(self.cfg.wal_dir, keep=self.cfg.max_wals)
@@ -260,6 +269,7 @@ class NodeStorage:
         return dict(self._stats)
 
     def close(self) -> None:
+        self._snap_writer.shutdown(wait=True)
         self._writer.shutdown(wait=True)
         self.wal.close()
 
