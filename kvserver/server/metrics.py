@@ -167,6 +167,13 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     ),
     "archive_uploaded_bytes": NodeMetricSpec(C, "Bytes uploaded to the archive."),
     "archive_errors": NodeMetricSpec(C, "Archive passes that failed (retried)."),
+    "gc_full_passes": NodeMetricSpec(C, "Full (generation 2) passes of Python's cyclic GC."),
+    "gc_freezes": NodeMetricSpec(
+        C, "Times a slow full GC pass was followed by gc.freeze() (kvserver.server.gc_pacer)."
+    ),
+    "gc_longest_full_pass_seconds": NodeMetricSpec(
+        G, "The longest full GC pass since the member started (it holds the event loop)."
+    ),
 }
 
 
@@ -244,6 +251,9 @@ class NodeStats(TypedDict, total=False):
     archive_lag_seconds: float
     archive_uploaded_bytes: int
     archive_errors: int
+    gc_full_passes: int
+    gc_freezes: int
+    gc_longest_full_pass_seconds: float
 
 
 class AppendCounter:
