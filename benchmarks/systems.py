@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import cast
 
 from kvserver.bench.result import BenchError, find_leader, post_json
 from kvserver.localcluster.launcher import LocalCluster, free_ports
@@ -52,7 +53,19 @@ class _Processes:
     def check_alive(self) -> None:
         for p, log in zip(self.procs, self.logs, strict=True):
             if p.poll() is not None:
-                raise BenchError(f"{p.args[0]} exited with {p.returncode}; see {log}")
+                program = cast(list, p.args)[0]
+                raise BenchError(f"{program} exited with {p.returncode}; see {log}")
+
+    def respawn(self, index: int) -> subprocess.Popen:
+        """Start process ``index`` again with the same arguments and log (unless it runs)."""
+        old = self.procs[index]
+        if old.poll() is None:
+            return old
+        with open(self.logs[index], "ab") as log:
+            self.procs[index] = subprocess.Popen(
+                old.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self.procs[index]
 
     def stop(self, timeout_s: float = 10.0) -> None:
         for p in self.procs:
@@ -71,6 +84,7 @@ class _Processes:
 class System:
     name = "?"
     urls: list[str]
+    procs: _Processes  # (the systems that spawn their own processes)
 
     def __init__(self, root: str) -> None:
         self.root = os.path.join(root, self.name)
@@ -109,6 +123,33 @@ class System:
                 time.sleep(0.2)
         raise BenchError(f"{self.name} not ready after {timeout_s:g} s: {last}")
 
+    # --- one member (benchmarks/scale.py: restart and catch-up) ---------------------------
+
+    def data_dirs(self) -> list[str]:
+        """Each member's data directory, in the order of ``urls``."""
+        raise NotImplementedError
+
+    def member_proc(self, index: int) -> subprocess.Popen | None:
+        """The process of member ``index`` (the order of ``urls``), None if never started."""
+        raise NotImplementedError
+
+    def start_member(self, index: int) -> None:
+        """Start member ``index`` again (same data directory, ports and flags) unless it runs."""
+        raise NotImplementedError
+
+    def stop_member(self, index: int, sig: int = signal.SIGKILL, timeout_s: float = 30.0) -> None:
+        """Send ``sig`` to member ``index`` and wait until it has exited; SIGKILL it if it
+        outlives ``timeout_s``."""
+        p = self.member_proc(index)
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=timeout_s)
+
     def __enter__(self) -> System:
         self.start()
         return self
@@ -143,6 +184,15 @@ class RaftkvSystem(System):
     def pids(self) -> list[int]:
         return [n.proc.pid for n in self.cluster.nodes if n.proc is not None]
 
+    def data_dirs(self) -> list[str]:
+        return [n.data_dir for n in self.cluster.nodes]
+
+    def member_proc(self, index: int) -> subprocess.Popen | None:
+        return self.cluster.nodes[index].proc
+
+    def start_member(self, index: int) -> None:
+        self.cluster.start_node(self.cluster.nodes[index])
+
 
 class EtcdSystem(System):
     name = "etcd"
@@ -152,9 +202,10 @@ class EtcdSystem(System):
     ) -> None:
         """``scheme`` "https" with TLS flags in ``extra_args``: https client and peer URLs."""
         super().__init__(root)
-        self.binary = shutil.which("etcd")
-        if not self.binary:
+        binary = shutil.which("etcd")
+        if not binary:
             raise BenchError("etcd is not installed (Debian package etcd-server)")
+        self.binary = binary
         ports = free_ports(6)
         self.urls = [f"{scheme}://127.0.0.1:{ports[2 * i]}" for i in range(3)]
         self.peers = [f"{scheme}://127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
@@ -197,6 +248,15 @@ class EtcdSystem(System):
 
     def stop(self) -> None:
         self.procs.stop()
+
+    def data_dirs(self) -> list[str]:
+        return [os.path.join(self.root, f"e{i}") for i in range(3)]
+
+    def member_proc(self, index: int) -> subprocess.Popen | None:
+        return self.procs.procs[index] if index < len(self.procs.procs) else None
+
+    def start_member(self, index: int) -> None:
+        self.procs.respawn(index)
 
 
 class PySyncObjSystem(System):
