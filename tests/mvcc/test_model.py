@@ -138,6 +138,12 @@ class Model:
             and (not r.max_create_revision or kv.create_revision <= r.max_create_revision)
         ]
         kvs = sorted(kvs, key=lambda kv: kv.key)  # unsorted means in key order
+        filtered = r.min_mod_revision or r.max_mod_revision
+        filtered = filtered or r.min_create_revision or r.max_create_revision
+        if r.sort_order == SortOrder.NONE and r.limit > 0 and not filtered:
+            # etcd fetches limit + 1 keys (in key order) before it defaults a sort target
+            # without an order to ASCEND: such a sort only orders that first page.
+            kvs = kvs[: r.limit + 1]
         field = SORT_FIELD[r.sort_target]
         if r.sort_order == SortOrder.DESCEND:
             kvs = sorted(kvs, key=lambda kv: getattr(kv, field), reverse=True)
