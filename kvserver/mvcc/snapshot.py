@@ -205,19 +205,22 @@ def _log_records(view: SnapshotView) -> Iterator[tuple | None]:
 _SECTION_ORDER = {"base": 0, "log": 1, "dedup": 2, "end": 3}
 
 
-def _kv(rec: Any) -> KeyValue:
-    if type(rec) is list and len(rec) == 6:
-        key, value, create, mod, version, lease = rec
-        if (
-            type(key) is bytes
-            and type(value) is bytes
-            and type(create) is int
-            and type(mod) is int
-            and type(version) is int
-            and type(lease) is int
-        ):
-            return KeyValue(key, value, create, mod, version, lease)
-    raise SnapshotFormatError("malformed record")
+_COLUMN_TYPES = (bytes, bytes, int, int, int, int)  # key, value, create, mod, version, lease
+_KEY = attrgetter("key")
+
+
+def _kvs(body: list[Any]) -> list[KeyValue]:
+    """The records of one batch as KeyValues, checked column by column (a type check per
+    column in C instead of six per record in Python)."""
+    if not body:
+        return []
+    if set(map(type, body)) != {list} or set(map(len, body)) != {6}:
+        raise SnapshotFormatError("malformed record")
+    columns = list(zip(*body, strict=True))
+    for column, expected in zip(columns, _COLUMN_TYPES, strict=True):
+        if set(map(type, column)) != {expected}:
+            raise SnapshotFormatError("malformed record")
+    return list(map(KeyValue, *columns))
 
 
 class SnapshotLoader:
@@ -274,13 +277,13 @@ class SnapshotLoader:
             raise SnapshotFormatError(f"malformed {section} section")
         if section == "base":
             base = self._base
-            for rec in body:
-                kv = _kv(rec)
-                if kv.key in base:
-                    raise SnapshotFormatError("key repeated in the base section")
-                base[kv.key] = kv
+            before = len(base)
+            kvs = _kvs(body)
+            base.update(zip(map(_KEY, kvs), kvs, strict=True))
+            if len(base) != before + len(kvs):
+                raise SnapshotFormatError("key repeated in the base section")
         elif section == "log":
-            self._log.extend(_kv(rec) for rec in body)
+            self._log.extend(_kvs(body))
         else:
             for entry in body:
                 if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not list:

@@ -66,9 +66,11 @@ history list by a new list and rebuilds ``_log`` as a new list instead of editin
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator
-from operator import attrgetter
+from collections.abc import Callable, Generator, Iterable, Iterator
+from itertools import islice
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
@@ -136,6 +138,9 @@ def record_size_bytes(kv: KeyValue) -> int:
     return len(kv.key) + len(kv.value) + RECORD_OVERHEAD_BYTES
 
 
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+_LAST = itemgetter(-1)
 _SORT_KEYS: dict[int, Callable[[KeyValue], Any]] = {
     SortTarget.KEY: attrgetter("key"),
     SortTarget.VERSION: attrgetter("version"),
@@ -162,6 +167,81 @@ def _visible(hist: list[KeyValue], rev: int) -> KeyValue | None:
 
 def _header(revision: int) -> ResponseHeader:
     return ResponseHeader(0, 0, revision, 0)
+
+
+READ_STEP_KEYS = 2048  # keys a stepped read visits between two yields
+WRITE_STEP_KEYS = 2048  # keys a large delete tombstones between two yields
+
+
+def _filtered(r: RangeRequest) -> bool:
+    return bool(
+        r.min_mod_revision or r.max_mod_revision or r.min_create_revision or r.max_create_revision
+    )
+
+
+def _prune(r: RangeRequest, kvs: list[KeyValue]) -> list[KeyValue]:
+    """etcd's pruneKVs: drop the versions outside the request's revision bounds."""
+    if r.max_mod_revision:
+        kvs = [kv for kv in kvs if kv.mod_revision <= r.max_mod_revision]
+    if r.min_mod_revision:
+        kvs = [kv for kv in kvs if kv.mod_revision >= r.min_mod_revision]
+    if r.max_create_revision:
+        kvs = [kv for kv in kvs if kv.create_revision <= r.max_create_revision]
+    if r.min_create_revision:
+        kvs = [kv for kv in kvs if kv.create_revision >= r.min_create_revision]
+    return kvs
+
+
+def _sorting(r: RangeRequest) -> tuple[SortOrder, Callable[[KeyValue], Any]]:
+    sort_order = r.sort_order
+    if r.sort_target != SortTarget.KEY and sort_order == SortOrder.NONE:
+        # etcd: results come key-ascending; any other target defaults to ASCEND
+        sort_order = SortOrder.ASCEND
+    return sort_order, _SORT_KEYS[r.sort_target]
+
+
+def _key_only(kv: KeyValue) -> KeyValue:
+    return KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+
+
+def _key_batches(
+    index: SortedDict, key: bytes, range_end: bytes, step: int
+) -> Iterator[list[bytes]]:
+    """The index's keys in [key, range_end) (one key if range_end is empty), in lists of at
+    most ``step``; a fresh ``irange`` per list, so keys added in between are
+    harmless."""
+    if not range_end:
+        if key in index:
+            yield [key]
+        return
+    if range_end != b"\0" and range_end <= key:
+        return
+    upper = None if range_end == b"\0" else range_end
+    batch = list(islice(index.irange(key, upper, (True, False)), step))
+    while batch:
+        yield batch
+        batch = list(islice(index.irange(batch[-1], upper, (False, False)), step))
+
+
+def _sorted_in_steps(
+    kvs: list[KeyValue], key: Callable[[KeyValue], Any], reverse: bool, run: int
+) -> Generator[None, None, list[KeyValue]]:
+    """``sorted(kvs, key=key, reverse=reverse)``, stable, without one long sort: runs of
+    ``run`` are sorted a step each, then merged ``run`` at a time."""
+    if len(kvs) <= run:
+        return sorted(kvs, key=key, reverse=reverse)
+    runs = []
+    for i in range(0, len(kvs), run):
+        runs.append(sorted(kvs[i : i + run], key=key, reverse=reverse))
+        yield None
+    out: list[KeyValue] = []
+    merged = heapq.merge(*runs, key=key, reverse=reverse)
+    while True:
+        step = list(islice(merged, run))
+        if not step:
+            return out
+        out.extend(step)
+        yield None
 
 
 class MVCCStore:
@@ -273,21 +353,91 @@ class MVCCStore:
             except EtcdError as err:
                 return ApplyResult(None, err, (), False, self._rev)
             return ApplyResult(response, None, events, False, self._rev)
-        ids = self._dedup.client_ids(client_id)
-        seen = ids.get(request_id, MISS)
-        if seen is not MISS:
-            if isinstance(seen, EtcdError):
-                return ApplyResult(None, seen, (), True, self._rev)
-            return ApplyResult(seen, None, (), True, self._rev)
+        seen = self._seen(client_id, request_id)
+        if seen is not None:
+            return seen
         try:
             response, events = self._execute(request)
         except EtcdError as err:
             response, events = err, None
+        return self._remember(client_id, request_id, response, events)
+
+    def _seen(self, client_id: int, request_id: int) -> ApplyResult | None:
+        """The first outcome of a write already applied under this pair, or None."""
+        seen = self._dedup.client_ids(client_id).get(request_id, MISS)
+        if seen is MISS:
+            return None
+        if isinstance(seen, EtcdError):
+            return ApplyResult(None, seen, (), True, self._rev)
+        return ApplyResult(seen, None, (), True, self._rev)
+
+    def _remember(
+        self, client_id: int, request_id: int, response: Any, events: tuple[Event, ...] | None
+    ) -> ApplyResult:
+        """Record a write's outcome under its pair (``events`` None: ``response`` is the
+        error it failed with) and return its result."""
+        ids = self._dedup.client_ids(client_id)
         ids[request_id] = response
         if len(ids) > self._dedup.ids_per_client:
             ids.popitem(last=False)
         if events is None:
             return ApplyResult(None, response, (), False, self._rev)
+        return ApplyResult(response, None, events, False, self._rev)
+
+    # -----------------------------------------------------------------------------------------
+    # Large writes in steps (a caller on an event loop runs other work between them)
+
+    def write_is_large(self, request: Any) -> bool:
+        """Whether ``request`` is a delete of more than ``WRITE_STEP_KEYS`` live keys (known
+        in O(log N)): apply it with ``apply_in_steps``."""
+        if type(request) is not DeleteRangeRequest or not request.range_end:
+            return False
+        live = self._live_keys
+        lo = live.bisect_left(request.key)
+        hi = len(live) if request.range_end == b"\0" else live.bisect_left(request.range_end)
+        return hi - lo > WRITE_STEP_KEYS
+
+    def apply_in_steps(
+        self, request: DeleteRangeRequest, client_id: int = 0, request_id: int = 0
+    ) -> Generator[None, None, ApplyResult]:
+        """``apply(request, client_id, request_id)`` for a large delete, ``WRITE_STEP_KEYS``
+        keys per step: yields None between steps and returns the ``ApplyResult``.
+
+        The delete is still one revision, applied atomically as far as any reader can tell:
+        until the last step the store's revision stays where it was, a read at it picks
+        versions by revision (``range_is_bounded`` is false while the write is open, so
+        readers use ``range_in_steps``, which does), the watch log and snapshot streams stop
+        at it, and the events go out together at the end. The caller must apply nothing else
+        before the generator is done (the node's apply task is sequential)."""
+        if client_id:
+            seen = self._seen(client_id, request_id)
+            if seen is not None:
+                return seen
+        try:
+            check_delete(request)
+        except EtcdError as err:
+            if client_id:
+                return self._remember(client_id, request_id, err, None)
+            return ApplyResult(None, err, (), False, self._rev)
+        live = self._live_keys
+        lo = live.bisect_left(request.key)
+        hi = len(live) if request.range_end == b"\0" else live.bisect_left(request.range_end)
+        keys = list(live.islice(lo, hi))
+        index = self._index
+        prev_kvs: list[KeyValue] = []
+        self._wevents = []
+        try:
+            for i in range(0, len(keys), WRITE_STEP_KEYS):
+                batch = keys[i : i + WRITE_STEP_KEYS]
+                if request.prev_kv:
+                    prev_kvs.extend(index[k][-1] for k in batch)
+                self._delete_keys(batch)
+                yield None
+        finally:
+            events = self._end_write()
+        response = DeleteRangeResponse(_header(self._rev), len(keys), tuple(prev_kvs))
+        if client_id:
+            return self._remember(client_id, request_id, response, events)
         return ApplyResult(response, None, events, False, self._rev)
 
     def apply_entry(self, data: bytes) -> ApplyResult:
@@ -580,6 +730,27 @@ class MVCCStore:
 
     def _range(self, r: RangeRequest, cur_rev: int) -> RangeResponse:
         """etcd's applierV3backend.Range + mvcc rangeKeys, at read revision ``cur_rev``."""
+        rev = self._read_revision(r, cur_rev)
+        limit = r.limit
+        if r.sort_order != SortOrder.NONE or _filtered(r):
+            limit = 0  # fetch everything; sort and truncate afterwards
+        if limit > 0:
+            limit += 1  # one extra for `more`
+        kvs, count = self._collect(r.key, r.range_end, rev, limit, r.count_only)
+        kvs = _prune(r, kvs)
+        sort_order, sort_key = _sorting(r)
+        if sort_order != SortOrder.NONE and len(kvs) > 1:
+            # Stable sort; etcd's sort.Sort is stable only for small inputs (see report).
+            kvs.sort(key=sort_key, reverse=sort_order == SortOrder.DESCEND)
+        more = False
+        if r.limit > 0 and len(kvs) > r.limit:
+            kvs = kvs[: r.limit]
+            more = True
+        if r.keys_only:
+            kvs = [_key_only(kv) for kv in kvs]
+        return RangeResponse(_header(cur_rev), tuple(kvs), more, count)
+
+    def _read_revision(self, r: RangeRequest, cur_rev: int) -> int:
         rev = r.revision
         if rev > cur_rev:
             raise FutureRevisionError()
@@ -587,48 +758,74 @@ class MVCCStore:
             rev = cur_rev
         if rev < self._compact_rev:
             raise CompactedError(compact_revision=self._compact_rev)
+        return rev
 
-        filtered = bool(
-            r.min_mod_revision
-            or r.max_mod_revision
-            or r.min_create_revision
-            or r.max_create_revision
-        )
-        limit = r.limit
-        if r.sort_order != SortOrder.NONE or filtered:
-            limit = 0  # fetch everything; sort and truncate afterwards
-        if limit > 0:
-            limit += 1  # one extra for `more`
-        kvs, count = self._collect(r.key, r.range_end, rev, limit, r.count_only)
+    # -----------------------------------------------------------------------------------------
+    # Reads in steps (a caller on an event loop runs other work between them)
 
-        if filtered:
-            if r.max_mod_revision:
-                kvs = [kv for kv in kvs if kv.mod_revision <= r.max_mod_revision]
-            if r.min_mod_revision:
-                kvs = [kv for kv in kvs if kv.mod_revision >= r.min_mod_revision]
-            if r.max_create_revision:
-                kvs = [kv for kv in kvs if kv.create_revision <= r.max_create_revision]
-            if r.min_create_revision:
-                kvs = [kv for kv in kvs if kv.create_revision >= r.min_create_revision]
+    def range_is_bounded(self, r: RangeRequest) -> bool:
+        """Whether ``apply(r)`` costs O(log N + READ_STEP_KEYS) at most: one key, or a count
+        or a page of at most ``READ_STEP_KEYS`` at the current revision, unsorted and
+        unfiltered, while no write is open. Any other range may touch every key in it: use
+        ``range_in_steps``."""
+        if not r.range_end:
+            return True
+        if self._wevents is not None:
+            return False  # a write in steps is open: only reads by revision see it right
+        if r.revision > 0 and r.revision != self._rev:
+            return False
+        if r.sort_order != SortOrder.NONE or r.sort_target != SortTarget.KEY or _filtered(r):
+            return False
+        return r.count_only or 0 < r.limit <= READ_STEP_KEYS
 
-        sort_order = r.sort_order
-        if r.sort_target != SortTarget.KEY and sort_order == SortOrder.NONE:
-            # etcd: results come key-ascending; any other target defaults to ASCEND
-            sort_order = SortOrder.ASCEND
-        if sort_order != SortOrder.NONE and len(kvs) > 1:
-            # Stable sort; etcd's sort.Sort is stable only for small inputs (see report).
-            kvs.sort(key=_SORT_KEYS[r.sort_target], reverse=sort_order == SortOrder.DESCEND)
-
-        more = False
-        if r.limit > 0 and len(kvs) > r.limit:
-            kvs = kvs[: r.limit]
-            more = True
-        if r.keys_only:
-            kvs = [
-                KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.lease)
-                for kv in kvs
-            ]
-        return RangeResponse(_header(cur_rev), tuple(kvs), more, count)
+    def range_in_steps(
+        self, r: RangeRequest, step_keys: int = READ_STEP_KEYS
+    ) -> Generator[RangeResponse | None, None, None]:
+        """The answer ``apply(r)`` gives, computed ``step_keys`` keys at a time: yields
+        None after each step, then the ``RangeResponse``; errors (compacted, future revision)
+        are raised by the first ``next``. The store may apply writes between steps: the read
+        revision is fixed by the first step (a revision of 0 reads the one current then), a
+        key's versions at or below it never change, and cutting old versions is held off
+        until the generator is done (closed, exhausted or collected), as for a snapshot
+        stream. The response's header revision is the store's revision at the first step."""
+        cur_rev = self._rev
+        rev = self._read_revision(r, cur_rev)
+        self._open_streams += 1
+        try:
+            want = not r.count_only
+            keep = r.limit + 1 if r.limit > 0 and not _filtered(r) else 0
+            if r.sort_order != SortOrder.NONE:
+                keep = 0
+            kvs: list[KeyValue] = []
+            count = 0
+            index = self._index
+            for batch in _key_batches(index, r.key, r.range_end, step_keys):
+                for k in batch:
+                    kv = _visible(index[k], rev)
+                    if kv is None:
+                        continue
+                    count += 1
+                    if want and (not keep or len(kvs) < keep):
+                        kvs.append(kv)
+                yield None
+            kvs = _prune(r, kvs)
+            sort_order, sort_key = _sorting(r)
+            if sort_order != SortOrder.NONE and len(kvs) > 1:
+                descend = sort_order == SortOrder.DESCEND
+                kvs = yield from _sorted_in_steps(kvs, sort_key, descend, step_keys)
+            more = False
+            if r.limit > 0 and len(kvs) > r.limit:
+                del kvs[r.limit :]
+                more = True
+            if r.keys_only:
+                out: list[KeyValue] = []
+                for i in range(0, len(kvs), step_keys):
+                    out.extend(map(_key_only, kvs[i : i + step_keys]))
+                    yield None
+                kvs = out
+            yield RangeResponse(_header(cur_rev), tuple(kvs), more, count)
+        finally:
+            self._stream_closed()
 
     # -----------------------------------------------------------------------------------------
     # Transactions
@@ -844,6 +1041,23 @@ class MVCCStore:
         ``max_events > 0`` the list stops after that many events, but never inside one
         revision; continue from ``events[-1].kv.mod_revision + 1``.
         """
+        return self.replay(revision, key, range_end, prev_kv=prev_kv, max_events=max_events)[0]
+
+    def replay(
+        self,
+        revision: int,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        prev_kv: bool = False,
+        max_events: int = 0,
+        max_scanned: int = 0,
+    ) -> tuple[list[Event], int]:
+        """``events_since``, and the revision to continue from: the store's revision + 1 when
+        the read reached the end of the history, else the first revision it did not read.
+        With ``max_scanned > 0`` it also stops (at a revision boundary) once it has looked
+        at that many log records, matching or not: a watcher of one key replaying from an
+        old revision then costs bounded work per call, not a walk of the whole log."""
         compact_rev = self._compact_rev
         if revision < compact_rev:
             raise CompactedError(compact_revision=compact_rev)
@@ -852,17 +1066,25 @@ class MVCCStore:
         open_ended = range_end == b"\0"
         out: list[Event] = []
         last_rev = -1
-        for i in range(bisect_left(log, revision, lo=self._log_start, key=_MOD), len(log)):
+        # A write in steps may have put records of the next revision in the log already.
+        end = len(log) if self._wevents is None else bisect_right(log, self._rev, key=_MOD)
+        start = bisect_left(log, revision, lo=self._log_start, key=_MOD)
+        scan_end = end if max_scanned <= 0 else min(end, start + max_scanned)
+        i = start
+        while i < end:
             kv = log[i]
+            rev = kv.mod_revision
+            if i >= scan_end and rev != log[i - 1].mod_revision:
+                return out, rev
+            i += 1
             k = kv.key
             if single:
                 if k != key:
                     continue
             elif k < key or (not open_ended and k >= range_end):
                 continue
-            rev = kv.mod_revision
             if max_events and len(out) >= max_events and rev != last_rev:
-                break
+                return out, rev
             tomb = kv.create_revision == 0
             if tomb and rev == compact_rev:
                 continue  # compacted away
@@ -873,7 +1095,7 @@ class MVCCStore:
                     prev = _visible(hist, rev - 1)
             out.append(Event(_DELETE if tomb else _PUT, kv, prev))
             last_rev = rev
-        return out
+        return out, self._rev + 1
 
     # -----------------------------------------------------------------------------------------
     # Lease hooks (the lease manager lives elsewhere)
@@ -914,7 +1136,8 @@ class MVCCStore:
             index=self._index,
             log=self._log,
             log_start=self._log_start,
-            log_end=len(self._log),
+            # a write in steps may have put records of the next revision in the log already
+            log_end=bisect_right(self._log, self._rev, lo=self._log_start, key=_MOD),
             dedup=self._dedup.export(),
         )
         return _SnapshotStream(self, serialize(view, chunk_size_bytes))
@@ -950,27 +1173,26 @@ class MVCCStore:
                 if hist[-1].mod_revision >= kv.mod_revision:
                     raise SnapshotFormatError("snapshot history out of order")
                 hist.append(kv)
-        store._index = SortedDict(histories)
+        # One sort of the keys (the SortedDict's); the live keys are then taken in that order,
+        # so building their SortedList finds them sorted. The totals are summed in C.
+        index = store._index = SortedDict(histories)
         store._rev = revision
         store._compact_rev = compact_revision
         store._log = log
         store._log_start = 0
-        records = size = 0
-        live: list[bytes] = []
+        records = [*base.values(), *log]
+        store._records = len(records)
+        store._size_bytes = (
+            sum(map(len, map(_KEY, records)))
+            + sum(map(len, map(_VALUE, records)))
+            + len(records) * RECORD_OVERHEAD_BYTES
+        )
+        current = list(map(_LAST, map(histories.__getitem__, index)))
+        store._live_keys = SortedList(kv.key for kv in current if kv.create_revision != 0)
         leases = store._leases
-        for k, hist in histories.items():
-            records += len(hist)
-            size += len(hist) * (len(k) + RECORD_OVERHEAD_BYTES)
-            for kv in hist:
-                size += len(kv.value)
-            cur = hist[-1]
-            if cur.create_revision != 0:
-                live.append(k)
-                if cur.lease:
-                    leases.setdefault(cur.lease, set()).add(k)
-        store._live_keys = SortedList(live)
-        store._records = records
-        store._size_bytes = size
+        for kv in current:
+            if kv.lease and kv.create_revision != 0:
+                leases.setdefault(kv.lease, set()).add(kv.key)
         store._dedup = DedupTable.from_export(
             dedup, store._dedup.ids_per_client, store._dedup.max_clients
         )
