@@ -14,7 +14,7 @@ messages (``WatchCreateRequest``, ``WatchResponse``, ``WatchFilter``) are the wi
 Contract with the driver
 ------------------------
 - ``WatchHub(source)``: ``source`` is the MVCC store (``revision``, ``compact_revision``,
-  ``events_since``). After the store applies an entry that produced events, and before
+  ``events_since``, ``replay``). After the store applies an entry that produced events, and before
   anything else runs on the event loop, call ``hub.notify(result.revision, result.events)``
   (all events of one revision, in the store's order). ``notify`` is synchronous and returns
   at once when no watcher is synced.
@@ -34,7 +34,8 @@ response, or consecutive fragments), so ``next_rev`` always sits at a revision b
 - *unsynced* (start revision in the past, or fallen behind): it is not in the live
   matching sets, so ``notify`` never queues for it. When its stream's consumer asks for the
   next response and the watcher has no events queued, the stream reads one chunk of history
-  ``source.events_since(next_rev, ..., max_events=replay_chunk_events)`` — synchronously,
+  ``source.replay(next_rev, ..., max_events=replay_chunk_events,
+  max_scanned=replay_chunk_scanned)`` — synchronously, one chunk per loop turn,
   so no revision can be applied in the middle of the read. A chunk that reaches the store's
   current revision ``R`` sets ``next_rev = R + 1`` and makes the watcher *synced* in the
   same synchronous step; a truncated chunk sets ``next_rev`` past its last revision and
@@ -186,6 +187,8 @@ class WatchLimits:
     max_buffered_events: int = 4_096  # per watcher, queued and not yet taken
     max_buffered_bytes: int = 8 * 1024 * 1024  # per watcher (keys + values + overhead)
     replay_chunk_events: int = 1_000  # events read from history at a time
+    # log records looked at per history read, matching or not (a chunk may hold no event)
+    replay_chunk_scanned: int = 8_192
     max_response_bytes: int = 1536 * 1024  # fragmentation threshold (etcd's request limit)
     on_overflow: OverflowPolicy = OverflowPolicy.CANCEL
 
@@ -197,6 +200,7 @@ class WatchLimits:
                 self.max_buffered_events,
                 self.max_buffered_bytes,
                 self.replay_chunk_events,
+                self.replay_chunk_scanned,
                 self.max_response_bytes,
             )
             < 1
@@ -230,6 +234,17 @@ class WatchSource(Protocol):
         prev_kv: bool = False,
         max_events: int = 0,
     ) -> list[Event]: ...
+
+    def replay(
+        self,
+        revision: int,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        prev_kv: bool = False,
+        max_events: int = 0,
+        max_scanned: int = 0,
+    ) -> tuple[list[Event], int]: ...
 
 
 def _header(revision: int) -> ResponseHeader:
@@ -443,20 +458,25 @@ class Watcher:
         """Read one chunk of history (unsynced watcher with no events queued)."""
         hub = self._hub
         source = hub._source
-        chunk = hub.limits.replay_chunk_events
+        limits = hub.limits
         try:
-            events = source.events_since(
-                self._next_rev, self.key, self.range_end, prev_kv=self.prev_kv, max_events=chunk
+            events, next_rev = source.replay(
+                self._next_rev,
+                self.key,
+                self.range_end,
+                prev_kv=self.prev_kv,
+                max_events=limits.replay_chunk_events,
+                max_scanned=limits.replay_chunk_scanned,
             )
         except CompactedError as err:
             hub.stats["compacted"] += 1
             self._finish("", compact_revision=err.compact_revision)
             return
         current = source.revision
-        truncated = len(events) >= chunk
+        truncated = next_rev <= current
         if truncated:
-            header_rev = events[-1].kv.mod_revision
-            self._next_rev = header_rev + 1
+            header_rev = events[-1].kv.mod_revision if events else next_rev - 1
+            self._next_rev = next_rev
         else:
             header_rev = current
             self._next_rev = max(self._next_rev, current + 1)
