@@ -58,7 +58,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -75,6 +75,7 @@ from raft import (
     ProposalDroppedError,
     RawNode,
     Ready,
+    SnapOutOfDateError,
     Snapshot,
     StateType,
 )
@@ -99,14 +100,40 @@ class StateMachine(Protocol):
     ``on_leader_stop()`` when it stops being leader."""
 
     def apply(self, index: int, payload: bytes) -> object:
-        """Apply one committed proposal; the result goes to the proposer's caller."""
+        """Apply one committed proposal; the result goes to the proposer's caller (or an
+        ``ApplyInSteps`` whose generator returns it)."""
 
     def snapshot_chunks(self) -> Iterator[bytes]:
-        """The state's image, in chunks small enough to produce without stalling the loop."""
+        """The state's image as of the call (applies may go on while the chunks are taken),
+        in chunks small enough to produce without stalling the loop."""
 
     async def install_snapshot(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image from the leader, without holding the loop
         for long (the raft task keeps running meanwhile)."""
+
+
+class ApplyInSteps:
+    """What ``StateMachine.apply`` returns for an entry whose work grows with the data (a
+    delete of a million keys): a generator doing the work a bounded step at a time, yielding
+    None between steps, that returns the entry's result. The apply task runs it to the end
+    before it applies the next entry, yielding to the loop between steps: the entry is still
+    applied whole and in order (the state machine keeps readers from seeing it half done),
+    and the raft task keeps ticking and heartbeating meanwhile."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: Generator[None, None, object]):
+        self.steps = steps
+
+    async def run(self) -> object:
+        """Run the steps to the end, one loop turn per step; the entry's result."""
+        steps = self.steps
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                return stop.value
+            await asyncio.sleep(0)
 
 
 class DurableStorage(Protocol):
@@ -213,6 +240,7 @@ class Node:
         self._apply_queue: deque[tuple[Entry, ...] | Snapshot] = deque()
         self._apply_wake = asyncio.Event()
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []  # (index, woken at it)
+        self._snapshot_task: asyncio.Task | None = None  # writing this member's own snapshot
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.failed = asyncio.Event()  # set if the raft loop dies: the member exits
@@ -356,9 +384,10 @@ class Node:
 
     async def stop(self) -> None:
         self._stopped = True
-        for task in self._tasks:
+        tasks = list(self._tasks)  # a finished snapshot task removes itself from the list
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             try:
                 await task
             except (asyncio.CancelledError, Exception):
@@ -413,9 +442,9 @@ class Node:
         for fut in (*self._proposal_waiters.values(), *self._conf_waiters.values()):
             if not fut.done():
                 fut.set_exception(errors.stopping())
-        for task in self._tasks:
+        for task in list(self._tasks):
             if task is not asyncio.current_task():
-                task.cancel()  # the other of the raft and apply tasks, and the ticker
+                task.cancel()  # the other of the raft and apply tasks, the ticker, a snapshot
 
     # --- the raft task -------------------------------------------------------------------
 
@@ -582,8 +611,11 @@ class Node:
             else:
                 await self._apply(item)
             self._after_apply()
-            if self.applied - self.snapshot_index > self.opts.snapshot_count:
-                await self._snapshot()
+            if (
+                self.applied - self.snapshot_index > self.opts.snapshot_count
+                and self._snapshot_task is None
+            ):
+                self._start_snapshot()
 
     def _after_apply(self) -> None:
         self._note_applied()
@@ -625,6 +657,8 @@ class Node:
             if e.type == EntryType.NORMAL:
                 if e.data:
                     result = self.sm.apply(e.index, e.data[_HEADER_BYTES:])
+                    if type(result) is ApplyInSteps:
+                        result = await result.run()
                     if e.data[:8] == origin:
                         fut = waiters.get(int.from_bytes(e.data[8:16], "big"))
                         self.stats["proposals_applied"] += 1
@@ -673,19 +707,45 @@ class Node:
                 still.append(batch)
         self._reads_ready = still
 
-    async def _snapshot(self) -> None:
-        """Snapshot the state machine at ``applied``; runs inside the apply task, so nothing
-        is applied meanwhile, but it yields to the loop (and the raft task) between chunks."""
-        index = self.applied
-        chunks = []
-        for chunk in self.sm.snapshot_chunks():
-            chunks.append(chunk)
+    def _start_snapshot(self) -> None:
+        """Take a snapshot of the state machine at ``applied`` now, and write it out in a task
+        of its own while the apply task goes on (one snapshot at a time).
+
+        What is captured here is what the snapshot holds: the state machine's
+        ``snapshot_chunks()`` fixes its content when called (the store's stream reads its
+        live index at the revision of the call, see ``kvserver.mvcc.snapshot``), and the member
+        registry's image is taken in the same step. Producing the chunks, joining them and
+        writing the file then take as long as they take without holding up applies: with
+        the snapshot made in the apply task instead, every write waited for the file."""
+        index, conf_state = self.applied, self.conf_state
+        members = frame_members(self.members.snapshot()) if self.members is not None else b""
+        chunks = self.sm.snapshot_chunks()
+        self._snapshot_task = asyncio.get_running_loop().create_task(
+            self._guarded(self._write_snapshot(index, conf_state, members, chunks)),
+            name=f"snapshot-{self.id:x}",
+        )
+        self._snapshot_task.add_done_callback(self._snapshot_done)
+        self._tasks.append(self._snapshot_task)
+
+    def _snapshot_done(self, task: asyncio.Task) -> None:
+        self._snapshot_task = None
+        if task in self._tasks:
+            self._tasks.remove(task)
+
+    async def _write_snapshot(
+        self, index: int, conf_state: ConfState, members: bytes, chunks: Iterator[bytes]
+    ) -> None:
+        parts = [members] if members else []
+        for chunk in chunks:
+            parts.append(chunk)
             await asyncio.sleep(0)
-        if self.members is not None:
-            chunks.insert(0, frame_members(self.members.snapshot()))
-        snap = self.raw_storage.create_snapshot(index, self.conf_state, b"".join(chunks))
+        try:
+            snap = self.raw_storage.create_snapshot(index, conf_state, b"".join(parts))
+        except SnapOutOfDateError:  # a snapshot from the leader was installed meanwhile
+            log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
+            return
         await self.storage.save_snapshot(snap)
-        self.snapshot_index = index
+        self.snapshot_index = max(self.snapshot_index, index)
         compact_to = index - self.opts.snapshot_catchup_entries
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)

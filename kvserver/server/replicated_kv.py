@@ -3,7 +3,10 @@
 Writes are encoded once (``mvcc.codec.encode_entry`` with the client's request id), proposed
 through the node and answered with the result this node computed when it applied the entry.
 Linearizable reads wait for a ReadIndex barrier and then read the local store; serializable
-reads read it at once. Every response gets a full header (cluster, member, revision, term).
+reads read it at once. A range the store can answer in O(log N + a page) is answered in one
+step; any other (no limit, a historical revision, a sort or a filter) is read with
+``MVCCStore.range_in_steps``, a slice of keys per loop turn, at the revision current when it
+started. Every response gets a full header (cluster, member, revision, term).
 
 Leases (``kvserver.lease``): the ``Lessor`` is bound to the store (a put naming an unknown
 lease fails with ``etcdserver: requested lease not found``); lease entries (``is_lease_entry``)
@@ -59,9 +62,10 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol
 
 from kvserver.auth import AuthService
@@ -82,6 +86,7 @@ from kvserver.kvpb.errors import (
     LeaseNotFoundError,
 )
 from kvserver.kvpb.kv import (
+    ApplyResult,
     CompactionRequest,
     CompactionResponse,
     DeleteRangeRequest,
@@ -124,7 +129,7 @@ from kvserver.server.alarms import (
     split_alarm_frame,
 )
 from kvserver.server.compactor import AutoCompaction, Compactor
-from kvserver.server.node import NodeOptions
+from kvserver.server.node import ApplyInSteps, NodeOptions
 from kvserver.server.quota import (
     DEFAULT_QUOTA_BACKEND_BYTES,
     over_quota,
@@ -256,12 +261,31 @@ class RaftKV:
         elif is_lease_entry(payload):
             result = self.lessor.apply_entry(payload)
         else:
-            result = self.store.apply_entry(payload)
+            try:
+                client_id, request_id, req = decode_entry(payload)
+            except CodecError:
+                result = self.store.apply_entry(payload)  # answers the decoding error
+            else:
+                if self.store.write_is_large(req):
+                    return ApplyInSteps(self._apply_large(self.store, req, client_id, request_id))
+                result = self.store.apply(req, client_id, request_id)
+        return self._applied(result)
+
+    def _applied(self, result: ApplyResult) -> object:
+        """Hand an applied entry's events to the watchers; the entry's outcome."""
         if result.events:  # before anything else runs on the loop (WatchHub's contract)
             self.watch_hub.notify(result.revision, result.events)
         if type(result.response) is CompactionResponse:
             self._start_compaction()
         return result.error if result.error is not None else result.response
+
+    def _apply_large(
+        self, store: MVCCStore, req: Any, client_id: int, request_id: int
+    ) -> Generator[None, None, object]:
+        """A delete of many keys, in steps the node's apply task interleaves with the loop
+        (``MVCCStore.apply_in_steps`` says what readers see meanwhile)."""
+        result = yield from store.apply_in_steps(req, client_id, request_id)
+        return self._applied(result)
 
     def _apply_alarm(self, payload: bytes) -> object:
         try:
@@ -301,22 +325,20 @@ class RaftKV:
                 error = refusal(self.alarms, req)
                 if error is not None:
                     return error
+                if self.store.write_is_large(req):  # deletes are never refused
+                    return ApplyInSteps(self._apply_large(self.store, req, client_id, request_id))
                 result = self.store.apply(req, client_id, request_id)
         return result
 
-    def snapshot_chunks(self):
-        # Lease table and store image at the same applied index: the node iterates this in
-        # the raft task, which applies nothing until the last chunk is taken.
-        blob = self.lessor.snapshot()
-        auth_frame = self.auth.snapshot_frame()  # b"" when auth was never used
-        alarm_frame = self.alarms.snapshot_frame()  # b"" when no alarm is raised
-        chunks = self.store.serialize()
-        if alarm_frame:
-            yield alarm_frame
-        if auth_frame:
-            yield auth_frame
-        yield frame_snapshot(blob)
-        yield from chunks
+    def snapshot_chunks(self) -> Iterator[bytes]:
+        """The image at the applied index of the call: every part is taken now (the store's
+        stream fixes its view now too), so applies may go on while the chunks are read."""
+        frames = [
+            self.alarms.snapshot_frame(),  # b"" when no alarm is raised
+            self.auth.snapshot_frame(),  # b"" when auth was never used
+            frame_snapshot(self.lessor.snapshot()),
+        ]
+        return itertools.chain([f for f in frames if f], self.store.serialize())
 
     def restore(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image at once (a member starting up)."""
@@ -466,10 +488,23 @@ class RaftKV:
             await self.node.wait_recovered()  # never older than before a restart
         else:
             await self.node.read_barrier()
-        result = self.store.apply(req)
-        if result.error is not None:
-            raise result.error
-        return self._finish(result.response)
+        store = self.store
+        if store.range_is_bounded(req):
+            result = store.apply(req)
+            if result.error is not None:
+                raise result.error
+            return self._finish(result.response)
+        # A range that may visit every key in it (no limit, a historical revision, a sort, a
+        # filter) is read a slice of keys per loop turn, so it never holds the loop.
+        steps = store.range_in_steps(req)
+        try:
+            answer = next(steps)
+            while answer is None:
+                await asyncio.sleep(0)
+                answer = next(steps)
+        finally:
+            steps.close()
+        return self._finish(answer)
 
     async def _write(self, req, client_id: int, request_id: int):
         result = await self.node.propose(encode_entry(req, client_id, request_id))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvserver.server.node import ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
 
 
@@ -30,6 +31,8 @@ class ApplyNowNode:
     async def propose(self, payload: bytes) -> Any:
         self.index += 1
         result = self.state_machine.apply(self.index, payload)
+        if isinstance(result, ApplyInSteps):
+            result = await result.run()
         if isinstance(result, Exception):
             raise result
         return result
