@@ -631,6 +631,30 @@ def encode_range(r: RangeResponse) -> bytes:
     return _with_header(r.header, _range_fields(r))
 
 
+ENCODE_STEP_KVS = 1024  # kvs per json.dumps call in encode_range_in_steps
+
+
+def encode_range_in_steps(r: RangeResponse, step: int = ENCODE_STEP_KVS) -> bytes:
+    """``encode_range(r)``, byte for byte, with no single call longer than encoding
+    ``step`` kvs: meant for a worker thread (a response is immutable), where one
+    ``json.dumps`` of a million kvs would hold the interpreter, and so the event loop, for
+    seconds."""
+    if len(r.kvs) <= step:
+        return encode_range(r)
+    parts = ['{"header":', header_json(r.header), ',"kvs":[']
+    for i in range(0, len(r.kvs), step):
+        if i:
+            parts.append(",")
+        parts.append(dumps(list(map(key_value, r.kvs[i : i + step])))[1:-1])
+    parts.append("]")
+    if r.more:
+        parts.append(',"more":true')
+    if r.count:
+        parts.append(f',"count":"{r.count}"')
+    parts.append("}")
+    return "".join(parts).encode("ascii")
+
+
 def encode_put(r: PutResponse) -> bytes:
     return _with_header(r.header, _put_fields(r))
 
