@@ -97,7 +97,7 @@ async def kv_range(request: web.Request) -> web.Response:
     request_ids(request.headers)  # reads ignore them, but malformed ones are still refused
     req = await _decoded(request, gateway_json.decode_range)
     resp = await request.app[SERVICE_KEY].range(req)
-    if len(resp.kvs) > gateway_json.ENCODE_STEP_KVS:
+    if len(resp.kvs) > gateway_json.ENCODE_IN_THREAD_KVS:
         # A big answer is encoded in a worker thread, a slice at a time, off the loop.
         body = await asyncio.to_thread(gateway_json.encode_range_in_steps, resp)
         return json_response(body)
