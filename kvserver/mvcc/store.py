@@ -170,6 +170,7 @@ def _header(revision: int) -> ResponseHeader:
 
 
 READ_STEP_KEYS = 2048  # keys a stepped read visits between two yields
+BOUNDED_PAGE_KEYS = 10_000  # a page at the current revision up to this is read in one go
 WRITE_STEP_KEYS = 2048  # keys a large delete tombstones between two yields
 
 
@@ -764,8 +765,8 @@ class MVCCStore:
     # Reads in steps (a caller on an event loop runs other work between them)
 
     def range_is_bounded(self, r: RangeRequest) -> bool:
-        """Whether ``apply(r)`` costs O(log N + READ_STEP_KEYS) at most: one key, or a count
-        or a page of at most ``READ_STEP_KEYS`` at the current revision, unsorted and
+        """Whether ``apply(r)`` costs O(log N + BOUNDED_PAGE_KEYS) at most: one key, or a
+        count or a page of at most ``BOUNDED_PAGE_KEYS`` at the current revision, unsorted and
         unfiltered, while no write is open. Any other range may touch every key in it: use
         ``range_in_steps``."""
         if not r.range_end:
@@ -776,7 +777,7 @@ class MVCCStore:
             return False
         if r.sort_order != SortOrder.NONE or r.sort_target != SortTarget.KEY or _filtered(r):
             return False
-        return r.count_only or 0 < r.limit <= READ_STEP_KEYS
+        return r.count_only or 0 < r.limit <= BOUNDED_PAGE_KEYS
 
     def range_in_steps(
         self, r: RangeRequest, step_keys: int = READ_STEP_KEYS
