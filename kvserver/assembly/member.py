@@ -37,6 +37,7 @@ from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.gc_pacer import GCPacer
+from kvserver.server.loop_monitor import LoopMonitor
 from kvserver.server.metrics import AppendCounter, Metrics
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from kvserver.server.node_storage import NodeStorage
@@ -71,6 +72,7 @@ class Member:
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
         self.gc_pacer = GCPacer()  # keeps full GC passes short over a large store
+        self.loop_monitor = LoopMonitor()  # loop stalls: a histogram, and what held the loop
         self.client_guard = ConnectionGuard()  # client-port connection limits
         self.archive: ArchiverThread | None = None  # the --archive-url thread, if any
         self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
@@ -93,6 +95,7 @@ class Member:
             kv.restore(boot.snapshot.data if blob is None else rest)
         gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
         self.gc_pacer.start()
+        self.loop_monitor.start()
         await transport.start()
         membership.start(transport)  # connects to the known members
         node.start(
@@ -247,12 +250,14 @@ class Member:
             **self.appends.stats(),
             **archive_member.stats(self.archive),
             **self.gc_pacer.stats(),
+            **self.loop_monitor.stats(),
         }
 
     async def stop(self) -> None:
         """Clients first, then the raft loop, then peers, then the disk."""
         client_runners, peer_runners = self.runners[1:], self.runners[:1]
         self.gc_pacer.stop()
+        await self.loop_monitor.stop()
         for runner in client_runners:
             await runner.cleanup()
         if self.membership is not None:

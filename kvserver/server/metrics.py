@@ -168,6 +168,14 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "archive_uploaded_bytes": NodeMetricSpec(C, "Bytes uploaded to the archive."),
     "archive_errors": NodeMetricSpec(C, "Archive passes that failed (retried)."),
     "gc_full_passes": NodeMetricSpec(C, "Full (generation 2) passes of Python's cyclic GC."),
+    "loop_stall_seconds": NodeMetricSpec(
+        H,
+        "How late the event loop ran a task that asked to sleep 20 ms: time the loop (and raft's "
+        "ticks and heartbeats on it) was held by other work.",
+    ),
+    "loop_longest_stall_seconds": NodeMetricSpec(
+        G, "The longest event-loop stall since the member started."
+    ),
     "gc_freezes": NodeMetricSpec(
         C, "Times a slow full GC pass was followed by gc.freeze() (kvserver.server.gc_pacer)."
     ),
@@ -252,6 +260,8 @@ class NodeStats(TypedDict, total=False):
     archive_uploaded_bytes: int
     archive_errors: int
     gc_full_passes: int
+    loop_stall_seconds: DurationHistogram
+    loop_longest_stall_seconds: float
     gc_freezes: int
     gc_longest_full_pass_seconds: float
 
