@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from typing import Any
 
 DEFAULT_BUDGET_S = 0.02
+SLOW_PASS_WARNING_S = 0.1
+
+log = logging.getLogger(__name__)
 
 
 class GCPacer:
@@ -59,6 +63,8 @@ class GCPacer:
         took = time.perf_counter() - self._started_at
         self.full_passes += 1
         self.longest_pass_s = max(self.longest_pass_s, took)
+        if took > SLOW_PASS_WARNING_S:
+            log.warning("a full GC pass took %.0f ms (the event loop waited for it)", took * 1e3)
         if took > self.budget_s and self._loop is not None:
             self.freezes += 1
             try:
