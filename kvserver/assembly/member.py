@@ -128,6 +128,7 @@ class Member:
                 heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
                 snapshot_count=cfg.snapshot_count,
                 snapshot_catchup_entries=cfg.snapshot_catchup_entries,
+                snapshot_catchup_bytes=cfg.snapshot_catchup_bytes,
             ),
             applied=boot.applied,
             conf_state=boot.conf_state,

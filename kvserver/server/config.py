@@ -35,6 +35,9 @@ class ServerConfig:
     election_timeout_ms: int = 1000
     snapshot_count: int = 100_000  # etcd 3.4's default
     snapshot_catchup_entries: int = 5000
+    # ... and more, as long as what is kept totals at most this (a follower that was down a
+    # while then catches up from the log, not through a snapshot of the whole store)
+    snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_snapshots: int = 5
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
@@ -138,6 +141,12 @@ _FLAGS = (
         "snapshot_catchup_entries",
         "int",
         "entries kept after a snapshot for slow followers",
+    ),
+    (
+        "--snapshot-catchup-bytes",
+        "snapshot_catchup_bytes",
+        "int",
+        "keep more entries after a snapshot while they total at most this many bytes",
     ),
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),

@@ -177,6 +177,7 @@ class NodeOptions:
     read_retry_s: float = 0.5
     snapshot_count: int = 100_000  # etcd 3.4's default
     snapshot_catchup_entries: int = 5000
+    snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
 
 
@@ -749,7 +750,7 @@ class Node:
             return
         await self.storage.save_snapshot(snap)
         self.snapshot_index = max(self.snapshot_index, index)
-        compact_to = index - self.opts.snapshot_catchup_entries
+        compact_to = self._log_cut(index)
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
             log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index, compact_to)
@@ -761,6 +762,26 @@ class Node:
                 index,
                 self.opts.snapshot_catchup_entries,
             )
+
+    def _log_cut(self, index: int) -> int:
+        """Where to cut the log after a snapshot at ``index``: keep at least the last
+        ``snapshot_catchup_entries`` entries, and earlier ones too while everything kept
+        totals at most ``snapshot_catchup_bytes``. A follower that was down for a while then
+        catches up from the log; cut shorter, it would need the whole snapshot, which at a
+        million keys is hundreds of megabytes to send and a store to rebuild."""
+        storage = self.raw_storage
+        cut = index - self.opts.snapshot_catchup_entries
+        first = storage.first_index()
+        if cut <= first:
+            return cut
+        budget = self.opts.snapshot_catchup_bytes
+        budget -= sum(len(e.data) for e in storage.entries(cut, index + 1))
+        for e in reversed(storage.entries(first, cut)):
+            budget -= len(e.data)
+            if budget < 0:
+                break
+            cut = e.index
+        return cut
 
     @property
     def raw_storage(self):

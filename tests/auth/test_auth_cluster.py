@@ -26,7 +26,14 @@ pytestmark = pytest.mark.slow
 ROOT = dict(user="root", password="rootpw")
 ALICE = dict(user="alice", password="alicepw")
 OPTS = dict(timeout_s=20.0, attempt_timeout_s=3.0)
-SNAPSHOTS = ["--snapshot-count", "40", "--snapshot-catchup-entries", "5"]
+SNAPSHOTS = [
+    "--snapshot-count",
+    "40",
+    "--snapshot-catchup-entries",
+    "5",
+    "--snapshot-catchup-bytes",
+    "0",
+]
 
 
 def setup_auth(endpoint: str) -> None:

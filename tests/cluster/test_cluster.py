@@ -127,7 +127,14 @@ def test_whole_cluster_killed_and_restarted_keeps_every_acked_write(make_cluster
 @pytest.mark.slow
 def test_stopped_follower_catches_up_through_a_snapshot(make_cluster):
     cluster = make_cluster(
-        extra_args=["--snapshot-count", "50", "--snapshot-catchup-entries", "10"]
+        extra_args=[
+            "--snapshot-count",
+            "50",
+            "--snapshot-catchup-entries",
+            "10",
+            "--snapshot-catchup-bytes",
+            "0",
+        ]
     )
     lead = leader_of(cluster)
     follower = next(n for n in cluster.nodes if n is not lead)

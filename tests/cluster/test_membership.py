@@ -20,7 +20,14 @@ from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
-SNAPSHOT_ARGS = ["--snapshot-count", "40", "--snapshot-catchup-entries", "5"]
+SNAPSHOT_ARGS = [
+    "--snapshot-count",
+    "40",
+    "--snapshot-catchup-entries",
+    "5",
+    "--snapshot-catchup-bytes",
+    "0",
+]
 
 
 def cli(endpoints, *argv):

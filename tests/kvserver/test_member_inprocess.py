@@ -56,7 +56,9 @@ async def test_group_commit_gives_fewer_fsyncs_than_entries(tmp_path):
 
 
 async def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
-    cfgs = configs(tmp_path, snapshot_count=50, snapshot_catchup_entries=10)
+    cfgs = configs(
+        tmp_path, snapshot_count=50, snapshot_catchup_entries=10, snapshot_catchup_bytes=0
+    )
 
     members = await start_all(cfgs)
     try:
@@ -76,7 +78,9 @@ async def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
 
 
 async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_path):
-    cfgs = configs(tmp_path, snapshot_count=30, snapshot_catchup_entries=5)
+    cfgs = configs(
+        tmp_path, snapshot_count=30, snapshot_catchup_entries=5, snapshot_catchup_bytes=0
+    )
 
     members = await start_all(cfgs)
     try:

@@ -31,7 +31,7 @@ WAIT_S = 15.0
 
 async def test_learner_joins_by_snapshot_is_promoted_and_a_follower_is_removed(tmp_path):
     initial, (join_cfg,) = configs_with_joiners(
-        tmp_path, snapshot_count=20, snapshot_catchup_entries=5
+        tmp_path, snapshot_count=20, snapshot_catchup_entries=5, snapshot_catchup_bytes=0
     )
 
     members = [Member(c) for c in initial]
