@@ -45,6 +45,7 @@ from snap.codec import (
     DEFAULT_MAX_SNAPSHOT_BYTES,
     EncodedSnap,
     encode_pieces,
+    map_data,
     read_snap,
 )
 from snap.errors import (
@@ -68,6 +69,7 @@ from snap.names import (
 from snap.snapshotter import DEFAULT_KEEP_SNAPSHOTS, Snapshotter
 
 __all__ = [
+    "map_data",
     "BROKEN_SUFFIX",
     "CHUNK_BYTES",
     "CRCMismatchError",

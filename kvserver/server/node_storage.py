@@ -18,6 +18,7 @@ the ``pwrite`` stay on the loop, which keeps the writer thread from holding the 
 """
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -199,7 +200,8 @@ class NodeStorage:
         snapshot = rd.snapshot if rd.snapshot is not None and not rd.snapshot.is_empty() else None
         if snapshot is not None:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
+            path = await loop.run_in_executor(self._writer, self._persist_with_snapshot, rd)
+            snapshot = _mapped(snapshot, path)
         elif rd.entries or rd.hard_state is not None:
             # Encode and pwrite here (the raft task is the only writer); only the fsync goes
             # to the writer thread. Python work on that thread would compete with the event
@@ -226,35 +228,40 @@ class NodeStorage:
         self.fsync_seconds.observe(time.perf_counter() - started)
         self._stats["wal_syncs"] += 1
 
-    def _write_snapshot(self, snapshot: Snapshot) -> None:
+    def _write_snapshot(self, snapshot: Snapshot) -> str | None:
         # Snapshot file first, then its WAL record: a crash in between leaves a .snap the WAL
         # does not know, which recovery ignores.
-        self._write_snapshot_file(snapshot)
+        path = self._write_snapshot_file(snapshot)
         self.wal.save_snapshot(_wal_snapshot(snapshot))
+        return path
 
-    def _write_snapshot_file(self, snapshot: Snapshot) -> None:
+    def _write_snapshot_file(self, snapshot: Snapshot) -> str | None:
         try:
-            self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+            return self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
         except OSError as exc:  # name the file (a full disk: and the free space)
             md = snapshot.metadata
             path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
             raise os_error_at(exc, path, "saving the snapshot") from exc
 
-    def _persist_with_snapshot(self, rd: Ready) -> None:
-        """A Ready carrying a snapshot from the leader (writer thread)."""
+    def _persist_with_snapshot(self, rd: Ready) -> str | None:
+        """A Ready carrying a snapshot from the leader (writer thread); the file's path."""
         assert rd.snapshot is not None  # only called for such a Ready
-        self._write_snapshot(rd.snapshot)
+        path = self._write_snapshot(rd.snapshot)
         self.wal.save(rd.hard_state, rd.entries, must_sync=rd.must_sync)
         self._stats["wal_syncs"] += int(rd.must_sync)
         self._stats["wal_entries"] += len(rd.entries)
+        return path
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         """Persist a snapshot the state machine made, then release WAL segments before it.
         The file is written by its own thread while the WAL writer goes on; its WAL record
         follows (in the WAL writer), so a crash in between leaves a file recovery ignores."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._snap_writer, self._write_snapshot_file, snapshot)
+        path = await loop.run_in_executor(self._snap_writer, self._write_snapshot_file, snapshot)
         await loop.run_in_executor(self._writer, self._record_snapshot_blocking, snapshot)
+        mapped = _mapped(snapshot, path)
+        if mapped is not snapshot:
+            self.raft_storage.set_snapshot_data(snapshot.metadata.index, mapped.data)
 
     def _record_snapshot_blocking(self, snapshot: Snapshot) -> None:
         self.wal.save_snapshot(_wal_snapshot(snapshot))
@@ -272,6 +279,16 @@ class NodeStorage:
         self._snap_writer.shutdown(wait=True)
         self._writer.shutdown(wait=True)
         self.wal.close()
+
+
+def _mapped(snapshot: Snapshot, path: str | None) -> Snapshot:
+    """``snapshot`` with its data mapped from the file just written (page cache instead of
+    heap: the raft storage keeps the newest snapshot for followers that need it, hundreds of
+    megabytes at a million keys), or ``snapshot`` itself if the file cannot be mapped."""
+    data = snap.map_data(path) if path is not None else None
+    if data is None or len(data) != len(snapshot.data):
+        return snapshot
+    return dataclasses.replace(snapshot, data=data)  # type: ignore[arg-type]
 
 
 def _wal_exists(path: str) -> bool:

@@ -101,6 +101,11 @@ async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_p
         assert node.snapshot_index > 0, "caught up without a snapshot"
         got = await kv(members[down]).range(RangeRequest(b"c", b"d", serializable=True))
         assert got.count == 100
+        # the snapshots kept for followers are mapped from their files, not held in memory
+        # (the leader's own, and the one this member received)
+        for member in (leader, members[down]):
+            kept = member.storage.raft_storage.snapshot()
+            assert kept.metadata.index > 0 and isinstance(kept.data, memoryview)
     finally:
         await stop_all(members)
 
