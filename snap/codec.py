@@ -153,56 +153,19 @@ def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -
     return snapshot
 
 
-def _data_span(head: bytes, size: int) -> tuple[int, int] | None:
-    """(start, end) of the raft snapshot's data in a file of ``size`` bytes laid out as
-    ``08 crc 12 len 0a n data <rest>`` (what ``encode_pieces`` writes), else None."""
-    try:
-        key, pos = decode_varint(head, 0)
-        if key != _KEY_CRC:
-            return None
-        stored_crc, pos = decode_varint(head, pos)
-        key, pos = decode_varint(head, pos)
-        if key != _KEY_OUTER_DATA:
-            return None
-        inner_len, pos = decode_varint(head, pos)
-        if pos + inner_len != size or stored_crc > _U32:
-            return None
-        key, pos = decode_varint(head, pos)
-        if key != _KEY_INNER_DATA:
-            return None
-        data_len, data_start = decode_varint(head, pos)
-    except DecodeError:
-        return None
-    if data_start + data_len > size:
-        return None
-    return data_start, data_start + data_len
+@dataclass(frozen=True)
+class _Layout:
+    """Where things are in a file laid out as ``08 crc 12 len 0a n data <rest>``."""
+
+    stored_crc: int
+    inner_start: int  # the CRC covers the file from here on
+    data_start: int
+    data_end: int
 
 
-def map_data(path: str) -> memoryview | None:
-    """The raft snapshot data of a ``.snap`` file, mapped read-only instead of read: the
-    bytes live in the page cache (clean, shared, reclaimable), not in the process's heap.
-    For a file this process has just written or loaded (its CRC was checked then); None if
-    the file is not in the layout ``encode_pieces`` writes. Unlinking the file later (a
-    purge) leaves the mapping valid."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return None
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    span = _data_span(mapped[:_HEAD_BYTES], size)
-    if span is None:
-        mapped.close()
-        return None
-    return memoryview(mapped)[span[0] : span[1]]
-
-
-def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
-    """Fast path for ``08 crc 12 len 0a n data <rest>`` spanning the whole file.
-
-    Returns None (caller falls back to the general decoder, which also produces the precise
-    error) for anything else, including truncation.
-    """
-    head = f.read(min(size, _HEAD_BYTES))
+def _etcd_layout(head: bytes, size: int) -> _Layout | None:
+    """The layout of a file of ``size`` bytes starting with ``head``, if it is the one
+    ``encode_pieces`` writes (the whole file one snappb record), else None."""
     try:
         key, pos = decode_varint(head, 0)
         if key != _KEY_CRC:
@@ -221,9 +184,42 @@ def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
         data_len, data_start = decode_varint(head, pos)
     except DecodeError:
         return None
-    data_end = data_start + data_len
-    if data_end > size:
+    if data_start + data_len > size:
         return None
+    return _Layout(stored_crc, inner_start, data_start, data_start + data_len)
+
+
+def map_data(path: str) -> memoryview | None:
+    """The raft snapshot data of a ``.snap`` file, mapped read-only instead of read: the
+    bytes live in the page cache (clean, shared, reclaimable), not in the process's heap.
+    For a file this process has just written or loaded (its CRC was checked then); None if
+    the file is not in the layout ``encode_pieces`` writes. Unlinking the file later (a
+    purge) leaves the mapping valid."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    layout = _etcd_layout(mapped[:_HEAD_BYTES], size)
+    if layout is None:
+        mapped.close()
+        return None
+    return memoryview(mapped)[layout.data_start : layout.data_end]
+
+
+def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
+    """Fast path for ``08 crc 12 len 0a n data <rest>`` spanning the whole file.
+
+    Returns None (caller falls back to the general decoder, which also produces the precise
+    error) for anything else, including truncation.
+    """
+    head = f.read(min(size, _HEAD_BYTES))
+    layout = _etcd_layout(head, size)
+    if layout is None:
+        return None
+    stored_crc, inner_start = layout.stored_crc, layout.inner_start
+    data_start, data_end = layout.data_start, layout.data_end
+    data_len = data_end - data_start
     f.seek(data_start)
     data = f.read(data_len)
     rest = f.read(size - data_end)
