@@ -14,7 +14,7 @@ messages (``WatchCreateRequest``, ``WatchResponse``, ``WatchFilter``) are the wi
 Contract with the driver
 ------------------------
 - ``WatchHub(source)``: ``source`` is the MVCC store (``revision``, ``compact_revision``,
-  ``events_since``, ``replay``). After the store applies an entry that produced events, and before
+  ``replay``). After the store applies an entry that produced events, and before
   anything else runs on the event loop, call ``hub.notify(result.revision, result.events)``
   (all events of one revision, in the store's order). ``notify`` is synchronous and returns
   at once when no watcher is synced.
@@ -224,16 +224,6 @@ class WatchSource(Protocol):
 
     @property
     def compact_revision(self) -> int: ...
-
-    def events_since(
-        self,
-        revision: int,
-        key: bytes,
-        range_end: bytes = b"",
-        *,
-        prev_kv: bool = False,
-        max_events: int = 0,
-    ) -> list[Event]: ...
 
     def replay(
         self,

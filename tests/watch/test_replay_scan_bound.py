@@ -27,9 +27,6 @@ class CountingSource:
     def compact_revision(self) -> int:
         return self.store.compact_revision
 
-    def events_since(self, *args, **kwargs):
-        return self.store.events_since(*args, **kwargs)
-
     def replay(self, *args, **kwargs):
         self.reads += 1
         assert kwargs["max_scanned"] == 50
