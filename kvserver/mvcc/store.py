@@ -393,10 +393,15 @@ class MVCCStore:
         in O(log N)): apply it with ``apply_in_steps``."""
         if type(request) is not DeleteRangeRequest or not request.range_end:
             return False
-        live = self._live_keys
-        lo = live.bisect_left(request.key)
-        hi = len(live) if request.range_end == b"\0" else live.bisect_left(request.range_end)
+        lo, hi = self._live_span(request.key, request.range_end)
         return hi - lo > WRITE_STEP_KEYS
+
+    def _live_span(self, key: bytes, range_end: bytes) -> tuple[int, int]:
+        """Positions [lo, hi) in ``_live_keys`` of the live keys in [key, range_end)
+        (``range_end`` not empty; ``b"\\0"``: to the end), two bisects."""
+        live = self._live_keys
+        lo = live.bisect_left(key)
+        return lo, len(live) if range_end == b"\0" else live.bisect_left(range_end)
 
     def apply_in_steps(
         self, request: DeleteRangeRequest, client_id: int = 0, request_id: int = 0
@@ -420,10 +425,8 @@ class MVCCStore:
             if client_id:
                 return self._remember(client_id, request_id, err, None)
             return ApplyResult(None, err, (), False, self._rev)
-        live = self._live_keys
-        lo = live.bisect_left(request.key)
-        hi = len(live) if request.range_end == b"\0" else live.bisect_left(request.range_end)
-        keys = list(live.islice(lo, hi))
+        lo, hi = self._live_span(request.key, request.range_end)
+        keys = list(self._live_keys.islice(lo, hi))
         index = self._index
         prev_kvs: list[KeyValue] = []
         self._wevents = []
@@ -719,15 +722,13 @@ class MVCCStore:
         """``_collect`` at the revision the store (with an open txn's writes) is at now:
         ``_live_keys`` is exactly the set of visible keys there, so the count is two bisects
         and only the returned keys are touched."""
-        live = self._live_keys
-        lo = live.bisect_left(key)
-        hi = len(live) if range_end == b"\0" else live.bisect_left(range_end)
+        lo, hi = self._live_span(key, range_end)
         count = hi - lo
         if count_only or count == 0:
             return [], count
         stop = hi if limit <= 0 else min(hi, lo + limit)
         index = self._index
-        return [index[k][-1] for k in live.islice(lo, stop)], count
+        return [index[k][-1] for k in self._live_keys.islice(lo, stop)], count
 
     def _range(self, r: RangeRequest, cur_rev: int) -> RangeResponse:
         """etcd's applierV3backend.Range + mvcc rangeKeys, at read revision ``cur_rev``."""
