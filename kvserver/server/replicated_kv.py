@@ -257,22 +257,37 @@ class RaftKV:
             return self._apply_alarm(payload)
         if is_auth_entry(payload):
             return self.auth.apply_entry(payload)
-        if len(self.alarms):  # capped: decode first, refuse what the raised alarms forbid
-            result = self._apply_capped(payload)
-            if isinstance(result, Exception):
-                return result
-        elif is_lease_entry(payload):
-            result = self.lessor.apply_entry(payload)
-        else:
+        capped = bool(len(self.alarms))  # refuse what the raised alarms forbid
+        if is_lease_entry(payload):
+            return self._apply_lease(payload, capped)
+        return self._apply_kv(payload, capped)
+
+    def _apply_lease(self, payload: bytes, capped: bool) -> object:
+        if capped:
             try:
-                client_id, request_id, req = decode_entry(payload)
+                _, _, req = decode_lease_entry(payload)
             except CodecError:
-                result = self.store.apply_entry(payload)  # answers the decoding error
-            else:
-                if self.store.write_is_large(req):
-                    return ApplyInSteps(self._apply_large(self.store, req, client_id, request_id))
-                result = self.store.apply(req, client_id, request_id)
-        return self._applied(result)
+                req = None  # the lessor answers its own decoding error
+            error = refusal(self.alarms, req)
+            if error is not None:
+                return error
+        return self._applied(self.lessor.apply_entry(payload))
+
+    def _apply_kv(self, payload: bytes, capped: bool) -> object:
+        """A store entry, decoded once: refused while ``capped`` if the raised alarms forbid
+        it (the same outcome on every member); a delete of many keys in steps (deletes are
+        never refused, so an operator can free space under NOSPACE)."""
+        try:
+            client_id, request_id, req = decode_entry(payload)
+        except CodecError:
+            return self._applied(self.store.apply_entry(payload))  # answers the decoding error
+        if capped:
+            error = refusal(self.alarms, req)
+            if error is not None:
+                return error
+        if self.store.write_is_large(req):
+            return ApplyInSteps(self._apply_large(self.store, req, client_id, request_id))
+        return self._applied(self.store.apply(req, client_id, request_id))
 
     def _applied(self, result: ApplyResult) -> object:
         """Hand an applied entry's events to the watchers; the entry's outcome."""
@@ -306,32 +321,6 @@ class RaftKV:
                 ", ".join(f"{a.alarm.name}@{a.member_id:x}" for a in self.alarms.get()) or "none",
             )
         return AlarmResponse(ResponseHeader(revision=self.store.revision), changed)
-
-    def _apply_capped(self, payload: bytes) -> Any:
-        """``apply`` while an alarm is raised (the same outcome on every member): the error
-        that refuses the entry, or the apply result."""
-        if is_lease_entry(payload):
-            try:
-                _, _, req = decode_lease_entry(payload)
-            except CodecError:
-                req = None  # the lessor answers its own decoding error
-            error = refusal(self.alarms, req)
-            if error is not None:
-                return error
-            result = self.lessor.apply_entry(payload)
-        else:
-            try:
-                client_id, request_id, req = decode_entry(payload)
-            except CodecError:
-                result = self.store.apply_entry(payload)  # answers the decoding error
-            else:
-                error = refusal(self.alarms, req)
-                if error is not None:
-                    return error
-                if self.store.write_is_large(req):  # deletes are never refused
-                    return ApplyInSteps(self._apply_large(self.store, req, client_id, request_id))
-                result = self.store.apply(req, client_id, request_id)
-        return result
 
     def snapshot_chunks(self) -> Iterator[bytes]:
         """The image at the applied index of the call: every part is taken now (the store's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmType
 from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest
 from kvserver.mvcc.store import READ_STEP_KEYS, WRITE_STEP_KEYS
 from kvserver.server.replicated_kv import RaftKV
@@ -76,3 +77,12 @@ async def test_a_read_of_every_key_takes_several_loop_turns():
     await task
     assert len(resp.kvs) == KEYS and resp.count == KEYS
     assert turns >= KEYS // READ_STEP_KEYS
+
+
+async def test_a_large_delete_frees_space_while_nospace_is_raised():
+    """Deletes are never refused under NOSPACE; a large one goes through the same steps."""
+    kv = await loaded()
+    await kv.alarm(AlarmRequest(AlarmAction.ACTIVATE, 7, AlarmType.NOSPACE))
+    resp = await kv.delete_range(DeleteRangeRequest(b"k/", b"k0"))
+    assert resp.deleted == KEYS
+    assert (await kv.range(RangeRequest(b"k/", b"k0", count_only=True))).count == 0
