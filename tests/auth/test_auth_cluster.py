@@ -17,7 +17,7 @@ from kvserver.cli import main
 from kvserver.client import Client, ClientError
 from kvserver.membership.registry import split_members_frame
 from tests.archive.helpers import cli, restored_cluster, snapshot_restore_args
-from tests.cluster.harness import leader_of, wait_healthy
+from tests.cluster.harness import SNAPSHOT_OFTEN_ARGS, leader_of, wait_healthy
 from tests.support.apply_now import raftkv_without_raft
 from tests.support.wait import wait_for
 
@@ -26,14 +26,6 @@ pytestmark = pytest.mark.slow
 ROOT = dict(user="root", password="rootpw")
 ALICE = dict(user="alice", password="alicepw")
 OPTS = dict(timeout_s=20.0, attempt_timeout_s=3.0)
-SNAPSHOTS = [
-    "--snapshot-count",
-    "40",
-    "--snapshot-catchup-entries",
-    "5",
-    "--snapshot-catchup-bytes",
-    "0",
-]
 
 
 def setup_auth(endpoint: str) -> None:
@@ -84,7 +76,7 @@ def fill(endpoints: list[str], n: int, prefix: str) -> None:
 
 
 def test_auth_enforced_on_every_member_and_kept_by_snapshots(make_cluster):
-    c = make_cluster(3, extra_args=SNAPSHOTS)
+    c = make_cluster(3, extra_args=SNAPSHOT_OFTEN_ARGS)
     setup_auth(c.endpoints[0])
     with Client(c.endpoints, **OPTS, **ROOT) as root:
         root.put("b/secret", "s")
@@ -149,7 +141,9 @@ def test_snapshot_save_restore_keeps_auth(make_cluster, tmp_path):
 
 def test_point_in_time_restore_over_auth_entries(make_cluster, tmp_path):
     url = "file://" + str(tmp_path / "archive")
-    c = make_cluster(1, extra_args=["--archive-url", url, "--archive-interval", "200", *SNAPSHOTS])
+    c = make_cluster(
+        1, extra_args=["--archive-url", url, "--archive-interval", "200", *SNAPSHOT_OFTEN_ARGS]
+    )
     ep = c.endpoints[0]
     fill([ep], 50, "before")  # a snapshot without auth, then auth entries in the log
     setup_auth(ep)

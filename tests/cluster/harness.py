@@ -12,6 +12,17 @@ import urllib.request
 from kvserver.localcluster.launcher import LocalCluster, NodeProcess
 from tests.support.wait import wait_for
 
+# Snapshots every 40 entries, keeping 5 after each and nothing more (no byte budget): a member
+# that falls behind catches up through a snapshot, the path these tests want to exercise.
+SNAPSHOT_OFTEN_ARGS = [
+    "--snapshot-count",
+    "40",
+    "--snapshot-catchup-entries",
+    "5",
+    "--snapshot-catchup-bytes",
+    "0",
+]
+
 
 def b64(data: bytes | str) -> str:
     if isinstance(data, str):

@@ -15,19 +15,17 @@ import pytest
 
 from kvserver.client import Client
 from kvserver.membership.service import REMOVED_MESSAGE
-from tests.cluster.harness import get_prefix, leader_of, put, status, wait_healthy
+from tests.cluster.harness import (
+    SNAPSHOT_OFTEN_ARGS,
+    get_prefix,
+    leader_of,
+    put,
+    status,
+    wait_healthy,
+)
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
-
-SNAPSHOT_ARGS = [
-    "--snapshot-count",
-    "40",
-    "--snapshot-catchup-entries",
-    "5",
-    "--snapshot-catchup-bytes",
-    "0",
-]
 
 
 def cli(endpoints, *argv):
@@ -46,7 +44,7 @@ def wait_exit(cluster, node, timeout_s=30.0):
 
 
 def test_learner_joins_by_snapshot_promote_remove_kill_and_leader_removal(make_cluster):
-    cluster = make_cluster(3, extra_args=SNAPSHOT_ARGS)
+    cluster = make_cluster(3, extra_args=SNAPSHOT_OFTEN_ARGS)
     leader = wait_healthy(cluster)
     data = {f"k/{i:03d}": f"v{i}" for i in range(150)}
     for key, value in data.items():
