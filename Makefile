@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-slow test-fast lint typecheck compose-up compose-down clean spark-demo
+.PHONY: run test test-slow test-fast lint typecheck genproto compose-up compose-down clean spark-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ lint: $(DEV_STAMP)
 # contract strict, the rest in mypy's default mode). Tests are not checked.
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy raft raftpb wal snap kvserver
+
+# etcd's gRPC API: regenerate kvserver/etcdpb's *_pb2.py, *_pb2.pyi and *_pb2_grpc.py from its
+# .proto files with the pinned grpcio-tools, after editing a .proto; commit the result.
+# The repo root is the include root, so the descriptors are named kvserver/etcdpb/*.proto and
+# the code imports `from kvserver.etcdpb import ...`. tests/grpcapi/test_genproto.py runs the
+# same command and fails when the committed files differ.
+genproto: $(DEV_STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. kvserver/etcdpb/*.proto
 
 # Three members in containers, with `docker compose` or `docker-compose`; builds the base
 # image from Debian's packages when no image registry answers (deploy/up.sh).
