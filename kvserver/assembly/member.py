@@ -7,7 +7,8 @@ Startup (``Member.start``):
    replicated KV service; restore the KV state machine from the newest snapshot;
 3. start them: the transport, membership (given the transport), the node (given its
    handlers: state machine, send, membership), the KV service's background tasks;
-4. serve peers on ``--listen-peer-urls`` and clients on ``--listen-client-urls``.
+4. serve peers on ``--listen-peer-urls`` and clients on ``--listen-client-urls``: each client
+   URL serves etcd's gRPC API and the HTTP API (``kvserver.api.grpc.mux``).
 
 SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then the WAL).
 """
@@ -23,6 +24,8 @@ import time
 
 from aiohttp import web
 
+from kvserver.api.grpc.mux import advertise_alpn, client_port_factory
+from kvserver.api.grpc.server import GrpcServer
 from kvserver.api.http.app import build_client_app
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
@@ -65,6 +68,8 @@ class Member:
             for m in cfg.members
         )
         self.runners: list[web.AppRunner] = []
+        self.client_listeners: list[asyncio.Server] = []  # the client URLs (both dialects)
+        self.grpc: GrpcServer | None = None
         self.node: Node | None = None
         self.kv: RaftKV | None = None
         self.storage: NodeStorage | None = None
@@ -192,21 +197,45 @@ class Member:
         # (innermost middleware: its 408 is rendered by the app's error middleware).
         client_app.middlewares.append(self.client_guard.middleware)
         client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
-        for app, urls, make_runner, tls in (
-            (peer_app, cfg.listen_peer_urls, web.AppRunner, self.tls.peer_server),
-            (client_app, cfg.listen_client_urls, self.client_guard.runner, self.tls.client_server),
-        ):
-            # Bounded graceful stop: in-flight requests get a moment, then connections close.
-            runner = make_runner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-            await runner.setup()
-            self.runners.append(runner)
-            for url in urls:
-                host, port = host_port(url)
-                # https URLs only (check_url_schemes made sure the context exists for them)
-                ssl_context = tls if url.startswith("https://") else None
-                await web.TCPSite(
-                    runner, host, port, reuse_address=True, ssl_context=ssl_context
-                ).start()
+        # Bounded graceful stop: in-flight requests get a moment, then connections close.
+        peer_runner = web.AppRunner(
+            peer_app, access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
+        await peer_runner.setup()
+        self.runners.append(peer_runner)
+        for url in cfg.listen_peer_urls:
+            host, port = host_port(url)
+            # https URLs only (check_url_schemes made sure the context exists for them)
+            ssl_context = self.tls.peer_server if url.startswith("https://") else None
+            await web.TCPSite(
+                peer_runner, host, port, reuse_address=True, ssl_context=ssl_context
+            ).start()
+        # Each client URL serves both dialects: HTTP/2 (gRPC) is spliced to the gRPC server,
+        # the rest goes to the HTTP app (kvserver.api.grpc.mux).
+        client_runner = self.client_guard.runner(
+            client_app, access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
+        await client_runner.setup()
+        assert client_runner.server is not None
+        self.runners.append(client_runner)
+        self.grpc = GrpcServer(kv, kv.auth, max_request_bytes=cfg.max_request_bytes)
+        backend = await self.grpc.start()
+        factory = client_port_factory(client_runner.server, backend)
+        loop = asyncio.get_running_loop()
+        for url in cfg.listen_client_urls:
+            host, port = host_port(url)
+            tls = self.tls.client_server if url.startswith("https://") else None
+            if port is None:  # aiohttp's TCPSite defaults, as before
+                port = 8443 if tls is not None else 8080
+            self.client_listeners.append(
+                await loop.create_server(
+                    factory,
+                    host,
+                    port,
+                    ssl=advertise_alpn(tls) if tls is not None else None,
+                    reuse_address=True,
+                )
+            )
 
     def running(self) -> tuple[Node, MembershipService]:
         """The node and the membership service of a started member."""
@@ -259,6 +288,10 @@ class Member:
         client_runners, peer_runners = self.runners[1:], self.runners[:1]
         self.gc_pacer.stop()
         await self.loop_monitor.stop()
+        for listener in self.client_listeners:
+            listener.close()
+        if self.grpc is not None:
+            await self.grpc.stop()
         for runner in client_runners:
             await runner.cleanup()
         if self.membership is not None:

@@ -1,0 +1,120 @@
+"""What every gRPC handler does around its service call: who is calling, and errors as status.
+
+- ``Calls.user(context)``: the user a call acts as, as etcd resolves it. The connection must
+  have come through a client URL's splice (``GrpcBackend.identity``), else PermissionDenied.
+  With auth enabled, the ``token`` metadata (from ``Authenticate``) names the user; without a
+  token, a verified client certificate's common name does (``--client-cert-auth``); with
+  neither, ``etcdserver: user name is empty``. With auth disabled: None (no checks).
+- ``Calls.run(context, coro)``: awaits a service call and turns a client-visible failure
+  (``EtcdError``: etcd's code and text) into the gRPC status etcd would send, e.g.
+  ``etcdserver: mvcc: required revision has been compacted`` as OutOfRange. Anything else
+  is logged and answered Internal ``raftkv: internal error``: no input crashes the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from kvserver.kvpb.errors import EtcdError
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
+
+from .mux import GrpcBackend
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MSG_INTERNAL = "raftkv: internal error"
+MSG_NOT_SPLICED = "raftkv: gRPC is served on the client URLs only"
+_STATUS_BY_CODE = {status.value[0]: status for status in grpc.StatusCode}
+
+
+def status_of(code: int) -> grpc.StatusCode:
+    return _STATUS_BY_CODE.get(int(code), grpc.StatusCode.UNKNOWN)
+
+
+def _metadata(context: grpc.aio.ServicerContext, name: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return None
+
+
+class Calls:
+    def __init__(self, backend: GrpcBackend, auth: Any, max_request_bytes: int):
+        self.backend = backend
+        self.auth = auth  # kvserver.auth.service.AuthService, or None (tests without auth)
+        self.max_request_bytes = max_request_bytes  # --max-request-bytes
+
+    def caller(self, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+        who = self.backend.identity(context.peer())
+        if who is None:
+            raise ServiceError(GrpcCode.PERMISSION_DENIED, MSG_NOT_SPLICED)
+        return who
+
+    def user(self, context: grpc.aio.ServicerContext) -> str | None:
+        """The user this call acts as (None: auth is disabled). Raises etcd's auth errors."""
+        who = self.caller(context)
+        auth = self.auth
+        if auth is None or not auth.enabled:
+            return None
+        token = _metadata(context, "token")
+        if token:
+            return auth.user_for(token)
+        if who.cert_common_name:
+            return who.cert_common_name
+        return auth.user_for(None)  # raises: user name is empty
+
+    def token_user(self, context: grpc.aio.ServicerContext) -> str | None:
+        """For the Auth service's own calls: the caller if it sent a token or a certificate,
+        else None (e.g. ``Authenticate``, ``AuthStatus``)."""
+        who = self.caller(context)
+        auth = self.auth
+        if auth is None or not auth.enabled:
+            return None
+        token = _metadata(context, "token")
+        if token:
+            return auth.user_for(token)
+        return who.cert_common_name
+
+    async def run(self, context: grpc.aio.ServicerContext, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except EtcdError as exc:
+            await self.abort(context, exc)
+        except Exception:
+            log.exception("a gRPC call failed")
+            await context.abort(grpc.StatusCode.INTERNAL, MSG_INTERNAL)
+        raise AssertionError("unreachable")  # context.abort raises
+
+    async def abort(self, context: grpc.aio.ServicerContext, exc: EtcdError) -> NoReturn:
+        await context.abort(status_of(exc.grpc_code), exc.message)
+        raise AssertionError("unreachable")
+
+
+def serialize(message: Any) -> bytes:
+    """The response serializer of every method: bytes are already serialized."""
+    return message if type(message) is bytes else message.SerializeToString()
+
+
+_METHOD_HANDLERS = {
+    "unary_unary": grpc.unary_unary_rpc_method_handler,
+    "unary_stream": grpc.unary_stream_rpc_method_handler,
+    "stream_stream": grpc.stream_stream_rpc_method_handler,
+}
+
+
+def service_handler(name: str, methods: dict[str, tuple[Any, ...]]) -> grpc.GenericRpcHandler:
+    """A generic handler for ``{method: (handler, request class[, kind])}``; kind is
+    ``unary_unary`` (default), ``unary_stream`` or ``stream_stream``."""
+    handlers = {}
+    for method, (fn, kind, *shape) in methods.items():
+        make = _METHOD_HANDLERS[shape[0] if shape else "unary_unary"]
+        handlers[method] = make(
+            fn, request_deserializer=kind.FromString, response_serializer=serialize
+        )
+    return grpc.method_handlers_generic_handler(name, handlers)

@@ -1,0 +1,265 @@
+"""One client URL for both dialects: HTTP/2 connections go to gRPC, the rest to the HTTP app.
+
+etcd serves gRPC and its JSON gateway on the same port, and ``member list`` advertises that
+one URL to both kinds of client (etcdctl's ``--cluster`` commands dial every member's client
+URL over gRPC; gateway clients use the same URLs over HTTP/1.1). raftkv does the same:
+``ClientPortProtocol`` is the protocol of every connection accepted on a client URL. It
+looks at the first bytes the client sends (after TLS, on an https URL):
+
+- the HTTP/2 connection preface (``PRI * HTTP/2.0...``, what every gRPC client sends first)
+  makes the connection a **splice** to this member's gRPC server, which listens on an
+  ephemeral loopback port (``GrpcBackend``): bytes are copied both ways with flow control,
+  and either side closing closes the other;
+  Flow control is the transports' own: a side whose write buffer passes its high-water mark
+  pauses reading on the other side until it drains;
+- anything else hands the connection, with the bytes read so far, to the HTTP/1.1 protocol
+  (aiohttp's request handler behind the connection guard): it replaces this protocol on
+  the transport, so after the first packet an HTTP request costs nothing extra here.
+
+A client that sends fewer bytes than the preface and then nothing is closed after
+``SNIFF_TIMEOUT_S`` (the header deadline of the HTTP side would not apply yet).
+
+Identity. gRPC sees every spliced connection as coming from 127.0.0.1 and a port of ours;
+``GrpcBackend.identity(peer)`` maps gRPC's ``context.peer()`` back to the client's address
+and, on an https URL with ``--client-cert-auth``, its verified certificate's common name
+(etcd's ``AuthInfoFromTLS``). A connection to the loopback port that did not come through a
+splice has no identity, and the gRPC server refuses its calls: the TLS and client-certificate
+checks of the client URL cannot be bypassed by dialling the loopback port.
+
+TLS and ALPN. The https listener's context advertises ``http/1.1`` first and then ``h2``
+(``advertise_alpn``): a client that offers both (curl) gets HTTP/1.1, a gRPC client, which
+offers ``h2`` only, gets HTTP/2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SNIFF_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who is at the far end of a spliced gRPC connection."""
+
+    address: str  # "host:port" of the client
+    cert_common_name: str | None  # the verified client certificate's CN, if any
+
+
+def advertise_alpn(ctx: ssl.SSLContext) -> ssl.SSLContext:
+    """Let an https client URL negotiate HTTP/2 for gRPC clients (HTTP/1.1 preferred)."""
+    ctx.set_alpn_protocols(["http/1.1", "h2"])
+    return ctx
+
+
+def _common_name(transport: asyncio.BaseTransport) -> str | None:
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for name, value in rdn:
+            if name == "commonName" and value:
+                return str(value)
+    return None
+
+
+def _address(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer or "")
+
+
+class GrpcBackend:
+    """Where spliced connections go (the gRPC server's loopback port), and who they are."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host = host
+        self.port = port  # set once the gRPC server is bound
+        self._by_local_port: dict[int, ClientIdentity] = {}
+        self.spliced = 0  # connections spliced so far (for /metrics and tests)
+
+    @property
+    def open_splices(self) -> int:
+        return len(self._by_local_port)
+
+    def identity(self, grpc_peer: str) -> ClientIdentity | None:
+        """The client behind ``context.peer()`` (``ipv4:127.0.0.1:PORT``), or None when the
+        connection did not come through a splice."""
+        head, _, port = grpc_peer.rpartition(":")
+        if not head.startswith(("ipv4:127.", "ipv6:[::1]")) or not port.isdigit():
+            return None
+        return self._by_local_port.get(int(port))
+
+    def _register(self, local_port: int, who: ClientIdentity) -> None:
+        self._by_local_port[local_port] = who
+        self.spliced += 1
+
+    def _unregister(self, local_port: int) -> None:
+        self._by_local_port.pop(local_port, None)
+
+
+class _BackendSide(asyncio.Protocol):
+    """The splice's connection to the gRPC server."""
+
+    def __init__(self, splice: _Splice):
+        self.splice = splice
+
+    def data_received(self, data: bytes) -> None:
+        self.splice.client.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.splice.close()
+
+    def pause_writing(self) -> None:
+        self.splice.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.splice.client.resume_reading()
+
+
+class _Splice(asyncio.Protocol):
+    """The client's connection once it spoke HTTP/2: copies bytes to and from the backend."""
+
+    def __init__(self, client: asyncio.Transport, backend: GrpcBackend, first: bytes):
+        self.client = client
+        self.backend = backend
+        self.pending: list[bytes] = [first]  # client bytes read before the backend connected
+        self.upstream: asyncio.Transport | None = None
+        self.local_port: int | None = None
+        self.closed = False
+        client.pause_reading()  # until the backend connection is up
+        self.task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            upstream, _ = await loop.create_connection(
+                lambda: _BackendSide(self), self.backend.host, self.backend.port
+            )
+        except OSError as exc:
+            log.warning("gRPC backend on port %d refused a connection: %s", self.backend.port, exc)
+            self.close()
+            return
+        if self.closed:
+            upstream.close()
+            return
+        self.upstream = upstream  # type: ignore[assignment]
+        self.local_port = upstream.get_extra_info("sockname")[1]
+        who = ClientIdentity(_address(self.client), _common_name(self.client))
+        self.backend._register(self.local_port, who)
+        upstream.write(b"".join(self.pending))
+        self.pending = []
+        self.client.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        upstream = self.upstream
+        if upstream is None:
+            self.pending.append(data)
+            return
+        upstream.write(data)
+
+    def eof_received(self) -> bool | None:
+        if self.upstream is not None and self.upstream.can_write_eof():
+            self.upstream.write_eof()
+            return True  # keep the client side open for the rest of the answers
+        self.close()
+        return None
+
+    def pause_writing(self) -> None:  # the client reads slowly: stop reading the backend
+        if self.upstream is not None:
+            self.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None:
+            self.upstream.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.local_port is not None:
+            self.backend._unregister(self.local_port)
+        if self.upstream is not None:
+            self.upstream.close()
+        self.client.close()
+
+
+class ClientPortProtocol(asyncio.Protocol):
+    """The protocol of a client-URL connection until its first bytes say which dialect."""
+
+    def __init__(self, http_factory: Callable[[], asyncio.Protocol], backend: GrpcBackend | None):
+        self.http_factory = http_factory
+        self.backend = backend
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.backend is None:
+            self._become_http()
+            return
+        self.timer = asyncio.get_running_loop().call_later(SNIFF_TIMEOUT_S, self._too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head = self.buffer[: len(H2_PREFACE)]
+        if not H2_PREFACE.startswith(head):
+            self._become_http()
+        elif len(head) == len(H2_PREFACE):
+            self._become_grpc()
+        # else: a prefix of the preface so far; wait for more
+
+    def eof_received(self) -> bool | None:
+        self._cancel_timer()
+        return None  # close: the client sent part of a first packet, then nothing
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _too_slow(self) -> None:
+        self.timer = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def _become_http(self) -> None:
+        self._cancel_timer()
+        transport = self.transport
+        assert transport is not None
+        inner = self.http_factory()
+        transport.set_protocol(inner)
+        inner.connection_made(transport)
+        if self.buffer and not transport.is_closing():
+            inner.data_received(self.buffer)
+        self.buffer = b""
+
+    def _become_grpc(self) -> None:
+        self._cancel_timer()
+        transport = self.transport
+        assert transport is not None and self.backend is not None
+        splice = _Splice(transport, self.backend, self.buffer)
+        transport.set_protocol(splice)
+        self.buffer = b""
+
+
+def client_port_factory(
+    http_factory: Callable[[], asyncio.Protocol], backend: GrpcBackend | None
+) -> Callable[[], asyncio.Protocol]:
+    """The protocol factory of a client URL's listener (``loop.create_server``)."""
+    return lambda: ClientPortProtocol(http_factory, backend)

@@ -1,0 +1,118 @@
+"""etcd's KV service over gRPC on a member's client URL, beside the HTTP API on the same port.
+
+Three in-process members; the client is grpc.aio with our generated stubs. Checks that the
+answers carry etcd's fields, that failures carry etcd's status codes and texts, that HTTP/1.1
+on the same URL still works, and that the loopback port behind the splice refuses callers
+that did not come through a client URL.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import grpc
+import pytest
+
+from kvserver.api.grpc import convert
+from kvserver.api.grpc.calls import MSG_NOT_SPLICED
+from kvserver.api.grpc.kv import encode_range_in_steps
+from kvserver.etcdpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
+from kvserver.kvpb import kv as K
+from tests.support.inprocess import configs, running, wait_leader
+
+
+def target(member) -> str:
+    return member.cfg.advertise_client_urls[0].removeprefix("http://")
+
+
+async def test_kv_calls_over_grpc(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        follower = next(m for m in members if m is not leader)
+        async with grpc.aio.insecure_channel(target(follower)) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            put = await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"1"))
+            assert put.header.revision == 2
+            assert put.header.cluster_id == leader.cluster_id
+            assert put.header.member_id == follower.member_id
+            put = await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"2", prev_kv=True))
+            assert put.prev_kv.value == b"1" and put.prev_kv.version == 1
+            await kv.Put(rpc_pb2.PutRequest(key=b"b", value=b"3"))
+
+            got = await kv.Range(rpc_pb2.RangeRequest(key=b"a", range_end=b"c", limit=1))
+            assert [(x.key, x.value, x.version) for x in got.kvs] == [(b"a", b"2", 2)]
+            assert got.count == 2 and got.more
+            old = await kv.Range(rpc_pb2.RangeRequest(key=b"a", revision=2))
+            assert old.kvs[0].value == b"1"
+
+            txn = await kv.Txn(
+                rpc_pb2.TxnRequest(
+                    compare=[
+                        rpc_pb2.Compare(
+                            key=b"a",
+                            target=rpc_pb2.Compare.VALUE,
+                            result=rpc_pb2.Compare.EQUAL,
+                            value=b"2",
+                        )
+                    ],
+                    success=[
+                        rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"c", value=b"4")),
+                        rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=b"b")),
+                    ],
+                )
+            )
+            assert txn.succeeded
+            assert txn.responses[1].response_range.kvs[0].value == b"3"
+
+            deleted = await kv.DeleteRange(
+                rpc_pb2.DeleteRangeRequest(key=b"a", range_end=b"\0", prev_kv=True)
+            )
+            assert deleted.deleted == 3 and len(deleted.prev_kvs) == 3
+            rev = deleted.header.revision
+            await kv.Compact(rpc_pb2.CompactionRequest(revision=rev))
+
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.Range(rpc_pb2.RangeRequest(key=b"a", revision=2))
+            assert err.value.code() is grpc.StatusCode.OUT_OF_RANGE
+            assert err.value.details() == "etcdserver: mvcc: required revision has been compacted"
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.Put(rpc_pb2.PutRequest(key=b"", value=b"x"))
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert err.value.details() == "etcdserver: key is not provided"
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.Range(rpc_pb2.RangeRequest(key=b"a", sort_order=7))
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+        # HTTP/1.1 on the same client URL still reaches the JSON gateway.
+        url = follower.cfg.advertise_client_urls[0] + "/v3/kv/range"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={"key": "Yw=="}) as resp:  # "c": deleted above
+                assert (await resp.json())["header"]["revision"] == str(rev)
+        assert follower.grpc is not None and follower.grpc.backend.spliced >= 1
+
+        # The loopback port behind the splice serves no one who dials it directly.
+        backend = follower.grpc.backend
+        async with grpc.aio.insecure_channel(f"{backend.host}:{backend.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=b"a"))
+            assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            assert err.value.details() == MSG_NOT_SPLICED
+
+
+def test_big_range_answer_in_pieces_equals_one_message():
+    kvs = tuple(
+        K.KeyValue(b"k%05d" % i, b"v" * (i % 7), i + 2, i + 2, 1 + i % 3, i % 2)
+        for i in range(5000)
+    )
+    resp = K.RangeResponse(K.ResponseHeader(1, 2, 5001, 3), kvs, more=True, count=9000)
+    pieces = encode_range_in_steps(resp, step=777)
+    assert pieces == convert.range_to_pb(resp).SerializeToString()
+    decoded = rpc_pb2.RangeResponse.FromString(pieces)
+    assert decoded.count == 9000 and decoded.more and len(decoded.kvs) == 5000
+    assert decoded.kvs[4999] == kv_pb2.KeyValue(
+        key=b"k04999",
+        value=b"v" * (4999 % 7),
+        create_revision=5001,
+        mod_revision=5001,
+        version=1 + 4999 % 3,
+        lease=1,
+    )
