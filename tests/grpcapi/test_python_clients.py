@@ -56,6 +56,7 @@ async def run_scenario(client: str, host: str, port: int) -> dict:
 
 
 async def answers_of_etcd(tmp_path) -> dict[str, dict]:
+    (tmp_path / "etcd").mkdir()
     with etcd_process(str(tmp_path / "etcd")) as etcd:
         host, port = etcd.url.removeprefix("http://").rsplit(":", 1)
         return {client: await run_scenario(client, host, int(port)) for client in SCENARIOS}
