@@ -8,6 +8,8 @@ that did not come through a client URL.
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import grpc
 import pytest
@@ -116,3 +118,44 @@ def test_big_range_answer_in_pieces_equals_one_message():
         version=1 + 4999 % 3,
         lease=1,
     )
+
+
+async def test_request_size_limits_follow_max_request_bytes(tmp_path):
+    limit = 64 * 1024
+    async with running(configs(tmp_path, max_request_bytes=limit)) as members:
+        await wait_leader(members)
+        async with grpc.aio.insecure_channel(target(members[0])) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.Put(rpc_pb2.PutRequest(key=b"fits", value=b"x" * (limit - 100)))
+            # over --max-request-bytes but under gRPC's receive limit: etcd's own refusal
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.Put(rpc_pb2.PutRequest(key=b"big", value=b"x" * (limit + 1)))
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert err.value.details() == "etcdserver: request is too large"
+            # over --max-request-bytes + 512 KiB: gRPC itself refuses to receive it
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.Put(rpc_pb2.PutRequest(key=b"huge", value=b"x" * (limit + 600 * 1024)))
+            assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            got = await kv.Range(rpc_pb2.RangeRequest(key=b"\0", range_end=b"\0"))
+            assert [x.key for x in got.kvs] == [b"fits"]
+
+
+@pytest.mark.slow
+async def test_an_idle_connection_that_pings_every_six_seconds_is_kept(tmp_path):
+    # etcdctl pings every 10 s with no call in flight; gRPC's default server policy (pings
+    # no more often than every 5 minutes, GOAWAY after two strikes) would drop it. Six
+    # seconds apart, over 20 s, is three pings: enough strikes to be dropped by the default.
+    options = [
+        ("grpc.keepalive_time_ms", 6000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    async with running(configs(tmp_path)) as members:
+        await wait_leader(members)
+        async with grpc.aio.insecure_channel(target(members[0]), options=options) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v"))
+            splices = members[0].grpc.backend.spliced
+            await asyncio.sleep(20)  # idle on purpose: the pings are what is tested
+            await kv.Range(rpc_pb2.RangeRequest(key=b"k"))
+            assert members[0].grpc.backend.spliced == splices  # the same connection
