@@ -12,8 +12,12 @@ In each process: the connections are opened first (connection setup is not measu
 connection (client ``i`` uses connection ``i % conns``, connection ``j`` goes to endpoint
 ``j % len(endpoints)``), and record the latency or the error. A run ends after ``--total``
 requests or when ``--duration`` is over (requests in flight then still finish and count).
-A request unanswered after ``--timeout`` fails its whole connection (HTTP/1.1 answers in
-order, so everything behind it is stuck too); the connection is reopened.
+
+How a request travels is the ``Transport``'s business, the loop above is the same for both:
+``HttpTransport`` (pipelined HTTP/1.1; a request unanswered after ``--timeout`` fails its
+whole connection, which is reopened) and, with ``--protocol grpc``, ``GrpcTransport``
+(``kvserver.bench.grpc_client``: one gRPC channel per connection, calls multiplexed on it,
+``--timeout`` as each call's deadline).
 
 ``progress`` (a shared array with one completed-request counter per process) is what the
 CLI's progress bar reads.
@@ -27,6 +31,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kvserver.bench.http import Connection
 from kvserver.bench.result import BenchError, BenchResult, resolve_endpoints
@@ -64,6 +69,24 @@ def shares(opts: BenchOptions) -> list[Share]:
 # --- one process -------------------------------------------------------------------------
 
 
+class Transport(Protocol):
+    """How one process's requests travel (``HttpTransport`` here, ``GrpcTransport`` in
+    ``kvserver.bench.grpc_client``); the client loop in ``run_share`` is the same for both."""
+
+    async def connect(self) -> None:
+        """Open every connection (not measured); ``BenchError`` when one cannot be opened."""
+
+    async def send(self, ci: int, seq: int) -> tuple[str, float | None, str | None]:
+        """Client ``ci``'s request number ``seq``: its kind, and its latency in seconds when
+        it succeeded, else the error's text (the error distribution's key)."""
+        ...
+
+    def expire(self, now: float) -> None:
+        """The watchdog's step: fail what has waited longer than ``--timeout``."""
+
+    async def close(self) -> None: ...
+
+
 class _Slot:
     """A connection that is reopened (once, by whoever notices first) after it fails."""
 
@@ -89,31 +112,86 @@ class _Slot:
         return conn
 
 
-async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures count here
+class HttpTransport:
+    """``--conns`` pipelining HTTP/1.1 connections; client ``i`` uses connection
+    ``i % conns``. A request unanswered after ``--timeout`` fails its whole connection
+    (answers come in order, so everything behind it is stuck too); it is reopened."""
+
+    def __init__(self, opts: BenchOptions, share: Share, endpoints: list[str]) -> None:
+        self.timeout_s = opts.timeout_s
+        self.slots: list[_Slot] = []
+        self.workloads: list[Workload] = []
+        for j in range(share.conns):
+            url = endpoints[(share.index + j * share.procs) % len(endpoints)]
+            host, port = parse_endpoint(url)
+            self.slots.append(_Slot(host, port, opts.ssl_for(url)))
+            self.workloads.append(Workload(opts, f"{host}:{port}", share.index, share.procs))
+
+    async def connect(self) -> None:
+        try:
+            await asyncio.gather(*(s.get() for s in self.slots))
+        except OSError as exc:
+            raise BenchError(f"cannot connect: {exc}") from None
+
+    async def send(self, ci: int, seq: int) -> tuple[str, float | None, str | None]:
+        j = ci % len(self.slots)
+        req = self.workloads[j].next(seq)
+        try:
+            conn = await self.slots[j].get()
+            started = time.monotonic()
+            status, body = await conn.request(req.raw)
+            if status in req.ok:
+                return req.kind, time.monotonic() - started, None
+            return req.kind, None, error_text(status, body)
+        except (ConnectionError, OSError) as exc:
+            return req.kind, None, f"connection: {exc}"
+
+    def expire(self, now: float) -> None:
+        for s in self.slots:
+            if s.conn is not None and s.conn.oldest_age(now) > self.timeout_s:
+                s.conn.abort(f"request timed out after {self.timeout_s:g} s")
+
+    async def close(self) -> None:
+        for s in self.slots:
+            if s.conn is not None:
+                s.conn.close()
+
+
+def transport_for(opts: BenchOptions, share: Share, endpoints: list[str]) -> Transport:
+    if opts.protocol == "grpc":
+        # (imported here: an HTTP run never loads gRPC)
+        from kvserver.bench.grpc_client import GrpcTransport
+
+        return GrpcTransport(opts, share.index, share.procs, share.conns, endpoints)
+    return HttpTransport(opts, share, endpoints)
+
+
+async def run_share(
     opts: BenchOptions,
     share: Share,
     endpoints: list[str],
     progress=None,
     ready: Callable[[], None] | None = None,
 ) -> dict[str, Stats]:
-    slots = []
-    workloads = []
-    for j in range(share.conns):
-        url = endpoints[(share.index + j * share.procs) % len(endpoints)]
-        host, port = parse_endpoint(url)
-        slots.append(_Slot(host, port, opts.ssl_for(url)))
-        workloads.append(Workload(opts, f"{host}:{port}", share.index, share.procs))
+    transport = transport_for(opts, share, endpoints)
     try:
-        await asyncio.gather(*(s.get() for s in slots))
-    except OSError as exc:
-        raise BenchError(f"cannot connect: {exc}") from None
-    if ready is not None:
-        ready()  # (multi-process start line: blocks until every process has connected)
+        await transport.connect()
+        if ready is not None:
+            ready()  # (multi-process start line: blocks until every process has connected)
+        return await _drive(opts, share, transport, progress)
+    finally:
+        await transport.close()
 
+
+async def _drive(
+    opts: BenchOptions, share: Share, transport: Transport, progress
+) -> dict[str, Stats]:
+    """The load loop: ``share.clients`` coroutines, each sending one request at a time."""
     by_kind: dict[str, Stats] = {}
     state = {"issued": 0, "done": 0}
     total, rate = share.total, share.rate
     monotonic = time.monotonic
+    send = transport.send
     t0 = monotonic()
     deadline = t0 + opts.duration_s if opts.duration_s is not None else None
     last = [t0]
@@ -125,8 +203,6 @@ async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures
         return st
 
     async def client(ci: int) -> None:
-        slot = slots[ci % len(slots)]
-        wl = workloads[ci % len(slots)]
         while True:
             seq = state["issued"]
             if total is not None:
@@ -146,21 +222,13 @@ async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures
                     await asyncio.sleep(delay)
             else:
                 state["issued"] = seq + 1
-            req = wl.next(seq)
-            st = stats_for(req.kind)
-            try:
-                conn = await slot.get()
-                started = monotonic()
-                status, body = await conn.request(req.raw)
-                now = monotonic()
-                if status in req.ok:
-                    st.latencies.append(now - started)
-                else:
-                    st.error(error_text(status, body))
-                last[0] = now
-            except (ConnectionError, OSError) as exc:
-                st.error(f"connection: {exc}")
-                last[0] = monotonic()
+            kind, latency, error = await send(ci, seq)
+            last[0] = monotonic()
+            st = stats_for(kind)
+            if latency is not None:
+                st.latencies.append(latency)
+            else:
+                st.error(error or "no answer")
             state["done"] += 1
             if progress is not None:
                 progress[share.index] = state["done"]
@@ -168,19 +236,13 @@ async def run_share(  # noqa: C901 - the load loop; its client/watchdog closures
     async def watchdog() -> None:
         while True:
             await asyncio.sleep(min(0.5, opts.timeout_s / 2))
-            now = monotonic()
-            for s in slots:
-                if s.conn is not None and s.conn.oldest_age(now) > opts.timeout_s:
-                    s.conn.abort(f"request timed out after {opts.timeout_s:g} s")
+            transport.expire(monotonic())
 
     dog = asyncio.ensure_future(watchdog())
     try:
         await asyncio.gather(*(client(i) for i in range(share.clients)))
     finally:
         dog.cancel()
-        for s in slots:
-            if s.conn is not None:
-                s.conn.close()
     for st in by_kind.values():
         st.finished = last[0]
     return by_kind

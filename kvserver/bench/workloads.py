@@ -14,6 +14,11 @@ Dialects: ``v3`` is etcd's JSON gateway (``POST /v3/kv/put|range|txn``, base64 k
 values), served by etcd, raftkv and the PySyncObj comparison server; ``rest`` is raftkv's
 ``/v1/kv/{key}`` (``PUT`` body = value, ``GET``; a missing key's 404 is a valid answer to a
 read). ``txn-put`` and ``watch-latency`` exist only in ``v3``.
+
+Protocols: ``http`` (the default) sends the dialect's HTTP/1.1 requests; ``grpc`` sends the
+same workloads as etcd's ``KV`` gRPC calls (``kvserver.bench.grpc_client``), with the same
+keys and values (``Keys`` is what both share). gRPC has no dialects and no
+``watch-latency`` here.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from kvserver.tls import TLSConfigError, client_context
 
 OPS = ("put", "range", "txn-put", "watch-latency", "mixed")
 DIALECTS = ("v3", "rest")
+PROTOCOLS = ("http", "grpc")
 
 
 class BenchUsageError(ValueError):
@@ -53,6 +59,7 @@ class BenchOptions:
     consistency: str = "l"  # l: linearizable reads; s: serializable
     target_leader: bool = False
     dialect: str = "v3"
+    protocol: str = "http"  # grpc: etcd's KV calls instead of HTTP requests
     procs: int = 1
     txn_ops: int = 1  # txn-put: puts per transaction
     read_ratio: float = 0.5  # mixed: fraction of reads
@@ -85,6 +92,10 @@ class BenchOptions:
 
         need(self.op in OPS, f"unknown workload {self.op!r} (one of {', '.join(OPS)})")
         need(self.dialect in DIALECTS, f"--dialect must be one of {', '.join(DIALECTS)}")
+        need(self.protocol in PROTOCOLS, f"--protocol must be one of {', '.join(PROTOCOLS)}")
+        if self.protocol == "grpc":
+            need(self.dialect == "v3", "--dialect rest is HTTP only (--protocol http)")
+            need(self.op != "watch-latency", "watch-latency runs over HTTP only (--protocol http)")
         need(bool(self.endpoints), "--endpoints: at least one endpoint")
         for url in self.endpoints:
             parse_endpoint(url)
@@ -168,29 +179,16 @@ _OK = frozenset({200})
 _OK_OR_MISSING = frozenset({200, 404})
 
 
-class Workload:
-    """Builds the requests of one client process (``host`` goes in the Host header)."""
+class Keys:
+    """Which key a request of one client process touches, and the value: what every
+    protocol's workload shares (``stream`` of ``streams``: the process's share)."""
 
-    def __init__(self, opts: BenchOptions, host: str, stream: int, streams: int) -> None:
+    def __init__(self, opts: BenchOptions, stream: int, streams: int) -> None:
         self.o = opts
-        self.host = host
-        auth = (("Authorization", opts.token),) if opts.token else ()
-        self._enc = functools.partial(encode_request, headers=auth)
         self._rng = random.Random(None if opts.seed is None else opts.seed * 1000 + stream)
         self._stream, self._streams = stream, streams  # sequential keys: interleaved
         self.value = b"v" * opts.val_size
-        self._value_b64 = b64(self.value)
         self._serializable = opts.consistency == "s"
-        op = opts.op
-        self.next: Callable[[int], Request] = {
-            "put": self._put,
-            "range": self._range,
-            "txn-put": self._txn,
-            "mixed": self._mixed,
-            "watch-latency": self._put,
-        }[op]
-
-    # --- keys ------------------------------------------------------------------------
 
     def key_number(self, seq: int) -> int:
         o = self.o
@@ -201,7 +199,28 @@ class Workload:
     def key(self, n: int) -> bytes:
         return str(n).zfill(self.o.key_size).encode()
 
-    # --- requests --------------------------------------------------------------------
+    def is_read(self) -> bool:
+        """mixed: is the next request a read (``--read-ratio`` of them)?"""
+        return self._rng.random() < self.o.read_ratio
+
+
+class Workload(Keys):
+    """Builds the HTTP requests of one client process (``host`` goes in the Host header)."""
+
+    def __init__(self, opts: BenchOptions, host: str, stream: int, streams: int) -> None:
+        super().__init__(opts, stream, streams)
+        self.host = host
+        auth = (("Authorization", opts.token),) if opts.token else ()
+        self._enc = functools.partial(encode_request, headers=auth)
+        self._value_b64 = b64(self.value)
+        op = opts.op
+        self.next: Callable[[int], Request] = {
+            "put": self._put,
+            "range": self._range,
+            "txn-put": self._txn,
+            "mixed": self._mixed,
+            "watch-latency": self._put,
+        }[op]
 
     def _put(self, seq: int, value: bytes | None = None, key: bytes | None = None) -> Request:
         if key is None:
@@ -249,7 +268,7 @@ class Workload:
         )
 
     def _mixed(self, seq: int) -> Request:
-        if self._rng.random() < self.o.read_ratio:
+        if self.is_read():
             return self._range(seq)
         return self._put(seq)
 

@@ -3,7 +3,9 @@
 Drives etcd's JSON gateway (``--dialect v3``, so the same tool measures etcd, raftkv and the
 PySyncObj comparison server) or raftkv's ``/v1`` REST dialect, with ``--clients`` concurrent
 requests over ``--conns`` persistent, pipelining HTTP/1.1 connections, from ``--procs``
-processes whose measurements are merged exactly. Prints etcd's report (summary, response time
+processes whose measurements are merged exactly. ``--protocol grpc`` sends the same
+workloads (not ``watch-latency``) as etcd's KV gRPC calls instead, ``--clients`` concurrent
+calls over ``--conns`` channels, to raftkv or etcd alike. Prints etcd's report (summary, response time
 histogram, latency distribution 10%..99.9%, error distribution) or ``--json``; a progress
 bar on stderr when it is a terminal. See ``kvserver.bench`` for the parts.
 
@@ -87,8 +89,8 @@ def _add_common(b: argparse.ArgumentParser) -> None:
         "--conns",
         type=_positive_int,
         default=None,
-        help="TCP connections, shared by the clients with HTTP/1.1 pipelining "
-        "(default: one per client)",
+        help="TCP connections, shared by the clients (HTTP/1.1 pipelining; gRPC: one "
+        "channel each, calls multiplexed) (default: one per client)",
     )
     g = b.add_mutually_exclusive_group()
     g.add_argument(
@@ -132,6 +134,13 @@ def _add_common(b: argparse.ArgumentParser) -> None:
         choices=("v3", "rest"),
         default="v3",
         help="v3: etcd's JSON gateway (default); rest: raftkv's /v1/kv",
+    )
+    b.add_argument(
+        "--protocol",
+        choices=("http", "grpc"),
+        default="http",
+        help="http: the --dialect's HTTP requests (default); grpc: etcd's KV gRPC calls "
+        "through the generated stubs, on the same client URLs",
     )
     b.add_argument(
         "--procs",
@@ -181,6 +190,7 @@ def options_from_args(args) -> BenchOptions:
         consistency=args.consistency,
         target_leader=args.target_leader,
         dialect=args.dialect,
+        protocol=args.protocol,
         procs=args.procs,
         txn_ops=getattr(args, "txn_ops", 1),
         read_ratio=getattr(args, "read_ratio", 0.5),

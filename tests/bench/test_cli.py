@@ -31,6 +31,8 @@ DEAD = ["--endpoints", "http://127.0.0.1:9"]
         (["put", "--duration", "0"], "--duration must be positive"),
         (["mixed", "--read-ratio", "1.5"], "--read-ratio must be between 0 and 1"),
         (["txn-put", "--txn-ops", "3"], "--txn-ops must not exceed --key-space-size"),
+        (["put", "--protocol", "grpc", "--dialect", "rest"], "--dialect rest is HTTP only"),
+        (["watch-latency", "--protocol", "grpc"], "watch-latency runs over HTTP only"),
     ],
 )
 def test_bad_combinations_exit_2_with_the_reason(capsys, argv, message):
@@ -62,6 +64,7 @@ def test_bad_endpoints(capsys, argv, message):
         ["put", "--total", "10", "--duration", "1"],  # mutually exclusive
         ["put", "--consistency", "x"],
         ["put", "--dialect", "grpc"],
+        ["put", "--protocol", "h3"],
         ["put", "--clients", "many"],
         ["frobnicate"],
     ],
@@ -73,4 +76,9 @@ def test_argparse_rejects(capsys, argv):
 
 def test_unreachable_endpoint_is_an_error_not_a_traceback(capsys):
     code, err = run_cli(capsys, "put", "--total", "5", *DEAD)
+    assert code == 1 and err.startswith("Error: cannot connect")
+
+
+def test_unreachable_grpc_endpoint_is_an_error_not_a_traceback(capsys):
+    code, err = run_cli(capsys, "put", "--total", "5", "--protocol", "grpc", *DEAD)
     assert code == 1 and err.startswith("Error: cannot connect")
