@@ -21,6 +21,14 @@ the targets met or missed (``targets``); writes ``compare.json`` (raw summaries)
 ``compare.png`` (throughput vs clients, matplotlib Agg) and ``compare.md`` (the table) into
 ``--out-dir``; with ``--doc`` also the whole ``docs/performance.md``.
 
+``--protocol grpc`` measures raftkv and etcd (the systems that serve etcd's gRPC API) with
+the same workloads sent as etcd's KV gRPC calls by the same load generator
+(``raftkv bench --protocol grpc``), and writes ``compare-grpc.json``/``.png``/``.md``
+instead (no targets: those are the JSON gateway's; no ``--doc``: the doc's gRPC section is
+written by hand from ``compare-grpc.md``)::
+
+    .venv/bin/python benchmarks/compare.py --protocol grpc    # raftkv vs etcd through gRPC
+
 Not a test: numbers depend on the machine and on whatever else runs on it.
 """
 
@@ -52,9 +60,21 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+GRPC_SYSTEMS = ("raftkv", "etcd")  # the systems that serve etcd's gRPC API
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--systems", default="raftkv,etcd,pysyncobj")
+    ap.add_argument(
+        "--protocol",
+        choices=("http", "grpc"),
+        default="http",
+        help="http: etcd's JSON gateway (default); grpc: etcd's KV gRPC calls "
+        "(raftkv and etcd only)",
+    )
+    ap.add_argument(
+        "--systems", default=None, help="default: raftkv,etcd,pysyncobj (http), raftkv,etcd (grpc)"
+    )
     ap.add_argument("--put-clients", type=_ints, default=[1, 16, 64])
     ap.add_argument("--range-clients", type=_ints, default=[64])
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
@@ -66,9 +86,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--doc", default=None, help="also write this markdown document")
     ap.add_argument("--raftkv-args", default="", help="extra `raftkv serve` flags")
     args = ap.parse_args(argv)
+    if args.systems is None:
+        args.systems = ",".join(GRPC_SYSTEMS) if args.protocol == "grpc" else ",".join(SYSTEMS)
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:
         ap.error(f"unknown systems {sorted(unknown)} (known: {', '.join(SYSTEMS)})")
+    if args.protocol == "grpc":
+        no_grpc = set(args.systems.split(",")) - set(GRPC_SYSTEMS)
+        if no_grpc:
+            ap.error(f"--protocol grpc: {', '.join(sorted(no_grpc))} does not serve gRPC")
+        if args.doc:
+            ap.error("--protocol grpc: no --doc (the doc's gRPC section is written by hand)")
     return args
 
 
@@ -110,6 +138,7 @@ def bench(leader: str, op: str, clients: int, args, duration: float | None = Non
         key_space_size=args.key_space_size,
         key_size=8,
         consistency="l",
+        protocol=args.protocol,
         procs=min(args.procs, clients),
     ).validate()
     s = run(opts).summary()
@@ -318,7 +347,7 @@ def format_batching(results: dict) -> list[str]:
     return lines
 
 
-def plot(results: dict, systems: list[str], path: str) -> None:
+def plot(results: dict, systems: list[str], path: str, protocol: str = "http") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -351,7 +380,8 @@ def plot(results: dict, systems: list[str], path: str) -> None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("requests/s")
-    ax.set_title("Three nodes on loopback, etcd JSON gateway, 256-byte values")
+    how = "etcd gRPC API" if protocol == "grpc" else "etcd JSON gateway"
+    ax.set_title(f"Three nodes on loopback, {how}, 256-byte values")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -446,8 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     rows = table(results, systems)
-    print("\n" + format_text(rows))
-    checks = targets(results)
+    print(f"\n{args.protocol}:\n" + format_text(rows))
+    checks = targets(results) if args.protocol == "http" else []
     for what, ok, numbers in checks:
         print(f"{'MET ' if ok else 'MISS'}  {what}: {numbers}")
     batch_lines = format_batching(results)
@@ -473,12 +503,13 @@ def main(argv: list[str] | None = None) -> int:
         "targets": [{"what": w, "met": ok, "numbers": n} for w, ok, n in checks],
         "machine": mach,
     }
-    json_path = os.path.join(args.out_dir, "compare.json")
-    png_path = os.path.join(args.out_dir, "compare.png")
-    md_path = os.path.join(args.out_dir, "compare.md")
+    stem = "compare" if args.protocol == "http" else f"compare-{args.protocol}"
+    json_path = os.path.join(args.out_dir, stem + ".json")
+    png_path = os.path.join(args.out_dir, stem + ".png")
+    md_path = os.path.join(args.out_dir, stem + ".md")
     with open(json_path, "w") as f:
         json.dump(doc, f, indent=2, default=str)
-    plot(results, systems, png_path)
+    plot(results, systems, png_path, args.protocol)
     with open(md_path, "w") as f:
         f.write(format_markdown(rows) + "\n")
     print(f"\nwrote {json_path}, {png_path}, {md_path}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """benchmarks/compare.py's table, ratios and target checks (pure functions, made-up numbers)."""
 
-from benchmarks.compare import batching, format_cpu, format_markdown, table, targets
+import pytest
+
+from benchmarks.compare import batching, format_cpu, format_markdown, parse_args, table, targets
 from benchmarks.perfdoc import KEEP_MARKER, kept_sections, render
 
 
@@ -124,3 +126,15 @@ def test_regenerating_the_doc_keeps_its_hand_written_sections(tmp_path):
     assert kept_sections(str(doc)) == f"{KEEP_MARKER}\n## Failover\n1.1 s\n"
     doc.write_text("# Performance\nno marker\n")
     assert kept_sections(str(doc)) == ""
+
+
+def test_grpc_mode_compares_the_systems_that_serve_grpc(capsys):
+    assert parse_args(["--protocol", "grpc"]).systems == "raftkv,etcd"
+    assert parse_args([]).systems == "raftkv,etcd,pysyncobj"
+    for argv, why in (
+        (["--protocol", "grpc", "--systems", "raftkv,pysyncobj"], "pysyncobj does not serve gRPC"),
+        (["--protocol", "grpc", "--doc", "x.md"], "no --doc"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert why in capsys.readouterr().err
