@@ -12,7 +12,9 @@ password}``, ``user/grant`` ``{user, role}``, ``user/revoke`` ``{name, role}``,
 ``role/list`` -> ``{roles}``, ``role/delete`` ``{role}``, ``role/grant`` ``{name, perm:
 {permType ("READ"|"WRITE"|"READWRITE" or 0..2; ``perm_type`` also accepted), key,
 range_end}}``, ``role/revoke`` ``{role, key, range_end}``.
-With auth enabled every management call needs the root role except ``authenticate``,
+This module decodes the bodies and renders the answers; the calls themselves (who may make
+them, the checks in order, what is proposed) are ``kvserver.auth.management``'s, shared with
+gRPC: with auth enabled every management call needs the root role except ``authenticate``,
 ``status``, ``user/get`` of oneself and ``role/get`` of a role one holds. Users without a
 password and pre-hashed passwords (``options.no_password``, ``hashedPassword``) are refused.
 
@@ -44,22 +46,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from kvserver.auth import errors as E
+from kvserver.auth import management as M
+from kvserver.auth.management import invalid
 from kvserver.auth.perms import Permission, PermType
-from kvserver.auth.store import (
-    AuthDisable,
-    AuthEnable,
-    RoleAdd,
-    RoleDelete,
-    RoleGrantPermission,
-    RoleRevokePermission,
-    UserAdd,
-    UserChangePassword,
-    UserDelete,
-    UserGrantRole,
-    UserRevokeRole,
-)
 from kvserver.kvpb.kv import ResponseHeader
-from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
 from . import gateway_json
 from .common import LIMITS_KEY, SERVICE_KEY, json_response, read_body
@@ -67,7 +57,6 @@ from .forward import FORWARDED_HEADER
 
 MSG_PERMISSION_DENIED = E.PermissionDeniedError.default_message
 USER_KEY = web.RequestKey("raftkv_auth_user", object)  # the user a request acts as (None: no auth)
-MAX_PASSWORD_BYTES = 1024
 
 _OPEN = ("/health", "/version", "/metrics", "/v1/status")
 _OPEN_V3 = frozenset({"/maintenance/status", "/cluster/member/list"})
@@ -151,19 +140,15 @@ def check_lease_revoke(request: web.Request, lease_id: int) -> None:
 # --- body decoding ----------------------------------------------------------------------------
 
 
-def _invalid(message: str) -> ServiceError:
-    return ServiceError(GrpcCode.INVALID_ARGUMENT, "raftkv: " + message)
-
-
 async def _body(request: web.Request, allowed: tuple[str, ...]) -> dict[str, Any]:
     obj = gateway_json.parse_json(await read_body(request, request.app[LIMITS_KEY].max_body_bytes))
     if obj is None:
         return {}
     if type(obj) is not dict:
-        raise _invalid("body: expected a JSON object")
+        raise invalid("body: expected a JSON object")
     unknown = [k for k in obj if k not in allowed]
     if unknown:
-        raise _invalid(f"body: unknown field {unknown[0][:40]!r}")
+        raise invalid(f"body: unknown field {unknown[0][:40]!r}")
     return obj
 
 
@@ -172,7 +157,7 @@ def _str(obj: dict[str, Any], name: str) -> str:
     if value is None:
         return ""
     if type(value) is not str:
-        raise _invalid(f'field "{name}": expected a string')
+        raise invalid(f'field "{name}": expected a string')
     return value
 
 
@@ -182,15 +167,10 @@ def _bytes(obj: dict[str, Any], name: str) -> bytes:
 
 
 def _password(obj: dict[str, Any]) -> str:
-    if obj.get("hashedPassword") or obj.get("hashed_password"):
-        raise _invalid("pre-hashed passwords are not supported; send password")
     opts = obj.get("options")
-    if isinstance(opts, dict) and (opts.get("no_password") or opts.get("noPassword")):
-        raise _invalid("users without a password are not supported")
-    password = _str(obj, "password")
-    if len(password.encode("utf-8", "surrogatepass")) > MAX_PASSWORD_BYTES:
-        raise _invalid(f"password longer than {MAX_PASSWORD_BYTES} bytes")
-    return password
+    hashed = bool(obj.get("hashedPassword") or obj.get("hashed_password"))
+    no_password = isinstance(opts, dict) and bool(opts.get("no_password") or opts.get("noPassword"))
+    return M.new_password(_str(obj, "password"), hashed=hashed, no_password=no_password)
 
 
 _PW_FIELDS = ("name", "password", "hashedPassword", "hashed_password", "options")
@@ -203,7 +183,22 @@ def _perm_type(raw: Any) -> PermType:
         return PermType[raw]
     if type(raw) is int and raw in (0, 1, 2):
         return PermType(raw)
-    raise _invalid(f'field "perm.permType": expected READ, WRITE or READWRITE, got {raw!r:.40}')
+    raise invalid(f'field "perm.permType": expected READ, WRITE or READWRITE, got {raw!r:.40}')
+
+
+def _perm(obj: dict[str, Any]) -> Permission | None:
+    raw = obj.get("perm")
+    if raw is None:
+        return None
+    if type(raw) is not dict:
+        raise invalid('field "perm": expected an object')
+    for k in raw:
+        if k not in ("permType", "perm_type", "key", "range_end", "rangeEnd"):
+            raise invalid(f'field "perm": unknown field {k[:40]!r}')
+    ptype = _perm_type(raw.get("permType", raw.get("perm_type")))
+    return Permission(
+        ptype, _bytes(raw, "key"), _bytes(raw, "range_end") or _bytes(raw, "rangeEnd")
+    )
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -226,157 +221,120 @@ def _perm_json(p: Permission) -> dict[str, Any]:
     return out
 
 
-# --- handlers ---------------------------------------------------------------------------------
-
-
-def _auth(request: web.Request) -> Any:
-    auth = auth_service(request)
-    if auth is None:
-        raise ServiceError(GrpcCode.UNIMPLEMENTED, "raftkv: this member has no auth service")
-    return auth
-
-
-def _admin(request: web.Request) -> Any:
-    auth = _auth(request)
-    auth.check_admin(user_of(request))
-    if auth.enabled and user_of(request) is None:
-        raise E.UserEmptyError()
-    return auth
-
-
-async def _change(request: web.Request, req: Any) -> web.Response:
-    await _admin(request).propose(req)
-    return _answer(request)
+# --- handlers (the calls themselves are kvserver.auth.management's) ----------------------------
 
 
 async def auth_enable(request: web.Request) -> web.Response:
     await _body(request, ())
-    return await _change(request, AuthEnable())
+    await M.enable(auth_service(request), user_of(request))
+    return _answer(request)
 
 
 async def auth_disable(request: web.Request) -> web.Response:
     await _body(request, ())
-    return await _change(request, AuthDisable())
+    await M.disable(auth_service(request), user_of(request))
+    return _answer(request)
 
 
 async def auth_status(request: web.Request) -> web.Response:
     await _body(request, ())
-    auth = _auth(request)
-    fields: dict[str, Any] = {"authRevision": str(auth.store.revision)}
-    if auth.enabled:
+    enabled, revision = M.status(auth_service(request))
+    fields: dict[str, Any] = {"authRevision": str(revision)}
+    if enabled:
         fields = {"enabled": True, **fields}
     return _answer(request, fields)
 
 
 async def authenticate(request: web.Request) -> web.Response:
     obj = await _body(request, ("name", "password"))
-    auth = _auth(request)
-    address = request.remote or "unknown"
-    token = await auth.authenticate(_str(obj, "name"), _password(obj), address)
+    name, password = _str(obj, "name"), _str(obj, "password")
+    token = await M.authenticate(auth_service(request), name, password, request.remote or "unknown")
     return _answer(request, {"token": token})
 
 
 async def user_add(request: web.Request) -> web.Response:
     obj = await _body(request, _PW_FIELDS)
-    auth = _admin(request)
     name, password = _str(obj, "name"), _password(obj)
-    if not name:
-        raise E.UserEmptyError()
-    await auth.propose(UserAdd(name, await auth.hash_password(password)))
+    await M.user_add(auth_service(request), user_of(request), name, password)
     return _answer(request)
 
 
 async def user_get(request: web.Request) -> web.Response:
     obj = await _body(request, ("name",))
-    auth = _auth(request)
-    name = _str(obj, "name")
-    if user_of(request) != name:
-        _admin(request)
-    roles = auth.user_roles(name)
+    roles = M.user_get(auth_service(request), user_of(request), _str(obj, "name"))
     return _answer(request, {"roles": list(roles)} if roles else {})
 
 
 async def user_list(request: web.Request) -> web.Response:
     await _body(request, ())
-    users = _admin(request).users()
+    users = M.user_list(auth_service(request), user_of(request))
     return _answer(request, {"users": users} if users else {})
 
 
 async def user_delete(request: web.Request) -> web.Response:
     obj = await _body(request, ("name",))
-    return await _change(request, UserDelete(_str(obj, "name")))
+    await M.user_delete(auth_service(request), user_of(request), _str(obj, "name"))
+    return _answer(request)
 
 
 async def user_changepw(request: web.Request) -> web.Response:
     obj = await _body(request, _PW_FIELDS)
-    auth = _admin(request)
     name, password = _str(obj, "name"), _password(obj)
-    auth.user_roles(name)  # user name not found: before spending a hash
-    await auth.propose(UserChangePassword(name, await auth.hash_password(password)))
+    await M.user_change_password(auth_service(request), user_of(request), name, password)
     return _answer(request)
 
 
 async def user_grant(request: web.Request) -> web.Response:
     obj = await _body(request, ("user", "role"))
-    return await _change(request, UserGrantRole(_str(obj, "user"), _str(obj, "role")))
+    name, role = _str(obj, "user"), _str(obj, "role")
+    await M.user_grant_role(auth_service(request), user_of(request), name, role)
+    return _answer(request)
 
 
 async def user_revoke(request: web.Request) -> web.Response:
     obj = await _body(request, ("name", "role"))
-    return await _change(request, UserRevokeRole(_str(obj, "name"), _str(obj, "role")))
+    name, role = _str(obj, "name"), _str(obj, "role")
+    await M.user_revoke_role(auth_service(request), user_of(request), name, role)
+    return _answer(request)
 
 
 async def role_add(request: web.Request) -> web.Response:
     obj = await _body(request, ("name",))
-    return await _change(request, RoleAdd(_str(obj, "name")))
+    await M.role_add(auth_service(request), user_of(request), _str(obj, "name"))
+    return _answer(request)
 
 
 async def role_get(request: web.Request) -> web.Response:
     obj = await _body(request, ("role",))
-    auth = _auth(request)
-    role = _str(obj, "role")
-    user = user_of(request)
-    if user is None or role not in auth.store.users[user].roles:
-        _admin(request)
-    perms = auth.role_perms(role)
+    perms = M.role_get(auth_service(request), user_of(request), _str(obj, "role"))
     return _answer(request, {"perm": [_perm_json(p) for p in perms]} if perms else {})
 
 
 async def role_list(request: web.Request) -> web.Response:
     await _body(request, ())
-    roles = _admin(request).roles()
+    roles = M.role_list(auth_service(request), user_of(request))
     return _answer(request, {"roles": roles} if roles else {})
 
 
 async def role_delete(request: web.Request) -> web.Response:
     obj = await _body(request, ("role",))
-    return await _change(request, RoleDelete(_str(obj, "role")))
+    await M.role_delete(auth_service(request), user_of(request), _str(obj, "role"))
+    return _answer(request)
 
 
 async def role_grant(request: web.Request) -> web.Response:
     obj = await _body(request, ("name", "perm"))
-    raw = obj.get("perm")
-    if raw is None:
-        raise E.PermissionNotGivenError()
-    if type(raw) is not dict:
-        raise _invalid('field "perm": expected an object')
-    for k in raw:
-        if k not in ("permType", "perm_type", "key", "range_end", "rangeEnd"):
-            raise _invalid(f'field "perm": unknown field {k[:40]!r}')
-    ptype = _perm_type(raw.get("permType", raw.get("perm_type")))
-    key = _bytes(raw, "key")
-    range_end = _bytes(raw, "range_end") or _bytes(raw, "rangeEnd")
-    return await _change(
-        request, RoleGrantPermission(_str(obj, "name"), Permission(ptype, key, range_end))
-    )
+    name, perm = _str(obj, "name"), _perm(obj)
+    await M.role_grant_permission(auth_service(request), user_of(request), name, perm)
+    return _answer(request)
 
 
 async def role_revoke(request: web.Request) -> web.Response:
     obj = await _body(request, ("role", "key", "range_end", "rangeEnd"))
+    role, key = _str(obj, "role"), _bytes(obj, "key")
     range_end = _bytes(obj, "range_end") or _bytes(obj, "rangeEnd")
-    return await _change(
-        request, RoleRevokePermission(_str(obj, "role"), _bytes(obj, "key"), range_end)
-    )
+    await M.role_revoke_permission(auth_service(request), user_of(request), role, key, range_end)
+    return _answer(request)
 
 
 ROUTES = (
