@@ -1,6 +1,8 @@
 """Log-entry codec and snapshot stream of the MVCC store: exact round trips, chunking,
 a consistent view while writes continue, and clear errors for damaged input."""
 
+import gc
+
 import msgpack
 import pytest
 
@@ -208,6 +210,33 @@ def test_truncated_or_damaged_snapshots_are_rejected():
                 msgpack.packb(["end", {"base": 0, "log": 2, "dedup_clients": 0}]),
             ]
         )
+
+
+def test_a_key_twice_at_one_revision_is_rejected():
+    header = msgpack.packb(
+        {"magic": "raftkv-mvcc-snapshot", "version": 1, "revision": 5, "compact_revision": 0}
+    )
+    twice = msgpack.packb(["log", [[b"k", b"v", 2, 2, 1, 0], [b"k", b"w", 2, 2, 2, 0]]])
+    end = msgpack.packb(["end", {"base": 0, "log": 2, "dedup_clients": 0}])
+    with pytest.raises(SnapshotFormatError, match="history out of order"):
+        MVCCStore.restore([header, twice, end])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_restore_leaves_the_collector_as_it_found_it(enabled):
+    """The cyclic GC is paused while a restore builds its objects, and on again after it
+    if (and only if) it was on before."""
+    data = list(_busy_store().serialize())
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        MVCCStore.restore(data)
+        assert gc.isenabled() is enabled
+        with pytest.raises(SnapshotFormatError):
+            MVCCStore.restore([data[0][:-3]])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 @pytest.mark.parametrize(
