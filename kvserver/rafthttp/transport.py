@@ -7,7 +7,9 @@ Contract:
 - Each peer has one long-lived WebSocket stream (``GET /raft/stream``) carrying batches of
   messages in order (one WebSocket binary frame = one msgpack batch, see peer_codec). The
   stream reconnects with exponential backoff; while it is down, messages to that peer are
-  dropped and reported unreachable.
+  dropped and reported unreachable. A stream the peer opens to this member ends the wait: a
+  restarted peer is dialled at once (its listener opens with its own streams), not up to a
+  full backoff after it came back.
 - Snapshots (MsgSnap) travel on their own request, ``POST /raft/snapshot``, whose body is
   streamed in chunks: a 4-byte big-endian header length, the message encoded without snapshot
   data, then the data bytes. The outcome is reported back with ``on_snapshot_status``.
@@ -368,6 +370,9 @@ class PeerTransport:
             timeout=self.limits.close_timeout_s,
         )
         await ws.prepare(request)
+        peer = self._peers.get(sender)
+        if peer is not None:
+            peer.peer_is_back()
         self._incoming.add(ws)
         by_peer = self._incoming_by_peer.setdefault(sender, set())
         by_peer.add(ws)
@@ -534,6 +539,14 @@ class _PeerSender:
         self.wakeup = asyncio.Event()
         self.connected = False
         self.task: asyncio.Task | None = None
+        # Set when the peer opened a stream to us while ours to it was down: it is back, so
+        # the reconnect does not wait out the rest of its backoff.
+        self.redial = asyncio.Event()
+        self.failed_dials = 0  # streams that could not be opened, or ended (tests read it)
+
+    def peer_is_back(self) -> None:
+        if not self.connected:
+            self.redial.set()
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -569,6 +582,7 @@ class _PeerSender:
                     autoclose=True,
                 ) as ws:
                     self.connected = True
+                    self.redial.clear()
                     t._ever_connected.add(self.peer_id)
                     backoff = t.limits.backoff_min_s
                     await self._pump(ws)
@@ -593,14 +607,20 @@ class _PeerSender:
             except Exception:  # a bug: never end this task silently; reconnect
                 log.exception("stream to peer %x failed unexpectedly; reconnecting", self.peer_id)
             self.connected = False
+            self.failed_dials += 1
             if self.queue:
                 t.failures_by_peer[self.peer_id] = t.failures_by_peer.get(self.peer_id, 0) + len(
                     self.queue
                 )
                 self.queue.clear()
                 t._on_unreachable(self.peer_id)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, t.limits.backoff_max_s)
+            try:
+                await asyncio.wait_for(self.redial.wait(), backoff)
+            except TimeoutError:
+                backoff = min(backoff * 2, t.limits.backoff_max_s)
+            else:  # the peer is back (it dialled us): from the shortest backoff again
+                self.redial.clear()
+                backoff = t.limits.backoff_min_s
 
     async def _pump(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         limit = self.transport.limits.batch_bytes
