@@ -1,0 +1,405 @@
+"""etcd's Cluster service over gRPC on a member's client URL.
+
+In-process members (three, and one that joins); the client is grpc.aio with our generated
+stubs. Every call is made on a follower, so the changes are forwarded to the leader. Checks
+the members' fields, etcd's errors (peer URLs in use, bad URLs, too many learners, an
+unready learner, promoting a voter, an unknown member), a learner that joins, is promoted
+and is removed, the root-only changes with auth enabled (MemberList needs no user), and the
+real etcdctl 3.4: ``member list -w json``, ``member add --learner``, ``member promote``,
+``member remove`` print what etcd prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+import pytest
+
+from kvserver.assembly.member import Member
+from kvserver.auth import store as S
+from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
+from kvserver.membership.reconfig import MSG_LEARNER_NOT_READY, MSG_UNHEALTHY
+from tests.conftest import ETCD_INSTALL, require_program
+from tests.support.inprocess import configs_with_joiners, running, wait_leader
+from tests.support.wait import async_wait_for
+
+T = TypeVar("T")
+WAIT_S = 15.0
+ETCDCTL_TIMEOUT_S = 30.0
+
+
+def target(member: Member) -> str:
+    return member.cfg.advertise_client_urls[0].removeprefix("http://")
+
+
+async def rpc_error(call) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    return err.value
+
+
+async def published(members: list[Member]) -> None:
+    """Until every member knows every member's name and client URLs (a follower forwards to
+    the leader's client URL once the leader has published it)."""
+    await async_wait_for(
+        lambda: all(all(m.client_urls for m in x.kv.status().members) for x in members),
+        WAIT_S,
+        "every member's client URLs, everywhere",
+    )
+
+
+async def retry_change(call: Callable[[], Awaitable[T]], timeout_s: float = WAIT_S) -> T:
+    """Retry a member change while the cluster is not ready for it (etcd's clients retry
+    Unavailable; an unready learner or an unhealthy cluster passes with time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as err:
+            retry = err.code() is grpc.StatusCode.UNAVAILABLE or err.details() in (
+                MSG_LEARNER_NOT_READY,
+                MSG_UNHEALTHY,
+            )
+            if loop.time() >= deadline or not retry:
+                raise
+        await asyncio.sleep(0.05)
+
+
+def fields(m: rpc_pb2.Member) -> tuple:
+    return (m.ID, m.name, list(m.peerURLs), list(m.clientURLs), m.isLearner)
+
+
+def expected(member: Member, learner: bool = False) -> tuple:
+    cfg = member.cfg
+    return (
+        member.member_id,
+        cfg.name,
+        list(cfg.initial_advertise_peer_urls),
+        list(cfg.advertise_client_urls),
+        learner,
+    )
+
+
+async def test_member_calls_over_grpc(tmp_path):
+    initial, (join_cfg,) = configs_with_joiners(tmp_path)
+    joiner: Member | None = None
+    async with running(initial) as members:
+        leader = await wait_leader(members)
+        follower = next(m for m in members if m is not leader)
+        await published(members)
+        try:
+            async with grpc.aio.insecure_channel(target(follower)) as channel:
+                cluster = rpc_pb2_grpc.ClusterStub(channel)
+
+                listed = await cluster.MemberList(rpc_pb2.MemberListRequest())
+                assert [fields(m) for m in listed.members] == sorted(expected(m) for m in members)
+                h = listed.header
+                assert (h.cluster_id, h.member_id, h.revision) == (
+                    leader.cluster_id,
+                    follower.member_id,
+                    0,
+                )
+                assert h.raft_term == leader.node.term
+                again = await cluster.MemberList(rpc_pb2.MemberListRequest(linearizable=True))
+                assert again.members == listed.members
+
+                peer_urls = list(join_cfg.initial_advertise_peer_urls)
+                added = await retry_change(
+                    lambda: cluster.MemberAdd(
+                        rpc_pb2.MemberAddRequest(peerURLs=peer_urls, isLearner=True)
+                    )
+                )
+                new_id = added.member.ID
+                assert fields(added.member) == (new_id, "", peer_urls, [], True)
+                assert added.header.member_id == follower.member_id  # etcd's: the member asked
+                assert added.header.revision == 0
+                assert sorted(m.ID for m in added.members) == sorted(
+                    [new_id, *(m.member_id for m in members)]
+                )
+
+                for request, code, text in (
+                    (
+                        rpc_pb2.MemberAddRequest(peerURLs=peer_urls),
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        "etcdserver: Peer URLs already exists",
+                    ),
+                    (
+                        rpc_pb2.MemberAddRequest(peerURLs=["http://127.0.0.1:1"], isLearner=True),
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        "etcdserver: too many learner members in cluster",
+                    ),
+                    (
+                        rpc_pb2.MemberAddRequest(peerURLs=["notaurl"]),
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "etcdserver: given member URLs are invalid",
+                    ),
+                ):
+                    err = await rpc_error(cluster.MemberAdd(request))
+                    assert (err.code(), err.details()) == (code, text)
+                err = await rpc_error(
+                    cluster.MemberPromote(rpc_pb2.MemberPromoteRequest(ID=new_id))
+                )
+                assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
+                assert err.details() == MSG_LEARNER_NOT_READY
+                err = await rpc_error(
+                    cluster.MemberPromote(rpc_pb2.MemberPromoteRequest(ID=leader.member_id))
+                )
+                assert err.details() == "etcdserver: can only promote a learner member"
+                for call in (
+                    cluster.MemberPromote(rpc_pb2.MemberPromoteRequest(ID=0x42)),
+                    cluster.MemberRemove(rpc_pb2.MemberRemoveRequest(ID=0x42)),
+                    cluster.MemberUpdate(
+                        rpc_pb2.MemberUpdateRequest(ID=0x42, peerURLs=["http://127.0.0.1:2"])
+                    ),
+                ):
+                    err = await rpc_error(call)
+                    assert err.code() is grpc.StatusCode.NOT_FOUND
+                    assert err.details() == "etcdserver: member not found"
+
+                # The learner starts, catches up, publishes itself, and is promoted.
+                joiner = Member(join_cfg)
+                await joiner.start()
+                assert joiner.member_id == new_id
+                await async_wait_for(
+                    lambda: leader.membership.registry.get(new_id).client_urls,
+                    WAIT_S,
+                    "the learner's client URLs",
+                )
+                promoted = await retry_change(
+                    lambda: cluster.MemberPromote(rpc_pb2.MemberPromoteRequest(ID=new_id))
+                )
+                assert expected(joiner) in [fields(m) for m in promoted.members]
+
+                # An update to the peer URLs it has changes nothing but is answered.
+                updated = await cluster.MemberUpdate(
+                    rpc_pb2.MemberUpdateRequest(ID=new_id, peerURLs=peer_urls)
+                )
+                assert expected(joiner) in [fields(m) for m in updated.members]
+                err = await rpc_error(
+                    cluster.MemberUpdate(
+                        rpc_pb2.MemberUpdateRequest(
+                            ID=new_id, peerURLs=list(leader.cfg.initial_advertise_peer_urls)
+                        )
+                    )
+                )
+                assert err.details() == "etcdserver: Peer URLs already exists"
+
+                removed = await retry_change(
+                    lambda: cluster.MemberRemove(rpc_pb2.MemberRemoveRequest(ID=new_id))
+                )
+                assert sorted(fields(m) for m in removed.members) == sorted(
+                    expected(m) for m in members
+                )
+                await async_wait_for(
+                    lambda: joiner.membership.removed.is_set(), WAIT_S, "the joiner to learn it"
+                )
+                listed = await cluster.MemberList(rpc_pb2.MemberListRequest())
+                assert [m.ID for m in listed.members] == sorted(m.member_id for m in members)
+        finally:
+            if joiner is not None:
+                await joiner.stop()
+
+
+async def setup_auth(member: Member) -> tuple[tuple, tuple]:
+    """root, and alice without roles; auth enabled. The ``token`` metadata of each."""
+    auth = member.kv.auth
+    for req in (
+        S.UserAdd("root", await auth.hash_password("rootpw")),
+        S.UserGrantRole("root", "root"),
+        S.UserAdd("alice", await auth.hash_password("alicepw")),
+        S.AuthEnable(),
+    ):
+        await auth.propose(req)
+    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
+    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
+    return (("token", root),), (("token", alice),)
+
+
+async def test_member_changes_need_root(tmp_path):
+    initial, _ = configs_with_joiners(tmp_path, joiners=0)
+    async with running(initial) as members:
+        leader = await wait_leader(members)
+        follower = next(m for m in members if m is not leader)
+        await published(members)
+        root, alice = await setup_auth(leader)
+        async with grpc.aio.insecure_channel(target(follower)) as channel:
+            cluster = rpc_pb2_grpc.ClusterStub(channel)
+            # MemberList: no user needed; a bad token is not even looked at (as etcd 3.4).
+            for metadata in ((), alice, (("token", "not-a-token"),)):
+                listed = await cluster.MemberList(rpc_pb2.MemberListRequest(), metadata=metadata)
+                assert len(listed.members) == 3
+
+            remove = rpc_pb2.MemberRemoveRequest(ID=0x42)
+            err = await rpc_error(cluster.MemberRemove(remove))
+            assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert err.details() == "etcdserver: user name is empty"
+            err = await rpc_error(cluster.MemberRemove(remove, metadata=alice))
+            assert err.code() is grpc.StatusCode.PERMISSION_DENIED
+            assert err.details() == "etcdserver: permission denied"
+            err = await rpc_error(
+                cluster.MemberAdd(
+                    rpc_pb2.MemberAddRequest(peerURLs=["http://127.0.0.1:3"], isLearner=True),
+                    metadata=alice,
+                )
+            )
+            assert err.details() == "etcdserver: permission denied"
+            # root passes the check; the leader (forwarded, with root's token) answers.
+            err = await rpc_error(cluster.MemberRemove(remove, metadata=root))
+            assert err.details() == "etcdserver: member not found"
+            added = await retry_change(
+                lambda: cluster.MemberAdd(
+                    rpc_pb2.MemberAddRequest(peerURLs=["http://127.0.0.1:3"], isLearner=True),
+                    metadata=root,
+                )
+            )
+            assert added.header.member_id == follower.member_id
+            removed = await cluster.MemberRemove(
+                rpc_pb2.MemberRemoveRequest(ID=added.member.ID), metadata=root
+            )
+            assert len(removed.members) == 3
+
+
+# --- etcdctl ----------------------------------------------------------------------------------
+
+
+async def etcdctl(ctl: str, member: Member, *args: str, check: bool = True):
+    """(exit code, stdout, stderr) of etcdctl against ``member``, without blocking the loop
+    the members run in."""
+    proc = await asyncio.create_subprocess_exec(
+        ctl,
+        f"--endpoints={target(member)}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), ETCDCTL_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    if check:
+        assert proc.returncode == 0, (args, err.decode())
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def etcdctl_json(ctl: str, member: Member, *args: str) -> dict:
+    return json.loads((await etcdctl(ctl, member, "-w", "json", *args))[1])
+
+
+def member_as_etcdctl_prints_it(member: Member, learner: bool = False) -> dict:
+    """etcd 3.4's ``-w json`` Member: empty fields left out (no isLearner for a voter)."""
+    out = {
+        "ID": member.member_id,
+        "name": member.cfg.name,
+        "peerURLs": list(member.cfg.initial_advertise_peer_urls),
+        "clientURLs": list(member.cfg.advertise_client_urls),
+    }
+    return {**out, "isLearner": True} if learner else out
+
+
+def cluster_header(member: Member) -> dict:
+    """etcd 3.4's cluster answers: a header without revision."""
+    return {
+        "cluster_id": member.cluster_id,
+        "member_id": member.member_id,
+        "raft_term": member.node.term,
+    }
+
+
+@pytest.mark.external
+async def test_etcdctl_member_commands(tmp_path):
+    ctl = require_program("etcdctl", ETCD_INSTALL)
+    initial, (join_cfg,) = configs_with_joiners(tmp_path)
+    joiner: Member | None = None
+    async with running(initial) as members:
+        leader = await wait_leader(members)
+        follower = next(m for m in members if m is not leader)
+        await published(members)
+        try:
+            listed = await etcdctl_json(ctl, follower, "member", "list")
+            assert listed == {
+                "header": cluster_header(follower),
+                "members": sorted(
+                    (member_as_etcdctl_prints_it(m) for m in members), key=lambda m: m["ID"]
+                ),
+            }
+            _, text, _ = await etcdctl(ctl, follower, "member", "list")
+            lines = sorted(text.splitlines())
+            assert lines == sorted(
+                f"{m.member_id:x}, started, {m.cfg.name}, "
+                f"{m.cfg.initial_advertise_peer_urls[0]}, {m.cfg.advertise_client_urls[0]}, false"
+                for m in members
+            )
+
+            peer_url = join_cfg.initial_advertise_peer_urls[0]
+            added = await etcdctl_json(
+                ctl,
+                follower,
+                "member",
+                "add",
+                join_cfg.name,
+                f"--peer-urls={peer_url}",
+                "--learner",
+            )
+            new_id = added["member"]["ID"]
+            new = {"ID": new_id, "peerURLs": [peer_url], "isLearner": True}
+            assert added == {
+                "header": cluster_header(follower),
+                "member": new,
+                "members": sorted(
+                    [new, *(member_as_etcdctl_prints_it(m) for m in members)],
+                    key=lambda m: m["ID"],
+                ),
+            }
+            code, _, err = await etcdctl(
+                ctl, follower, "member", "add", "x", f"--peer-urls={peer_url}", check=False
+            )
+            assert code != 0 and "etcdserver: Peer URLs already exists" in err
+            code, _, err = await etcdctl(
+                ctl, follower, "member", "promote", f"{new_id:x}", check=False
+            )
+            assert code != 0 and MSG_LEARNER_NOT_READY in err
+
+            joiner = Member(join_cfg)
+            await joiner.start()
+            await async_wait_for(
+                lambda: leader.membership.registry.get(new_id).client_urls,
+                WAIT_S,
+                "the learner's client URLs",
+            )
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT_S
+            while True:  # until the learner is in sync with the leader
+                code, text, err = await etcdctl(
+                    ctl, follower, "member", "promote", f"{new_id:x}", check=False
+                )
+                if code == 0 or MSG_LEARNER_NOT_READY not in err or loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert code == 0, err
+            # etcdctl's "%16x": space-padded
+            assert text == f"Member {new_id:16x} promoted in cluster {leader.cluster_id:16x}\n"
+            listed = await etcdctl_json(ctl, follower, "member", "list")
+            assert member_as_etcdctl_prints_it(joiner) in listed["members"]
+
+            removed = await etcdctl_json(ctl, follower, "member", "remove", f"{new_id:x}")
+            assert removed == {
+                "header": cluster_header(follower),
+                "members": sorted(
+                    (member_as_etcdctl_prints_it(m) for m in members), key=lambda m: m["ID"]
+                ),
+            }
+            code, _, err = await etcdctl(
+                ctl, follower, "member", "remove", f"{new_id:x}", check=False
+            )
+            assert code != 0 and "etcdserver: member not found" in err
+        finally:
+            if joiner is not None:
+                await joiner.stop()
