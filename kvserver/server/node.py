@@ -278,6 +278,13 @@ class Node:
         self._snapshot_status.append((peer_id, failed))
         self._wake.set()
 
+    def transfer_leadership(self, transferee: int) -> None:
+        """Ask the raft core to hand leadership to ``transferee`` (etcd's
+        ``TransferLeadership``), on the raft task's next turn, as the message a peer would
+        send (a follower passes it on to its leader). Nothing is answered: the caller watches
+        ``leader``; a leader gives a transfer up after an election timeout."""
+        self.receive([Message(type=MessageType.MsgTransferLeader, to=self.id, frm=transferee)])
+
     async def propose(self, payload: bytes, timeout_s: float | None = None) -> object:
         """Replicate ``payload``; return the state machine's result once applied here."""
         if self._stopped:

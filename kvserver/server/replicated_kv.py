@@ -119,6 +119,7 @@ from kvserver.lease.lessor import DEFAULT_MIN_TTL_S, LeaseIdGenerator, Lessor
 from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.service import MembershipService
 from kvserver.mvcc.codec import decode_entry, encode_entry
+from kvserver.mvcc.hashkv import HashKVResponse, hash_kv_steps
 from kvserver.mvcc.store import MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.server.alarms import (
@@ -190,6 +191,8 @@ class ConsensusNode(Protocol):
     def status(self) -> dict: ...
 
     def health_problem(self) -> str: ...
+
+    def transfer_leadership(self, transferee: int) -> None: ...
 
 
 def no_membership() -> errors.ServiceError:
@@ -631,6 +634,57 @@ class RaftKV:
             )
         resp = await self.node.propose(encode_alarm_entry(req))
         return self._finish(resp)
+
+    # --- maintenance -------------------------------------------------------------------------
+
+    async def hash_kv(self, revision: int = 0) -> HashKVResponse:
+        """etcd's Maintenance.HashKV: this member's hash of its keyspace up to ``revision``
+        (0: its current revision), from its applied state and without a barrier (members are
+        compared with each other, as etcd's are), computed a chunk of the store per loop turn
+        (``kvserver.mvcc.hashkv`` says what is hashed)."""
+        steps = hash_kv_steps(self.store, revision)
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    return self._finish(done.value)
+                await asyncio.sleep(0)
+        finally:
+            steps.close()
+
+    async def move_leader(self, transferee: int) -> None:
+        """etcd's Maintenance.MoveLeader: on the leader, hand leadership to ``transferee`` and
+        return once this member sees it lead. etcd's errors: ``etcdserver: not leader`` on any
+        other member and ``etcdserver: bad leader transferee`` for a member that is not a
+        voter (both FailedPrecondition); ``etcdserver: request timed out, leader transfer took
+        too long`` (Unavailable) if it has not happened within the request timeout."""
+        node = self.node
+        if not node.is_leader:
+            raise errors.ServiceError(errors.GrpcCode.FAILED_PRECONDITION, "etcdserver: not leader")
+        if transferee not in node.status()["voters"]:
+            raise errors.ServiceError(
+                errors.GrpcCode.FAILED_PRECONDITION, "etcdserver: bad leader transferee"
+            )
+        if transferee == self.member_id:
+            return  # etcd: done once the transferee leads, which it does
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + node.opts.request_timeout_s
+        ask_at = loop.time()
+        while node.leader != transferee:  # etcd polls once per tick as well
+            now = loop.time()
+            if now >= deadline:
+                raise errors.ServiceError(
+                    errors.GrpcCode.UNAVAILABLE,
+                    "etcdserver: request timed out, leader transfer took too long",
+                )
+            if now >= ask_at:
+                # Asked again after an election timeout: raft gives a transfer up when the
+                # transferee has not caught up by then (etcd asks once and times out).
+                node.transfer_leadership(transferee)
+                ask_at = now + self.election_timeout_s
+            await asyncio.sleep(node.opts.heartbeat_interval_s)
+        log.info("member %x: leadership moved to %x", self.member_id, transferee)
 
     # --- watch -------------------------------------------------------------------------------
 
