@@ -1,15 +1,139 @@
 """etcd's Maintenance service over gRPC (``etcdserverpb.Maintenance``).
 
-Not built yet: a method that is not registered in ``handler()`` answers Unimplemented.
+Each call: check the caller, one service call, convert. With auth enabled every method but
+Status needs root (``etcdserver: permission denied`` otherwise), as the JSON gateway's
+maintenance paths do; Status answers anyone who came through a client URL, token or not
+(etcd's does not look at the token either).
+
+- ``Status``: ``service.status()`` (``NodeStatus``) as etcd's StatusResponse: version (the
+  etcd API version we speak), dbSize and dbSizeInUse (the same number: an in-memory store has
+  no free pages), leader, raftIndex (committed), raftTerm, raftAppliedIndex, isLearner,
+  dbSizeQuota, and errors: ``etcdserver: no leader`` while none is known, then each raised
+  alarm as etcd prints it (``memberID:<id> alarm:NOSPACE ``).
+- ``Alarm``: GET / ACTIVATE / DEACTIVATE through ``service.alarm`` (as the gateway's
+  ``/v3/maintenance/alarm``): GET after a ReadIndex barrier, the others through the log.
+- ``Defragment``: succeeds and changes nothing, which is the truth here: etcd's defrag
+  rewrites its bolt file so that dbSize falls to dbSizeInUse, and in an in-memory store the two
+  are always equal. What an operator sees: the call returns at once, DB SIZE in ``etcdctl
+  endpoint status`` stays what it was, and so does the process's RSS. Memory is given back by
+  compaction (the store's db size falls as compacted versions are cut), but Python keeps
+  freed memory for reuse rather than returning it to the OS; restarting the member, after it
+  took a snapshot past the compaction, is what lowers RSS (docs/operations.md, "Memory").
+- ``HashKV``: ``service.hash_kv(revision)`` (``kvserver.mvcc.hashkv``: what is hashed; equal
+  on members that applied the same log; not comparable with etcd's own hash values); the
+  response carries ``compact_revision`` and ``hash_revision`` (the revision hashed).
+- ``Hash``: etcd hashes its whole backend; here it is the HashKV hash at the current
+  revision (the keyspace is the state members may disagree on; leases, auth and alarms are
+  not in it).
+- ``Snapshot`` (a stream): this member's state as a raftkv snapshot file
+  (``kvserver.archive.snapfile``: header, state image, SHA-256 of everything before it, where
+  etcd sends its bolt file and the SHA-256 the same way). The state is captured at once
+  (``kvserver.api.http.maintenance.capture``, twice in the same step) and the file is
+  produced a chunk of the store per loop turn while it is sent, in messages of about
+  ``BLOB_BYTES``; ``remaining_bytes`` is exact. The header is padded so that the file is 32
+  bytes more than a multiple of 512, which etcdctl 3.4's ``snapshot save`` requires (a bolt
+  file is); to know the padding, the first capture is serialized once only to be measured,
+  which costs one more pass over the store (a chunk per loop turn too). etcdctl's ``snapshot
+  save FILE`` checks nothing else and writes what it receives; the file is the one
+  ``POST /v3/maintenance/snapshot`` and ``raftkv snapshot save`` write (but for the
+  padding), so ``raftkv snapshot status FILE`` verifies it and ``raftkv snapshot restore
+  FILE --data-dir ...`` starts a new cluster's member from it. etcdctl's ``snapshot status``
+  and ``restore`` want a bolt file and refuse it. A failure after the stream started ends it
+  with Internal, and the file a client has then lacks its hash.
+- ``MoveLeader``: ``service.move_leader(targetID)``, leader only (``etcdserver: not leader``,
+  FailedPrecondition; ``etcdserver: bad leader transferee`` for a non-voter); returns once
+  the target leads.
+- ``Downgrade``: Unimplemented (etcd 3.4 has none; raftkv has a single storage version).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 import grpc
 
+from kvserver.api.http.maintenance import capture
+from kvserver.archive import snapfile
+from kvserver.etcdpb import rpc_pb2
+from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse, AlarmType
+from kvserver.kvpb.errors import EtcdError
+from kvserver.kvpb.headers import ETCD_VERSION
+from kvserver.kvpb.kv import ResponseHeader
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
+from kvserver.server.service import NodeStatus
+
+from . import convert
 from .calls import Calls, service_handler
+
+log = logging.getLogger(__name__)
+
+BLOB_BYTES = 256 * 1024  # snapshot bytes per message (etcd sends 32 KiB; fewer calls here)
+SECTOR_BYTES = 512
+MSG_NO_LEADER = "etcdserver: no leader"
+MSG_NO_DOWNGRADE = "raftkv: Downgrade is not supported (raftkv has one storage version)"
+
+
+def _enum(kind: Any, what: str, value: int) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise convert.bad_enum(what, value) from None
+
+
+def status_to_pb(s: NodeStatus) -> rpc_pb2.StatusResponse:
+    """etcd's StatusResponse from a ``NodeStatus``."""
+    errors = ([MSG_NO_LEADER] if not s.leader else []) + list(s.errors)
+    return rpc_pb2.StatusResponse(
+        header=convert.header_to_pb(
+            ResponseHeader(s.cluster_id, s.member_id, s.revision, s.raft_term)
+        ),
+        version=ETCD_VERSION,
+        dbSize=s.db_size_bytes,
+        leader=s.leader,
+        raftIndex=s.raft_index,
+        raftTerm=s.raft_term,
+        raftAppliedIndex=s.raft_applied_index,
+        errors=errors,
+        dbSizeInUse=s.db_size_bytes,  # no free pages in an in-memory store
+        isLearner=s.is_learner,
+        dbSizeQuota=s.quota_backend_bytes,
+    )
+
+
+def alarm_from_pb(m: rpc_pb2.AlarmRequest) -> AlarmRequest:
+    return AlarmRequest(
+        _enum(AlarmAction, "alarm action", m.action),
+        m.memberID,
+        _enum(AlarmType, "alarm type", m.alarm),
+    )
+
+
+def alarm_to_pb(r: AlarmResponse) -> rpc_pb2.AlarmResponse:
+    return rpc_pb2.AlarmResponse(
+        header=convert.header_to_pb(r.header),
+        alarms=[rpc_pb2.AlarmMember(memberID=a.member_id, alarm=a.alarm.name) for a in r.alarms],
+    )
+
+
+def aligned_header(file_header: dict, image_bytes: int) -> bytes:
+    """The snapshot file's header, padded (a ``pad`` field of spaces) so that header and
+    image together are a multiple of ``SECTOR_BYTES``: etcdctl 3.4's ``snapshot save`` refuses
+    a file whose size is not 32 (the SHA-256) more than a multiple of 512 (``sha256 checksum
+    not found``), which etcd's bolt file, whole pages, always is."""
+    bare = len(snapfile.encode_header({**file_header, "pad": ""}))
+    return snapfile.encode_header(
+        {**file_header, "pad": " " * (-(bare + image_bytes) % SECTOR_BYTES)}
+    )
+
+
+def _close(chunks: Iterator[bytes]) -> None:
+    close = getattr(chunks, "close", None)  # the store's stream: while it is open the store
+    if close is not None:  # cuts no compacted versions
+        close()
 
 
 class MaintenanceServicer:
@@ -17,5 +141,162 @@ class MaintenanceServicer:
         self.service = service
         self.calls = calls
 
+    def _admin(self, context: grpc.aio.ServicerContext) -> None:
+        """Root only, with auth enabled (etcd's ``isAuthenticated``: IsAdminPermitted)."""
+        user = self.calls.user(context)
+        auth = self.calls.auth
+        if user is not None and auth is not None:
+            auth.check_admin(user)
+
+    def _header(self) -> rpc_pb2.ResponseHeader:
+        s = self.service.status()
+        return convert.header_to_pb(
+            ResponseHeader(s.cluster_id, s.member_id, s.revision, s.raft_term)
+        )
+
+    async def Status(
+        self, request: rpc_pb2.StatusRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self.calls.run(context, self._status(context))
+
+    async def _status(self, context: grpc.aio.ServicerContext) -> Any:
+        self.calls.caller(context)  # through a client URL; no user needed
+        return status_to_pb(self.service.status())
+
+    async def Alarm(self, request: rpc_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self.calls.run(context, self._alarm(request, context))
+
+    async def _alarm(self, request: rpc_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> Any:
+        self._admin(context)
+        return alarm_to_pb(await self.service.alarm(alarm_from_pb(request)))
+
+    async def Defragment(
+        self, request: rpc_pb2.DefragmentRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self.calls.run(context, self._defragment(context))
+
+    async def _defragment(self, context: grpc.aio.ServicerContext) -> Any:
+        self._admin(context)
+        log.info("defragment: nothing to do (an in-memory store has no free pages)")
+        return rpc_pb2.DefragmentResponse(header=self._header())
+
+    async def Hash(self, request: rpc_pb2.HashRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self.calls.run(context, self._hash(context))
+
+    async def _hash(self, context: grpc.aio.ServicerContext) -> Any:
+        self._admin(context)
+        r = await self.service.hash_kv(0)
+        return rpc_pb2.HashResponse(header=convert.header_to_pb(r.header), hash=r.hash)
+
+    async def HashKV(
+        self, request: rpc_pb2.HashKVRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self.calls.run(context, self._hash_kv(request, context))
+
+    async def _hash_kv(
+        self, request: rpc_pb2.HashKVRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        self._admin(context)
+        r = await self.service.hash_kv(request.revision)
+        return rpc_pb2.HashKVResponse(
+            header=convert.header_to_pb(r.header),
+            hash=r.hash,
+            compact_revision=r.compact_revision,
+            hash_revision=r.hash_revision,
+        )
+
+    async def MoveLeader(
+        self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self.calls.run(context, self._move_leader(request, context))
+
+    async def _move_leader(
+        self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        self._admin(context)
+        await self.service.move_leader(request.targetID)
+        return rpc_pb2.MoveLeaderResponse(header=self._header())
+
+    async def Downgrade(
+        self, request: rpc_pb2.DowngradeRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_NO_DOWNGRADE)
+
+    async def Snapshot(
+        self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
+        try:
+            self._admin(context)
+            # Two captures in one step (nothing is applied between them, so they are the same
+            # state and serialize to the same bytes): the first is only measured, for the
+            # header's padding, then the second is sent.
+            file_header, measured = capture(self.service)
+            _, image = capture(self.service)
+        except EtcdError as exc:
+            await self.calls.abort(context, exc)
+        messages = self._snapshot_messages(file_header, measured, image)
+        try:
+            async for message in messages:
+                yield message
+        except Exception as exc:
+            log.exception("snapshot stream failed")
+            failure = ServiceError(GrpcCode.INTERNAL, f"raftkv: snapshot failed: {exc}")
+            await self.calls.abort(context, failure)
+        finally:
+            await messages.aclose()
+            _close(measured)
+            _close(image)
+
+    async def _snapshot_messages(
+        self, file_header: dict, measured: Iterator[bytes], image: Iterator[bytes]
+    ) -> AsyncGenerator[rpc_pb2.SnapshotResponse, None]:
+        """The file in messages of about ``BLOB_BYTES``, a chunk of the image per loop turn
+        (empty chunks too: they are the store's yield points in a stretch of keys that
+        writes nothing)."""
+        image_bytes = 0
+        for chunk in measured:
+            image_bytes += len(chunk)
+            await asyncio.sleep(0)
+        head = aligned_header(file_header, image_bytes)
+        total = len(head) + image_bytes + snapfile.HASH_BYTES
+        header = convert.header_to_pb(
+            ResponseHeader(
+                self.service.cluster_id,
+                self.service.member_id,
+                file_header["revision"],
+                file_header["raft_term"],
+            )
+        )
+        digest = hashlib.sha256(head)
+        pending = bytearray(head)
+        sent = produced = 0
+        for chunk in image:
+            digest.update(chunk)
+            pending += chunk
+            produced += len(chunk)
+            if len(pending) >= BLOB_BYTES:
+                sent += len(pending)
+                yield rpc_pb2.SnapshotResponse(
+                    header=header, remaining_bytes=total - sent, blob=bytes(pending)
+                )
+                pending.clear()
+            await asyncio.sleep(0)
+        if produced != image_bytes:
+            raise RuntimeError(f"the image was {image_bytes} bytes, then {produced}")
+        pending += digest.digest()
+        yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=0, blob=bytes(pending))
+
     def handler(self) -> grpc.GenericRpcHandler:
-        return service_handler("etcdserverpb.Maintenance", {})
+        return service_handler(
+            "etcdserverpb.Maintenance",
+            {
+                "Alarm": (self.Alarm, rpc_pb2.AlarmRequest),
+                "Status": (self.Status, rpc_pb2.StatusRequest),
+                "Defragment": (self.Defragment, rpc_pb2.DefragmentRequest),
+                "Hash": (self.Hash, rpc_pb2.HashRequest),
+                "HashKV": (self.HashKV, rpc_pb2.HashKVRequest),
+                "Snapshot": (self.Snapshot, rpc_pb2.SnapshotRequest, "unary_stream"),
+                "MoveLeader": (self.MoveLeader, rpc_pb2.MoveLeaderRequest),
+                "Downgrade": (self.Downgrade, rpc_pb2.DowngradeRequest),
+            },
+        )

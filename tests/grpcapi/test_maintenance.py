@@ -1,0 +1,508 @@
+"""etcd's Maintenance service over gRPC on a member's client URL.
+
+Three in-process members. With grpc.aio clients and our stubs: Status on every member,
+alarms raised, listed, refusing writes and disarmed, Defragment, HashKV equal on every member
+and following the revision asked for (compacted and future revisions refused as etcd does),
+the Snapshot stream as a verified raftkv snapshot file of etcdctl's size shape, MoveLeader
+(leader only, a bad target refused), Downgrade unimplemented, and with auth enabled root
+only for everything but Status.
+
+With the real etcdctl 3.4, run as a subprocess (asyncio's, so the members keep serving
+meanwhile): ``endpoint status|health|hashkv --cluster``, ``alarm list|disarm``, ``defrag``,
+``snapshot save`` (the file then restored with ``raftkv snapshot restore`` into a new
+cluster that serves the saved keys), and ``move-leader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import sys
+
+import grpc
+import pytest
+
+from kvserver.archive import snapfile
+from kvserver.auth import passwords
+from kvserver.auth.store import AuthEnable, RoleAdd, UserAdd, UserGrantRole
+from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
+from kvserver.kvpb.headers import ETCD_VERSION
+from tests.conftest import require_program
+from tests.support.inprocess import configs, running, wait_leader
+from tests.support.wait import async_wait_for
+
+RUN_TIMEOUT_S = 60.0
+WAIT_S = 15.0
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def target(member) -> str:
+    return member.cfg.advertise_client_urls[0].removeprefix("http://")
+
+
+def maintenance(channel) -> rpc_pb2_grpc.MaintenanceStub:
+    return rpc_pb2_grpc.MaintenanceStub(channel)
+
+
+async def put_keys(member, n: int, prefix: bytes = b"k") -> int:
+    """``n`` puts through ``member``; the revision of the last."""
+    async with grpc.aio.insecure_channel(target(member)) as channel:
+        kv = rpc_pb2_grpc.KVStub(channel)
+        rev = 0
+        for i in range(n):
+            put = await kv.Put(rpc_pb2.PutRequest(key=prefix + b"%03d" % i, value=b"v%d" % i))
+            rev = put.header.revision
+        return rev
+
+
+async def all_applied(members) -> int:
+    """Wait until every member has applied the same index (and so the same revision)."""
+
+    def same():
+        applied = {m.node.applied for m in members}
+        return (
+            len(applied) == 1 and members[0].node.applied >= members[0].node.status()["committed"]
+        )
+
+    await async_wait_for(same, WAIT_S, "every member at the same applied index")
+    return members[0].kv.store.revision
+
+
+async def client_urls_published(members) -> None:
+    """Wait until every member knows every member's client URL (each member publishes its
+    own through raft after it starts): etcdctl's ``--cluster`` reads them from MemberList."""
+
+    def published():
+        return all(len(m.kv.members) == len(members) for m in members) and all(
+            info.client_urls for m in members for info in m.kv.members
+        )
+
+    await async_wait_for(published, WAIT_S, "every member's client URL published")
+
+
+async def expect_error(call, code: grpc.StatusCode, details: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    assert (err.value.code(), err.value.details()) == (code, details)
+
+
+async def test_status_alarm_and_defragment(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        rev = await put_keys(leader, 3)
+        await client_urls_published(members)  # no more entries after these
+        await all_applied(members)
+        for m in members:
+            async with grpc.aio.insecure_channel(target(m)) as channel:
+                st = await maintenance(channel).Status(rpc_pb2.StatusRequest())
+            node = m.node.status()
+            assert st.header.member_id == m.member_id
+            assert st.header.cluster_id == m.cluster_id
+            assert st.header.revision == rev
+            assert st.version == ETCD_VERSION
+            assert st.leader == leader.member_id
+            assert st.raftTerm == m.node.term and st.header.raft_term == st.raftTerm
+            assert st.raftIndex == node["committed"] and st.raftAppliedIndex == node["applied"]
+            assert st.dbSize == st.dbSizeInUse == m.kv.store.db_size_bytes > 0
+            assert not st.isLearner and list(st.errors) == []
+
+        follower = next(m for m in members if m is not leader)
+        async with grpc.aio.insecure_channel(target(follower)) as channel:
+            mt = maintenance(channel)
+            kv = rpc_pb2_grpc.KVStub(channel)
+            nospace = rpc_pb2.AlarmRequest(
+                action=rpc_pb2.AlarmRequest.ACTIVATE,
+                memberID=leader.member_id,
+                alarm=rpc_pb2.NOSPACE,
+            )
+            raised = await mt.Alarm(nospace)
+            assert [(a.memberID, a.alarm) for a in raised.alarms] == [
+                (leader.member_id, rpc_pb2.NOSPACE)
+            ]
+            listed = await mt.Alarm(rpc_pb2.AlarmRequest())  # GET, every type
+            assert [(a.memberID, a.alarm) for a in listed.alarms] == [
+                (leader.member_id, rpc_pb2.NOSPACE)
+            ]
+            assert (await mt.Alarm(rpc_pb2.AlarmRequest(alarm=rpc_pb2.CORRUPT))).alarms == []
+            st = await mt.Status(rpc_pb2.StatusRequest())
+            assert list(st.errors) == [f"memberID:{leader.member_id} alarm:NOSPACE "]
+            await expect_error(
+                kv.Put(rpc_pb2.PutRequest(key=b"x", value=b"y")),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "etcdserver: mvcc: database space exceeded",
+            )
+            disarm = rpc_pb2.AlarmRequest(
+                action=rpc_pb2.AlarmRequest.DEACTIVATE,
+                memberID=leader.member_id,
+                alarm=rpc_pb2.NOSPACE,
+            )
+            assert len((await mt.Alarm(disarm)).alarms) == 1
+            assert (await mt.Alarm(rpc_pb2.AlarmRequest())).alarms == []
+            await kv.Put(rpc_pb2.PutRequest(key=b"x", value=b"y"))
+            await expect_error(
+                mt.Alarm(rpc_pb2.AlarmRequest(action=7)),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "raftkv: unknown alarm action 7",
+            )
+
+            before = await mt.Status(rpc_pb2.StatusRequest())
+            defrag = await mt.Defragment(rpc_pb2.DefragmentRequest())
+            assert defrag.header.member_id == follower.member_id
+            after = await mt.Status(rpc_pb2.StatusRequest())
+            assert after.dbSize == before.dbSize == after.dbSizeInUse
+
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await mt.Downgrade(rpc_pb2.DowngradeRequest(version="3.4.0"))
+            assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+            assert "Downgrade is not supported" in (err.value.details() or "")
+
+
+async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        await put_keys(leader, 20)
+        mid = await put_keys(leader, 5, prefix=b"k")  # overwrites k000..k004
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.DeleteRange(rpc_pb2.DeleteRangeRequest(key=b"k010", range_end=b"k015"))
+        rev = await all_applied(members)
+
+        async def hashes(revision: int = 0) -> list[rpc_pb2.HashKVResponse]:
+            out = []
+            for m in members:
+                async with grpc.aio.insecure_channel(target(m)) as channel:
+                    out.append(
+                        await maintenance(channel).HashKV(rpc_pb2.HashKVRequest(revision=revision))
+                    )
+            return out
+
+        now = await hashes()
+        assert {(h.hash, h.hash_revision, h.compact_revision, h.header.revision) for h in now} == {
+            (now[0].hash, rev, -1, rev)
+        }
+        assert [h.header.member_id for h in now] == [m.member_id for m in members]
+        at_mid = await hashes(mid)
+        assert len({h.hash for h in at_mid}) == 1 and at_mid[0].hash_revision == mid
+        assert at_mid[0].hash != now[0].hash
+
+        async with grpc.aio.insecure_channel(target(members[1])) as channel:
+            mt = maintenance(channel)
+            whole = await mt.Hash(rpc_pb2.HashRequest())
+            assert (whole.hash, whole.header.revision) == (now[0].hash, rev)
+            await expect_error(
+                mt.HashKV(rpc_pb2.HashKVRequest(revision=rev + 1)),
+                grpc.StatusCode.OUT_OF_RANGE,
+                "etcdserver: mvcc: required revision is a future revision",
+            )
+            await rpc_pb2_grpc.KVStub(channel).Compact(rpc_pb2.CompactionRequest(revision=mid))
+        await all_applied(members)
+        compacted = await hashes()
+        # The history before the compaction is gone from the hash, the same on every member
+        # (however far each has got with cutting the old versions).
+        assert len({(h.hash, h.compact_revision) for h in compacted}) == 1
+        assert compacted[0].compact_revision == mid and compacted[0].hash != now[0].hash
+        async with grpc.aio.insecure_channel(target(members[2])) as channel:
+            await expect_error(
+                maintenance(channel).HashKV(rpc_pb2.HashKVRequest(revision=mid)),
+                grpc.StatusCode.OUT_OF_RANGE,
+                "etcdserver: mvcc: required revision has been compacted",
+            )
+            after = await maintenance(channel).HashKV(rpc_pb2.HashKVRequest(revision=mid + 1))
+            assert after.hash_revision == mid + 1
+
+
+async def read_snapshot(member) -> tuple[list[rpc_pb2.SnapshotResponse], bytes]:
+    async with grpc.aio.insecure_channel(target(member)) as channel:
+        messages = [m async for m in maintenance(channel).Snapshot(rpc_pb2.SnapshotRequest())]
+    return messages, b"".join(m.blob for m in messages)
+
+
+async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            for i in range(300):  # values big enough for several messages
+                await kv.Put(rpc_pb2.PutRequest(key=b"big%03d" % i, value=os.urandom(4096)))
+        rev = await all_applied(members)
+        follower = next(m for m in members if m is not leader)
+        messages, data = await read_snapshot(follower)
+
+        assert len(messages) > 2
+        assert len(data) % 512 == 32  # etcdctl 3.4 refuses any other size
+        assert data[-32:] == hashlib.sha256(data[:-32]).digest()
+        assert [m.remaining_bytes for m in messages] == [
+            len(data) - sum(len(x.blob) for x in messages[: i + 1]) for i in range(len(messages))
+        ]
+        assert messages[-1].remaining_bytes == 0
+        assert {(m.header.member_id, m.header.revision) for m in messages} == {
+            (follower.member_id, rev)
+        }
+        info = snapfile.read(io.BytesIO(data), "grpc")
+        assert (info.revision, info.keys) == (rev, 300)
+        assert info.header["member_id"] == f"{follower.member_id:x}"
+        # Both copies the handler took are closed: the store may cut compacted versions.
+        assert follower.kv.store._open_streams == 0
+
+
+async def test_move_leader(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        follower, other = [m for m in members if m is not leader]
+        async with grpc.aio.insecure_channel(target(follower)) as channel:
+            await expect_error(
+                maintenance(channel).MoveLeader(
+                    rpc_pb2.MoveLeaderRequest(targetID=other.member_id)
+                ),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "etcdserver: not leader",
+            )
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            mt = maintenance(channel)
+            await expect_error(
+                mt.MoveLeader(rpc_pb2.MoveLeaderRequest(targetID=12345)),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "etcdserver: bad leader transferee",
+            )
+            same = await mt.MoveLeader(rpc_pb2.MoveLeaderRequest(targetID=leader.member_id))
+            assert same.header.member_id == leader.member_id
+            await mt.MoveLeader(rpc_pb2.MoveLeaderRequest(targetID=follower.member_id))
+        # The call returns once the old leader sees the target lead.
+        assert leader.node.leader == follower.member_id
+        assert (await wait_leader(members)) is follower
+
+
+async def enable_auth(member) -> tuple[str, str]:
+    """Root and a non-root user, auth enabled; (root token, other token)."""
+    auth = member.kv.auth
+    for req in (
+        UserAdd("root", await asyncio.to_thread(passwords.hash_password, "rootpw", n=16)),
+        UserGrantRole("root", "root"),
+        RoleAdd("app"),
+        UserAdd("alice", await asyncio.to_thread(passwords.hash_password, "alicepw", n=16)),
+        UserGrantRole("alice", "app"),
+        AuthEnable(),
+    ):
+        result = await auth.propose(req)
+        assert not isinstance(result, Exception), (req, result)
+    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
+    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
+    return root, alice
+
+
+async def test_with_auth_everything_but_status_needs_root(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        root, alice = await enable_auth(leader)
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            mt = maintenance(channel)
+
+            def calls(token: str | None):
+                md = (("token", token),) if token else None
+                return [
+                    mt.Alarm(rpc_pb2.AlarmRequest(), metadata=md),
+                    mt.Defragment(rpc_pb2.DefragmentRequest(), metadata=md),
+                    mt.Hash(rpc_pb2.HashRequest(), metadata=md),
+                    mt.HashKV(rpc_pb2.HashKVRequest(), metadata=md),
+                    mt.MoveLeader(
+                        rpc_pb2.MoveLeaderRequest(targetID=leader.member_id), metadata=md
+                    ),
+                    _first_snapshot_message(mt, md),
+                ]
+
+            for call in calls(None):
+                await expect_error(
+                    call, grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: user name is empty"
+                )
+            for call in calls(alice):
+                await expect_error(
+                    call, grpc.StatusCode.PERMISSION_DENIED, "etcdserver: permission denied"
+                )
+            for call in calls(root):
+                await call
+            for md in (None, (("token", alice),), (("token", "not-a-token"),)):
+                st = await mt.Status(rpc_pb2.StatusRequest(), metadata=md)
+                assert st.header.member_id == leader.member_id
+
+
+async def _first_snapshot_message(mt, metadata) -> rpc_pb2.SnapshotResponse:
+    stream = mt.Snapshot(rpc_pb2.SnapshotRequest(), metadata=metadata)
+    try:
+        async for message in stream:
+            return message
+    finally:
+        stream.cancel()
+    raise AssertionError("an empty snapshot stream")
+
+
+# --- etcdctl 3.4 -----------------------------------------------------------------------------
+
+
+class Etcdctl:
+    """etcdctl as a subprocess of the test's event loop (the members run on that loop)."""
+
+    def __init__(self, members):
+        self.binary = require_program("etcdctl", "apt-get install etcd-client")
+        self.members = members
+        self.env = {"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"}
+
+    def endpoints(self, members=None) -> str:
+        return ",".join(m.cfg.advertise_client_urls[0] for m in members or self.members)
+
+    async def call(self, *args: str, members=None) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            self.binary,
+            f"--endpoints={self.endpoints(members)}",
+            "--command-timeout=20s",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    async def run(self, *args: str, members=None) -> str:
+        code, out, err = await self.call(*args, members=members)
+        assert code == 0, f"etcdctl {' '.join(args)}: exit {code}: {err}"
+        return out
+
+    async def json(self, *args: str) -> list:
+        return json.loads(await self.run("-w", "json", *args))
+
+
+@pytest.mark.external
+async def test_etcdctl_endpoint_alarm_and_defrag(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        ctl = Etcdctl(members[:1])  # --cluster finds the others through MemberList
+        await put_keys(leader, 10)
+        await client_urls_published(members)
+        rev = await all_applied(members)
+        by_url = {m.cfg.advertise_client_urls[0]: m for m in members}
+
+        status = await ctl.json("endpoint", "status", "--cluster")
+        assert sorted(s["Endpoint"] for s in status) == sorted(by_url)
+        for s in status:
+            m = by_url[s["Endpoint"]]
+            st = s["Status"]
+            assert st["header"]["member_id"] == m.member_id
+            assert st["header"]["revision"] == rev
+            assert st["leader"] == leader.member_id
+            assert st["raftAppliedIndex"] == m.node.applied
+            assert st["dbSize"] == st["dbSizeInUse"] > 0
+
+        code, _, health = await ctl.call("endpoint", "health", "--cluster")  # on stderr
+        assert code == 0 and health.count("is healthy") == 3, health
+
+        hashes = await ctl.json("endpoint", "hashkv", "--cluster")
+        assert sorted(h["Endpoint"] for h in hashes) == sorted(by_url)
+        assert len({h["HashKV"]["hash"] for h in hashes}) == 1
+        assert {h["HashKV"]["header"]["revision"] for h in hashes} == {rev}
+
+        assert (await ctl.run("alarm", "list")) == ""
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            await maintenance(channel).Alarm(
+                rpc_pb2.AlarmRequest(
+                    action=rpc_pb2.AlarmRequest.ACTIVATE,
+                    memberID=leader.member_id,
+                    alarm=rpc_pb2.NOSPACE,
+                )
+            )
+        listed = await ctl.run("alarm", "list")
+        assert listed.strip() == f"memberID:{leader.member_id} alarm:NOSPACE"
+        disarmed = await ctl.run("alarm", "disarm")
+        assert disarmed.strip() == f"memberID:{leader.member_id} alarm:NOSPACE"
+        assert (await ctl.run("alarm", "list")) == ""
+        assert all(len(m.kv.alarms.get()) == 0 for m in members)
+
+        defrag = await ctl.run("defrag", "--cluster")
+        assert defrag.count("Finished defragmenting etcd member") == 3, defrag
+
+
+@pytest.mark.external
+async def test_etcdctl_snapshot_save_then_raftkv_restore(tmp_path):
+    async with running(configs(tmp_path / "old")) as members:
+        leader = await wait_leader(members)
+        await put_keys(leader, 50, prefix=b"saved/")
+        async with grpc.aio.insecure_channel(target(leader)) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.DeleteRange(rpc_pb2.DeleteRangeRequest(key=b"saved/000"))
+            saved = await kv.Range(rpc_pb2.RangeRequest(key=b"saved/", range_end=b"saved0"))
+        await all_applied(members)
+        ctl = Etcdctl(members)
+        path = str(tmp_path / "backup.db")
+        follower = next(m for m in members if m is not leader)
+        out = await ctl.run("snapshot", "save", path, members=[follower])
+        assert out.strip() == f"Snapshot saved at {path}"
+        old_cluster = leader.cluster_id
+
+    status = await raftkv("snapshot", "status", path, "--json")
+    info = json.loads(status)
+    assert (info["revision"], info["keys"]) == (saved.header.revision, 49)
+    assert info["member_id"] == f"{follower.member_id:x}"
+
+    cfgs = configs(tmp_path / "new", prefix="r", token="restored")
+    for cfg in cfgs:
+        await raftkv(
+            "snapshot",
+            "restore",
+            path,
+            "--data-dir",
+            cfg.data_dir,
+            "--name",
+            cfg.name,
+            "--initial-cluster",
+            cfg.initial_cluster,
+            "--initial-cluster-token",
+            cfg.initial_cluster_token,
+            "--initial-advertise-peer-urls",
+            cfg.initial_advertise_peer_urls[0],
+        )
+    async with running(cfgs) as restored:
+        await wait_leader(restored)
+        for m in restored:
+            async with grpc.aio.insecure_channel(target(m)) as channel:
+                got = await rpc_pb2_grpc.KVStub(channel).Range(
+                    rpc_pb2.RangeRequest(key=b"saved/", range_end=b"saved0")
+                )
+            assert list(got.kvs) == list(saved.kvs)
+            assert got.header.cluster_id != old_cluster
+
+
+async def raftkv(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kvserver.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=REPO,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+    assert proc.returncode == 0, f"raftkv {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
+@pytest.mark.external
+async def test_etcdctl_move_leader(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        leader = await wait_leader(members)
+        ctl = Etcdctl(members)
+        follower = next(m for m in members if m is not leader)
+        out = await ctl.run("move-leader", f"{follower.member_id:x}")
+        assert out.strip() == (
+            f"Leadership transferred from {leader.member_id:x} to {follower.member_id:x}"
+        )
+        assert (await wait_leader(members)) is follower
+        code, _, err = await ctl.call("move-leader", "1234")
+        assert code != 0 and "etcdserver: bad leader transferee" in err
