@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 
+import grpc
 from aiohttp import web
 
 from kvserver.api.grpc.mux import advertise_alpn, client_port_factory
@@ -218,7 +219,12 @@ class Member:
         await client_runner.setup()
         assert client_runner.server is not None
         self.runners.append(client_runner)
-        self.grpc = GrpcServer(kv, kv.auth, max_request_bytes=cfg.max_request_bytes)
+        self.grpc = GrpcServer(
+            kv,
+            kv.auth,
+            max_request_bytes=cfg.max_request_bytes,
+            forward_credentials=grpc_client_credentials(cfg),
+        )
         backend = await self.grpc.start()
         factory = client_port_factory(client_runner.server, backend)
         loop = asyncio.get_running_loop()
@@ -307,6 +313,18 @@ class Member:
         archive_member.stop(self.archive)  # a last pass, before the WAL closes
         if self.storage is not None:
             self.storage.close()
+
+
+def grpc_client_credentials(cfg: ServerConfig) -> grpc.ChannelCredentials | None:
+    """This member's credentials for dialling another member's https client URL over gRPC
+    (forwarding to the leader): its CA, certificate and key files. None without files
+    (auto-TLS certificates are signed by no CA a gRPC channel could verify)."""
+    if not (cfg.trusted_ca_file and cfg.cert_file and cfg.key_file):
+        return None
+    with open(cfg.trusted_ca_file, "rb") as ca, open(cfg.cert_file, "rb") as cert:
+        roots, chain = ca.read(), cert.read()
+    with open(cfg.key_file, "rb") as key:
+        return grpc.ssl_channel_credentials(roots, key.read(), chain)
 
 
 def failure_message(cfg: ServerConfig, member_id: int, failure: BaseException | None) -> str:

@@ -37,11 +37,18 @@ def status_of(code: int) -> grpc.StatusCode:
     return _STATUS_BY_CODE.get(int(code), grpc.StatusCode.UNKNOWN)
 
 
-def _metadata(context: grpc.aio.ServicerContext, name: str) -> str | None:
+FORWARDED_KEY = "x-raftkv-forwarded"  # metadata of a call a member forwarded to the leader
+
+
+def metadata_value(context: grpc.aio.ServicerContext, name: str) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == name:
             return value if isinstance(value, str) else value.decode("utf-8", "replace")
     return None
+
+
+def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
+    return metadata_value(context, FORWARDED_KEY) is not None
 
 
 class Calls:
@@ -62,8 +69,8 @@ class Calls:
         auth = self.auth
         if auth is None or not auth.enabled:
             return None
-        token = _metadata(context, "token")
-        if token:
+        token = metadata_value(context, "token")
+        if token or is_forwarded(context):  # forwarded: the certificate is a member's
             return auth.user_for(token)
         if who.cert_common_name:
             return who.cert_common_name
@@ -76,7 +83,7 @@ class Calls:
         auth = self.auth
         if auth is None or not auth.enabled:
             return None
-        token = _metadata(context, "token")
+        token = metadata_value(context, "token")
         if token:
             return auth.user_for(token)
         return who.cert_common_name

@@ -14,8 +14,8 @@ not even checked), only a connection through a client URL.
 MemberList is answered by any member from its applied registry; ``linearizable`` (etcd 3.5's
 flag) is accepted and ignored, as the gateway ignores it. The changes are answered by the
 leader once the conf change is applied; on a follower (``etcdserver: not leader``) they are
-forwarded to the leader over gRPC, once, as ``kvserver.api.grpc.lease`` describes
-(``LeaderForwarder``); the answer then carries this member's header, as etcd's (where any
+forwarded to the leader over gRPC, once, as
+(``kvserver.api.grpc.forward``); the answer then carries this member's header, as etcd's (where any
 member proposes a conf change and answers with its own header). Errors are
 etcd's texts and codes (``kvserver.membership.reconfig``): ``etcdserver: member not found``,
 ``etcdserver: Peer URLs already exists``, ``etcdserver: given member URLs are invalid``,
@@ -38,7 +38,7 @@ from kvserver.kvpb.member import Member
 
 from . import convert
 from .calls import Calls, service_handler
-from .lease import LeaderForwarder, caller_user
+from .forward import LeaderForwarder
 
 SERVICE = "etcdserverpb.Cluster"
 
@@ -69,11 +69,10 @@ def members_to_pb(r: Any, kind: Any) -> Any:
 
 
 class ClusterServicer:
-    def __init__(self, service: Any, calls: Calls):
+    def __init__(self, service: Any, calls: Calls, forwarder: LeaderForwarder):
         self.service = service
         self.calls = calls
-        # The member's client TLS credentials for an https leader, when the server gives them.
-        self.forwarder = LeaderForwarder(service, getattr(calls, "forward_credentials", None))
+        self.forwarder = forwarder
 
     async def MemberList(
         self, request: rpc_pb2.MemberListRequest, context: grpc.aio.ServicerContext
@@ -93,7 +92,7 @@ class ClusterServicer:
         call: Callable[[], Awaitable[Any]],
     ) -> Any:
         """Root only; one service call; on a follower, forwarded once to the leader."""
-        user = caller_user(self.calls, context)
+        user = self.calls.user(context)
         auth = self.calls.auth
         if auth is not None:
             auth.check_admin(user)

@@ -25,6 +25,7 @@ import grpc
 from .auth import AuthServicer
 from .calls import Calls
 from .cluster import ClusterServicer
+from .forward import LeaderForwarder
 from .kv import KVServicer
 from .lease import LeaseServicer
 from .maintenance import MaintenanceServicer
@@ -52,23 +53,33 @@ def server_options(max_request_bytes: int) -> list[tuple[str, Any]]:
 
 
 class GrpcServer:
-    def __init__(self, service: Any, auth: Any, *, max_request_bytes: int):
+    def __init__(
+        self,
+        service: Any,
+        auth: Any,
+        *,
+        max_request_bytes: int,
+        forward_credentials: grpc.ChannelCredentials | None = None,
+    ):
         self.service = service
         self.backend = GrpcBackend()
         self.calls = Calls(self.backend, auth, max_request_bytes)
+        # https leaders need this member's client TLS credentials (kvserver.api.grpc.forward)
+        self.forwarder = LeaderForwarder(service, forward_credentials)
         self.max_request_bytes = max_request_bytes
         self.server: grpc.aio.Server | None = None
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
+        service, calls, forwarder = self.service, self.calls, self.forwarder
         servicers = (
-            KVServicer,
-            WatchServicer,
-            LeaseServicer,
-            ClusterServicer,
-            MaintenanceServicer,
-            AuthServicer,
+            KVServicer(service, calls),
+            WatchServicer(service, calls),
+            LeaseServicer(service, calls, forwarder),
+            ClusterServicer(service, calls, forwarder),
+            MaintenanceServicer(service, calls),
+            AuthServicer(service, calls),
         )
-        return [make(self.service, self.calls).handler() for make in servicers]
+        return [servicer.handler() for servicer in servicers]
 
     async def start(self) -> GrpcBackend:
         server = grpc.aio.server(options=server_options(self.max_request_bytes))
@@ -82,3 +93,4 @@ class GrpcServer:
         if self.server is not None:
             await self.server.stop(grace_s)
             self.server = None
+        await self.forwarder.close()

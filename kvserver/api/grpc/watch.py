@@ -69,7 +69,7 @@ from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 from kvserver.watch.hub import WatchStream
 
 from . import convert
-from .calls import MSG_INTERNAL, Calls, service_handler
+from .calls import MSG_INTERNAL, Calls, metadata_value, service_handler
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +153,7 @@ def encode_response(
 
 
 def _wants_leader(context: grpc.aio.ServicerContext) -> bool:
-    for key, value in context.invocation_metadata() or ():
-        if key == HASLEADER_KEY:
-            text = value if isinstance(value, str) else value.decode("utf-8", "replace")
-            return text == HASLEADER_VALUE  # etcd looks at the first value only
-    return False
+    return metadata_value(context, HASLEADER_KEY) == HASLEADER_VALUE  # the first value only
 
 
 def _refuse(stream: WatchStream, reason: str) -> None:
