@@ -31,6 +31,7 @@ second translation, and a keep-alive stream stays one stream.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -40,6 +41,9 @@ from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
 from .calls import FORWARDED_KEY, is_forwarded, metadata_value
+
+PUBLISH_WAIT_S = 2.0
+PUBLISH_POLL_S = 0.05
 
 
 def forwarded_metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
@@ -85,9 +89,23 @@ class LeaderForwarder:
             return grpc.aio.secure_channel(hostport, self.credentials)
         return None  # https without credentials, or a scheme gRPC cannot dial
 
+    async def _leader_url(self) -> str | None:
+        """The leader's client URL. A member publishes its client URLs through the log after
+        it starts, so a leader that just came up may not have one yet: wait for it a little
+        (``PUBLISH_WAIT_S``, bounded) rather than refuse a call etcd would forward."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUBLISH_WAIT_S
+        while True:
+            url = leader_client_url(self.service)
+            status = self.service.status()
+            unpublished = status.leader not in (0, status.member_id)
+            if url is not None or not unpublished or loop.time() >= deadline:
+                return url
+            await asyncio.sleep(PUBLISH_POLL_S)
+
     async def leader_channel(self) -> tuple[str, grpc.aio.Channel] | None:
         """The channel to the current leader's client URL (None: no leader to forward to)."""
-        url = leader_client_url(self.service)
+        url = await self._leader_url()
         if url is None:
             return None
         if url != self.url or self.channel is None:
