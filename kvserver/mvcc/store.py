@@ -69,10 +69,9 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
-from itertools import compress, islice
-from operator import attrgetter, itemgetter
+from itertools import compress, filterfalse, islice
+from operator import attrgetter, is_not, itemgetter, not_
 from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
@@ -145,6 +144,7 @@ _VALUE = attrgetter("value")
 _CREATE = attrgetter("create_revision")
 _LEASE = attrgetter("lease")
 _LAST = itemgetter(-1)
+_FIRST = itemgetter(0)
 _SORT_KEYS: dict[int, Callable[[KeyValue], Any]] = {
     SortTarget.KEY: attrgetter("key"),
     SortTarget.VERSION: attrgetter("version"),
@@ -1185,9 +1185,9 @@ class MVCCStore:
         revision, compact_revision = parts.revision, parts.compact_revision
         base, log, dedup = parts.base, parts.log, parts.dedup
         store = cls(**options)
-        # Built with C loops (map, zip, compress): a Python statement per record is seconds
-        # at a million. Every key first gets a history of its one record (the last one, for a
-        # key with several); the keys with several records are then rebuilt in order.
+        # Built with C loops (map, zip, compress, filterfalse): a Python statement per record
+        # is seconds at a million. Every key first gets a history of its one record (the last
+        # one, for a key with several); the keys with several records are then rebuilt.
         log_keys = list(map(_KEY, log))
         histories: dict[bytes, list[KeyValue]] = dict(
             zip(base, map(list, zip(base.values())), strict=True)
@@ -1195,8 +1195,9 @@ class MVCCStore:
         histories.update(zip(log_keys, map(list, zip(log)), strict=True))
         if len(histories) != len(base) + len(log):
             _rebuild_shared_histories(histories, base, log, log_keys)
-        # One sort of the keys (the SortedDict's); the live keys are then taken in that order,
-        # so building their SortedList finds them sorted. The totals are summed in C.
+        # One sort of the keys (the SortedDict's), whose order the live keys then take. The
+        # histories are otherwise read in the dict's own order (a lookup per key in key order
+        # would visit a million hash slots at random), and the totals are summed in C.
         index = store._index = SortedDict(histories)
         store._rev = revision
         store._compact_rev = compact_revision
@@ -1209,8 +1210,9 @@ class MVCCStore:
             + sum(map(len, map(_VALUE, records)))
             + len(records) * RECORD_OVERHEAD_BYTES
         )
-        current = list(map(_LAST, map(histories.__getitem__, index)))
-        store._live_keys = SortedList(compress(index, map(_CREATE, current)))
+        current = list(map(_LAST, histories.values()))
+        dead = set(compress(histories, map(not_, map(_CREATE, current))))
+        store._live_keys = SortedList(filterfalse(dead.__contains__, index) if dead else index)
         leases = store._leases
         for kv in compress(current, map(_LEASE, current)):
             if kv.create_revision != 0:
@@ -1229,10 +1231,13 @@ def _rebuild_shared_histories(
 ) -> None:
     """Rebuild the history of each key that has more than one record (one in the base and
     some in the log, or several in the log): the base record, then the log's in log order,
-    checked to be in revision order. Only those keys' records are visited in Python."""
-    counts = Counter(log_keys)
-    shared = {k for k, n in counts.items() if n > 1}
-    shared.update(base.keys() & counts.keys())
+    checked to be in revision order. ``histories`` holds each key's last record alone, so a
+    log record that is not the one its key's history holds names a shared key, and so does
+    a key in both the base and the log; only those keys' records are visited in Python."""
+    held = map(_FIRST, map(histories.__getitem__, log_keys))
+    shared = set(compress(log_keys, map(is_not, log, held)))
+    if base:
+        shared.update(base.keys() & set(log_keys))  # visits the smaller of the two
     for k in shared:
         kv = base.get(k)
         histories[k] = [] if kv is None else [kv]
@@ -1241,6 +1246,8 @@ def _rebuild_shared_histories(
         if hist and hist[-1].mod_revision >= kv.mod_revision:
             raise SnapshotFormatError("snapshot history out of order")
         hist.append(kv)
+    if sum(map(len, histories.values())) != len(base) + len(log):  # one record given twice
+        raise SnapshotFormatError("snapshot history out of order")
 
 
 class _SnapshotStream(Iterator[bytes]):

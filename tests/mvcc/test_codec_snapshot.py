@@ -15,6 +15,7 @@ from kvserver.mvcc import (
     CompareTarget,
     DeleteRangeRequest,
     InvalidArgumentError,
+    KeyValue,
     MVCCStore,
     PutRequest,
     RangeRequest,
@@ -29,6 +30,7 @@ from kvserver.mvcc import (
     encode,
     encode_entry,
 )
+from kvserver.mvcc.snapshot import SnapshotParts
 
 NESTED_TXN = TxnRequest(
     compare=(
@@ -220,6 +222,12 @@ def test_a_key_twice_at_one_revision_is_rejected():
     end = msgpack.packb(["end", {"base": 0, "log": 2, "dedup_clients": 0}])
     with pytest.raises(SnapshotFormatError, match="history out of order"):
         MVCCStore.restore([header, twice, end])
+
+
+def test_a_record_given_twice_is_rejected():
+    kv = KeyValue(b"k", b"v", 2, 2, 1, 0)
+    with pytest.raises(SnapshotFormatError, match="history out of order"):
+        MVCCStore.from_parts(SnapshotParts(5, 0, {}, [kv, kv], []))
 
 
 @pytest.mark.parametrize("enabled", [True, False])
