@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.scale                      # 1,000,000 keys, both systems
     .venv/bin/python -m benchmarks.scale --keys 50000 --storm-seconds 5 --json /tmp/scale.json
     .venv/bin/python -m benchmarks.scale --systems raftkv --keys 2000 --storm-seconds 1
+    .venv/bin/python -m benchmarks.scale --systems raftkv --phases snapshot-storm,restart
 
 Each system (``benchmarks/systems.py``: raftkv's ``LocalCluster``, three Debian ``etcd``
 processes; three members on loopback, default flags except ``--snapshot-count``) is measured
@@ -39,6 +40,10 @@ on each. Every request, wait and process stop is bounded in time.
    both keep after a snapshot, so with snapshot count 10,000 the leader has to send the
    follower a snapshot. (The new snapshot files in the follower's data dir are reported,
    whether received or its own.)
+
+``--phases`` picks which of 2-5 run (the load always does; the rows of the others show
+"-"), e.g. ``--phases scan`` or ``--phases snapshot-storm,restart`` to measure one thing
+again without the whole run; the phases keep the order above.
 
 Prints progress to stderr, then the machine and versions and one table (rows =
 measurements, columns = systems); ``--json`` writes everything, ``--out-md`` the table as
@@ -84,6 +89,16 @@ STORM_PUTTERS = 16
 SCAN_PAGES = (1000, 10000)
 COUNT_REPEATS = 5
 CATCHUP_IN_FLIGHT = 16
+# what --phases can pick, in the order they run (the load always runs first)
+PHASES = (
+    "scan",
+    "count",
+    "read-storm",
+    "compaction-storm",
+    "snapshot-storm",
+    "restart",
+    "catch-up",
+)
 
 REQUEST_TIMEOUT_S = 60.0  # loads, scans, compaction: generous (1M keys on 2 cores)
 PUT_TIMEOUT_S = 10.0  # a storm put unanswered this long counts as failed
@@ -657,49 +672,57 @@ async def measure_running(system: System, args: argparse.Namespace) -> dict:
         f"  loaded at {res['load']['keys_per_s']:,.0f} keys/s; RSS MiB "
         + "/".join(f"{x:.0f}" for x in res["load"]["rss_mib"])
     )
-    res["scan"] = {}
-    for page in SCAN_PAGES:
-        r = res["scan"][str(page)] = await paged_scan(leader, page)
-        log(f"  scan, pages of {page}: {r['keys']:,} keys at {r['keys_per_s']:,.0f} keys/s")
-    res["count_only"] = await count_only(leader)
-    log(f"  count_only: {res['count_only']['median_s'] * 1e3:.1f} ms (median)")
+    phases = args.phase_set
+    if "scan" in phases:
+        res["scan"] = {}
+        for page in SCAN_PAGES:
+            r = res["scan"][str(page)] = await paged_scan(leader, page)
+            log(f"  scan, pages of {page}: {r['keys']:,} keys at {r['keys_per_s']:,.0f} keys/s")
+    if "count" in phases:
+        res["count_only"] = await count_only(leader)
+        log(f"  count_only: {res['count_only']['median_s'] * 1e3:.1f} ms (median)")
 
-    leader = await find_leader(system.urls)
-    log(f"  read storm ({READ_CLIENTS} readers, 1 putter)")
-    res["read_storm"] = await storm(
-        system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
-    )
-    leader = await find_leader(system.urls)
-    log(f"  compaction storm ({STORM_PUTTERS} putters)")
-    res["compaction_storm"] = await storm(
-        system,
-        leader,
-        args,
-        putters=STORM_PUTTERS,
-        action=compaction_action(leader),
-        what="compaction storm",
-    )
-    leader = await find_leader(system.urls)
-    before = [snap_files(d) for d in system.data_dirs()]
+    if "read-storm" in phases:
+        leader = await find_leader(system.urls)
+        log(f"  read storm ({READ_CLIENTS} readers, 1 putter)")
+        res["read_storm"] = await storm(
+            system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
+        )
+    if "compaction-storm" in phases:
+        leader = await find_leader(system.urls)
+        log(f"  compaction storm ({STORM_PUTTERS} putters)")
+        res["compaction_storm"] = await storm(
+            system,
+            leader,
+            args,
+            putters=STORM_PUTTERS,
+            action=compaction_action(leader),
+            what="compaction storm",
+        )
+    if "snapshot-storm" in phases:
+        leader = await find_leader(system.urls)
+        before = [snap_files(d) for d in system.data_dirs()]
 
-    def new_snapshots() -> list[int]:
-        return [len(snap_files(d) - b) for d, b in zip(system.data_dirs(), before, strict=True)]
+        def new_snapshots() -> list[int]:
+            return [len(snap_files(d) - b) for d, b in zip(system.data_dirs(), before, strict=True)]
 
-    log(f"  snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)")
-    res["snapshot_storm"] = await storm(
-        system,
-        leader,
-        args,
-        putters=STORM_PUTTERS,
-        until=lambda: min(new_snapshots()) > 0,
-        what="snapshot storm",
-    )
-    res["snapshot_storm"]["new_snapshot_files"] = new_snapshots()  # per member
+        log(f"  snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)")
+        res["snapshot_storm"] = await storm(
+            system,
+            leader,
+            args,
+            putters=STORM_PUTTERS,
+            until=lambda: min(new_snapshots()) > 0,
+            what="snapshot storm",
+        )
+        res["snapshot_storm"]["new_snapshot_files"] = new_snapshots()  # per member
 
-    log("  restart-to-healthy")
-    res["restart"] = await restart_to_healthy(system)
-    log("  catch-up")
-    res["catch_up"] = await catch_up(system, args)
+    if "restart" in phases:
+        log("  restart-to-healthy")
+        res["restart"] = await restart_to_healthy(system)
+    if "catch-up" in phases:
+        log("  catch-up")
+        res["catch_up"] = await catch_up(system, args)
     res["rss_end_mib"] = member_rss(system)
     return res
 
@@ -865,6 +888,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", metavar="PATH", help="write options, machine and results here")
     ap.add_argument("--out-md", metavar="PATH", help="write the table as markdown here")
     ap.add_argument("--keep", metavar="DIR", help="keep data dirs and logs in DIR")
+    ap.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help="which measurements follow the load, comma-separated (default: all): "
+        + ", ".join(PHASES),
+    )
     args = ap.parse_args(argv)
     names = [s for s in args.systems.split(",") if s]
     unknown = set(names) - {"raftkv", "etcd"}
@@ -873,6 +902,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.keys < 1 or args.value_bytes < 1 or args.storm_seconds <= 0 or args.catchup_keys < 1:
         ap.error("--keys, --value-bytes, --catchup-keys and --storm-seconds must be positive")
     args.system_list = names
+    args.phase_set = {p for p in args.phases.split(",") if p}
+    if args.phase_set - set(PHASES):
+        ap.error(
+            f"--phases: some of {', '.join(PHASES)}, not {sorted(args.phase_set - set(PHASES))}"
+        )
     return args
 
 

@@ -27,6 +27,14 @@ def test_table_has_a_dash_for_what_was_not_measured():
     assert all(cells[1] == "-" for cells in by_label.values())
 
 
+def test_phases_pick_what_follows_the_load():
+    assert scale.parse_args([]).phase_set == set(scale.PHASES)
+    args = scale.parse_args(["--phases", "snapshot-storm,restart"])
+    assert args.phase_set == {"snapshot-storm", "restart"}
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--phases", "scan,nap"])
+
+
 @pytest.mark.slow
 def test_tiny_raftkv_run_fills_every_row(tmp_path, capsys):
     out_json, out_md = tmp_path / "scale.json", tmp_path / "scale.md"
