@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="extra `raftkv serve` flag (repeat), e.g. --server-arg=--election-timeout=500",
     )
+    p.add_argument(
+        "--register-over-grpc",
+        action="store_true",
+        help="the register workload speaks etcd's gRPC API instead of the JSON gateway",
+    )
     args = p.parse_args(argv)
     cfg = ChaosConfig(
         duration_s=args.duration,
@@ -84,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         network=args.network,
         extra_args=args.server_arg,
         target=args.target,
+        register_over_grpc=args.register_over_grpc,
     )
     try:
         report = run(cfg)

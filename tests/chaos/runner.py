@@ -33,7 +33,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
-from tests.chaos import checks, netns
+from tests.chaos import checks, kvgrpc, netns
 from tests.chaos import kvhttp as h
 from tests.chaos.members import ChaosCluster
 from tests.chaos.nemesis import Nemesis, expand, needs_network
@@ -60,6 +60,7 @@ class ChaosConfig:
     target: str = "process"  # process: raftkv serve processes; compose: deploy/'s containers
     register_clients: int = 5
     register_keys: int = 5
+    register_over_grpc: bool = False  # the register workload speaks gRPC, not the gateway
     bank_clients: int = 3  # one of them only reads
     lock_clients: int = 3
     watchers: int = 2
@@ -231,7 +232,14 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     recorder = Recorder()
     start_rev = _put_retrying(endpoints, f"{h.PREFIX}start", "1", 60)
     origin = time.monotonic()
-    register = Register(endpoints, recorder, cfg.seed, cfg.register_clients, keys=cfg.register_keys)
+    register = Register(
+        endpoints,
+        recorder,
+        cfg.seed,
+        cfg.register_clients,
+        keys=cfg.register_keys,
+        over_grpc=cfg.register_over_grpc,
+    )
     bank = Bank(endpoints, recorder, cfg.seed, cfg.bank_clients)
     bank.setup(endpoints[0])
     lock = LockWorkload(endpoints, recorder, cfg.seed, cfg.lock_clients)
@@ -291,6 +299,7 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
         w.stop()
     report["end_s"] = round(time.monotonic() - origin, 3)
     register.final_reads(endpoints[0])
+    kvgrpc.close_all()
     until_rev = _put_retrying(endpoints, f"{h.PREFIX}end", "1", 60)
 
     # --- the replicated history, once from every member ------------------------------------

@@ -4,7 +4,7 @@ One run (``tests.chaos.runner``) with SIGKILL and SIGSTOP of leader and follower
 cluster kill and restart, and network partitions (members in their own namespaces on a
 bridge: isolated leader, isolated follower, a non-transitive "bridge" cut), each fault at
 least once, then a few more leader kills for the failover figures -- while register, bank,
-lock and watch clients run. The assertions are the safety properties, never timings:
+lock and watch clients run (the register clients over etcd's gRPC API). The assertions are the safety properties, never timings:
 acknowledged writes lost == 0, linearizability violations == 0 (and a definite verdict),
 bank total constant in every snapshot, no two lock holders' fenced writes interleave,
 watchers saw every change once and in order, every member holds the same history, and the
@@ -133,6 +133,7 @@ def test_every_nemesis_keeps_every_safety_property(tmp_path):
         hold_s=3.0,
         gap_s=1.0,
         failover_kills=4,
+        register_over_grpc=True,  # one workload over etcd's gRPC API, the rest over HTTP
     )
     report = run(cfg)
     summary = {

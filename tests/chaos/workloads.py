@@ -9,7 +9,8 @@ write is remembered as ``(key, revision)``; the runner later checks that each on
 replicated history (acknowledged writes lost).
 
 - :class:`Register` -- puts of unique values and linearizable gets on a few keys, recorded in
-  a :class:`tests.lincheck.History` for the linearizability checker. No compare-and-set here:
+  a :class:`tests.lincheck.History` for the linearizability checker; over the gateway, or over
+  etcd's gRPC API (``over_grpc``, :mod:`tests.chaos.kvgrpc`). No compare-and-set here:
   a failed CAS observes the key's presence, which stops the checker from pruning pending
   puts, and a full-cluster restart leaves dozens of them -- the search then exceeds any
   budget (measured: UNKNOWN after 30M steps; the same history without the CAS checks is OK
@@ -34,6 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from tests.chaos import kvgrpc
 from tests.chaos import kvhttp as h
 from tests.lincheck import History, kv
 
@@ -122,10 +124,12 @@ class Register(Workload):
 
     name = "register"
 
-    def __init__(self, *args, keys: int = 5, **kw):
+    def __init__(self, *args, keys: int = 5, over_grpc: bool = False, **kw):
         super().__init__(*args, **kw)
         self.keys = [f"{h.PREFIX}reg/k{i}" for i in range(keys)]
         self.history = History()
+        # put and get over etcd's gRPC API instead of the gateway (the same client URLs)
+        self.kv = kvgrpc if over_grpc else h
 
     def client(self, cid: int, rng: random.Random) -> None:
         n = 0
@@ -139,7 +143,7 @@ class Register(Workload):
                 if roll < 0.5:
                     value = f"{cid}-{n}"
                     with self.history.record(cid, kv.put(key, value)) as rec:
-                        code, body = h.put(url, key, value, OP_TIMEOUT_S)
+                        code, body = self.kv.put(url, key, value, OP_TIMEOUT_S)
                         if code != 200:
                             raise h.NoAnswer(f"put answered {code}")
                         rev = h.revision_of(body)
@@ -148,7 +152,7 @@ class Register(Workload):
                     self.recorder.op(self.name, "put", start, "ok", member)
                 else:
                     with self.history.record(cid, kv.get(key)) as rec:
-                        code, body = h.get(url, key, OP_TIMEOUT_S)
+                        code, body = self.kv.get(url, key, OP_TIMEOUT_S)
                         if code != 200:
                             raise h.NoAnswer(f"get answered {code}")
                         found = h.kvs(body)
@@ -166,7 +170,7 @@ class Register(Workload):
             start = time.monotonic()
             try:
                 with self.history.record("final", kv.get(key)) as rec:
-                    code, body = h.get(url, key, 10.0)
+                    code, body = self.kv.get(url, key, 10.0)
                     if code != 200:
                         raise h.NoAnswer(f"final get answered {code}")
                     found = h.kvs(body)
