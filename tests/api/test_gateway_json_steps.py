@@ -32,3 +32,28 @@ def test_encoding_in_steps_gives_the_same_bytes(kvs, more, count, step):
     expected = dumps(gateway_json.range_response(r)).encode("ascii")
     assert gateway_json.encode_range(r) == expected
     assert gateway_json.encode_range_in_steps(r, step) == expected
+
+
+usual_kvs = st.lists(
+    st.builds(
+        KeyValue,
+        st.binary(min_size=1, max_size=6),
+        st.binary(min_size=1, max_size=300),
+        st.integers(1, 2**63 - 1),
+        st.integers(1, 2**63 - 1),
+        st.integers(1, 2**63 - 1),
+        st.just(0),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(usual=usual_kvs, others=kvs, step=st.integers(1, 50))
+def test_usual_key_values_filled_by_column_give_the_same_bytes(usual, others, step):
+    """Slices of the usual KeyValue (no lease, everything else set) take the column-wise
+    path, slices with any other take the per-KeyValue one: the same bytes either way."""
+    for items in (usual, usual + others, others + usual):
+        r = RangeResponse(ResponseHeader(7, 9, 12, 3), tuple(items), True, len(items))
+        expected = dumps(gateway_json.range_response(r)).encode("ascii")
+        assert gateway_json.encode_range_in_steps(r, step) == expected

@@ -58,8 +58,10 @@ from __future__ import annotations
 import binascii
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from operator import attrgetter
 from typing import Any
 
 from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse, AlarmType
@@ -649,6 +651,34 @@ def encode_range(r: RangeResponse) -> bytes:
     return encode_range_in_steps(r, step=max(1, len(r.kvs)))
 
 
+# The usual KeyValue of a range answer (every field but the lease set), as bytes: ``%``
+# fills it in C from base64 bytes and ints, with no str made per field.
+_KV_BYTES = b'{"key":"%s","create_revision":"%d","mod_revision":"%d","version":"%d","value":"%s"}'
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+_CREATE = attrgetter("create_revision")
+_MOD = attrgetter("mod_revision")
+_VERSION = attrgetter("version")
+_LEASE = attrgetter("lease")
+
+
+def _key_values_json(kvs: Sequence[KeyValue]) -> bytes:
+    """``",".join(map(key_value_json, kvs))`` as ASCII bytes; a slice where every KeyValue
+    is the usual one (key, value, revisions and version set, no lease) is filled in column
+    by column (``key_value_json`` costs a dozen Python operations per KeyValue)."""
+    keys, values, versions = list(map(_KEY, kvs)), list(map(_VALUE, kvs)), list(map(_VERSION, kvs))
+    creates, mods = list(map(_CREATE, kvs)), list(map(_MOD, kvs))
+    if not (all(keys) and all(values) and all(creates) and all(mods) and all(versions)) or any(
+        map(_LEASE, kvs)
+    ):
+        return ",".join(map(key_value_json, kvs)).encode("ascii")
+    keys64 = [_b2a(k, newline=False) for k in keys]
+    values64 = [_b2a(v, newline=False) for v in values]
+    return b",".join(
+        map(_KV_BYTES.__mod__, zip(keys64, creates, mods, versions, values64, strict=True))
+    )
+
+
 def encode_range_in_steps(r: RangeResponse, step: int = ENCODE_STEP_KVS) -> bytes:
     """The body of a range answer, with no single call longer than encoding ``step`` kvs:
     for a big answer in a worker thread (a response is immutable), where one call over a
@@ -658,10 +688,7 @@ def encode_range_in_steps(r: RangeResponse, step: int = ENCODE_STEP_KVS) -> byte
     kvs = r.kvs
     # Bytes per step, joined as bytes: bytes.join copies a big body without the interpreter
     # lock, where one str join and encode of it would hold it.
-    pieces = [
-        ",".join(map(key_value_json, kvs[i : i + step])).encode("ascii")
-        for i in range(0, len(kvs), step)
-    ]
+    pieces = [_key_values_json(kvs[i : i + step]) for i in range(0, len(kvs), step)]
     tail = (',"more":true' if r.more else "") + (f',"count":"{r.count}"' if r.count else "")
     head = '{"header":' + header_json(r.header) + ',"kvs":['
     return b"".join((head.encode("ascii"), b",".join(pieces), b"]", tail.encode("ascii"), b"}"))
