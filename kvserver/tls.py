@@ -58,6 +58,19 @@ class TLSInfo:
         return not (self.cert_file and self.key_file)
 
 
+def peer_common_name(transport) -> str | None:  # type: ignore[no-untyped-def]
+    """The common name of the certificate a TLS peer presented and the handshake verified
+    (a listener asks for one only with client-cert-auth), or None: no TLS, no certificate."""
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for name, value in rdn:
+            if name == "commonName" and value:
+                return str(value)
+    return None
+
+
 def _load_chain(ctx: ssl.SSLContext, info: TLSInfo, what: str) -> None:
     try:
         ctx.load_cert_chain(info.cert_file, info.key_file)

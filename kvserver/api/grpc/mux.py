@@ -39,6 +39,8 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvserver.tls import peer_common_name
+
 log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -57,17 +59,6 @@ def advertise_alpn(ctx: ssl.SSLContext) -> ssl.SSLContext:
     """Let an https client URL negotiate HTTP/2 for gRPC clients (HTTP/1.1 preferred)."""
     ctx.set_alpn_protocols(["http/1.1", "h2"])
     return ctx
-
-
-def _common_name(transport: asyncio.BaseTransport) -> str | None:
-    cert = transport.get_extra_info("peercert")
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for name, value in rdn:
-            if name == "commonName" and value:
-                return str(value)
-    return None
 
 
 def _address(transport: asyncio.BaseTransport) -> str:
@@ -153,7 +144,7 @@ class _Splice(asyncio.Protocol):
             return
         self.upstream = upstream  # type: ignore[assignment]
         self.local_port = upstream.get_extra_info("sockname")[1]
-        who = ClientIdentity(_address(self.client), _common_name(self.client))
+        who = ClientIdentity(_address(self.client), peer_common_name(self.client))
         self.backend._register(self.local_port, who)
         upstream.write(b"".join(self.pending))
         self.pending = []

@@ -50,6 +50,7 @@ from kvserver.auth import management as M
 from kvserver.auth.management import invalid
 from kvserver.auth.perms import Permission, PermType
 from kvserver.kvpb.kv import ResponseHeader
+from kvserver.tls import peer_common_name
 
 from . import gateway_json
 from .common import LIMITS_KEY, SERVICE_KEY, json_response, read_body
@@ -103,15 +104,7 @@ def cert_user(request: web.Request) -> str | None:
     the listener only asks for one with --client-cert-auth, and then verifies it)."""
     if FORWARDED_HEADER in request.headers:
         return None  # the forwarding member's certificate, not the client's
-    transport = request.transport
-    cert = transport.get_extra_info("peercert") if transport is not None else None
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for name, value in rdn:
-            if name == "commonName" and value:
-                return str(value)
-    return None
+    return peer_common_name(request.transport)
 
 
 def user_of(request: web.Request) -> str | None:
