@@ -5,9 +5,13 @@ enums by name, default values omitted; StatusResponse and Member use etcd's came
 field names (``dbSize``, ``raftIndex``, ``ID``, ``clientURLs``).
 """
 
+import base64
+import binascii
 import pickle
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvserver.client import (
     ClientError,
@@ -346,3 +350,45 @@ def test_empty_prefix_means_every_key_like_etcdctl():
 
     assert key_range("", None, True) == (b"\0", b"\0")
     assert key_range("a", None, True) == (b"a", b"b")
+
+
+def _bytes_the_long_way(raw: str) -> bytes | str:
+    """What ``codec.to_bytes`` answered before its strict fast path: the bytes, or the
+    error's type name."""
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return type(exc).__name__
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()),
+        st.text(alphabet="ABCab+/=\n -_é0", max_size=12),
+    )
+)
+def test_bytes_decode_as_before_for_any_text(raw):
+    """The strict C decoding takes exactly the text the long way takes, with the same bytes;
+    the rest still fails as a ResponseFormatError."""
+    want = _bytes_the_long_way(raw)
+    if isinstance(want, bytes):
+        assert codec.to_bytes(raw, "key") == want
+    else:
+        with pytest.raises(ResponseFormatError):
+            codec.to_bytes(raw, "key")
+
+
+@pytest.mark.parametrize("raw", ["12", "-7", "0", " 3", "1_000", "+5"])
+def test_int64_strings_decode_as_int_does(raw):
+    assert codec.to_int(raw, "revision") == int(raw, 10)
+
+
+@pytest.mark.parametrize("raw", ["", "1.5", "0x10", "abc", "١٢"])
+def test_malformed_int64_strings_are_response_format_errors(raw):
+    try:
+        int(raw, 10)
+    except ValueError:
+        with pytest.raises(ResponseFormatError, match="expected an integer"):
+            codec.to_int(raw, "revision")
+    else:  # int() takes it (Unicode digits): so does the codec, as before
+        assert codec.to_int(raw, "revision") == int(raw, 10)
