@@ -41,10 +41,12 @@ returns the parts ``MVCCStore.from_parts`` builds the store from.
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -207,6 +209,29 @@ _SECTION_ORDER = {"base": 0, "log": 1, "dedup": 2, "end": 3}
 
 _COLUMN_TYPES = (bytes, bytes, int, int, int, int)  # key, value, create, mod, version, lease
 _KEY = attrgetter("key")
+# KeyValue is a frozen dataclass: its __init__ sets each field with object.__setattr__, which
+# was most of the cost of a decoded record. A batch's KeyValues are made as that __init__
+# makes them (a bare instance, then the same fields in its slots, nothing else), a column at
+# a time with each slot's own setter, all in C. Only while KeyValue is exactly that: slots
+# named as a record's columns, in order, and no __post_init__; else by its constructor.
+_KV_FIELDS = tuple(f.name for f in dataclasses.fields(KeyValue))
+_BY_SLOTS = (
+    _KV_FIELDS == ("key", "value", "create_revision", "mod_revision", "version", "lease")
+    and getattr(KeyValue, "__slots__", ()) == _KV_FIELDS
+    and not hasattr(KeyValue, "__post_init__")
+)
+_SLOT_SETTERS = tuple(KeyValue.__dict__[name].__set__ for name in _KV_FIELDS) if _BY_SLOTS else ()
+_new_object = object.__new__
+
+
+def _build(columns: list[tuple]) -> list[KeyValue]:
+    """``list(map(KeyValue, *columns))``, by slots when ``_BY_SLOTS``."""
+    if not _BY_SLOTS:
+        return list(map(KeyValue, *columns))
+    kvs = list(map(_new_object, repeat(KeyValue, len(columns[0]))))
+    for set_field, column in zip(_SLOT_SETTERS, columns, strict=True):
+        deque(map(set_field, kvs, column), 0)  # runs the setters in C, keeps nothing
+    return kvs
 
 
 def _kvs(body: list[Any]) -> list[KeyValue]:
@@ -220,7 +245,7 @@ def _kvs(body: list[Any]) -> list[KeyValue]:
     for column, expected in zip(columns, _COLUMN_TYPES, strict=True):
         if set(map(type, column)) != {expected}:
             raise SnapshotFormatError("malformed record")
-    return list(map(KeyValue, *columns))
+    return _build(columns)
 
 
 class SnapshotLoader:

@@ -1,6 +1,7 @@
 """Log-entry codec and snapshot stream of the MVCC store: exact round trips, chunking,
 a consistent view while writes continue, and clear errors for damaged input."""
 
+import dataclasses
 import gc
 
 import msgpack
@@ -275,3 +276,19 @@ def test_apply_never_raises_on_malformed_requests(garbage):
     assert s.revision == 2 and s.get(b"k").value == b"v"
     is_read = type(garbage) is RangeRequest  # reads are never remembered
     assert s.apply(garbage, client_id=1, request_id=1).duplicate is not is_read
+
+
+def test_decoded_key_values_are_what_the_constructor_makes():
+    """The loader fills KeyValues' slots directly (faster than the frozen dataclass's
+    __init__): the result must be indistinguishable from KeyValue(...)."""
+    from kvserver.mvcc import snapshot
+
+    assert snapshot._BY_SLOTS  # KeyValue as the loader expects it: else it uses __init__
+    records = [[b"k%d" % i, b"v" * i, i + 1, i + 2, i + 3, i % 2] for i in range(5)]
+    built = snapshot._kvs(records)
+    expected = [KeyValue(*r) for r in records]
+    assert built == expected
+    assert [hash(kv) for kv in built] == [hash(kv) for kv in expected]
+    assert all(type(kv) is KeyValue for kv in built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].key = b"other"  # type: ignore[misc]
