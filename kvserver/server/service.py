@@ -26,6 +26,17 @@ alarms (GET, linearizable) or raises/clears one through the log (ACTIVATE/DEACTI
 a txn with puts or a lease grant fails with ``etcdserver: mvcc: database space exceeded``
 (ResourceExhausted) when the store is over its quota or a NOSPACE alarm is raised.
 
+Maintenance (etcd's Maintenance service): ``hash_kv(revision)`` is this member's hash of its
+keyspace up to ``revision`` (0: its current revision; ``kvserver.mvcc.hashkv`` says what is
+hashed), from its applied state without a barrier, since members are compared with each
+other; a compacted revision is ``etcdserver: mvcc: required revision has been compacted``,
+one above the current revision ``etcdserver: mvcc: required revision is a future revision``
+(both OutOfRange). ``move_leader(transferee)`` hands leadership to the voter ``transferee`` and
+returns once this member sees it lead; it is answered by the leader only (``etcdserver: not
+leader``, FailedPrecondition, elsewhere, not forwarded), refuses a target that is not a voter
+with ``etcdserver: bad leader transferee`` (FailedPrecondition) and gives up with
+``etcdserver: request timed out, leader transfer took too long`` (Unavailable).
+
 Membership (etcd's Cluster service, ``kvserver.kvpb.member`` types): ``member_list`` is
 answered by any member from its applied registry; ``member_add|remove|promote|update`` by the
 leader once the conf change is applied (a follower raises ``etcdserver: not leader``).
@@ -61,6 +72,7 @@ from kvserver.kvpb.lease import (
     LeaseTimeToLiveResponse,
 )
 from kvserver.kvpb.member import MemberAddResponse, MemberChangeResponse, MemberListResponse
+from kvserver.mvcc.hashkv import HashKVResponse
 from kvserver.watch.hub import WatchStream
 
 
@@ -142,6 +154,10 @@ class KVService(Protocol):
     async def lease_leases(self) -> LeaseLeasesResponse: ...
 
     async def alarm(self, req: AlarmRequest) -> AlarmResponse: ...
+
+    async def hash_kv(self, revision: int = 0) -> HashKVResponse: ...
+
+    async def move_leader(self, transferee: int) -> None: ...
 
     async def member_list(self) -> MemberListResponse: ...
 
