@@ -19,6 +19,8 @@ Knobs a test may turn (plain attributes):
 - ``watch_hub`` — a ``kvserver.watch.hub.WatchHub`` over the store (limits from ``watch_limits``),
   notified after every write and lease revoke that produced events, as ``RaftKV`` does;
   ``replace_store(store)`` swaps the store as a snapshot restore would (``hub.reset``).
+- ``hash_kv`` hashes the store (``kvserver.mvcc.hashkv``) at once; ``move_leader`` checks as
+  ``RaftKV`` does and then sets ``leader`` to the target;
 - ``membership`` — a ``tests.support.fake_membership.LocalMembership`` (the member API without raft:
   changes apply at once with etcd's checks; ``membership.unsynced`` marks learners that are
   not in sync); the ``member_*`` calls go to it.
@@ -56,7 +58,9 @@ from kvserver.kvpb.lease import (
     LeaseTimeToLiveResponse,
 )
 from kvserver.kvpb.member import Member
+from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.lease.lessor import LeaseIdGenerator, Lessor
+from kvserver.mvcc.hashkv import HashKVResponse, hash_kv
 from kvserver.mvcc.store import MVCCStore
 from kvserver.server.alarms import AlarmStore
 from kvserver.server.service import MemberInfo, NodeStatus
@@ -187,6 +191,24 @@ class LocalKV:
         if req.action == AlarmAction.GET:
             return AlarmResponse(self._header(), self.alarms.get(req.alarm))
         return AlarmResponse(self._header(), self.alarms.apply(req))
+
+    async def hash_kv(self, revision: int = 0) -> HashKVResponse:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.calls["HashKVRequest"] += 1
+        return replace(hash_kv(self.store, revision), header=self._header())
+
+    async def move_leader(self, transferee: int) -> None:
+        """``RaftKV.move_leader``'s checks; a transfer to another voter happens at once."""
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.calls["MoveLeaderRequest"] += 1
+        if self.leader != self.member_id:
+            raise ServiceError(GrpcCode.FAILED_PRECONDITION, "etcdserver: not leader")
+        voters = {m.id for m in (await self.member_list()).members if not m.is_learner}
+        if transferee not in voters:
+            raise ServiceError(GrpcCode.FAILED_PRECONDITION, "etcdserver: bad leader transferee")
+        self.leader = transferee
 
     def expire_leases(self) -> list[int]:
         """Revoke every expired lease (what the leader's expiry task proposes)."""

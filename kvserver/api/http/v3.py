@@ -8,7 +8,10 @@ read the body (bounded, 413 over ``ApiLimits.max_body_bytes``), decode it with
 Writes carry the ``X-Raftkv-Client-Id``/``X-Raftkv-Request-Id`` pair (bad values: 400).
 
 Implemented: ``kv/range``, ``kv/put``, ``kv/deleterange``, ``kv/txn``, ``kv/compaction``,
-``maintenance/status``, ``maintenance/alarm`` (``alarm``), the cluster endpoints (``cluster/member/*``, see ``cluster``) and the lease endpoints (``lease/grant``, ``lease/revoke``,
+``maintenance/status``, ``maintenance/alarm`` (``alarm``), ``maintenance/defragment``,
+``maintenance/hash``, ``maintenance/hashkv`` and ``maintenance/transfer-leadership``
+(``maintenance_ops``), the cluster endpoints (``cluster/member/*``, see ``cluster``) and the
+lease endpoints (``lease/grant``, ``lease/revoke``,
 ``lease/keepalive``, ``lease/timetolive``, ``lease/leases``, and etcd's older aliases
 ``kv/lease/revoke``, ``kv/lease/timetolive``, ``kv/lease/leases``). ``lease/keepalive`` answers
 like etcd's gateway stream: chunked, one ``{"result": ...}`` line per request object in the
@@ -18,9 +21,11 @@ later in the stream ends it with one ``{"error": {"grpc_code", "http_code", "mes
 "http_status"}}`` line. Keep-alive and time-to-live are leader-only (as in etcd): a follower
 forwards them to the leader (``forward``). ``watch`` is
 ``kvserver.api.http.watch`` (a long-lived chunked stream); ``auth/*`` is ``kvserver.api.http.auth``,
-whose checks every KV request and lease revoke passes. The other etcd
-gateway endpoints (the rest of maintenance) answer 501 Unimplemented in etcd's error shape until they are built; any
-other path under ``/v3/`` is 404 (etcd answers those with a plain-text 404).
+whose checks every KV request and lease revoke passes; ``maintenance/snapshot`` is
+``kvserver.api.http.maintenance`` (a chunked stream, mounted by ``app``). etcd's
+``maintenance/downgrade`` answers 501 Unimplemented in etcd's error shape (raftkv has one
+storage version); any other path under ``/v3/`` is 404 (etcd answers those with a
+plain-text 404).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from kvserver.kvpb.lease import LeaseKeepAliveResponse
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.mvcc.validate import validate_request
 
-from . import alarm, auth, cluster, forward, gateway_json, watch
+from . import alarm, auth, cluster, forward, gateway_json, maintenance, maintenance_ops, watch
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -50,7 +55,7 @@ from .common import (
 
 PREFIXES = ("/v3", "/v3beta")
 
-# Paths (after the /v3 prefix) served here, and etcd gateway paths that are not built yet.
+# Paths (after the /v3 prefix) served here.
 IMPLEMENTED = frozenset(
     {
         "/kv/range",
@@ -71,17 +76,13 @@ IMPLEMENTED = frozenset(
         *(path for path, _ in cluster.ROUTES),
         *(path for path, _ in auth.ROUTES),
         *(path for path, _ in alarm.ROUTES),
+        *(path for path, _ in maintenance_ops.ROUTES),
     }
 )
-UNIMPLEMENTED = frozenset(
-    {
-        "/maintenance/defragment",
-        "/maintenance/hash",
-        "/maintenance/hashkv",
-        "/maintenance/transfer-leadership",
-        "/maintenance/downgrade",
-    }
-)
+# Served by routes app.py mounts itself (a wrong method falls through to ``fallback``).
+_STREAMED = frozenset(path for path, _ in maintenance.ROUTES)
+# etcd gateway paths raftkv does not serve, and why (501 Unimplemented).
+UNIMPLEMENTED = {"/maintenance/downgrade": maintenance_ops.MSG_NO_DOWNGRADE}
 
 
 async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def]
@@ -241,7 +242,7 @@ async def fallback(request: web.Request) -> web.Response:
     """Any other method or path under a v3 prefix: 405, 501 or 404 in etcd's error shape."""
     tail = "/" + request.match_info["tail"]
     where = f"{request.method} {request.path}"
-    if tail in IMPLEMENTED:
+    if tail in IMPLEMENTED or tail in _STREAMED:
         raise HTTPStatusError(
             GrpcCode.UNIMPLEMENTED, f"raftkv: method not allowed: {where} (use POST)", 405
         )
@@ -250,7 +251,7 @@ async def fallback(request: web.Request) -> web.Response:
             raise HTTPStatusError(
                 GrpcCode.UNIMPLEMENTED, f"raftkv: method not allowed: {where} (use POST)", 405
             )
-        raise ServiceError(GrpcCode.UNIMPLEMENTED, f"raftkv: not implemented yet: {where}")
+        raise ServiceError(GrpcCode.UNIMPLEMENTED, UNIMPLEMENTED[tail])
     raise HTTPStatusError(GrpcCode.NOT_FOUND, f"raftkv: no such endpoint: {where}", 404)
 
 
@@ -274,5 +275,6 @@ ROUTES = (
     *cluster.ROUTES,
     *auth.ROUTES,
     *alarm.ROUTES,
+    *maintenance_ops.ROUTES,
 )
 assert {path for path, _ in ROUTES} == IMPLEMENTED
