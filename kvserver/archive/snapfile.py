@@ -20,7 +20,10 @@ one revision whose last 32 bytes are the SHA-256 of all the bytes before them:
 The membership is deliberately not in the file: a restore starts a new cluster whose
 members come from the restore's flags (etcdctl's rule).
 
-``encode`` yields the file as it is produced (nothing is built whole); ``read`` checks the
+``encode`` yields the file as it is produced (nothing is built whole), one piece per image
+chunk, empty ones too: the store's stream hands out an empty chunk where it scanned a stretch
+of keys that wrote nothing, a point where its consumer may let the event loop run (the
+pieces joined are the same bytes either way); ``read`` checks the
 magic, the header and the hash while streaming and refuses a file whose hash does not match
 with ``SnapshotFileError`` (its message names the file and both hashes).
 """
@@ -30,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 
 MAGIC = b"RKVSNAP\x01"
@@ -49,16 +52,16 @@ def encode_header(header: dict) -> bytes:
     return MAGIC + struct.pack(">I", len(body)) + body
 
 
-def encode(header: dict, image_chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The whole file, piece by piece: header, the image chunks, then the SHA-256."""
+def encode(header: dict, image_chunks: Iterable[bytes]) -> Generator[bytes, None, None]:
+    """The whole file, piece by piece: header, each image chunk as it comes (empty ones
+    included: they are yield points), then the SHA-256."""
     digest = hashlib.sha256()
     head = encode_header(header)
     digest.update(head)
     yield head
     for chunk in image_chunks:
-        if chunk:
-            digest.update(chunk)
-            yield chunk
+        digest.update(chunk)
+        yield chunk
     yield digest.digest()
 
 
