@@ -1,6 +1,7 @@
 """etcd's Maintenance calls over the JSON gateway: ``defragment``, ``hash``, ``hashkv``,
 ``transfer-leadership`` (shapes, refusals, auth: root only) over a ``LocalKV``, the same
-calls against three in-process members (hashes equal everywhere, leadership really moved).
+calls against three in-process members (hashes equal everywhere, leadership really moved),
+and ``snapshot``: one chunk of the store's stream per loop turn.
 
 Shapes as etcd 3.4.23's gateway answered the same requests (``/usr/bin/etcd``; see
 ``test_etcd_compat.py`` for the mechanical comparison), but for the header etcd leaves out of
@@ -9,18 +10,26 @@ its Defragment and MoveLeader answers (``{}``), which ours carry as our gRPC ans
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
+import io
 import json
+import types
 from typing import Any
 
 import aiohttp
 
+from kvserver.archive import snapfile
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
+from kvserver.mvcc import snapshot as mvcc_snapshot
 from kvserver.mvcc.hashkv import hash_kv
+from kvserver.mvcc.store import MVCCStore
 from tests.auth.helpers import auth_kv
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
 
-from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID
+from .fakes import DEFAULT_CLUSTER_ID, DEFAULT_MEMBER_ID, LocalKV
 from .helpers import Api, b64, serve
 
 CID, MID = str(DEFAULT_CLUSTER_ID), str(DEFAULT_MEMBER_ID)
@@ -232,3 +241,88 @@ async def test_on_three_members_hashes_agree_and_leadership_moves(tmp_path) -> N
         assert status == 200 and out["header"]["member_id"] == str(leader.member_id)
         assert leader.node.leader == other.member_id  # answered once the target leads
         assert (await wait_leader(members)) is other
+
+
+# --- snapshot -------------------------------------------------------------------------------
+
+
+async def test_snapshot_reads_one_chunk_of_the_store_per_loop_turn(monkeypatch) -> None:
+    # A base section scanned 8 keys per step: 400 keys and no compaction give 50 stretches
+    # that write nothing, each an empty chunk of the store's stream.
+    monkeypatch.setattr(mvcc_snapshot, "_KEYS_PER_STEP", 8)
+    service = LocalKV()
+    service.node = types.SimpleNamespace(applied=401, term=2)  # what capture reads
+    for i in range(400):
+        service.store.apply(PutRequest(b"key%04d" % i, b"value"))
+    store = service.store
+    turns = 0
+    chunk_turns: list[int] = []  # the loop turn each chunk of the store's stream was read in
+    chunks: list[bytes] = []
+    serialize = MVCCStore.serialize
+
+    def counted(self: MVCCStore, chunk_size_bytes: int = 64 * 1024):
+        stream = serialize(self, chunk_size_bytes)
+        try:
+            for chunk in stream:
+                chunk_turns.append(turns)
+                chunks.append(chunk)
+                yield chunk
+        finally:
+            stream.close()
+
+    monkeypatch.setattr(MVCCStore, "serialize", counted)
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(count_turns())
+    try:
+        async with serve(service) as api:
+            status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data="{}")
+    finally:
+        ticker.cancel()
+    assert status == 200
+    assert chunks.count(b"") >= 40
+    # Every chunk in a turn of its own: nothing holds the loop for a stretch of the scan.
+    assert len(set(chunk_turns)) == len(chunk_turns)
+    lines = [json.loads(line)["result"] for line in raw.splitlines()]
+    data = b"".join(base64.b64decode(r["blob"]) for r in lines)
+    image = bytearray()
+    info = snapfile.read(io.BytesIO(data), "http", on_image=image.extend)
+    assert (info.revision, info.keys) == (401, 400)
+    assert bytes(image).endswith(b"".join(chunks))  # after the lease frame
+    # The file's layout, byte for byte: header, image, SHA-256 of both.
+    head = snapfile.encode_header(info.header)
+    assert data == head + image + hashlib.sha256(head + image).digest()
+    assert store._open_streams == 0
+
+
+async def test_snapshot_failing_midway_ends_with_an_error_line(monkeypatch) -> None:
+    monkeypatch.setattr(mvcc_snapshot, "_KEYS_PER_STEP", 8)
+    service = LocalKV()
+    service.node = types.SimpleNamespace(applied=1, term=2)
+    for i in range(400):
+        service.store.apply(PutRequest(b"key%04d" % i, b"value"))
+    store = service.store
+    serialize = MVCCStore.serialize
+
+    def failing(self: MVCCStore, chunk_size_bytes: int = 64 * 1024):
+        stream = serialize(self, chunk_size_bytes)
+        try:
+            for n, chunk in enumerate(stream):
+                if n == 30:
+                    raise RuntimeError("disk on fire")
+                yield chunk
+        finally:
+            stream.close()
+
+    monkeypatch.setattr(MVCCStore, "serialize", failing)
+    async with serve(service) as api:
+        status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data="{}")
+    assert status == 200  # the stream had started: its last line says what went wrong
+    last = json.loads(raw.splitlines()[-1])
+    assert last["error"]["grpc_code"] == 13 and "disk on fire" in last["error"]["message"]
+    await async_wait_for(lambda: store._open_streams == 0, WAIT_S, "the stream closed")

@@ -11,7 +11,8 @@ tokens), the lease table, the MVCC view (``MVCCStore.capture``), the applied ind
 the revision are all taken in one synchronous step on the event loop, which is where the
 raft task applies entries, so they describe one applied index. The store keeps applying
 while the chunks are serialized and sent (the view is immutable), and the response is
-produced as it is sent, never built whole. ``remaining_bytes`` is an estimate (from the
+produced as it is sent, never built whole, one chunk of the store's stream per loop turn
+(``MVCCStore.serialize`` bounds the work of a chunk, and so of a turn). ``remaining_bytes`` is an estimate (from the
 store's size) until the last line, which says 0; a client that wants the truth checks the
 hash, which ``raftkv snapshot save`` does.
 
@@ -26,7 +27,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 LINE_BLOB_BYTES = 256 * 1024  # blob bytes per response line (etcd sends 32 KiB)
 
 
-def capture(service: Any) -> tuple[dict[str, Any], Iterator[bytes]]:
-    """(file header, iterator of image chunks) of the member's state, taken now."""
+def capture(service: Any) -> tuple[dict[str, Any], Generator[bytes, None, None]]:
+    """(file header, generator of image chunks) of the member's state, taken now. Close the
+    generator if it is not read to the end: the store's stream in it holds physical
+    compaction off while it is open."""
     store = getattr(service, "store", None)
     lessor = getattr(service, "lessor", None)
     node = getattr(service, "node", None)
@@ -94,6 +97,17 @@ def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
 async def snapshot(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
     file_header, image = capture(service)
+    pieces = snapfile.encode(file_header, image)
+    try:
+        return await _send(request, service, file_header, pieces)
+    finally:
+        pieces.close()
+        image.close()  # the store's stream: while it is open the store cuts no old versions
+
+
+async def _send(
+    request: web.Request, service: Any, file_header: dict[str, Any], pieces: Iterator[bytes]
+) -> web.StreamResponse:
     resp_header = ResponseHeader(
         service.cluster_id, service.member_id, file_header["revision"], file_header["raft_term"]
     )
@@ -104,13 +118,15 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     sent = 0
     pending = bytearray()
     try:
-        for piece in snapfile.encode(file_header, image):
+        for piece in pieces:
             pending += piece
             if len(pending) >= LINE_BLOB_BYTES:
                 sent += len(pending)
                 await response.write(_line(resp_header, max(1, estimate - sent), bytes(pending)))
                 pending.clear()
-                await asyncio.sleep(0)  # serializing must not hold the loop
+            # A loop turn per piece, empty ones too: each is a bounded step of the store's
+            # stream, and a stretch of keys that writes nothing must not run in one turn.
+            await asyncio.sleep(0)
         await response.write(_line(resp_header, 0, bytes(pending)))
     except (ConnectionResetError, asyncio.CancelledError):
         raise
