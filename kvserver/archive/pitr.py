@@ -67,6 +67,9 @@ class _ReplayOnly:
     def health_problem(self) -> str:
         return ""
 
+    def transfer_leadership(self, transferee: int) -> None:
+        raise ArchiveError("a point-in-time replay has no leader to move")
+
 
 @dataclass(frozen=True)
 class Point:

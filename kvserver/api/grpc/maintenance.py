@@ -56,6 +56,7 @@ from typing import Any
 
 import grpc
 
+from kvserver.api.http import maintenance_ops as ops
 from kvserver.api.http.maintenance import capture
 from kvserver.archive import snapfile
 from kvserver.etcdpb import rpc_pb2
@@ -74,7 +75,6 @@ log = logging.getLogger(__name__)
 BLOB_BYTES = 256 * 1024  # snapshot bytes per message (etcd sends 32 KiB; fewer calls here)
 SECTOR_BYTES = 512
 MSG_NO_LEADER = "etcdserver: no leader"
-MSG_NO_DOWNGRADE = "raftkv: Downgrade is not supported (raftkv has one storage version)"
 
 
 def _enum(kind: Any, what: str, value: int) -> Any:
@@ -149,10 +149,7 @@ class MaintenanceServicer:
             auth.check_admin(user)
 
     def _header(self) -> rpc_pb2.ResponseHeader:
-        s = self.service.status()
-        return convert.header_to_pb(
-            ResponseHeader(s.cluster_id, s.member_id, s.revision, s.raft_term)
-        )
+        return convert.header_to_pb(ops.header(self.service))
 
     async def Status(
         self, request: rpc_pb2.StatusRequest, context: grpc.aio.ServicerContext
@@ -177,15 +174,16 @@ class MaintenanceServicer:
 
     async def _defragment(self, context: grpc.aio.ServicerContext) -> Any:
         self._admin(context)
-        log.info("defragment: nothing to do (an in-memory store has no free pages)")
-        return rpc_pb2.DefragmentResponse(header=self._header())
+        return rpc_pb2.DefragmentResponse(
+            header=convert.header_to_pb(await ops.defragment(self.service))
+        )
 
     async def Hash(self, request: rpc_pb2.HashRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self.calls.run(context, self._hash(context))
 
     async def _hash(self, context: grpc.aio.ServicerContext) -> Any:
         self._admin(context)
-        r = await self.service.hash_kv(0)
+        r = await ops.hash_all(self.service)
         return rpc_pb2.HashResponse(header=convert.header_to_pb(r.header), hash=r.hash)
 
     async def HashKV(
@@ -214,13 +212,13 @@ class MaintenanceServicer:
         self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         self._admin(context)
-        await self.service.move_leader(request.targetID)
-        return rpc_pb2.MoveLeaderResponse(header=self._header())
+        header = await ops.move_leader(self.service, request.targetID)
+        return rpc_pb2.MoveLeaderResponse(header=convert.header_to_pb(header))
 
     async def Downgrade(
         self, request: rpc_pb2.DowngradeRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_NO_DOWNGRADE)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, ops.MSG_NO_DOWNGRADE)
 
     async def Snapshot(
         self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
