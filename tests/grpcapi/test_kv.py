@@ -91,9 +91,9 @@ async def test_kv_calls_over_grpc(tmp_path):
                 assert (await resp.json())["header"]["revision"] == str(rev)
         assert follower.grpc is not None and follower.grpc.backend.spliced >= 1
 
-        # The loopback port behind the splice serves no one who dials it directly.
+        # The socket behind the splice serves no one who dials it directly.
         backend = follower.grpc.backend
-        async with grpc.aio.insecure_channel(f"{backend.host}:{backend.port}") as channel:
+        async with grpc.aio.insecure_channel(backend.target) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=b"a"))
             assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED

@@ -278,10 +278,9 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
             err = await ended_with(call)
             assert err.code() is grpc.StatusCode.INTERNAL
             assert err.details().startswith(MSG_UNMARSHAL + ": ")
-        # The loopback port behind the splice serves no one who dials it directly.
+        # The socket behind the splice serves no one who dials it directly.
         assert leader.grpc is not None
-        backend = leader.grpc.backend
-        async with grpc.aio.insecure_channel(f"{backend.host}:{backend.port}") as channel:
+        async with grpc.aio.insecure_channel(leader.grpc.backend.target) as channel:
             err = await ended_with(rpc_pb2_grpc.WatchStub(channel).Watch())
             assert err.code() is grpc.StatusCode.PERMISSION_DENIED
         assert hub.watcher_count == 0

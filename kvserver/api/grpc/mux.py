@@ -7,9 +7,10 @@ URL over gRPC; gateway clients use the same URLs over HTTP/1.1). raftkv does the
 looks at the first bytes the client sends (after TLS, on an https URL):
 
 - the HTTP/2 connection preface (``PRI * HTTP/2.0...``, what every gRPC client sends first)
-  makes the connection a **splice** to this member's gRPC server, which listens on an
-  ephemeral loopback port (``GrpcBackend``): bytes are copied both ways with flow control,
-  and either side closing closes the other;
+  makes the connection a **splice** to this member's gRPC server, which listens on a unix
+  socket in Linux's abstract namespace (``GrpcBackend``; no file, and no TCP port taken from
+  the range other listeners and tests pick theirs from): bytes are copied both ways, and
+  either side closing closes the other;
   Flow control is the transports' own: a side whose write buffer passes its high-water mark
   pauses reading on the other side until it drains;
 - anything else hands the connection, with the bytes read so far, to the HTTP/1.1 protocol
@@ -19,12 +20,13 @@ looks at the first bytes the client sends (after TLS, on an https URL):
 A client that sends fewer bytes than the preface and then nothing is closed after
 ``SNIFF_TIMEOUT_S`` (the header deadline of the HTTP side would not apply yet).
 
-Identity. gRPC sees every spliced connection as coming from 127.0.0.1 and a port of ours;
-``GrpcBackend.identity(peer)`` maps gRPC's ``context.peer()`` back to the client's address
-and, on an https URL with ``--client-cert-auth``, its verified certificate's common name
-(etcd's ``AuthInfoFromTLS``). A connection to the loopback port that did not come through a
-splice has no identity, and the gRPC server refuses its calls: the TLS and client-certificate
-checks of the client URL cannot be bypassed by dialling the loopback port.
+Identity. Each splice binds its end of the unix connection to a fresh abstract name before it
+connects, and gRPC reports that name as the call's peer (``unix-abstract:NAME``).
+``GrpcBackend.identity(peer)`` maps it back to the client's address and, on an https URL with
+``--client-cert-auth``, its verified certificate's common name (etcd's ``AuthInfoFromTLS``).
+A connection to the backend that did not come through a splice has no identity, and the gRPC
+server refuses its calls: the TLS and client-certificate checks of the client URL cannot be
+bypassed by dialling the backend (a name is registered only while its splice holds it).
 
 TLS and ALPN. The https listener's context advertises ``http/1.1`` first and then ``h2``
 (``advertise_alpn``): a client that offers both (curl) gets HTTP/1.1, a gRPC client, which
@@ -34,7 +36,11 @@ offers ``h2`` only, gets HTTP/2.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
+import secrets
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,32 +75,41 @@ def _address(transport: asyncio.BaseTransport) -> str:
 
 
 class GrpcBackend:
-    """Where spliced connections go (the gRPC server's loopback port), and who they are."""
+    """Where spliced connections go (the gRPC server's abstract unix socket), and who they
+    are."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self.host = host
-        self.port = port  # set once the gRPC server is bound
-        self._by_local_port: dict[int, ClientIdentity] = {}
+    def __init__(self) -> None:
+        tag = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self.name = f"raftkv-grpc-{tag}"  # the gRPC server listens here
+        self._splice_prefix = f"raftkv-splice-{tag}-"
+        self._splices = itertools.count(1)
+        self._by_name: dict[str, ClientIdentity] = {}
         self.spliced = 0  # connections spliced so far (for /metrics and tests)
 
     @property
+    def target(self) -> str:
+        """The gRPC address of the backend (``add_insecure_port``, a channel)."""
+        return f"unix-abstract:{self.name}"
+
+    @property
     def open_splices(self) -> int:
-        return len(self._by_local_port)
+        return len(self._by_name)
 
     def identity(self, grpc_peer: str) -> ClientIdentity | None:
-        """The client behind ``context.peer()`` (``ipv4:127.0.0.1:PORT``), or None when the
+        """The client behind ``context.peer()`` (``unix-abstract:NAME``), or None when the
         connection did not come through a splice."""
-        head, _, port = grpc_peer.rpartition(":")
-        if not head.startswith(("ipv4:127.", "ipv6:[::1]")) or not port.isdigit():
-            return None
-        return self._by_local_port.get(int(port))
+        kind, _, name = grpc_peer.partition(":")
+        return self._by_name.get(name) if kind == "unix-abstract" else None
 
-    def _register(self, local_port: int, who: ClientIdentity) -> None:
-        self._by_local_port[local_port] = who
+    def _next_name(self) -> str:
+        return self._splice_prefix + str(next(self._splices))
+
+    def _register(self, name: str, who: ClientIdentity) -> None:
+        self._by_name[name] = who
         self.spliced += 1
 
-    def _unregister(self, local_port: int) -> None:
-        self._by_local_port.pop(local_port, None)
+    def _unregister(self, name: str) -> None:
+        self._by_name.pop(name, None)
 
 
 class _BackendSide(asyncio.Protocol):
@@ -124,28 +139,32 @@ class _Splice(asyncio.Protocol):
         self.backend = backend
         self.pending: list[bytes] = [first]  # client bytes read before the backend connected
         self.upstream: asyncio.Transport | None = None
-        self.local_port: int | None = None
+        self.name: str | None = None  # this splice's abstract name, while registered
         self.closed = False
         client.pause_reading()  # until the backend connection is up
         self.task = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
+        name = self.backend._next_name()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream, _ = await loop.create_connection(
-                lambda: _BackendSide(self), self.backend.host, self.backend.port
-            )
+            sock.bind("\0" + name)  # what gRPC will report as the peer
+            sock.setblocking(False)
+            await loop.sock_connect(sock, "\0" + self.backend.name)
+            upstream, _ = await loop.create_unix_connection(lambda: _BackendSide(self), sock=sock)
         except OSError as exc:
-            log.warning("gRPC backend on port %d refused a connection: %s", self.backend.port, exc)
+            sock.close()
+            log.warning("the gRPC backend refused a connection: %s", exc)
             self.close()
             return
         if self.closed:
             upstream.close()
             return
         self.upstream = upstream  # type: ignore[assignment]
-        self.local_port = upstream.get_extra_info("sockname")[1]
+        self.name = name
         who = ClientIdentity(_address(self.client), peer_common_name(self.client))
-        self.backend._register(self.local_port, who)
+        self.backend._register(name, who)
         upstream.write(b"".join(self.pending))
         self.pending = []
         self.client.resume_reading()
@@ -179,8 +198,8 @@ class _Splice(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        if self.local_port is not None:
-            self.backend._unregister(self.local_port)
+        if self.name is not None:
+            self.backend._unregister(self.name)
         if self.upstream is not None:
             self.upstream.close()
         self.client.close()

@@ -1,9 +1,9 @@
 """This member's gRPC server: etcd's services over the same ``KVService`` as the JSON gateway.
 
 ``GrpcServer(service, auth, max_request_bytes=...)``; ``await start()`` binds a grpc.aio server
-to an ephemeral port on 127.0.0.1 and returns the ``GrpcBackend`` that the client URLs'
+to an abstract unix socket and returns the ``GrpcBackend`` that the client URLs'
 listeners splice HTTP/2 connections to (``kvserver.api.grpc.mux``); ``await stop()`` ends it.
-Clients never dial the loopback port themselves: they use the client URLs, and calls on a
+Clients never dial that socket themselves: they use the client URLs, and calls on a
 connection that did not come through a splice are refused.
 
 Settings, as etcd's server has them:
@@ -84,7 +84,7 @@ class GrpcServer:
     async def start(self) -> GrpcBackend:
         server = grpc.aio.server(options=server_options(self.max_request_bytes))
         server.add_generic_rpc_handlers(self.handlers())
-        self.backend.port = server.add_insecure_port(f"{self.backend.host}:0")
+        server.add_insecure_port(self.backend.target)
         await server.start()
         self.server = server
         return self.backend
