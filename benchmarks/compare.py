@@ -14,7 +14,9 @@ values over ``--key-space-size`` keys; then stop it. For raftkv it also scrapes 
 member's ``/metrics`` around the put run at the largest client count: fsyncs per committed
 entry (``raftkv_wal_fsync_duration_seconds_count`` over ``raftkv_raft_commit_index``) and
 entries per append message (``raftkv_raft_append_entries_sent_total`` over
-``raftkv_raft_append_messages_sent_total``).
+``raftkv_raft_append_messages_sent_total``). Each cell also records ``others_cores``: the
+cores other work on the machine kept busy during it (``/proc/stat`` minus this run's
+processes), printed with the cell, so a cell measured beside someone else's load shows it.
 
 Prints one table (ops/s, p50, p99 per system; ratios raftkv/etcd and raftkv/pysyncobj) and
 the targets met or missed (``targets``); writes ``compare.json`` (raw summaries),
@@ -108,16 +110,28 @@ def _own_cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (``/proc/stat``: all but idle, iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_with_cpu(system, leader: str, op: str, clients: int, args) -> dict:
     """``bench`` plus CPU accounting: CPU microseconds per completed request of every server
     process (the most loaded one is the leader) and of the load generator (this process and
-    its load processes)."""
+    its load processes); and ``others_cores``, the cores that other work on the machine kept
+    busy meanwhile (a cell measured beside someone else's work says so)."""
     pids = system.pids()
     servers0 = [process_cpu_s(p) for p in pids]
     own0 = _own_cpu_s()
+    busy0, t0 = _machine_busy_s(), time.monotonic()
     r = bench(leader, op, clients, args)
+    busy1, t1 = _machine_busy_s(), time.monotonic()
     servers1 = [process_cpu_s(p) for p in pids]
     own1 = _own_cpu_s()
+    ours = sum(b - a for a, b in zip(servers0, servers1, strict=True)) + (own1 - own0)
+    r["others_cores"] = max(0.0, (busy1 - busy0) - ours) / (t1 - t0)
     if r["count"]:
         per_process = [(b - a) * 1e6 / r["count"] for a, b in zip(servers0, servers1, strict=True)]
         r["cpu_us_per_op"] = {
@@ -224,7 +238,8 @@ def measure(name: str, args, root: str) -> dict:
 def _progress(name: str, op: str, n: int, r: dict) -> None:
     print(
         f"  {name:9s} {op:5s} x{n:<3d} {r['ops_per_s']:8.0f} ops/s  p50 {r['p50_ms']:7.2f} ms"
-        f"  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
+        f"  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}"
+        + (f"  others {r['others_cores']:.2f} cores" if "others_cores" in r else ""),
         file=sys.stderr,
         flush=True,
     )
