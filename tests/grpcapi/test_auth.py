@@ -14,42 +14,23 @@ that user, for grpc.aio and etcdctl alike.
 
 from __future__ import annotations
 
-import asyncio
-import os
-
 import aiohttp
 import grpc
 import pytest
 
 from kvserver.auth.errors import TooManyAuthFailuresError
 from kvserver.etcdpb import auth_pb2, rpc_pb2, rpc_pb2_grpc
-from tests.conftest import require_program
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, refused, token
 from tests.support.inprocess import configs, running, wait_leader
 from tests.tls.conftest import PKI, cluster_configs
 
 CALL_TIMEOUT_S = 10.0
-ETCDCTL_TIMEOUT_S = 30.0
 READWRITE = auth_pb2.Permission.READWRITE
 
 EMPTY = (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: user name is empty")
 INVALID_TOKEN = (grpc.StatusCode.UNAUTHENTICATED, "etcdserver: invalid auth token")
 DENIED = (grpc.StatusCode.PERMISSION_DENIED, "etcdserver: permission denied")
-
-
-def target(member) -> str:
-    url = member.cfg.advertise_client_urls[0]
-    return url.removeprefix("http://").removeprefix("https://")
-
-
-def token(value: str) -> tuple[tuple[str, str], ...]:
-    """The metadata etcd's clients send a token in."""
-    return (("token", value),)
-
-
-async def refused(call) -> tuple[grpc.StatusCode, str]:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    return err.value.code(), err.value.details()
 
 
 class Stubs:
@@ -73,7 +54,7 @@ async def test_every_auth_call_over_grpc(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             s = Stubs(channel)
             a = s.auth
             status = await a.AuthStatus(rpc_pb2.AuthStatusRequest())
@@ -321,9 +302,7 @@ async def test_failed_authentications_are_bounded_per_client_host(tmp_path):
         limiter.clock = lambda: 1000.0  # frozen: no attempt comes back during the test
 
         def connect() -> grpc.aio.Channel:  # a connection of its own, not a shared one
-            return grpc.aio.insecure_channel(
-                target(member), options=[("grpc.use_local_subchannel_pool", 1)]
-            )
+            return dial(member, options=[("grpc.use_local_subchannel_pool", 1)])
 
         async with connect() as ch:
             a = rpc_pb2_grpc.AuthStub(ch)
@@ -349,85 +328,48 @@ async def test_failed_authentications_are_bounded_per_client_host(tmp_path):
 # --- etcdctl ----------------------------------------------------------------------------------
 
 
-class Etcdctl:
-    """etcdctl 3.4 as a subprocess of the test's loop (the members run in that loop)."""
-
-    def __init__(self, endpoints: list[str], *tls: str):
-        self.binary = require_program("etcdctl")
-        self.endpoints = ",".join(endpoints)
-        self.tls = list(tls)
-
-    async def call(self, *args: str) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            self.binary,
-            f"--endpoints={self.endpoints}",
-            "--command-timeout=10s",
-            "--dial-timeout=5s",
-            *self.tls,
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={"ETCDCTL_API": "3", "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), ETCDCTL_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(), err.decode()
-
-    async def ok(self, *args: str) -> str:
-        code, out, err = await self.call(*args)
-        assert code == 0, f"etcdctl {' '.join(args)}: {err}"
-        return out
-
-    async def fails(self, *args: str) -> str:
-        code, out, err = await self.call(*args)
-        assert code != 0, f"etcdctl {' '.join(args)} succeeded: {out}"
-        return err
+def etcdctl(endpoints: list[str], *tls: str) -> AsyncEtcdctl:
+    return AsyncEtcdctl(endpoints, "--command-timeout=10s", "--dial-timeout=5s", *tls)
 
 
 @pytest.mark.external
 async def test_etcdctl_auth_commands(tmp_path):
     async with running(configs(tmp_path)) as members:
         await wait_leader(members)
-        ctl = Etcdctl([m.cfg.advertise_client_urls[0] for m in members])
-        assert await ctl.ok("user", "add", "root", "--new-user-password=rootpw") == (
+        ctl = etcdctl([m.cfg.advertise_client_urls[0] for m in members])
+        assert await ctl.run("user", "add", "root", "--new-user-password=rootpw") == (
             "User root created\n"
         )
-        assert await ctl.ok("user", "grant-role", "root", "root") == (
+        assert await ctl.run("user", "grant-role", "root", "root") == (
             "Role root is granted to user root\n"
         )
-        assert await ctl.ok("role", "add", "app") == "Role app created\n"
-        assert await ctl.ok("role", "grant-permission", "app", "--prefix", "readwrite", "a/") == (
+        assert await ctl.run("role", "add", "app") == "Role app created\n"
+        assert await ctl.run("role", "grant-permission", "app", "--prefix", "readwrite", "a/") == (
             "Role app updated\n"
         )
-        await ctl.ok("user", "add", "alice", "--new-user-password=alicepw")
-        await ctl.ok("user", "grant-role", "alice", "app")
-        assert await ctl.ok("role", "get", "app") == (
+        await ctl.run("user", "add", "alice", "--new-user-password=alicepw")
+        await ctl.run("user", "grant-role", "alice", "app")
+        assert await ctl.run("role", "get", "app") == (
             "Role app\nKV Read:\n\t[a/, a0) (prefix a/)\nKV Write:\n\t[a/, a0) (prefix a/)\n"
         )
-        assert await ctl.ok("user", "get", "alice") == "User: alice\nRoles: app\n"
-        assert await ctl.ok("user", "list") == "alice\nroot\n"
-        await ctl.ok("put", "b/secret", "s")
-        assert await ctl.ok("auth", "enable") == "Authentication Enabled\n"
+        assert await ctl.run("user", "get", "alice") == "User: alice\nRoles: app\n"
+        assert await ctl.run("user", "list") == "alice\nroot\n"
+        await ctl.run("put", "b/secret", "s")
+        assert await ctl.run("auth", "enable") == "Authentication Enabled\n"
 
         as_root = ("--user", "root:rootpw")
         as_alice = ("--user", "alice:alicepw")
-        assert await ctl.ok(*as_root, "get", "b/secret") == "b/secret\ns\n"
-        assert await ctl.ok(*as_alice, "put", "a/1", "x") == "OK\n"
-        assert await ctl.ok(*as_alice, "get", "a/", "--prefix") == "a/1\nx\n"
+        assert await ctl.run(*as_root, "get", "b/secret") == "b/secret\ns\n"
+        assert await ctl.run(*as_alice, "put", "a/1", "x") == "OK\n"
+        assert await ctl.run(*as_alice, "get", "a/", "--prefix") == "a/1\nx\n"
         assert "etcdserver: permission denied" in await ctl.fails(*as_alice, "get", "b/secret")
         assert "etcdserver: permission denied" in await ctl.fails(*as_alice, "user", "list")
         assert "etcdserver: user name is empty" in await ctl.fails("get", "a/1")
         assert "authentication failed" in await ctl.fails("--user", "root:wrong", "get", "a/1")
-        assert await ctl.ok(*as_alice, "user", "get", "alice") == "User: alice\nRoles: app\n"
-        assert await ctl.ok(*as_root, "user", "list") == "alice\nroot\n"
-        assert await ctl.ok(*as_root, "auth", "disable") == "Authentication Disabled\n"
-        assert await ctl.ok("get", "b/secret") == "b/secret\ns\n"
+        assert await ctl.run(*as_alice, "user", "get", "alice") == "User: alice\nRoles: app\n"
+        assert await ctl.run(*as_root, "user", "list") == "alice\nroot\n"
+        assert await ctl.run(*as_root, "auth", "disable") == "Authentication Disabled\n"
+        assert await ctl.run("get", "b/secret") == "b/secret\ns\n"
 
 
 # --- client certificates --------------------------------------------------------------------
@@ -523,17 +465,17 @@ async def test_etcdctl_with_a_client_certificate(tmp_path):
     async with running(cm.cfgs) as members:
         await wait_leader(members)
         await cm.set_up()
-        root = Etcdctl([cm.url], *cm.etcdctl_tls("root"))
-        alice = Etcdctl([cm.url], *cm.etcdctl_tls("alice"))
-        assert await root.ok("get", "b/secret") == "b/secret\ns\n"
-        assert await root.ok("user", "list") == "alice\nroot\n"
-        assert await alice.ok("put", "a/3", "z") == "OK\n"
-        assert await alice.ok("get", "a/", "--prefix", "--keys-only") == "a/3\n\n"
+        root = etcdctl([cm.url], *cm.etcdctl_tls("root"))
+        alice = etcdctl([cm.url], *cm.etcdctl_tls("alice"))
+        assert await root.run("get", "b/secret") == "b/secret\ns\n"
+        assert await root.run("user", "list") == "alice\nroot\n"
+        assert await alice.run("put", "a/3", "z") == "OK\n"
+        assert await alice.run("get", "a/", "--prefix", "--keys-only") == "a/3\n\n"
         assert "etcdserver: permission denied" in await alice.fails("get", "b/secret")
         assert "etcdserver: permission denied" in await alice.fails("user", "list")
-        assert await alice.ok("user", "get", "alice") == "User: alice\nRoles: app\n"
+        assert await alice.run("user", "get", "alice") == "User: alice\nRoles: app\n"
         # --user wins over the certificate
-        assert await alice.ok("--user", "root:rootpw", "get", "b/secret") == "b/secret\ns\n"
+        assert await alice.run("--user", "root:rootpw", "get", "b/secret") == "b/secret\ns\n"
         assert "authentication failed" in await alice.fails("--user", "root:nope", "get", "a/3")
-        assert await root.ok("auth", "disable") == "Authentication Disabled\n"
-        assert await alice.ok("get", "b/secret") == "b/secret\ns\n"
+        assert await root.run("auth", "disable") == "Authentication Disabled\n"
+        assert await alice.run("get", "b/secret") == "b/secret\ns\n"

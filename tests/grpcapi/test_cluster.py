@@ -12,7 +12,6 @@ real etcdctl 3.4: ``member list -w json``, ``member add --learner``, ``member pr
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -20,36 +19,16 @@ import grpc
 import pytest
 
 from kvserver.assembly.member import Member
-from kvserver.auth import store as S
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.membership.reconfig import MSG_LEARNER_NOT_READY, MSG_UNHEALTHY
-from tests.conftest import ETCD_INSTALL, require_program
+from tests.support.auth_setup import enable_auth
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, published, rpc_error, target, token
 from tests.support.inprocess import configs_with_joiners, running, wait_leader
 from tests.support.wait import async_wait_for
 
 T = TypeVar("T")
 WAIT_S = 15.0
-ETCDCTL_TIMEOUT_S = 30.0
-
-
-def target(member: Member) -> str:
-    return member.cfg.advertise_client_urls[0].removeprefix("http://")
-
-
-async def rpc_error(call) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    return err.value
-
-
-async def published(members: list[Member]) -> None:
-    """Until every member knows every member's name and client URLs (a follower forwards to
-    the leader's client URL once the leader has published it)."""
-    await async_wait_for(
-        lambda: all(all(m.client_urls for m in x.kv.status().members) for x in members),
-        WAIT_S,
-        "every member's client URLs, everywhere",
-    )
 
 
 async def retry_change(call: Callable[[], Awaitable[T]], timeout_s: float = WAIT_S) -> T:
@@ -93,7 +72,7 @@ async def test_member_calls_over_grpc(tmp_path):
         follower = next(m for m in members if m is not leader)
         await published(members)
         try:
-            async with grpc.aio.insecure_channel(target(follower)) as channel:
+            async with dial(follower) as channel:
                 cluster = rpc_pb2_grpc.ClusterStub(channel)
 
                 listed = await cluster.MemberList(rpc_pb2.MemberListRequest())
@@ -205,29 +184,15 @@ async def test_member_calls_over_grpc(tmp_path):
                 await joiner.stop()
 
 
-async def setup_auth(member: Member) -> tuple[tuple, tuple]:
-    """root, and alice without roles; auth enabled. The ``token`` metadata of each."""
-    auth = member.kv.auth
-    for req in (
-        S.UserAdd("root", await auth.hash_password("rootpw")),
-        S.UserGrantRole("root", "root"),
-        S.UserAdd("alice", await auth.hash_password("alicepw")),
-        S.AuthEnable(),
-    ):
-        await auth.propose(req)
-    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
-    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
-    return (("token", root),), (("token", alice),)
-
-
 async def test_member_changes_need_root(tmp_path):
     initial, _ = configs_with_joiners(tmp_path, joiners=0)
     async with running(initial) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         await published(members)
-        root, alice = await setup_auth(leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        tokens = await enable_auth(leader)  # alice holds no role
+        root, alice = token(tokens.root), token(tokens.alice)
+        async with dial(follower) as channel:
             cluster = rpc_pb2_grpc.ClusterStub(channel)
             # MemberList: no user needed; a bad token is not even looked at (as etcd 3.4).
             for metadata in ((), alice, (("token", "not-a-token"),)):
@@ -267,32 +232,6 @@ async def test_member_changes_need_root(tmp_path):
 # --- etcdctl ----------------------------------------------------------------------------------
 
 
-async def etcdctl(ctl: str, member: Member, *args: str, check: bool = True):
-    """(exit code, stdout, stderr) of etcdctl against ``member``, without blocking the loop
-    the members run in."""
-    proc = await asyncio.create_subprocess_exec(
-        ctl,
-        f"--endpoints={target(member)}",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), ETCDCTL_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    if check:
-        assert proc.returncode == 0, (args, err.decode())
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def etcdctl_json(ctl: str, member: Member, *args: str) -> dict:
-    return json.loads((await etcdctl(ctl, member, "-w", "json", *args))[1])
-
-
 def member_as_etcdctl_prints_it(member: Member, learner: bool = False) -> dict:
     """etcd 3.4's ``-w json`` Member: empty fields left out (no isLearner for a voter)."""
     out = {
@@ -315,22 +254,22 @@ def cluster_header(member: Member) -> dict:
 
 @pytest.mark.external
 async def test_etcdctl_member_commands(tmp_path):
-    ctl = require_program("etcdctl", ETCD_INSTALL)
     initial, (join_cfg,) = configs_with_joiners(tmp_path)
     joiner: Member | None = None
     async with running(initial) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         await published(members)
+        ctl = AsyncEtcdctl([target(follower)])
         try:
-            listed = await etcdctl_json(ctl, follower, "member", "list")
+            listed = await ctl.json("member", "list")
             assert listed == {
                 "header": cluster_header(follower),
                 "members": sorted(
                     (member_as_etcdctl_prints_it(m) for m in members), key=lambda m: m["ID"]
                 ),
             }
-            _, text, _ = await etcdctl(ctl, follower, "member", "list")
+            text = await ctl.run("member", "list")
             lines = sorted(text.splitlines())
             assert lines == sorted(
                 f"{m.member_id:x}, started, {m.cfg.name}, "
@@ -339,9 +278,7 @@ async def test_etcdctl_member_commands(tmp_path):
             )
 
             peer_url = join_cfg.initial_advertise_peer_urls[0]
-            added = await etcdctl_json(
-                ctl,
-                follower,
+            added = await ctl.json(
                 "member",
                 "add",
                 join_cfg.name,
@@ -358,14 +295,10 @@ async def test_etcdctl_member_commands(tmp_path):
                     key=lambda m: m["ID"],
                 ),
             }
-            code, _, err = await etcdctl(
-                ctl, follower, "member", "add", "x", f"--peer-urls={peer_url}", check=False
-            )
-            assert code != 0 and "etcdserver: Peer URLs already exists" in err
-            code, _, err = await etcdctl(
-                ctl, follower, "member", "promote", f"{new_id:x}", check=False
-            )
-            assert code != 0 and MSG_LEARNER_NOT_READY in err
+            err = await ctl.fails("member", "add", "x", f"--peer-urls={peer_url}")
+            assert "etcdserver: Peer URLs already exists" in err
+            err = await ctl.fails("member", "promote", f"{new_id:x}")
+            assert MSG_LEARNER_NOT_READY in err
 
             joiner = Member(join_cfg)
             await joiner.start()
@@ -377,29 +310,25 @@ async def test_etcdctl_member_commands(tmp_path):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + WAIT_S
             while True:  # until the learner is in sync with the leader
-                code, text, err = await etcdctl(
-                    ctl, follower, "member", "promote", f"{new_id:x}", check=False
-                )
+                code, text, err = await ctl.call("member", "promote", f"{new_id:x}")
                 if code == 0 or MSG_LEARNER_NOT_READY not in err or loop.time() > deadline:
                     break
                 await asyncio.sleep(0.1)
             assert code == 0, err
             # etcdctl's "%16x": space-padded
             assert text == f"Member {new_id:16x} promoted in cluster {leader.cluster_id:16x}\n"
-            listed = await etcdctl_json(ctl, follower, "member", "list")
+            listed = await ctl.json("member", "list")
             assert member_as_etcdctl_prints_it(joiner) in listed["members"]
 
-            removed = await etcdctl_json(ctl, follower, "member", "remove", f"{new_id:x}")
+            removed = await ctl.json("member", "remove", f"{new_id:x}")
             assert removed == {
                 "header": cluster_header(follower),
                 "members": sorted(
                     (member_as_etcdctl_prints_it(m) for m in members), key=lambda m: m["ID"]
                 ),
             }
-            code, _, err = await etcdctl(
-                ctl, follower, "member", "remove", f"{new_id:x}", check=False
-            )
-            assert code != 0 and "etcdserver: member not found" in err
+            err = await ctl.fails("member", "remove", f"{new_id:x}")
+            assert "etcdserver: member not found" in err
         finally:
             if joiner is not None:
                 await joiner.stop()

@@ -25,13 +25,8 @@ from google.protobuf import json_format
 
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from tests.etcd_process import etcd_process
-from tests.support.etcd_requests import (
-    EXPECTED_OUTCOMES,
-    STEPS,
-    Generator,
-    normalize,
-    outcomes,
-)
+from tests.support.etcd_requests import EXPECTED_OUTCOMES, STEPS, Generator, normalize, outcomes
+from tests.support.grpc_members import dial
 from tests.support.inprocess import configs, running, wait_leader
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -120,8 +115,7 @@ async def test_random_sequences_over_grpc_match_etcd(tmp_path):
     with etcd_process(str(tmp_path)) as etcd:
         async with running(configs(tmp_path)) as members:
             await wait_leader(members)
-            urls = [m.cfg.advertise_client_urls[0].removeprefix("http://") for m in members]
-            ours = [grpc.aio.insecure_channel(url) for url in urls]
+            ours = [dial(m) for m in members]
             theirs = grpc.aio.insecure_channel(etcd.url.removeprefix("http://"))
             try:
                 await run_sequence(21, theirs, ours)

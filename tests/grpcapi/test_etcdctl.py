@@ -10,65 +10,21 @@ etcdctl gets all three client URLs, as a user would pass them, and picks a membe
 from __future__ import annotations
 
 import base64
-import json
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import leader_of, wait_healthy
-from tests.conftest import require_program
 from tests.etcd_process import etcd_process
+from tests.support.etcdctl import TIMEOUT_S, Etcdctl
 from tests.support.procs import stop_process
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 TIMING = ["--heartbeat-interval", "100", "--election-timeout", "1000"]
-RUN_TIMEOUT_S = 30.0
-
-
-class Etcdctl:
-    def __init__(self, binary: str, endpoints: list[str]):
-        self.binary = binary
-        self.endpoints = ",".join(endpoints)
-        self.env = {"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"}
-
-    def args(self, *args: str) -> list[str]:
-        return [self.binary, f"--endpoints={self.endpoints}", "--command-timeout=10s", *args]
-
-    def run(self, *args: str, stdin: str | None = None) -> str:
-        done = subprocess.run(
-            self.args(*args),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            env=self.env,
-        )
-        assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
-        return done.stdout
-
-    def fails(self, *args: str) -> str:
-        done = subprocess.run(
-            self.args(*args), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=self.env
-        )
-        assert done.returncode != 0, f"etcdctl {' '.join(args)} succeeded: {done.stdout}"
-        return done.stderr
-
-    def json(self, *args: str) -> dict:
-        return json.loads(self.run("-w", "json", *args))
-
-    def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            self.args(*args),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-            start_new_session=True,
-        )
+FLAGS = ("--command-timeout=10s",)
 
 
 def keys_of(answer: dict) -> list[str]:
@@ -90,7 +46,7 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def ctl(cluster) -> Etcdctl:
-    return Etcdctl(require_program("etcdctl", "etcd-client"), cluster.endpoints)
+    return Etcdctl(cluster.endpoints, *FLAGS)
 
 
 def test_put_and_get_with_every_read_option(ctl):
@@ -162,7 +118,7 @@ def test_lock_runs_a_command_while_holding_the_lock(ctl):
         )
         assert waiting.poll() is None
         stop_process(holder, timeout_s=10)  # SIGTERM: etcdctl releases the lock on exit
-        out, _ = waiting.communicate(timeout=RUN_TIMEOUT_S)
+        out, _ = waiting.communicate(timeout=TIMEOUT_S)
         assert out.strip().splitlines()[-1] == "second"
     finally:
         stop_process(holder, timeout_s=10)
@@ -190,7 +146,7 @@ def test_make_mirror_copies_raftkv_into_a_real_etcd(ctl, tmp_path):
         mirror = ctl.start("make-mirror", "--prefix=/mirror/", dest)
         try:
             ctl.run("put", "/mirror/late", "after-start")  # comes through the watch
-            dest_ctl = Etcdctl(ctl.binary, [dest])
+            dest_ctl = Etcdctl([dest], *FLAGS)
 
             def mirrored() -> bool:
                 got = dest_ctl.json("get", "/mirror/", "--prefix")
@@ -208,13 +164,7 @@ def test_check_perf_runs_to_the_end(ctl):
     # etcdctl's small load: 50 clients writing for 60 s, then it grades throughput and
     # latency. The grade depends on this shared machine; what must hold is that every
     # request got an answer.
-    done = subprocess.run(
-        ctl.args("check", "perf", "--load=s", "--prefix=/check-perf/"),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=ctl.env,
-    )
+    done = ctl.call("check", "perf", "--load=s", "--prefix=/check-perf/", timeout_s=180)
     out = done.stdout + done.stderr
     assert "Slowest request" in out or "PASS" in out or "FAIL" in out, out
     assert "error" not in out.lower().replace("fail: stddev", ""), out

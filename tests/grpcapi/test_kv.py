@@ -19,18 +19,15 @@ from kvserver.api.grpc.calls import MSG_NOT_SPLICED
 from kvserver.api.grpc.kv import encode_range_in_steps
 from kvserver.etcdpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 from kvserver.kvpb import kv as K
+from tests.support.grpc_members import dial, refused
 from tests.support.inprocess import configs, running, wait_leader
-
-
-def target(member) -> str:
-    return member.cfg.advertise_client_urls[0].removeprefix("http://")
 
 
 async def test_kv_calls_over_grpc(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             put = await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"1"))
             assert put.header.revision == 2
@@ -72,17 +69,16 @@ async def test_kv_calls_over_grpc(tmp_path):
             rev = deleted.header.revision
             await kv.Compact(rpc_pb2.CompactionRequest(revision=rev))
 
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.Range(rpc_pb2.RangeRequest(key=b"a", revision=2))
-            assert err.value.code() is grpc.StatusCode.OUT_OF_RANGE
-            assert err.value.details() == "etcdserver: mvcc: required revision has been compacted"
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.Put(rpc_pb2.PutRequest(key=b"", value=b"x"))
-            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-            assert err.value.details() == "etcdserver: key is not provided"
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.Range(rpc_pb2.RangeRequest(key=b"a", sort_order=7))
-            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert await refused(kv.Range(rpc_pb2.RangeRequest(key=b"a", revision=2))) == (
+                grpc.StatusCode.OUT_OF_RANGE,
+                "etcdserver: mvcc: required revision has been compacted",
+            )
+            assert await refused(kv.Put(rpc_pb2.PutRequest(key=b"", value=b"x"))) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "etcdserver: key is not provided",
+            )
+            code, _ = await refused(kv.Range(rpc_pb2.RangeRequest(key=b"a", sort_order=7)))
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
 
         # HTTP/1.1 on the same client URL still reaches the JSON gateway.
         url = follower.cfg.advertise_client_urls[0] + "/v3/kv/range"
@@ -94,10 +90,9 @@ async def test_kv_calls_over_grpc(tmp_path):
         # The socket behind the splice serves no one who dials it directly.
         backend = follower.grpc.backend
         async with grpc.aio.insecure_channel(backend.target) as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=b"a"))
-            assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
-            assert err.value.details() == MSG_NOT_SPLICED
+            assert await refused(
+                rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=b"a"))
+            ) == (grpc.StatusCode.PERMISSION_DENIED, MSG_NOT_SPLICED)
 
 
 def test_big_range_answer_in_pieces_equals_one_message():
@@ -124,18 +119,17 @@ async def test_request_size_limits_follow_max_request_bytes(tmp_path):
     limit = 64 * 1024
     async with running(configs(tmp_path, max_request_bytes=limit)) as members:
         await wait_leader(members)
-        async with grpc.aio.insecure_channel(target(members[0])) as channel:
+        async with dial(members[0]) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             await kv.Put(rpc_pb2.PutRequest(key=b"fits", value=b"x" * (limit - 100)))
             # over --max-request-bytes but under gRPC's receive limit: etcd's own refusal
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.Put(rpc_pb2.PutRequest(key=b"big", value=b"x" * (limit + 1)))
-            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-            assert err.value.details() == "etcdserver: request is too large"
+            assert await refused(
+                kv.Put(rpc_pb2.PutRequest(key=b"big", value=b"x" * (limit + 1)))
+            ) == (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: request is too large")
             # over --max-request-bytes + 512 KiB: gRPC itself refuses to receive it
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.Put(rpc_pb2.PutRequest(key=b"huge", value=b"x" * (limit + 600 * 1024)))
-            assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            huge = rpc_pb2.PutRequest(key=b"huge", value=b"x" * (limit + 600 * 1024))
+            code, _ = await refused(kv.Put(huge))
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
             got = await kv.Range(rpc_pb2.RangeRequest(key=b"\0", range_end=b"\0"))
             assert [x.key for x in got.kvs] == [b"fits"]
 
@@ -152,7 +146,7 @@ async def test_an_idle_connection_that_pings_every_six_seconds_is_kept(tmp_path)
     ]
     async with running(configs(tmp_path)) as members:
         await wait_leader(members)
-        async with grpc.aio.insecure_channel(target(members[0]), options=options) as channel:
+        async with dial(members[0], options=options) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             await kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v"))
             splices = members[0].grpc.backend.spliced

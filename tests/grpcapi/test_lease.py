@@ -11,43 +11,21 @@ real etcdctl 3.4 against a follower: ``lease grant``, ``timetolive --keys``, ``l
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 
 import grpc
 import pytest
 
-from kvserver.auth import store as S
 from kvserver.auth.perms import Permission, PermType
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.kvpb.lease import MAX_LEASE_TTL_S
-from tests.conftest import ETCD_INSTALL, require_program
+from tests.support.auth_setup import enable_auth
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, published, rpc_error, target, token
 from tests.support.inprocess import configs, running, start_all, stop_all, wait_leader
 from tests.support.wait import async_wait_for
 
-ETCDCTL_TIMEOUT_S = 30.0
 WAIT_S = 15.0
-
-
-def target(member) -> str:
-    return member.cfg.advertise_client_urls[0].removeprefix("http://")
-
-
-async def published(members) -> None:
-    """Until every member knows every member's client URLs (a follower forwards to the
-    leader's, which it learns once the leader has published it)."""
-    await async_wait_for(
-        lambda: all(all(m.client_urls for m in x.kv.status().members) for x in members),
-        WAIT_S,
-        "every member's client URLs, everywhere",
-    )
-
-
-async def rpc_error(call) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    return err.value
 
 
 async def keepalive(stub, ids, metadata=()):
@@ -68,8 +46,8 @@ async def test_lease_calls_over_grpc(tmp_path):
         follower = next(m for m in members if m is not leader)
         await published(members)
         async with (
-            grpc.aio.insecure_channel(target(follower)) as channel,
-            grpc.aio.insecure_channel(target(leader)) as to_leader,
+            dial(follower) as channel,
+            dial(leader) as to_leader,
         ):
             lease = rpc_pb2_grpc.LeaseStub(channel)
             kv = rpc_pb2_grpc.KVStub(channel)
@@ -161,7 +139,7 @@ async def test_keepalive_stream_through_a_follower_outlives_the_leader(tmp_path)
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         await published(members)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             lease = rpc_pb2_grpc.LeaseStub(channel)
             granted = await lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60))
             stream = lease.LeaseKeepAlive()
@@ -187,32 +165,15 @@ async def test_keepalive_stream_through_a_follower_outlives_the_leader(tmp_path)
         await stop_all(members)
 
 
-async def setup_auth(member) -> tuple[tuple[tuple[str, str]], tuple[tuple[str, str]]]:
-    """root; alice may write under a/ only; auth enabled (through ``member``'s auth service).
-    Returns the ``token`` metadata of root and of alice."""
-    auth = member.kv.auth
-    for req in (
-        S.UserAdd("root", await auth.hash_password("rootpw")),
-        S.UserGrantRole("root", "root"),
-        S.RoleAdd("app"),
-        S.RoleGrantPermission("app", Permission(PermType.READWRITE, b"a/", b"a0")),
-        S.UserAdd("alice", await auth.hash_password("alicepw")),
-        S.UserGrantRole("alice", "app"),
-        S.AuthEnable(),
-    ):
-        await auth.propose(req)
-    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
-    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
-    return (("token", root),), (("token", alice),)
-
-
 async def test_lease_auth(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         await published(members)
-        root, alice = await setup_auth(leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        # alice may write under a/ only
+        tokens = await enable_auth(leader, app=[Permission(PermType.READWRITE, b"a/", b"a0")])
+        root, alice = token(tokens.root), token(tokens.alice)
+        async with dial(follower) as channel:
             lease = rpc_pb2_grpc.LeaseStub(channel)
             kv = rpc_pb2_grpc.KVStub(channel)
 
@@ -258,7 +219,7 @@ async def test_lease_auth(tmp_path):
 
             # A forwarded call acts by its token only: without one, no user.
             forwarded = (("x-raftkv-forwarded", "1"),)
-            async with grpc.aio.insecure_channel(target(leader)) as to_leader:
+            async with dial(leader) as to_leader:
                 err = await rpc_error(
                     rpc_pb2_grpc.LeaseStub(to_leader).LeaseTimeToLive(
                         rpc_pb2.LeaseTimeToLiveRequest(ID=1), metadata=forwarded
@@ -268,32 +229,6 @@ async def test_lease_auth(tmp_path):
 
 
 # --- etcdctl ----------------------------------------------------------------------------------
-
-
-async def etcdctl(ctl: str, member, *args: str, check: bool = True) -> tuple[int, str, str]:
-    """Run etcdctl against ``member``'s client URL (without blocking the members' loop)."""
-    proc = await asyncio.create_subprocess_exec(
-        ctl,
-        f"--endpoints={target(member)}",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), ETCDCTL_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    if check:
-        assert proc.returncode == 0, (args, err.decode())
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def etcdctl_json(ctl: str, member, *args: str) -> dict:
-    return json.loads((await etcdctl(ctl, member, "-w", "json", *args))[1])
 
 
 def header_fields(member, revision: int) -> dict:
@@ -308,22 +243,22 @@ def header_fields(member, revision: int) -> dict:
 
 @pytest.mark.external
 async def test_etcdctl_lease_commands(tmp_path):
-    ctl = require_program("etcdctl", ETCD_INSTALL)
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         await published(members)
+        ctl = AsyncEtcdctl([target(follower)])
 
         # etcd 3.4 prints {cluster_id, member_id, revision, raft_term, ID, TTL, Error}.
-        granted = await etcdctl_json(ctl, follower, "lease", "grant", "100")
+        granted = await ctl.json("lease", "grant", "100")
         lease_id = granted["ID"]
         assert granted == {**header_fields(follower, 1), "ID": lease_id, "TTL": 100, "Error": ""}
         hex_id = f"{lease_id:016x}"  # as etcdctl prints it
-        await etcdctl(ctl, follower, "put", "k1", "v", f"--lease={hex_id}")
-        await etcdctl(ctl, follower, "put", "k2", "v", f"--lease={hex_id}")
+        await ctl.run("put", "k1", "v", f"--lease={hex_id}")
+        await ctl.run("put", "k2", "v", f"--lease={hex_id}")
 
         # {header..., id, ttl, granted-ttl, keys (base64)}: forwarded to the leader.
-        ttl = await etcdctl_json(ctl, follower, "lease", "timetolive", "--keys", hex_id)
+        ttl = await ctl.json("lease", "timetolive", "--keys", hex_id)
         assert 0 < ttl.pop("ttl") <= 100
         assert ttl == {
             **header_fields(follower, 3),
@@ -331,23 +266,23 @@ async def test_etcdctl_lease_commands(tmp_path):
             "granted-ttl": 100,
             "keys": [base64.b64encode(b"k1").decode(), base64.b64encode(b"k2").decode()],
         }
-        _, text, _ = await etcdctl(ctl, follower, "lease", "timetolive", "--keys", hex_id)
+        text = await ctl.run("lease", "timetolive", "--keys", hex_id)
         assert text.startswith(f"lease {hex_id} granted with TTL(100s), remaining(")
         assert text.endswith("attached keys([k1 k2])\n")
 
-        listed = await etcdctl_json(ctl, follower, "lease", "list")
+        listed = await ctl.json("lease", "list")
         assert listed == {**header_fields(follower, 3), "leases": [{"id": lease_id}]}
-        _, text, _ = await etcdctl(ctl, follower, "lease", "list")
+        text = await ctl.run("lease", "list")
         assert text == f"found 1 leases\n{hex_id}\n"
 
-        kept = await etcdctl_json(ctl, follower, "lease", "keep-alive", "--once", hex_id)
+        kept = await ctl.json("lease", "keep-alive", "--once", hex_id)
         assert kept == {**header_fields(follower, 3), "ID": lease_id, "TTL": 100}
-        _, text, _ = await etcdctl(ctl, follower, "lease", "keep-alive", "--once", hex_id)
+        text = await ctl.run("lease", "keep-alive", "--once", hex_id)
         assert text == f"lease {hex_id} keepalived with TTL(100)\n"
 
-        revoked = await etcdctl_json(ctl, follower, "lease", "revoke", hex_id)
+        revoked = await ctl.json("lease", "revoke", hex_id)
         assert revoked == {"header": header_fields(follower, 4)}
-        gone = await etcdctl_json(ctl, follower, "lease", "timetolive", hex_id)
+        gone = await ctl.json("lease", "timetolive", hex_id)
         assert gone == {
             **header_fields(follower, 4),
             "id": lease_id,
@@ -355,14 +290,11 @@ async def test_etcdctl_lease_commands(tmp_path):
             "granted-ttl": 0,
             "keys": None,
         }
-        _, text, _ = await etcdctl(ctl, follower, "lease", "timetolive", hex_id)
+        text = await ctl.run("lease", "timetolive", hex_id)
         assert text == f"lease {hex_id} already expired\n"
 
         # etcd's client turns the TTL-0 answer of an unknown lease into "not found".
-        code, _, err = await etcdctl(
-            ctl, follower, "lease", "keep-alive", "--once", hex_id, check=False
-        )
-        assert code != 0 and "etcdserver: requested lease not found" in err
-        code, _, err = await etcdctl(ctl, follower, "lease", "revoke", hex_id, check=False)
-        assert code != 0
+        err = await ctl.fails("lease", "keep-alive", "--once", hex_id)
+        assert "etcdserver: requested lease not found" in err
+        err = await ctl.fails("lease", "revoke", hex_id)
         assert "failed to revoke lease (etcdserver: requested lease not found)" in err

@@ -15,7 +15,6 @@ cluster that serves the saved keys), and ``move-leader``.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
@@ -26,11 +25,12 @@ import grpc
 import pytest
 
 from kvserver.archive import snapfile
-from kvserver.auth import passwords
-from kvserver.auth.store import AuthEnable, RoleAdd, UserAdd, UserGrantRole
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.kvpb.headers import ETCD_VERSION
-from tests.conftest import require_program
+from tests.support import async_procs
+from tests.support.auth_setup import enable_auth
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, published, refused
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
 
@@ -39,17 +39,13 @@ WAIT_S = 15.0
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def target(member) -> str:
-    return member.cfg.advertise_client_urls[0].removeprefix("http://")
-
-
 def maintenance(channel) -> rpc_pb2_grpc.MaintenanceStub:
     return rpc_pb2_grpc.MaintenanceStub(channel)
 
 
 async def put_keys(member, n: int, prefix: bytes = b"k") -> int:
     """``n`` puts through ``member``; the revision of the last."""
-    async with grpc.aio.insecure_channel(target(member)) as channel:
+    async with dial(member) as channel:
         kv = rpc_pb2_grpc.KVStub(channel)
         rev = 0
         for i in range(n):
@@ -71,32 +67,18 @@ async def all_applied(members) -> int:
     return members[0].kv.store.revision
 
 
-async def client_urls_published(members) -> None:
-    """Wait until every member knows every member's client URL (each member publishes its
-    own through raft after it starts): etcdctl's ``--cluster`` reads them from MemberList."""
-
-    def published():
-        return all(len(m.kv.members) == len(members) for m in members) and all(
-            info.client_urls for m in members for info in m.kv.members
-        )
-
-    await async_wait_for(published, WAIT_S, "every member's client URL published")
-
-
 async def expect_error(call, code: grpc.StatusCode, details: str) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    assert (err.value.code(), err.value.details()) == (code, details)
+    assert await refused(call) == (code, details)
 
 
 async def test_status_alarm_and_defragment(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         rev = await put_keys(leader, 3)
-        await client_urls_published(members)  # no more entries after these
+        await published(members)  # no more entries after these
         await all_applied(members)
         for m in members:
-            async with grpc.aio.insecure_channel(target(m)) as channel:
+            async with dial(m) as channel:
                 st = await maintenance(channel).Status(rpc_pb2.StatusRequest())
             node = m.node.status()
             assert st.header.member_id == m.member_id
@@ -110,7 +92,7 @@ async def test_status_alarm_and_defragment(tmp_path):
             assert not st.isLearner and list(st.errors) == []
 
         follower = next(m for m in members if m is not leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             mt = maintenance(channel)
             kv = rpc_pb2_grpc.KVStub(channel)
             nospace = rpc_pb2.AlarmRequest(
@@ -154,10 +136,9 @@ async def test_status_alarm_and_defragment(tmp_path):
             after = await mt.Status(rpc_pb2.StatusRequest())
             assert after.dbSize == before.dbSize == after.dbSizeInUse
 
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await mt.Downgrade(rpc_pb2.DowngradeRequest(version="3.4.0"))
-            assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
-            assert "Downgrade is not supported" in (err.value.details() or "")
+            code, details = await refused(mt.Downgrade(rpc_pb2.DowngradeRequest(version="3.4.0")))
+            assert code is grpc.StatusCode.UNIMPLEMENTED
+            assert "Downgrade is not supported" in (details or "")
 
 
 async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path):
@@ -165,7 +146,7 @@ async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path
         leader = await wait_leader(members)
         await put_keys(leader, 20)
         mid = await put_keys(leader, 5, prefix=b"k")  # overwrites k000..k004
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             await kv.DeleteRange(rpc_pb2.DeleteRangeRequest(key=b"k010", range_end=b"k015"))
         rev = await all_applied(members)
@@ -173,7 +154,7 @@ async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path
         async def hashes(revision: int = 0) -> list[rpc_pb2.HashKVResponse]:
             out = []
             for m in members:
-                async with grpc.aio.insecure_channel(target(m)) as channel:
+                async with dial(m) as channel:
                     out.append(
                         await maintenance(channel).HashKV(rpc_pb2.HashKVRequest(revision=revision))
                     )
@@ -188,7 +169,7 @@ async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path
         assert len({h.hash for h in at_mid}) == 1 and at_mid[0].hash_revision == mid
         assert at_mid[0].hash != now[0].hash
 
-        async with grpc.aio.insecure_channel(target(members[1])) as channel:
+        async with dial(members[1]) as channel:
             mt = maintenance(channel)
             whole = await mt.Hash(rpc_pb2.HashRequest())
             assert (whole.hash, whole.header.revision) == (now[0].hash, rev)
@@ -204,7 +185,7 @@ async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path
         # (however far each has got with cutting the old versions).
         assert len({(h.hash, h.compact_revision) for h in compacted}) == 1
         assert compacted[0].compact_revision == mid and compacted[0].hash != now[0].hash
-        async with grpc.aio.insecure_channel(target(members[2])) as channel:
+        async with dial(members[2]) as channel:
             await expect_error(
                 maintenance(channel).HashKV(rpc_pb2.HashKVRequest(revision=mid)),
                 grpc.StatusCode.OUT_OF_RANGE,
@@ -215,7 +196,7 @@ async def test_hashkv_is_equal_on_every_member_and_follows_the_revision(tmp_path
 
 
 async def read_snapshot(member) -> tuple[list[rpc_pb2.SnapshotResponse], bytes]:
-    async with grpc.aio.insecure_channel(target(member)) as channel:
+    async with dial(member) as channel:
         messages = [m async for m in maintenance(channel).Snapshot(rpc_pb2.SnapshotRequest())]
     return messages, b"".join(m.blob for m in messages)
 
@@ -223,7 +204,7 @@ async def read_snapshot(member) -> tuple[list[rpc_pb2.SnapshotResponse], bytes]:
 async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             for i in range(300):  # values big enough for several messages
                 await kv.Put(rpc_pb2.PutRequest(key=b"big%03d" % i, value=os.urandom(4096)))
@@ -252,7 +233,7 @@ async def test_move_leader(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower, other = [m for m in members if m is not leader]
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             await expect_error(
                 maintenance(channel).MoveLeader(
                     rpc_pb2.MoveLeaderRequest(targetID=other.member_id)
@@ -260,7 +241,7 @@ async def test_move_leader(tmp_path):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "etcdserver: not leader",
             )
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             mt = maintenance(channel)
             await expect_error(
                 mt.MoveLeader(rpc_pb2.MoveLeaderRequest(targetID=12345)),
@@ -275,29 +256,11 @@ async def test_move_leader(tmp_path):
         assert (await wait_leader(members)) is follower
 
 
-async def enable_auth(member) -> tuple[str, str]:
-    """Root and a non-root user, auth enabled; (root token, other token)."""
-    auth = member.kv.auth
-    for req in (
-        UserAdd("root", await asyncio.to_thread(passwords.hash_password, "rootpw", n=16)),
-        UserGrantRole("root", "root"),
-        RoleAdd("app"),
-        UserAdd("alice", await asyncio.to_thread(passwords.hash_password, "alicepw", n=16)),
-        UserGrantRole("alice", "app"),
-        AuthEnable(),
-    ):
-        result = await auth.propose(req)
-        assert not isinstance(result, Exception), (req, result)
-    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
-    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
-    return root, alice
-
-
 async def test_with_auth_everything_but_status_needs_root(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
-        root, alice = await enable_auth(leader)
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        root, alice = await enable_auth(leader, app=())  # alice: a role without permissions
+        async with dial(leader) as channel:
             mt = maintenance(channel)
 
             def calls(token: str | None):
@@ -341,51 +304,22 @@ async def _first_snapshot_message(mt, metadata) -> rpc_pb2.SnapshotResponse:
 # --- etcdctl 3.4 -----------------------------------------------------------------------------
 
 
-class Etcdctl:
-    """etcdctl as a subprocess of the test's event loop (the members run on that loop)."""
-
-    def __init__(self, members):
-        self.binary = require_program("etcdctl", "apt-get install etcd-client")
-        self.members = members
-        self.env = {"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"}
-
-    def endpoints(self, members=None) -> str:
-        return ",".join(m.cfg.advertise_client_urls[0] for m in members or self.members)
-
-    async def call(self, *args: str, members=None) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            self.binary,
-            f"--endpoints={self.endpoints(members)}",
-            "--command-timeout=20s",
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env,
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise
-        return proc.returncode or 0, out.decode(), err.decode()
-
-    async def run(self, *args: str, members=None) -> str:
-        code, out, err = await self.call(*args, members=members)
-        assert code == 0, f"etcdctl {' '.join(args)}: exit {code}: {err}"
-        return out
-
-    async def json(self, *args: str) -> list:
-        return json.loads(await self.run("-w", "json", *args))
+def etcdctl(members) -> AsyncEtcdctl:
+    """etcdctl at ``members``' client URLs, given time for defrag and snapshot calls."""
+    return AsyncEtcdctl(
+        [m.cfg.advertise_client_urls[0] for m in members],
+        "--command-timeout=20s",
+        timeout_s=RUN_TIMEOUT_S,
+    )
 
 
 @pytest.mark.external
 async def test_etcdctl_endpoint_alarm_and_defrag(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
-        ctl = Etcdctl(members[:1])  # --cluster finds the others through MemberList
+        ctl = etcdctl(members[:1])  # --cluster finds the others through MemberList
         await put_keys(leader, 10)
-        await client_urls_published(members)
+        await published(members)
         rev = await all_applied(members)
         by_url = {m.cfg.advertise_client_urls[0]: m for m in members}
 
@@ -409,7 +343,7 @@ async def test_etcdctl_endpoint_alarm_and_defrag(tmp_path):
         assert {h["HashKV"]["header"]["revision"] for h in hashes} == {rev}
 
         assert (await ctl.run("alarm", "list")) == ""
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             await maintenance(channel).Alarm(
                 rpc_pb2.AlarmRequest(
                     action=rpc_pb2.AlarmRequest.ACTIVATE,
@@ -433,15 +367,14 @@ async def test_etcdctl_snapshot_save_then_raftkv_restore(tmp_path):
     async with running(configs(tmp_path / "old")) as members:
         leader = await wait_leader(members)
         await put_keys(leader, 50, prefix=b"saved/")
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             await kv.DeleteRange(rpc_pb2.DeleteRangeRequest(key=b"saved/000"))
             saved = await kv.Range(rpc_pb2.RangeRequest(key=b"saved/", range_end=b"saved0"))
         await all_applied(members)
-        ctl = Etcdctl(members)
         path = str(tmp_path / "backup.db")
         follower = next(m for m in members if m is not leader)
-        out = await ctl.run("snapshot", "save", path, members=[follower])
+        out = await etcdctl([follower]).run("snapshot", "save", path)
         assert out.strip() == f"Snapshot saved at {path}"
         old_cluster = leader.cluster_id
 
@@ -470,7 +403,7 @@ async def test_etcdctl_snapshot_save_then_raftkv_restore(tmp_path):
     async with running(cfgs) as restored:
         await wait_leader(restored)
         for m in restored:
-            async with grpc.aio.insecure_channel(target(m)) as channel:
+            async with dial(m) as channel:
                 got = await rpc_pb2_grpc.KVStub(channel).Range(
                     rpc_pb2.RangeRequest(key=b"saved/", range_end=b"saved0")
                 )
@@ -479,30 +412,22 @@ async def test_etcdctl_snapshot_save_then_raftkv_restore(tmp_path):
 
 
 async def raftkv(*args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kvserver.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=REPO,
+    code, out, err = await async_procs.run(
+        [sys.executable, "-m", "kvserver.cli", *args], RUN_TIMEOUT_S, cwd=REPO
     )
-    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
-    assert proc.returncode == 0, f"raftkv {' '.join(args)}: {err.decode()}"
-    return out.decode()
+    assert code == 0, f"raftkv {' '.join(args)}: {err}"
+    return out
 
 
 @pytest.mark.external
 async def test_etcdctl_move_leader(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
-        ctl = Etcdctl(members)
+        ctl = etcdctl(members)
         follower = next(m for m in members if m is not leader)
         out = await ctl.run("move-leader", f"{follower.member_id:x}")
         assert out.strip() == (
             f"Leadership transferred from {leader.member_id:x} to {follower.member_id:x}"
         )
         assert (await wait_leader(members)) is follower
-        code, _, err = await ctl.call("move-leader", "1234")
-        assert code != 0 and "etcdserver: bad leader transferee" in err
+        assert "etcdserver: bad leader transferee" in await ctl.fails("move-leader", "1234")

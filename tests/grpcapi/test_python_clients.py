@@ -11,7 +11,6 @@ Debian's etcd 3.4.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.etcd_process import etcd_process
+from tests.support import async_procs
+from tests.support.grpc_members import target
 from tests.support.inprocess import configs, running, wait_leader
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -36,22 +37,10 @@ RUN_TIMEOUT_S = 90.0
 
 
 async def run_scenario(client: str, host: str, port: int) -> dict:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *SCENARIOS[client],
-        host,
-        str(port),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=ENV,
+    code, out, err = await async_procs.run(
+        [sys.executable, *SCENARIOS[client], host, str(port)], RUN_TIMEOUT_S, env=ENV
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, f"{client} failed:\n{err.decode()[-3000:]}"
+    assert code == 0, f"{client} failed:\n{err[-3000:]}"
     return json.loads(out)
 
 
@@ -68,6 +57,6 @@ async def test_python_clients_see_what_they_see_against_etcd(tmp_path):
         await wait_leader(members)
         for client in SCENARIOS:
             member = members[len(client) % 3]  # not always the leader
-            host, port = member.cfg.advertise_client_urls[0].removeprefix("http://").split(":")
+            host, port = target(member).split(":")
             got = await run_scenario(client, host, int(port))
             assert got == expected[client], client

@@ -11,8 +11,6 @@ different value. Skipped without etcd and etcdctl, unless RAFTKV_REQUIRE_EXTERNA
 from __future__ import annotations
 
 import base64
-import json
-import subprocess
 import threading
 from urllib.parse import urlsplit
 
@@ -20,23 +18,12 @@ import grpc
 import pytest
 
 from kvserver.etcdpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
-from tests.conftest import ETCD_INSTALL, require_program
 from tests.etcd_process import etcd_process
+from tests.support.etcdctl import Etcdctl
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 CALL_TIMEOUT_S = 10.0
-
-
-def etcdctl(binary: str, url: str, *args: str):
-    out = subprocess.run(
-        [binary, f"--endpoints={url}", "-w", "json", *args],
-        check=True,
-        capture_output=True,
-        timeout=30,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-    )
-    return json.loads(out.stdout)
 
 
 def b64(data: bytes) -> str:
@@ -66,18 +53,18 @@ def header_as_etcdctl_prints_it(h: rpc_pb2.ResponseHeader) -> dict:
 
 
 def test_stubs_against_a_real_etcd(tmp_path):
-    ctl = require_program("etcdctl", ETCD_INSTALL)
     with etcd_process(str(tmp_path)) as etcd:
+        ctl = Etcdctl([etcd.url])
         parts = urlsplit(etcd.url)
         with grpc.insecure_channel(f"{parts.hostname}:{parts.port}") as channel:
             grpc.channel_ready_future(channel).result(timeout=CALL_TIMEOUT_S)
-            check_kv(channel, ctl, etcd.url)
+            check_kv(channel, ctl)
             check_watch(channel)
-            check_lease(channel, ctl, etcd.url)
+            check_lease(channel, ctl)
             check_cluster_and_status(channel, ctl, etcd.url)
 
 
-def check_kv(channel, ctl, url):
+def check_kv(channel, ctl):
     kv = rpc_pb2_grpc.KVStub(channel)
     t = CALL_TIMEOUT_S
     put = kv.Put(rpc_pb2.PutRequest(key=b"grpc/a", value=b"1"), timeout=t)
@@ -91,7 +78,7 @@ def check_kv(channel, ctl, url):
     assert [(k.key, k.value, k.create_revision, k.mod_revision, k.version) for k in got.kvs] == [
         (b"grpc/a", b"2", 2, 3, 2)
     ]
-    printed = etcdctl(ctl, url, "get", "grpc/a")
+    printed = ctl.json("get", "grpc/a")
     assert printed["header"] == header_as_etcdctl_prints_it(got.header)
     assert printed["kvs"] == [kv_as_etcdctl_prints_it(k) for k in got.kvs]
     assert printed["count"] == got.count == 1
@@ -108,8 +95,8 @@ def check_kv(channel, ctl, url):
         timeout=t,
     )
     assert ([k.key for k in page.kvs], page.more, page.count) == ([b"grpc/b"], True, 2)
-    printed = etcdctl(
-        ctl, url, "get", "grpc/", "--prefix", "--limit=1", "--sort-by=MODIFY", "--order=DESCEND"
+    printed = ctl.json(
+        "get", "grpc/", "--prefix", "--limit=1", "--sort-by=MODIFY", "--order=DESCEND"
     )
     assert printed["kvs"] == [kv_as_etcdctl_prints_it(k) for k in page.kvs]
     assert (printed["more"], printed["count"]) == (True, 2)
@@ -146,7 +133,7 @@ def check_kv(channel, ctl, url):
     )
     assert not txn.succeeded
     assert [k.value for k in txn.responses[0].response_range.kvs] == [b"2"]
-    printed = etcdctl(ctl, url, "get", "grpc/c")
+    printed = ctl.json("get", "grpc/c")
     assert printed["kvs"][0]["mod_revision"] == 5
 
 
@@ -180,7 +167,7 @@ def check_watch(channel):
         responses.cancel()
 
 
-def check_lease(channel, ctl, url):
+def check_lease(channel, ctl):
     kv, lease = rpc_pb2_grpc.KVStub(channel), rpc_pb2_grpc.LeaseStub(channel)
     t = CALL_TIMEOUT_S
     granted = lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60), timeout=t)
@@ -193,7 +180,7 @@ def check_lease(channel, ctl, url):
     assert [s.ID for s in leases.leases] == [granted.ID]
     got = kv.Range(rpc_pb2.RangeRequest(key=b"grpc/l"), timeout=t)
     assert got.kvs[0].lease == granted.ID
-    printed = etcdctl(ctl, url, "get", "grpc/l")
+    printed = ctl.json("get", "grpc/l")
     assert printed["kvs"] == [kv_as_etcdctl_prints_it(k) for k in got.kvs]
     lease.LeaseRevoke(rpc_pb2.LeaseRevokeRequest(ID=granted.ID), timeout=t)
     gone = kv.Range(rpc_pb2.RangeRequest(key=b"grpc/l", count_only=True), timeout=t)
@@ -207,7 +194,7 @@ def check_cluster_and_status(channel, ctl, url):
     (member,) = members.members
     assert (member.name, list(member.clientURLs), member.isLearner) == ("compat", [url], False)
     assert member.ID == members.header.member_id
-    printed = etcdctl(ctl, url, "member", "list")
+    printed = ctl.json("member", "list")
     assert printed["members"] == [
         {
             "ID": member.ID,
@@ -221,7 +208,7 @@ def check_cluster_and_status(channel, ctl, url):
     status = maintenance.Status(rpc_pb2.StatusRequest(), timeout=CALL_TIMEOUT_S)
     assert status.leader == member.ID and status.dbSize > 0 and status.dbSizeInUse > 0
     assert status.raftIndex >= status.raftAppliedIndex > 0 and not status.errors
-    (printed,) = etcdctl(ctl, url, "endpoint", "status")
+    (printed,) = ctl.json("endpoint", "status")
     assert printed["Status"]["version"] == status.version
     assert status.version.startswith("3.")
     for name in ("leader", "raftTerm", "dbSize"):

@@ -31,7 +31,10 @@ from kvserver.kvpb.errors import MSG_COMPACTED
 from kvserver.kvpb.service_errors import no_leader, stopping
 from kvserver.kvpb.watch import WatchResponse
 from kvserver.watch.hub import MSG_DUPLICATE_WATCH_ID, MSG_WATCH_STOPPED
-from tests.conftest import ETCD_INSTALL, require_program
+from tests.support import async_procs
+from tests.support.auth_setup import enable_auth
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, target
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
 
@@ -41,10 +44,6 @@ SMALL_WINDOW = [("grpc.http2.bdp_probe", 0)]
 ETCDCTL_TIMEOUT_S = 30.0
 HASLEADER = (("hasleader", "true"),)
 NOPUT, NODELETE = rpc_pb2.WatchCreateRequest.NOPUT, rpc_pb2.WatchCreateRequest.NODELETE
-
-
-def target(member) -> str:
-    return member.cfg.advertise_client_urls[0].removeprefix("http://")
 
 
 def create(**fields) -> rpc_pb2.WatchRequest:
@@ -112,7 +111,7 @@ async def test_watchers_on_one_stream(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             rev = (await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"0"))).header.revision
             await async_wait_for(lambda: follower.kv.store.revision >= rev, WAIT_S, "apply")
@@ -188,7 +187,7 @@ async def test_watchers_on_one_stream(tmp_path):
 async def test_progress_compaction_and_fragments(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             # History of more than one replay chunk, in 12 revisions of 128 keys.
             for t in range(12):
@@ -262,7 +261,7 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
         hub = leader.kv.watch_hub
 
         # Client disconnect: the channel closes under an open call.
-        channel = grpc.aio.insecure_channel(target(leader))
+        channel = dial(leader)
         call = rpc_pb2_grpc.WatchStub(channel).Watch()
         await call.write(create(key=b"k"))
         await call.write(create(key=b"l"))
@@ -272,7 +271,7 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
         await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "watchers removed")
 
         # A request that is not a WatchRequest ends the call as grpc-go ends etcd's.
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             call = channel.stream_stream("/etcdserverpb.Watch/Watch")()
             await call.write(b"\x0a\x03\x0a\x05ab")  # a create request cut short
             err = await ended_with(call)
@@ -288,7 +287,7 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
         # The client sends requests and reads nothing: once the member's writes wait for
         # the client (its window is full of big events) and MAX_QUEUED_RESPONSES responses
         # wait in the hub, the member stops reading requests; it goes on when the client reads.
-        async with grpc.aio.insecure_channel(target(leader), options=SMALL_WINDOW) as channel:
+        async with dial(leader, options=SMALL_WINDOW) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
             call = rpc_pb2_grpc.WatchStub(channel).Watch()
             await call.write(create(key=b"big"))
@@ -316,7 +315,7 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
             call.cancel()
 
         # The hub closes (the member is stopping): what it queued, then Unavailable.
-        async with grpc.aio.insecure_channel(target(a)) as channel:
+        async with dial(a) as channel:
             call = rpc_pb2_grpc.WatchStub(channel).Watch()
             await call.write(create(key=b"k"))
             await read_one(call)
@@ -327,7 +326,7 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
             assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, stopping().message)
 
         # The gRPC server stops: the call is canceled, its watchers leave the hub.
-        async with grpc.aio.insecure_channel(target(b)) as channel:
+        async with dial(b) as channel:
             call = rpc_pb2_grpc.WatchStub(channel).Watch()
             await call.write(create(key=b"k"))
             await read_one(call)
@@ -344,7 +343,7 @@ async def test_hasleader_refused_without_a_leader_and_ended_when_it_is_lost(tmp_
     async with running(configs(tmp_path)) as members:
         await wait_leader(members)
         watched, *others = members
-        async with grpc.aio.insecure_channel(target(watched)) as channel:
+        async with dial(watched) as channel:
             stub = rpc_pb2_grpc.WatchStub(channel)
             required = stub.Watch(metadata=HASLEADER)
             plain = stub.Watch()
@@ -369,31 +368,14 @@ async def test_hasleader_refused_without_a_leader_and_ended_when_it_is_lost(tmp_
             plain.cancel()
 
 
-async def setup_auth(leader) -> tuple[str, str]:
-    """root, and alice who may read a/ .. a0 only; auth enabled. Their tokens."""
-    auth = leader.kv.auth
-    for req in (
-        S.UserAdd("root", await auth.hash_password("rootpw")),
-        S.UserGrantRole("root", "root"),
-        S.RoleAdd("app"),
-        S.RoleGrantPermission("app", Permission(PermType.READ, b"a/", b"a0")),
-        S.UserAdd("alice", await auth.hash_password("alicepw")),
-        S.UserGrantRole("alice", "app"),
-        S.AuthEnable(),
-    ):
-        await auth.propose(req)
-    root = await auth.authenticate("root", "rootpw", "127.0.0.1")
-    alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
-    return root, alice
-
-
 async def test_auth_refusals_as_etcd(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
-        root, alice = await setup_auth(leader)
+        # alice may read a/ .. a0 only
+        root, alice = await enable_auth(leader, app=[Permission(PermType.READ, b"a/", b"a0")])
         await async_wait_for(lambda: follower.kv.auth.enabled, WAIT_S, "auth enabled")
-        async with grpc.aio.insecure_channel(target(follower)) as channel:
+        async with dial(follower) as channel:
             stub = rpc_pb2_grpc.WatchStub(channel)
             call = stub.Watch(metadata=(("token", alice),))
             await call.write(create(key=b"a/", range_end=b"a0"))
@@ -472,18 +454,6 @@ def test_big_response_in_pieces_equals_one_message():
 # --- etcdctl ----------------------------------------------------------------------------------
 
 
-async def start_etcdctl(ctl: str, member, *args: str, stdin: bool = False):
-    return await asyncio.create_subprocess_exec(
-        ctl,
-        f"--endpoints={target(member)}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-    )
-
-
 async def read_lines(proc, n: int) -> list[str]:
     lines = []
     assert proc.stdout is not None
@@ -494,12 +464,6 @@ async def read_lines(proc, n: int) -> list[str]:
     return lines
 
 
-async def stop(proc) -> None:
-    if proc.returncode is None:
-        proc.kill()
-    await asyncio.wait_for(proc.wait(), ETCDCTL_TIMEOUT_S)
-
-
 # What etcdctl 3.4.23 prints for these changes against etcd 3.4.23.
 WATCHED_PREV_KV = "PUT foo1 a PUT foo1 a foo1 b DELETE foo1 b foo1  PUT foo2 c".split(" ")
 WATCHED_FROM_REV = "PUT foo1 a PUT foo1 b DELETE foo1  PUT foo2 c".split(" ")
@@ -507,14 +471,14 @@ WATCHED_FROM_REV = "PUT foo1 a PUT foo1 b DELETE foo1  PUT foo2 c".split(" ")
 
 @pytest.mark.external
 async def test_etcdctl_watch(tmp_path):
-    ctl = require_program("etcdctl", ETCD_INSTALL)
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
+        ctl = AsyncEtcdctl([target(follower)])
         hub = follower.kv.watch_hub
-        async with grpc.aio.insecure_channel(target(leader)) as channel:
+        async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
-            watch = await start_etcdctl(ctl, follower, "watch", "foo", "--prefix", "--prev-kv")
+            watch = await ctl.start("watch", "foo", "--prefix", "--prev-kv")
             procs = [watch]
             try:
                 await async_wait_for(lambda: hub.watcher_count == 1, WAIT_S, "etcdctl's watch")
@@ -528,15 +492,11 @@ async def test_etcdctl_watch(tmp_path):
                 await async_wait_for(
                     lambda: follower.kv.store.revision >= head.revision, WAIT_S, "apply"
                 )
-                replay = await start_etcdctl(
-                    ctl, follower, "watch", "foo", "--prefix", f"--rev={first.revision}"
-                )
+                replay = await ctl.start("watch", "foo", "--prefix", f"--rev={first.revision}")
                 procs.append(replay)
                 assert await read_lines(replay, len(WATCHED_FROM_REV)) == WATCHED_FROM_REV
 
-                interactive = await start_etcdctl(
-                    ctl, follower, "watch", "--interactive", stdin=True
-                )
+                interactive = await ctl.start("watch", "--interactive", stdin=True)
                 procs.append(interactive)
                 assert interactive.stdin is not None
                 interactive.stdin.write(b"watch foo2\n")
@@ -549,5 +509,5 @@ async def test_etcdctl_watch(tmp_path):
                 assert await read_lines(interactive, 3) == ["PUT", "foo2", "d"]
             finally:
                 for proc in procs:
-                    await stop(proc)
+                    await async_procs.stop(proc, ETCDCTL_TIMEOUT_S)
         await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "etcdctl's watchers gone")
