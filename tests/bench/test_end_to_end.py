@@ -1,45 +1,17 @@
 """``raftkv bench`` against a real (in-process, three-member) raftkv cluster: counts, never
 timings."""
 
-import json
-
 from aiohttp import web
 
-from kvserver import cli
 from kvserver.bench.result import BenchError, find_leader
 from kvserver.bench.runner import run
 from kvserver.bench.workloads import BenchOptions
-
-
-def bench_json(capsys, *argv):
-    code = cli.main(["bench", *argv, "--json"])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out else None, captured.err
+from tests.support.bench_cli import put_200_through_the_cli
 
 
 def test_put_total_200_through_the_cli(capsys, inproc_cluster):
-    before = inproc_cluster.revision()
-    code, doc, err = bench_json(
-        capsys,
-        "put",
-        "--total",
-        "200",
-        "--clients",
-        "8",
-        "--conns",
-        "2",
-        "--key-space-size",
-        "50",
-        "--val-size",
-        "64",
-        "--endpoints",
-        ",".join(inproc_cluster.endpoints),
-    )
-    assert code == 0, err
-    assert doc["count"] == 200 and doc["errors"] == 0
-    assert sum(b["count"] for b in doc["histogram"]) == 200
+    doc = put_200_through_the_cli(capsys, inproc_cluster)
     assert set(doc["percentiles_s"]) == {"10", "25", "50", "75", "90", "95", "99", "99.9"}
-    assert inproc_cluster.revision() == before + 200  # every put applied exactly once
 
 
 def test_every_workload_and_dialect_counts_its_requests(inproc_cluster):

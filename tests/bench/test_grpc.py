@@ -1,46 +1,18 @@
 """``raftkv bench --protocol grpc``: the same workloads as etcd's KV gRPC calls, against an
 in-process raftkv cluster and a real etcd, through the same stubs. Counts, never timings."""
 
-import json
-
 import pytest
 
-from kvserver import cli
 from kvserver.bench.result import find_leader
 from kvserver.bench.runner import run
 from kvserver.bench.workloads import BenchOptions
 from tests.etcd_process import etcd_process
-
-
-def bench_json(capsys, *argv):
-    code = cli.main(["bench", *argv, "--protocol", "grpc", "--json"])
-    captured = capsys.readouterr()
-    return code, json.loads(captured.out) if captured.out else None, captured.err
+from tests.support.bench_cli import bench_json, put_200_through_the_cli
 
 
 def test_grpc_puts_through_the_cli_are_counted_and_applied_once(capsys, inproc_cluster):
-    before = inproc_cluster.revision()
-    code, doc, err = bench_json(
-        capsys,
-        "put",
-        "--total",
-        "200",
-        "--clients",
-        "8",
-        "--conns",
-        "2",
-        "--key-space-size",
-        "50",
-        "--val-size",
-        "64",
-        "--endpoints",
-        ",".join(inproc_cluster.endpoints),
-    )
-    assert code == 0, err
+    doc = put_200_through_the_cli(capsys, inproc_cluster, protocol="grpc")
     assert doc["options"]["protocol"] == "grpc"
-    assert doc["count"] == 200 and doc["errors"] == 0
-    assert sum(b["count"] for b in doc["histogram"]) == 200
-    assert inproc_cluster.revision() == before + 200  # every put applied exactly once
 
 
 def test_every_grpc_workload_counts_its_calls(inproc_cluster):
@@ -113,6 +85,7 @@ def test_the_same_grpc_load_generator_drives_a_real_etcd(tmp_path, capsys):
             "--sequential-keys",
             "--endpoints",
             etcd.url,
+            protocol="grpc",
         )
         assert code == 0, err
         assert doc["count"] == 300 and doc["errors"] == 0
