@@ -4,7 +4,9 @@
   have come through a client URL's splice (``GrpcBackend.identity``), else PermissionDenied.
   With auth enabled, the ``token`` metadata (from ``Authenticate``) names the user; without a
   token, a verified client certificate's common name does (``--client-cert-auth``); with
-  neither, ``etcdserver: user name is empty``. With auth disabled: None (no checks).
+  neither, ``etcdserver: user name is empty``. With auth disabled: None (no checks). A call
+  another member forwarded (metadata ``x-raftkv-forwarded``, ``kvserver.api.grpc.forward``)
+  acts by its token only: the connection's certificate is the forwarding member's.
 - ``Calls.run(context, coro)``: awaits a service call and turns a client-visible failure
   (``EtcdError``: etcd's code and text) into the gRPC status etcd would send, e.g.
   ``etcdserver: mvcc: required revision has been compacted`` as OutOfRange. Anything else
