@@ -165,6 +165,26 @@ async def test_keepalive_stream_through_a_follower_outlives_the_leader(tmp_path)
         await stop_all(members)
 
 
+async def test_keepalive_with_hasleader_is_refused_without_a_leader(tmp_path):
+    async with running(configs(tmp_path)) as members:
+        await wait_leader(members)
+        alone, *others = members
+        async with dial(alone) as channel:
+            lease = rpc_pb2_grpc.LeaseStub(channel)
+            granted = await lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60))
+            answers = await keepalive(lease, [granted.ID], metadata=(("hasleader", "true"),))
+            assert answers[0].TTL == 60  # with a leader the metadata changes nothing
+            for m in others:
+                await m.stop()
+            await async_wait_for(lambda: alone.node.leader == 0, WAIT_S, "no leader")
+            call = lease.LeaseKeepAlive(metadata=(("hasleader", "true"),))
+            await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=granted.ID))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert err.value.details() == "etcdserver: no leader"
+
+
 async def test_lease_auth(tmp_path):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)

@@ -53,6 +53,17 @@ def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
     return metadata_value(context, FORWARDED_KEY) is not None
 
 
+HASLEADER_KEY = "hasleader"  # etcd's rpctypes.MetadataRequireLeaderKey
+HASLEADER_VALUE = "true"
+
+
+def requires_leader(context: grpc.aio.ServicerContext) -> bool:
+    """The client asked for a stream that only lives while this member knows a leader
+    (clientv3's ``WithRequireLeader``; etcdctl's watch sends it): etcd refuses such a stream
+    on a member without a leader, Unavailable ``etcdserver: no leader``."""
+    return metadata_value(context, HASLEADER_KEY) == HASLEADER_VALUE  # the first value only
+
+
 class Calls:
     def __init__(self, backend: GrpcBackend, auth: Any, max_request_bytes: int):
         self.backend = backend

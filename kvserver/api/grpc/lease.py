@@ -14,6 +14,10 @@ already exists``, revoking an unknown lease ``etcdserver: requested lease not fo
 etcd's gRPC layer answers a keep-alive of an unknown lease with ``TTL: 0`` (not an error: the
 stream goes on), and a time-to-live of an unknown lease with ``TTL: -1``.
 
+A KeepAlive stream with the ``hasleader: true`` metadata is refused, Unavailable ``etcdserver:
+no leader``, on a member that knows no leader (etcd's stream interceptor; Watch also ends
+such streams when the leader is lost later).
+
 Leader-only calls. Only the leader renews leases and knows their remaining TTL, so
 KeepAlive and TimeToLive on a follower (the service raises ``etcdserver: not leader``) are
 forwarded to the leader (``kvserver.api.grpc.forward``). A KeepAlive stream on a follower
@@ -35,9 +39,10 @@ from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb import kv as K
 from kvserver.kvpb import lease as L
 from kvserver.kvpb.errors import EtcdError, LeaseNotFoundError
+from kvserver.kvpb.service_errors import no_leader
 
 from . import convert
-from .calls import Calls, service_handler
+from .calls import Calls, requires_leader, service_handler
 from .forward import LeaderForwarder, forwarded_metadata, relayed
 
 SERVICE = "etcdserverpb.Lease"
@@ -208,6 +213,8 @@ class LeaseServicer:
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[Any]:
         await self.calls.run(context, self._stream_user(context))
+        if requires_leader(context) and self.service.status().leader == 0:
+            await self.calls.abort(context, no_leader())  # etcd's stream interceptor
         upstream = _KeepAliveUpstream(self.forwarder, context)
         try:
             async for request in requests:

@@ -69,7 +69,7 @@ from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 from kvserver.watch.hub import WatchStream
 
 from . import convert
-from .calls import MSG_INTERNAL, Calls, metadata_value, service_handler
+from .calls import MSG_INTERNAL, Calls, requires_leader, service_handler
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,6 @@ MAX_QUEUED_RESPONSES = 1_024  # requests wait while this many responses are not 
 MAX_NO_LEADER_CHECKS = 3  # etcd's maxNoLeaderCnt
 DEFAULT_LEADER_CHECK_S = 1.0  # etcd's default election timeout, if the service has none
 
-HASLEADER_KEY = "hasleader"  # etcd's rpctypes.MetadataRequireLeaderKey
-HASLEADER_VALUE = "true"
 MSG_WATCH_CANCELED = "etcdserver: watch canceled"  # etcd's ErrGRPCWatchCanceled
 MSG_UNMARSHAL = "grpc: failed to unmarshal the received message"  # grpc-go's text
 
@@ -150,10 +148,6 @@ def encode_response(
         chunk = [convert.event_to_pb(ev) for ev in events[start : start + step]]
         parts.append(rpc_pb2.WatchResponse(events=chunk).SerializeToString())
     return b"".join(parts)
-
-
-def _wants_leader(context: grpc.aio.ServicerContext) -> bool:
-    return metadata_value(context, HASLEADER_KEY) == HASLEADER_VALUE  # the first value only
 
 
 def _refuse(stream: WatchStream, reason: str) -> None:
@@ -236,7 +230,7 @@ class WatchServicer:
             self.calls.caller(context)
         except EtcdError as exc:
             await self.calls.abort(context, exc)
-        require_leader = _wants_leader(context)
+        require_leader = requires_leader(context)
         if require_leader and self.service.status().leader == 0:
             await self.calls.abort(context, no_leader())
         # A restarted member replaying its log would report those old events as new ones.
