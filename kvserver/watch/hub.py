@@ -477,6 +477,11 @@ class Watcher:
         if not truncated:
             hub._set_synced(self)
 
+    def cancel_with_reason(self, reason: str) -> None:
+        """Cancel this watcher from outside the hub (e.g. its user lost the permission to read
+        its range): its last response, after the queued ones, says so with ``reason``."""
+        self._finish(reason)
+
     def _finish(self, reason: str, *, compact_revision: int = 0, drop: bool = False) -> None:
         """Cancel: leave the hub, queue the final response (after the queued ones unless
         ``drop``)."""
@@ -688,6 +693,12 @@ class WatchStream:
                 await asyncio.sleep(0)  # a long replay: let the loop breathe between chunks
                 continue
             await wakeup.wait()
+
+    def refuse_create(self, reason: str) -> None:
+        """Refuse a create request before it reaches the hub (e.g. permission denied): a
+        ``created`` + ``canceled`` response with watch id -1 and ``reason``, at the current
+        revision, as etcd answers a watch it will not open."""
+        self._refuse(self._hub._source.revision, reason)
 
     # --- internals ------------------------------------------------------------------------------
 

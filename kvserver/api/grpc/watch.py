@@ -150,12 +150,6 @@ def encode_response(
     return b"".join(parts)
 
 
-def _refuse(stream: WatchStream, reason: str) -> None:
-    """A create request refused before it reaches the hub: ``created`` + ``canceled``, watch
-    id -1, at the hub's revision (the hub's own refusal; it has no public form)."""
-    stream._refuse(stream._hub._source.revision, reason)
-
-
 # --- one call ---------------------------------------------------------------------------------
 
 
@@ -302,10 +296,10 @@ class WatchServicer:
             try:
                 user = self.calls.user(context)
             except EtcdError as exc:
-                _refuse(call.stream, go_status_text(GrpcCode(exc.grpc_code), exc.message))
+                call.stream.refuse_create(go_status_text(GrpcCode(exc.grpc_code), exc.message))
                 return
             if not auth.can_read(user, req.key or b"\0", req.range_end):
-                _refuse(call.stream, REASON_PERMISSION_DENIED)
+                call.stream.refuse_create(REASON_PERMISSION_DENIED)
                 return
             call.user = user
         call.stream.create(req)
@@ -317,7 +311,7 @@ class WatchServicer:
             return
         for w in call.stream.watchers.values():
             if not auth.can_read(call.user, w.key, w.range_end):
-                w._finish(REASON_PERMISSION_DENIED)  # the hub has no public form
+                w.cancel_with_reason(REASON_PERMISSION_DENIED)
 
     # --- responses ------------------------------------------------------------------------------
 

@@ -97,7 +97,7 @@ class _Session:
         (etcd's permission denied as the cancel reason)."""
         for w in self.stream.watchers.values():
             if not self.may_watch(w.key, w.range_end):
-                w._finish(auth_api.MSG_PERMISSION_DENIED)  # kvserver.watch.hub has no public form
+                w.cancel_with_reason(auth_api.MSG_PERMISSION_DENIED)
 
     def client_gone(self) -> bool:
         transport = self.request.transport
@@ -374,7 +374,7 @@ def _apply_request(
     if kind == "create":
         if session is not None and not session.may_watch(arg.key, arg.range_end):
             # etcd: created + canceled, watch id -1, reason "permission denied".
-            stream._refuse(stream._hub._source.revision, auth_api.MSG_PERMISSION_DENIED)
+            stream.refuse_create(auth_api.MSG_PERMISSION_DENIED)
             return
         stream.create(arg)
     elif kind == "cancel":
