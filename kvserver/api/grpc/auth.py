@@ -66,13 +66,10 @@ class AuthServicer:
         )
 
     def _unary(self, body: Body) -> Callable[[Any, Ctx], Awaitable[Any]]:
-        async def handle(request: Any, context: Ctx) -> Any:
-            return await self.calls.run(context, self._call(body, request, context))
+        async def call(request: Any, context: Ctx) -> Any:
+            return await body(request, context, self.calls.token_user(context))
 
-        return handle
-
-    async def _call(self, body: Body, request: Any, context: Ctx) -> Any:
-        return await body(request, context, self.calls.token_user(context))
+        return self.calls.unary(call)
 
     # --- the calls ------------------------------------------------------------------------------
 

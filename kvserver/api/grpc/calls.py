@@ -11,12 +11,14 @@
   (``EtcdError``: etcd's code and text) into the gRPC status etcd would send, e.g.
   ``etcdserver: mvcc: required revision has been compacted`` as OutOfRange. Anything else
   is logged and answered Internal ``raftkv: internal error``: no input crashes the server.
+  ``Calls.unary(body)`` is the handler of a unary method whose ``body(request, context)``
+  runs that way; the servicers register their bodies through it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -110,6 +112,17 @@ class Calls:
             log.exception("a gRPC call failed")
             await context.abort(grpc.StatusCode.INTERNAL, MSG_INTERNAL)
         raise AssertionError("unreachable")  # context.abort raises
+
+    def unary(
+        self, body: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]
+    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]:
+        """A unary method's handler: ``body(request, context)`` under ``run``, so its
+        failures reach the client as etcd's statuses."""
+
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> T:
+            return await self.run(context, body(request, context))
+
+        return handle
 
     async def abort(self, context: grpc.aio.ServicerContext, exc: EtcdError) -> NoReturn:
         await context.abort(status_of(exc.grpc_code), exc.message)

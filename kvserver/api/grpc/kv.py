@@ -61,9 +61,6 @@ class KVServicer:
             auth.check_request(user, req)
         return req
 
-    async def Range(self, request: rpc_pb2.RangeRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.calls.run(context, self._range(request, context))
-
     async def _range(self, request: rpc_pb2.RangeRequest, context: grpc.aio.ServicerContext) -> Any:
         req = self._checked(context, convert.range_from_pb(request))
         resp = await self.service.range(req)
@@ -71,17 +68,9 @@ class KVServicer:
             return await asyncio.to_thread(encode_range_in_steps, resp)
         return convert.range_to_pb(resp)
 
-    async def Put(self, request: rpc_pb2.PutRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.calls.run(context, self._put(request, context))
-
     async def _put(self, request: rpc_pb2.PutRequest, context: grpc.aio.ServicerContext) -> Any:
         req = self._checked(context, convert.put_from_pb(request))
         return convert.put_to_pb(await self.service.put(req))
-
-    async def DeleteRange(
-        self, request: rpc_pb2.DeleteRangeRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._delete(request, context))
 
     async def _delete(
         self, request: rpc_pb2.DeleteRangeRequest, context: grpc.aio.ServicerContext
@@ -89,17 +78,9 @@ class KVServicer:
         req = self._checked(context, convert.delete_from_pb(request))
         return convert.delete_to_pb(await self.service.delete_range(req))
 
-    async def Txn(self, request: rpc_pb2.TxnRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.calls.run(context, self._txn(request, context))
-
     async def _txn(self, request: rpc_pb2.TxnRequest, context: grpc.aio.ServicerContext) -> Any:
         req = self._checked(context, convert.txn_from_pb(request))
         return convert.txn_to_pb(await self.service.txn(req))
-
-    async def Compact(
-        self, request: rpc_pb2.CompactionRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._compact(request, context))
 
     async def _compact(
         self, request: rpc_pb2.CompactionRequest, context: grpc.aio.ServicerContext
@@ -108,13 +89,14 @@ class KVServicer:
         return convert.compaction_to_pb(await self.service.compact(req))
 
     def handler(self) -> grpc.GenericRpcHandler:
+        u = self.calls.unary
         return service_handler(
             "etcdserverpb.KV",
             {
-                "Range": (self.Range, rpc_pb2.RangeRequest),
-                "Put": (self.Put, rpc_pb2.PutRequest),
-                "DeleteRange": (self.DeleteRange, rpc_pb2.DeleteRangeRequest),
-                "Txn": (self.Txn, rpc_pb2.TxnRequest),
-                "Compact": (self.Compact, rpc_pb2.CompactionRequest),
+                "Range": (u(self._range), rpc_pb2.RangeRequest),
+                "Put": (u(self._put), rpc_pb2.PutRequest),
+                "DeleteRange": (u(self._delete), rpc_pb2.DeleteRangeRequest),
+                "Txn": (u(self._txn), rpc_pb2.TxnRequest),
+                "Compact": (u(self._compact), rpc_pb2.CompactionRequest),
             },
         )

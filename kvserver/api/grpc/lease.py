@@ -153,32 +153,17 @@ class LeaseServicer:
         for key in store.keys_with_lease(lease_id) if store is not None else ():
             auth.check_write(user, key)
 
-    async def LeaseGrant(
-        self, request: rpc_pb2.LeaseGrantRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._grant(request, context))
-
     async def _grant(
         self, request: rpc_pb2.LeaseGrantRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         self.calls.user(context)
         return lease_grant_to_pb(await self.service.lease_grant(request.TTL, request.ID))
 
-    async def LeaseRevoke(
-        self, request: rpc_pb2.LeaseRevokeRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._revoke(request, context))
-
     async def _revoke(
         self, request: rpc_pb2.LeaseRevokeRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         self._check_revoke(self.calls.user(context), request.ID)
         return lease_revoke_to_pb(await self.service.lease_revoke(request.ID))
-
-    async def LeaseTimeToLive(
-        self, request: rpc_pb2.LeaseTimeToLiveRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._time_to_live(request, context))
 
     async def _time_to_live(
         self, request: rpc_pb2.LeaseTimeToLiveRequest, context: grpc.aio.ServicerContext
@@ -198,12 +183,9 @@ class LeaseServicer:
             )
         return lease_time_to_live_to_pb(resp)
 
-    async def LeaseLeases(
+    async def _leases(
         self, request: rpc_pb2.LeaseLeasesRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.calls.run(context, self._leases(context))
-
-    async def _leases(self, context: grpc.aio.ServicerContext) -> Any:
         self.calls.user(context)
         return lease_leases_to_pb(await self.service.lease_leases())
 
@@ -244,17 +226,18 @@ class LeaseServicer:
             return await upstream.renew(request, exc)
 
     def handler(self) -> grpc.GenericRpcHandler:
+        u = self.calls.unary
         return service_handler(
             SERVICE,
             {
-                "LeaseGrant": (self.LeaseGrant, rpc_pb2.LeaseGrantRequest),
-                "LeaseRevoke": (self.LeaseRevoke, rpc_pb2.LeaseRevokeRequest),
+                "LeaseGrant": (u(self._grant), rpc_pb2.LeaseGrantRequest),
+                "LeaseRevoke": (u(self._revoke), rpc_pb2.LeaseRevokeRequest),
                 "LeaseKeepAlive": (
                     self.LeaseKeepAlive,
                     rpc_pb2.LeaseKeepAliveRequest,
                     "stream_stream",
                 ),
-                "LeaseTimeToLive": (self.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest),
-                "LeaseLeases": (self.LeaseLeases, rpc_pb2.LeaseLeasesRequest),
+                "LeaseTimeToLive": (u(self._time_to_live), rpc_pb2.LeaseTimeToLiveRequest),
+                "LeaseLeases": (u(self._leases), rpc_pb2.LeaseLeasesRequest),
             },
         )

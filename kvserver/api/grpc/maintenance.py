@@ -151,45 +151,28 @@ class MaintenanceServicer:
     def _header(self) -> rpc_pb2.ResponseHeader:
         return convert.header_to_pb(ops.header(self.service))
 
-    async def Status(
+    async def _status(
         self, request: rpc_pb2.StatusRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.calls.run(context, self._status(context))
-
-    async def _status(self, context: grpc.aio.ServicerContext) -> Any:
         self.calls.caller(context)  # through a client URL; no user needed
         return status_to_pb(self.service.status())
-
-    async def Alarm(self, request: rpc_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.calls.run(context, self._alarm(request, context))
 
     async def _alarm(self, request: rpc_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> Any:
         self._admin(context)
         return alarm_to_pb(await self.service.alarm(alarm_from_pb(request)))
 
-    async def Defragment(
+    async def _defragment(
         self, request: rpc_pb2.DefragmentRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self.calls.run(context, self._defragment(context))
-
-    async def _defragment(self, context: grpc.aio.ServicerContext) -> Any:
         self._admin(context)
         return rpc_pb2.DefragmentResponse(
             header=convert.header_to_pb(await ops.defragment(self.service))
         )
 
-    async def Hash(self, request: rpc_pb2.HashRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self.calls.run(context, self._hash(context))
-
-    async def _hash(self, context: grpc.aio.ServicerContext) -> Any:
+    async def _hash(self, request: rpc_pb2.HashRequest, context: grpc.aio.ServicerContext) -> Any:
         self._admin(context)
         r = await ops.hash_all(self.service)
         return rpc_pb2.HashResponse(header=convert.header_to_pb(r.header), hash=r.hash)
-
-    async def HashKV(
-        self, request: rpc_pb2.HashKVRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._hash_kv(request, context))
 
     async def _hash_kv(
         self, request: rpc_pb2.HashKVRequest, context: grpc.aio.ServicerContext
@@ -202,11 +185,6 @@ class MaintenanceServicer:
             compact_revision=r.compact_revision,
             hash_revision=r.hash_revision,
         )
-
-    async def MoveLeader(
-        self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
-        return await self.calls.run(context, self._move_leader(request, context))
 
     async def _move_leader(
         self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
@@ -285,16 +263,17 @@ class MaintenanceServicer:
         yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=0, blob=bytes(pending))
 
     def handler(self) -> grpc.GenericRpcHandler:
+        u = self.calls.unary
         return service_handler(
             "etcdserverpb.Maintenance",
             {
-                "Alarm": (self.Alarm, rpc_pb2.AlarmRequest),
-                "Status": (self.Status, rpc_pb2.StatusRequest),
-                "Defragment": (self.Defragment, rpc_pb2.DefragmentRequest),
-                "Hash": (self.Hash, rpc_pb2.HashRequest),
-                "HashKV": (self.HashKV, rpc_pb2.HashKVRequest),
+                "Alarm": (u(self._alarm), rpc_pb2.AlarmRequest),
+                "Status": (u(self._status), rpc_pb2.StatusRequest),
+                "Defragment": (u(self._defragment), rpc_pb2.DefragmentRequest),
+                "Hash": (u(self._hash), rpc_pb2.HashRequest),
+                "HashKV": (u(self._hash_kv), rpc_pb2.HashKVRequest),
                 "Snapshot": (self.Snapshot, rpc_pb2.SnapshotRequest, "unary_stream"),
-                "MoveLeader": (self.MoveLeader, rpc_pb2.MoveLeaderRequest),
+                "MoveLeader": (u(self._move_leader), rpc_pb2.MoveLeaderRequest),
                 "Downgrade": (self.Downgrade, rpc_pb2.DowngradeRequest),
             },
         )
