@@ -30,6 +30,7 @@ from kvserver.api.grpc.server import GrpcServer
 from kvserver.api.http.app import build_client_app
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
+from kvserver.api.http.ui import UI_CONFIG_KEY, UiConfig
 from kvserver.archive import member as archive_member
 from kvserver.archive.member import ArchiverThread
 from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
@@ -198,6 +199,9 @@ class Member:
         # (innermost middleware: its 408 is rendered by the app's error middleware).
         client_app.middlewares.append(self.client_guard.middleware)
         client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
+        client_app[UI_CONFIG_KEY] = UiConfig(
+            write=cfg.ui_write, archiver=self.archive.archiver if self.archive else None
+        )
         # Bounded graceful stop: in-flight requests get a moment, then connections close.
         peer_runner = web.AppRunner(
             peer_app, access_log=None, handle_signals=False, shutdown_timeout=2.0
@@ -260,7 +264,8 @@ class Member:
         self, node: Node, storage: NodeStorage, kv: RaftKV, transport: PeerTransport
     ) -> dict:
         """Numbers for /metrics (keys: kvserver.server.metrics.NODE_METRICS); read per scrape."""
-        commit = node.raw.status().hard_state.commit
+        status = node.raw.status()
+        commit = status.hard_state.commit
         return {
             "raft_term": node.term,
             "raft_commit_index": commit,
@@ -269,6 +274,12 @@ class Member:
             "raft_has_leader": int(node.leader != 0),
             "raft_is_leader": int(node.is_leader),
             "raft_leader_changes": node.leader_changes,
+            "raft_leader_changes_seen": node.leaders_seen,
+            "raft_follower_lag_entries": {  # progress is the leader's only: {} on a follower
+                f"{peer:x}": max(0, commit - pr.match)
+                for peer, pr in status.progress.items()
+                if peer != node.id
+            },
             "proposals_committed": node.stats["proposals_applied"],
             "proposals_failed": node.stats["proposals_failed"],
             "proposals_pending": node.pending_proposals,

@@ -126,7 +126,20 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     ),
     "raft_has_leader": NodeMetricSpec(G, "1 when this node knows a leader, else 0."),
     "raft_is_leader": NodeMetricSpec(G, "1 when this node is the leader, else 0."),
-    "raft_leader_changes": NodeMetricSpec(C, "Leader changes seen by this node."),
+    "raft_leader_changes": NodeMetricSpec(
+        C, "Changes of the leader this node knows, losing it (no leader) included."
+    ),
+    "raft_leader_changes_seen": NodeMetricSpec(
+        C,
+        "Times this node learned of a new leader (etcd's leader_changes_seen: losing the "
+        "leader is not counted, so an election counts once).",
+    ),
+    "raft_follower_lag_entries": NodeMetricSpec(
+        G,
+        "On the leader, per follower: committed entries the follower has not acknowledged "
+        "(commit index - its match index, 0 when it has them all); absent on followers.",
+        label="peer",
+    ),
     "proposals_committed": NodeMetricSpec(C, "Proposals committed (applied) via this node."),
     "proposals_failed": NodeMetricSpec(C, "Proposals that failed (dropped, timed out, no leader)."),
     "proposals_pending": NodeMetricSpec(G, "Proposals waiting to be committed."),
@@ -243,6 +256,8 @@ class NodeStats(TypedDict, total=False):
     raft_has_leader: int
     raft_is_leader: int
     raft_leader_changes: int
+    raft_leader_changes_seen: int
+    raft_follower_lag_entries: Mapping[int | str, int]
     proposals_committed: int
     proposals_failed: int
     proposals_pending: int

@@ -219,7 +219,8 @@ class Node:
         self.leader = 0
         self.term = hard_state.term
         self.role = StateType.FOLLOWER
-        self.leader_changes = 0
+        self.leader_changes = 0  # every change of the known leader, to "none" included
+        self.leaders_seen = 0  # changes to a new leader only (etcd's leader_changes_seen)
         self._durable_term_vote = (hard_state.term, hard_state.vote)
 
         self._origin = os.urandom(8)
@@ -647,6 +648,8 @@ class Node:
     def _on_soft_state(self, ss) -> None:
         if ss.lead != self.leader:
             self.leader_changes += 1
+            if ss.lead != 0:
+                self.leaders_seen += 1
             log.info("node %x: leader is now %x", self.id, ss.lead)
         was_leader = self.role == StateType.LEADER
         self.leader = ss.lead
