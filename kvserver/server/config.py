@@ -51,6 +51,7 @@ class ServerConfig:
     archive_retention: int = 0  # archived snapshots kept (0 = all)
     archive_interval_ms: int = 1000  # between two archive passes (the loss window)
     archive_options: str = ""  # fsspec options: key=value,key=value
+    ui_write: bool = False  # the dashboard (/ui/) may put, delete and move the leader
     # TLS, etcd's flags (kvserver.tls): clients ...
     cert_file: str = ""
     key_file: str = ""
@@ -208,6 +209,12 @@ _FLAGS = (
         "archive_options",
         "str",
         "fsspec/s3fs storage options for --archive-url: key=value[,key=value...]",
+    ),
+    (
+        "--ui-write",
+        "ui_write",
+        "bool",
+        "let the dashboard (/ui/) put and delete keys and move the leader (default: read-only)",
     ),
     ("--cert-file", "cert_file", "str", "client TLS: certificate file (PEM)"),
     ("--key-file", "key_file", "str", "client TLS: private key file (PEM; keep it secret)"),

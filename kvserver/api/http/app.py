@@ -31,7 +31,7 @@ from kvserver.kvpb.service_errors import GrpcCode
 from kvserver.server.metrics import Metrics
 from kvserver.server.service import KVService
 
-from . import auth, maintenance, ops, rest, v3, watch
+from . import auth, maintenance, ops, rest, ui, ui_data, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -67,6 +67,7 @@ def route_table() -> list[web.RouteDef]:
         web.get("/version", ops.version),
         web.get("/metrics", ops.metrics),
     ]
+    table += [web.route(m, path, h) for m, path, h in (*ui_data.ROUTES, *ui.ROUTES)]
     # Last: anything else under a v3 prefix (405 / 501 / 404 in etcd's error shape).
     table += [web.route("*", prefix + "/{tail:.*}", v3.fallback) for prefix in v3.PREFIXES]
     return table
@@ -131,6 +132,7 @@ def build_client_app(
     app[SERVICE_KEY] = service
     app[METRICS_KEY] = metrics
     app[LIMITS_KEY] = limits
+    app[ui.UI_CONFIG_KEY] = ui.UiConfig()  # the member sets its own (--ui-write, archive)
     watch.setup(app)  # open watch streams end at shutdown
     app.add_routes(route_table())
     return app

@@ -25,7 +25,8 @@ under ``USER_KEY``; the handlers then check keys (``check_request``, ``check_lea
 the watch create). Paths and what they need with auth enabled: member add/remove/promote/
 update, maintenance (but status) and the REST dialect ``/v1/kv`` need root (the REST dialect
 has no per-key check yet); lease, compaction, member list need a valid token; maintenance
-status, ``/health``, ``/version``, ``/metrics``, ``/v1/status`` need nothing.
+status, ``/health``, ``/version``, ``/metrics``, ``/v1/status`` need nothing; under ``/ui/``
+the token is resolved when one is sent and ``ui_data`` checks it per endpoint.
 
 Client certificates (etcd's ``AuthInfoFromTLS``). With ``--client-cert-auth`` the TLS
 handshake has verified the client's certificate against the trusted CA; a request that carries
@@ -60,6 +61,7 @@ MSG_PERMISSION_DENIED = E.PermissionDeniedError.default_message
 USER_KEY = web.RequestKey("raftkv_auth_user", object)  # the user a request acts as (None: no auth)
 
 _OPEN = ("/health", "/version", "/metrics", "/v1/status")
+_UI = "/ui"  # the dashboard: its files are open, its data endpoints check the user (ui_data)
 _OPEN_V3 = frozenset({"/maintenance/status", "/cluster/member/list"})
 _ROOT_V3_PREFIXES = ("/maintenance/", "/cluster/")
 
@@ -80,6 +82,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     auth = auth_service(request)
     if auth is None or not auth.enabled or request.path in _OPEN:
         request[USER_KEY] = None
+        return await handler(request)
+    if request.path == _UI or request.path.startswith(_UI + "/"):
+        request[USER_KEY] = _user_or_none(auth, request)
         return await handler(request)
     tail = _tail(request.path)
     if tail is not None and (tail.startswith("/auth/") or tail in _OPEN_V3):
