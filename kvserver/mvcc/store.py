@@ -407,6 +407,28 @@ class MVCCStore:
         lo = live.bisect_left(key)
         return lo, len(live) if range_end == b"\0" else live.bisect_left(range_end)
 
+    def key_ranks(
+        self, key: bytes, range_end: bytes, ranks: Iterable[int]
+    ) -> tuple[int, list[bytes | None]]:
+        """The live keys at the current revision at 0-based positions ``ranks`` of the range
+        (in key order; etcd's ``range_end`` convention: empty = just ``key``, ``b"\\0"`` = every
+        key >= ``key``), and the number of live keys in the range: ``(count, keys)``, None for
+        a rank >= count. O(log N) per rank, from the order-statistics index of live keys.
+        While a write in steps is open, the keys it has written so far count."""
+        if not range_end:
+            count = 1 if key in self._live_keys else 0
+            return count, [key if r < count else None for r in ranks]
+        if range_end != b"\0" and range_end <= key:
+            return 0, [None for _ in ranks]
+        lo, hi = self._live_span(key, range_end)
+        live = self._live_keys
+        out: list[bytes | None] = []
+        for r in ranks:
+            if r < 0:
+                raise ValueError(f"rank {r} is negative")
+            out.append(live[lo + r] if lo + r < hi else None)
+        return hi - lo, out
+
     def apply_in_steps(
         self, request: DeleteRangeRequest, client_id: int = 0, request_id: int = 0
     ) -> Generator[None, None, ApplyResult]:
