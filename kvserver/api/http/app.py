@@ -31,7 +31,7 @@ from kvserver.kvpb.service_errors import GrpcCode
 from kvserver.server.metrics import Metrics
 from kvserver.server.service import KVService
 
-from . import auth, maintenance, ops, rest, ui, ui_data, v3, watch
+from . import auth, maintenance, ops, ranks, rest, ui, ui_data, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -63,6 +63,7 @@ def route_table() -> list[web.RouteDef]:
         web.delete("/v1/kv/{key:.*}", rest.delete_key),
         web.get("/v1/kv", rest.get_key),
         web.get("/v1/status", ops.node_status),
+        web.post(ranks.PATH, ranks.key_ranks),
         web.get("/health", ops.health),
         web.get("/version", ops.version),
         web.get("/metrics", ops.metrics),
