@@ -23,7 +23,8 @@ Modules: ``aio`` (the asyncio client's calls), ``retry`` (endpoints, leader disc
 failover, backoff, deadlines and re-authentication, for every call and every watch),
 ``transport`` (one HTTP attempt and the connection pool), ``sync`` (the blocking wrapper),
 ``txn`` (the txn builder), ``types`` (results), ``errors`` (failures), ``codec`` (the JSON),
-``watch`` (watch iterators), ``leases`` (lease calls and keep-alive), ``members`` (member
+``watch`` (watch iterators), ``columnar`` (range answers as Arrow columns, keys by rank;
+pyarrow and numpy loaded on first use), ``leases`` (lease calls and keep-alive), ``members`` (member
 calls), ``alarms`` (alarm list and disarm). The client imports only ``kvserver.kvpb`` (the wire types) and ``kvserver.tls`` of
 the rest of raftkv, so importing it loads no server code.
 """

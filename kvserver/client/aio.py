@@ -39,7 +39,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kvserver.client import alarms, codec, leases, members
+from kvserver.client import alarms, codec, columnar, leases, members
 from kvserver.client.errors import (
     ClientError,
     CompactedError,
@@ -275,6 +275,54 @@ class AsyncClient:
             codec.encode_range(req),
             _plain(codec.decode_range),
             Route.ANY if serializable else Route.LEADER,
+        )
+
+    async def range_arrow(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        limit: int = 0,
+        revision: int = 0,
+        serializable: bool = False,
+        value_format: str = "binary",
+        key_format: str = "string",
+    ) -> columnar.ArrowRange:
+        """``range`` with the kvs as one ``pyarrow.RecordBatch``, decoded column by column
+        (``kvserver.client.columnar``; needs pyarrow and numpy)."""
+        return await columnar.range_arrow(
+            self._retry,
+            key,
+            range_end,
+            prefix=prefix,
+            limit=limit,
+            revision=revision,
+            serializable=serializable,
+            value_format=value_format,
+            key_format=key_format,
+        )
+
+    async def key_ranks(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        ranks: Sequence[int],
+        prefix: bool = False,
+        revision: int = 0,
+        serializable: bool = False,
+    ) -> columnar.KeyRanks:
+        """raftkv only (``POST /v1/ranks``): the live keys at 0-based ``ranks`` of the range
+        and its key count, O(log N) per rank on the server (``kvserver.client.columnar``)."""
+        return await columnar.key_ranks(
+            self._retry,
+            key,
+            range_end,
+            ranks=ranks,
+            prefix=prefix,
+            revision=revision,
+            serializable=serializable,
         )
 
     async def delete(

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from kvserver.client.aio import DEFAULT_ENDPOINT, AsyncClient
 from kvserver.client.alarms import AlarmResult
+from kvserver.client.columnar import ArrowRange, KeyRanks
 from kvserver.client.errors import ClientError, RequestTimeoutError
 from kvserver.client.leases import KeepAlive, SyncKeepAlive
 from kvserver.client.members import MemberAddResult, MemberChangeResult
@@ -226,6 +227,52 @@ class Client:
                 count_only=count_only,
                 sort_order=sort_order,
                 sort_target=sort_target,
+            )
+        )
+
+    def range_arrow(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        prefix: bool = False,
+        limit: int = 0,
+        revision: int = 0,
+        serializable: bool = False,
+        value_format: str = "binary",
+        key_format: str = "string",
+    ) -> ArrowRange:
+        return self._run(
+            self._aclient.range_arrow(
+                key,
+                range_end,
+                prefix=prefix,
+                limit=limit,
+                revision=revision,
+                serializable=serializable,
+                value_format=value_format,
+                key_format=key_format,
+            )
+        )
+
+    def key_ranks(
+        self,
+        key: KeyLike,
+        range_end: KeyLike | None = None,
+        *,
+        ranks: Sequence[int],
+        prefix: bool = False,
+        revision: int = 0,
+        serializable: bool = False,
+    ) -> KeyRanks:
+        return self._run(
+            self._aclient.key_ranks(
+                key,
+                range_end,
+                ranks=ranks,
+                prefix=prefix,
+                revision=revision,
+                serializable=serializable,
             )
         )
 

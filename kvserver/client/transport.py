@@ -3,7 +3,7 @@
 ``HttpTransport`` owns one ``aiohttp.ClientSession`` (keep-alive connections, at most
 ``max_connections``), created on first use; it belongs to the event loop that first used it
 (another loop gets a ``ClientError``). ``send`` makes one request and returns the parsed JSON
-of a 200 answer; ``open_stream`` starts a streamed answer (a watch) and returns the response
+of a 200 answer (``send_raw``: its bytes); ``open_stream`` starts a streamed answer (a watch) and returns the response
 to read from. Both raise ``ConnectionFailedError`` (no connection, refused, a TLS handshake
 that failed, a connection lost midway), ``RequestTimeoutError`` (no answer in time), the
 error an HTTP status and body stand for (``errors.from_http``), or ``ResponseFormatError``
@@ -84,6 +84,26 @@ class HttpTransport:
         timeout_s: float,
     ) -> Any:
         """One HTTP attempt; the parsed JSON of a 200 answer, or a typed ``ClientError``."""
+        raw = await self.send_raw(endpoint, method, path, body, headers, timeout_s)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            snippet = raw[:80].decode("utf-8", "replace")
+            raise ResponseFormatError(
+                f"answer is not JSON: {snippet!r}", http_status=200, endpoint=endpoint
+            ) from None
+
+    async def send_raw(
+        self,
+        endpoint: str,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float,
+    ) -> bytes:
+        """One HTTP attempt; the body of a 200 answer as bytes (for a caller that decodes it
+        itself), or a typed ``ClientError``."""
         timeout = aiohttp.ClientTimeout(
             total=timeout_s, sock_connect=min(self._connect_timeout_s, timeout_s)
         )
@@ -127,13 +147,7 @@ class HttpTransport:
             raise ClientError(f"HTTP client error: {exc}", endpoint=endpoint) from None
         if status != 200:
             raise from_http(status, raw, endpoint)
-        try:
-            return json.loads(raw)
-        except ValueError:
-            snippet = raw[:80].decode("utf-8", "replace")
-            raise ResponseFormatError(
-                f"answer is not JSON: {snippet!r}", http_status=status, endpoint=endpoint
-            ) from None
+        return raw
 
     async def _read_body(self, resp: aiohttp.ClientResponse, endpoint: str) -> bytes:
         limit = self._max_response_bytes
