@@ -21,8 +21,12 @@ Options (Spark lower-cases option names; unknown options are refused)
 ``revision``         batch read: read at this revision (default: the current one, pinned
                      when the read is planned). Compacted: ``CompactedRevisionError`` naming
                      the compact revision; above the current one: ``FutureRevisionReadError``.
-``numPartitions``    batch read: key-range partitions (default 4; split at equal key counts).
-``pageSize``         batch read: keys per range request (default 1000).
+``numPartitions``    batch read: key-range partitions (default 4; split at equal key counts,
+                     from the keys at those ranks: no key is read to plan).
+``minPartitionKeys`` batch read: at least this many keys per partition (default 50000), so a
+                     small range is one partition.
+``pageSize``         batch read: keys per range request (default 1000), each page decoded
+                     straight into an Arrow record batch.
 ``valueFormat``      ``binary`` (default) or ``string`` (values decoded as UTF-8; a value that
                      is not UTF-8 fails naming its key). Keys are always UTF-8 strings.
 ``timeout``          seconds per client call, retries included (default 30).

@@ -1,35 +1,52 @@
 """Batch read: one pinned revision for the whole DataFrame, key-range partitions, paging.
 
-Planning (``RaftKVReader.partitions``, in Spark's planner process):
+Planning (``RaftKVReader.partitions``, in Spark's planner process) reads no key of the range
+but the split points, with two calls of O(numPartitions x log N) on the server each
+(``Client.key_ranks``, raftkv's ``POST /v1/ranks``):
 
-1. pin the revision: the ``revision`` option, checked readable (a compacted one raises
-   ``CompactedRevisionError`` naming the compact revision; a future one
-   ``FutureRevisionReadError``), else the store's current revision, taken from the header
-   of a linearizable keys-only range of limit 1;
-2. split the range: ``count_only`` gives the number of keys N at the pinned revision, then a
-   keys-only scan (pages of ``pageSize`` keys) keeps every ceil(N / numPartitions)-th key as a
-   split point, so partitions hold about equal numbers of keys. Memory: numPartitions keys.
+1. pin the revision and count: ``key_ranks`` with no ranks answers the number of live keys N
+   and the store's current revision, which is pinned unless the ``revision`` option gives
+   one. A given revision is checked by the same call: a compacted one raises
+   ``CompactedRevisionError`` naming the compact revision, a future one
+   ``FutureRevisionReadError``;
+2. choose the number of parts: ``min(numPartitions, N // minPartitionKeys)``, at least 1, so
+   a small range is one partition (a partition costs a Python worker's start and a
+   connection; below ``minPartitionKeys`` keys that costs more than it saves);
+3. split: ``key_ranks`` at ranks ``ceil(N * i / parts)`` gives the first key of each part.
+   With an older ``revision`` the server answers the ranks of its current revision
+   (``exact`` false): the parts are then balanced as of now, not as of the pinned revision,
+   and still correct — any keys cut the range into disjoint parts whose union is the range.
+
+A server without ``/v1/ranks`` (etcd) or a user without the root role it needs under auth
+gets one partition: the planner never falls back to reading keys to find split points.
 
 Reading (``read``, one task per partition): pages of at most ``pageSize`` keys,
-``range(start, end, revision=pinned, limit=pageSize)``, the next page starting just after
-the last key (``last + b"\\0"``), until the answer says no more. Every page is read at the
-pinned revision, so the union of the partitions is exactly the range at that revision:
-no key twice (partitions are disjoint half-open intervals), none missing, no mix of states.
-A page is yielded as one Arrow record batch. A partition that is read after the pinned
-revision was compacted fails with ``CompactedRevisionError``.
+``range_arrow(start, end, revision=pinned, limit=pageSize)`` (the answer decoded straight
+into Arrow columns, no Python object per key), the next page starting just after the last
+key (``last + b"\\0"``), until the answer says no more. Every page is read at the pinned
+revision, so the union of the partitions is exactly the range at that revision: no key twice
+(partitions are disjoint half-open intervals), none missing, no mix of states. A page is
+yielded as one Arrow record batch. A partition that is read after the pinned revision was
+compacted fails with ``CompactedRevisionError``.
+
+Cost on the server: a page at the current revision is O(log N + pageSize). Once the store
+has moved past the pinned revision (writes after planning), a page at the pinned revision
+walks the rest of its partition to count it, so a long read under concurrent writes slows
+down; more partitions shorten that walk.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from kvserver.client import CompactedError
+from kvserver.client import ClientError, CompactedError, FutureRevisionError
+from kvserver.client.columnar import ranks_unsupported
 from kvserver.spark.source.options import SourceOptions
 from kvserver.spark.source.store import (
     CompactedRevisionError,
+    FutureRevisionReadError,
     check_revision,
     compact_revision_of,
     open_client,
@@ -81,94 +98,88 @@ def decode_value(key: bytes, value: bytes, as_string: bool):
         ) from None
 
 
+def _compacted(client, o: SourceOptions, revision: int, hint: str = "") -> CompactedRevisionError:
+    return CompactedRevisionError(
+        "raftkv batch read", revision, compact_revision_of(client, o.key, revision), hint
+    )
+
+
 def plan(o: SourceOptions) -> list[KeyRangePartition]:
     """The partitions of a batch read (runs in the planner; see the module docstring)."""
     with open_client(o) as client:
-        if o.revision:
-            check_revision(client, o, o.revision, "raftkv batch read")
-            revision = o.revision
-        else:
-            head = client.range(o.key, o.range_end or None, limit=1, keys_only=True)
-            revision = head.revision
-        if o.single_key or o.num_partitions == 1:
+        try:
+            head = client.key_ranks(o.key, o.range_end, ranks=[], revision=o.revision)
+        except CompactedError:
+            raise _compacted(client, o, o.revision) from None
+        except FutureRevisionError:
+            raise FutureRevisionReadError(
+                f"raftkv batch read: revision {o.revision} is above the store's current revision"
+            ) from None
+        except ClientError as err:
+            if not ranks_unsupported(err):
+                raise
+            return [KeyRangePartition(0, o.key, o.range_end, _pin_without_ranks(client, o))]
+        revision = o.revision or head.revision
+        parts = partition_count(head.count, o)
+        if o.single_key or parts <= 1:
             return [KeyRangePartition(0, o.key, o.range_end, revision)]
-        splits = split_points(client, o, revision)
-    bounds = [o.key, *splits, o.range_end]
+        ranks = split_ranks(head.count, parts)
+        splits = client.key_ranks(o.key, o.range_end, ranks=ranks, revision=o.revision).keys
+    cuts = sorted({k for k in splits if k is not None and k > o.key})
+    bounds = [o.key, *cuts, o.range_end]
     return [
         KeyRangePartition(i, bounds[i], bounds[i + 1], revision) for i in range(len(bounds) - 1)
     ]
 
 
-def split_points(client, o: SourceOptions, revision: int) -> list[bytes]:
-    """Keys that cut the range into ``numPartitions`` parts of about equal key counts."""
-    try:
-        total = client.range(o.key, o.range_end, revision=revision, count_only=True).count
-    except CompactedError:
-        raise CompactedRevisionError(
-            "raftkv batch read", revision, compact_revision_of(client, o.key, revision)
-        ) from None
-    parts = min(o.num_partitions, max(total, 1))
-    if parts <= 1:
-        return []
-    step = math.ceil(total / parts)
-    wanted = {step * i for i in range(1, parts)}  # ranks (0-based) of split keys
-    splits: list[bytes] = []
-    start, seen = o.key, 0
-    page = max(o.page_size, 1000)  # keys only: small answers, bigger pages
-    while True:
-        res = client.range(start, o.range_end, revision=revision, limit=page, keys_only=True)
-        for kv in res.kvs:
-            if seen in wanted:
-                splits.append(kv.key)
-            seen += 1
-        if not res.more or not res.kvs:
-            return splits
-        start = res.kvs[-1].key + b"\0"
+def partition_count(keys: int, o: SourceOptions) -> int:
+    """How many partitions a read of ``keys`` keys gets: at most ``numPartitions``, at least
+    ``minPartitionKeys`` keys each, at least one."""
+    return max(1, min(o.num_partitions, keys // max(o.min_partition_keys, 1)))
 
 
-def read_partition(o: SourceOptions, part: KeyRangePartition):
+def split_ranks(keys: int, parts: int) -> list[int]:
+    """0-based ranks of the first key of parts 1 .. parts-1 of ``keys`` keys."""
+    return [-(-keys * i // parts) for i in range(1, parts)]
+
+
+def _pin_without_ranks(client, o: SourceOptions) -> int:
+    """The revision of a one-partition plan when the server cannot rank keys (etcd)."""
+    if o.revision:
+        check_revision(client, o, o.revision, "raftkv batch read")
+        return o.revision
+    return client.range(o.key, o.range_end or None, limit=1, keys_only=True).revision
+
+
+def read_partition(o: SourceOptions, part: KeyRangePartition) -> Iterator:
     """Arrow record batches, one per page, of the partition's keys at its revision."""
-    import pyarrow as pa
-
-    names = list(KV_COLUMNS)
+    value_format = "string" if o.value_string else "binary"
     with open_client(o) as client:
         start = part.start
         while True:
             try:
-                res = client.range(
+                page = client.range_arrow(
                     start,
                     part.end or None,
                     revision=part.revision,
                     limit=0 if part.end == b"" else o.page_size,
+                    value_format=value_format,
                 )
             except CompactedError:
-                raise CompactedRevisionError(
-                    "raftkv batch read",
+                raise _compacted(
+                    client,
+                    o,
                     part.revision,
-                    compact_revision_of(client, o.key, part.revision),
                     "the store was compacted past the read's pinned revision",
                 ) from None
-            if res.kvs:
-                kvs = res.kvs
-                cols = [
-                    [decode_key(kv.key) for kv in kvs],
-                    [decode_value(kv.key, kv.value, o.value_string) for kv in kvs],
-                    [kv.create_revision for kv in kvs],
-                    [kv.mod_revision for kv in kvs],
-                    [kv.version for kv in kvs],
-                    [kv.lease for kv in kvs],
-                ]
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.array(cols[0], pa.string()),
-                        pa.array(cols[1], pa.string() if o.value_string else pa.binary()),
-                        *(pa.array(c, pa.int64()) for c in cols[2:]),
-                    ],
-                    names=names,
-                )
-            if not res.more or not res.kvs or part.end == b"":
+            batch = page.batch
+            if batch.num_rows:
+                yield batch
+            if not page.more or not batch.num_rows or part.end == b"":
                 return
-            start = res.kvs[-1].key + b"\0"
+            last = page.last_key()
+            assert last is not None
+            start = last + b"\0"
 
 
 class RaftKVReader(DataSourceReader):

@@ -15,6 +15,7 @@ from kvserver.kvpb.kv import prefix_range_end
 
 DEFAULT_MAX_TXN_BYTES = 1536 * 1024 - 16 * 1024  # under the server's 1.5 MiB request limit
 DEFAULT_PAGE_SIZE = 1000
+DEFAULT_MIN_PARTITION_KEYS = 50_000  # a batch read of fewer keys is one partition
 DEFAULT_MARKER_PREFIX = "__raftkv_spark/"
 MAX_PARTITIONS = 10_000
 
@@ -40,6 +41,13 @@ KNOWN = {
     "path",
     "changefeed",
     "testfailaftertxns",
+    # changefeed: admission control and cold history (changefeed_options.py parses them)
+    "maxeventspertrigger",
+    "maxrevisionspertrigger",
+    "archiveurl",
+    "archiveoptions",
+    # batch read: planning (one partition per at least this many keys)
+    "minpartitionkeys",
     # Spark's own options that it passes through to the source too:
     "checkpointlocation",
     "queryname",
@@ -94,6 +102,7 @@ class SourceOptions:
     source_name: str
     changefeed: bool
     raw: tuple[tuple[str, str], ...]  # every option as given (lower-cased keys), for Fence
+    min_partition_keys: int = DEFAULT_MIN_PARTITION_KEYS  # batch read planning
 
     @property
     def single_key(self) -> bool:
@@ -184,6 +193,9 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
         source_name=opts.get("sourcename", ""),
         changefeed=_bool(opts, "changefeed", False),
         raw=tuple(sorted(opts.items())),
+        min_partition_keys=_int(
+            opts, "minPartitionKeys", DEFAULT_MIN_PARTITION_KEYS, 1, (1 << 63) - 1
+        ),
     )
 
 
