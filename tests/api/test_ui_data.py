@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kvserver.api.http import ui
+from kvserver.api.http import ui, ui_data
 from kvserver.auth.perms import Permission, PermType
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
 from tests.support.auth_setup import enable_auth
@@ -86,6 +86,12 @@ async def test_cluster_history_pipelines_and_write_flag(tmp_path):
             assert len(c["members"]) == 3
             assert [m["is_leader"] for m in c["members"]].count(True) == 1
             assert all(m["match"] is not None and m["lag"] >= 0 for m in c["members"])
+
+            status, m = await get(s, follower, "/ui/api/metrics?scope=cluster")
+            assert status == 200 and len(m["members"]) == 3
+            assert m["fsync"]["counts"][-1] > 0  # every member has fsynced its log
+            status, one = await get(s, follower, "/ui/api/metrics")
+            assert one["members"] == [format(follower.member_id, "x")]
 
             # History: three puts and a delete, then a compaction cuts below its revision.
             kv = leader.kv
@@ -179,3 +185,28 @@ async def test_read_only_by_default_and_auth(tmp_path):
             rng = {"key": b64(b"other/"), "range_end": b64(b"other0"), "keys_only": True}
             status, _ = await post(s, leader, "/v3/kv/range", rng, tokens.alice)
             assert status == 403
+
+
+def test_archive_view_names_the_restorable_range():
+    from kvserver.archive.manifest import Manifest, SnapshotObject
+
+    class FakeArchiver:  # what ui_data reads of kvserver.archive.archiver.Archiver
+        stats = {"errors": 0, "uploaded_bytes": 4096}
+        last_error = None
+        manifest = Manifest(
+            cluster_id=1,
+            member_id=2,
+            updated_unix=1700000100.0,
+            snapshots=[SnapshotObject("s1", index=10, term=2, revision=7, size=1, crc32c=0)],
+            timeline=[[1700000000.0, 5], [1700000050.0, 12], [1700000100.0, 40]],
+        )
+
+        def lag(self):
+            return 3, 1.5
+
+    assert ui_data.archive_view(None) == {"enabled": False}
+    view = ui_data.archive_view(FakeArchiver())
+    assert view["lag_entries"] == 3 and view["last_upload_unix"] == 1700000100.0
+    r = view["restorable"]
+    assert (r["from_index"], r["from_revision"], r["from_unix"]) == (10, 7, 1700000050.0)
+    assert r["to_unix"] == 1700000100.0

@@ -16,10 +16,12 @@ Open like ``/v1/status`` and ``/metrics`` (no token needed):
   does not answer is listed with ``"reachable": false`` and the error. The leader's
   ``progress`` gives each follower's ``match`` and ``lag`` (leader commit - match).
 ``GET /ui/api/metrics`` — cumulative counters the page turns into rates and p99s over time:
-  ``{"t": unix seconds, "revision", "proposals_committed", "proposals_failed",
-  "proposals_pending", "leader_changes", "reads", "writes", "latency": {"le": [...],
-  "counts": [...]}, "fsync": {"le", "counts"}}`` (histogram counts cumulative per bucket,
-  ``latency`` over the gateway's and the REST dialect's key-value routes).
+  ``{"t": unix seconds, "members": [ids], "revision", "proposals_committed",
+  "proposals_failed", "proposals_pending", "leader_changes", "reads", "writes", "latency":
+  {"le": [...], "counts": [...]}, "fsync": {"le", "counts"}}`` (histogram counts cumulative
+  per bucket, ``latency`` over the gateway's and the REST dialect's key-value routes).
+  ``?scope=cluster``: the same summed over every member that answers in time (``members``
+  lists them; the page starts its rates afresh when that list changes).
 ``GET /ui/api/archive`` — ``{"enabled": false}`` without ``--archive-url``; else the lag,
   the manifest's last update (``last_upload_unix``), and what a point-in-time restore can
   reach: from the oldest archived snapshot (index, revision, and the time the archive held
@@ -208,30 +210,40 @@ async def local(request: web.Request) -> web.Response:
     return _answer(local_view(request))
 
 
+def _session(request: web.Request) -> aiohttp.ClientSession:
+    ssl_context = request.app.get(forward.FORWARD_SSL_KEY)
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S),
+        connector=aiohttp.TCPConnector(ssl=True if ssl_context is None else ssl_context),
+    )
+
+
+async def _get_json(session: aiohttp.ClientSession, base: str, path: str) -> Any:
+    """Another member's answer, or None when it does not give one in time."""
+    try:
+        async with session.get(base.rstrip("/") + path) as resp:
+            if resp.status != 200:
+                return None
+            return await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
 async def _fetch_local(session: aiohttp.ClientSession, member: dict[str, Any]) -> dict[str, Any]:
     urls = member.get("client_urls") or []
     base = {**member, "reachable": False, "role": "unknown", "progress": {}}
     if not urls:
         return {**base, "error": "no client URL published yet"}
-    try:
-        async with session.get(urls[0].rstrip("/") + API + "/local") as resp:
-            if resp.status != 200:
-                return {**base, "error": f"HTTP {resp.status}"}
-            view = await resp.json(content_type=None)
-            return {**base, **view, "reachable": True}
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        return {**base, "error": f"{type(exc).__name__}: {exc}"[:200]}
+    view = await _get_json(session, urls[0], API + "/local")
+    if view is None:
+        return {**base, "error": f"no answer from {urls[0]} within {PEER_TIMEOUT_S} s"}
+    return {**base, **view, "reachable": True}
 
 
 async def cluster(request: web.Request) -> web.Response:
     mine = local_view(request)
     others = [m for m in mine["members"] if m["id"] != mine["id"]]
-    ssl_context = request.app.get(forward.FORWARD_SSL_KEY)
-    timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
-    async with aiohttp.ClientSession(
-        timeout=timeout,
-        connector=aiohttp.TCPConnector(ssl=True if ssl_context is None else ssl_context),
-    ) as session:
+    async with _session(request) as session:
         fetched = await asyncio.gather(*(_fetch_local(session, m) for m in others))
     views = {mine["id"]: mine, **{v["id"]: v for v in fetched}}
     # The leader as the reachable members see it (the highest term wins).
@@ -293,7 +305,7 @@ def _histogram_sums(metrics: Any) -> tuple[list[str], list[float], float, float]
     return bounds, [counts[b] for b in bounds], reads, writes
 
 
-async def metrics_summary(request: web.Request) -> web.Response:
+def local_metrics(request: web.Request) -> dict[str, Any]:
     stats = _node_stats(request)
     bounds, counts, reads, writes = _histogram_sums(request.app[METRICS_KEY])
     fsync: dict[str, Any] = {"le": [], "counts": []}
@@ -301,20 +313,58 @@ async def metrics_summary(request: web.Request) -> web.Response:
     if hist is not None and hasattr(hist, "snapshot"):
         buckets, _ = hist.snapshot()
         fsync = {"le": [b for b, _ in buckets], "counts": [n for _, n in buckets]}
-    return _answer(
-        {
-            "t": round(time.time(), 3),
-            "revision": int(stats.get("store_revision", 0)),
-            "proposals_committed": int(stats.get("proposals_committed", 0)),
-            "proposals_failed": int(stats.get("proposals_failed", 0)),
-            "proposals_pending": int(stats.get("proposals_pending", 0)),
-            "leader_changes": int(stats.get("raft_leader_changes", 0)),
-            "reads": int(reads),
-            "writes": int(writes),
-            "latency": {"le": bounds, "counts": [int(c) for c in counts]},
-            "fsync": fsync,
-        }
-    )
+    return {
+        "t": round(time.time(), 3),
+        "members": [format(request.app[SERVICE_KEY].member_id, "x")],
+        "revision": int(stats.get("store_revision", 0)),
+        "proposals_committed": int(stats.get("proposals_committed", 0)),
+        "proposals_failed": int(stats.get("proposals_failed", 0)),
+        "proposals_pending": int(stats.get("proposals_pending", 0)),
+        "leader_changes": int(stats.get("raft_leader_changes", 0)),
+        "reads": int(reads),
+        "writes": int(writes),
+        "latency": {"le": bounds, "counts": [int(c) for c in counts]},
+        "fsync": fsync,
+    }
+
+
+def _le_key(le: str) -> float:
+    return float("inf") if le == "+Inf" else float(le)
+
+
+def _merge_histograms(hists: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, int] = {}
+    for h in hists:
+        for le, n in zip(h["le"], h["counts"], strict=False):
+            total[le] = total.get(le, 0) + int(n)
+    les = sorted(total, key=_le_key)
+    return {"le": les, "counts": [total[le] for le in les]}
+
+
+def merge_metrics(views: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cluster's numbers from its members': counters and histograms summed (requests
+    and fsyncs of every member), the revision and leader changes the highest seen."""
+    out = dict(views[0])
+    out["members"] = sorted(m for v in views for m in v["members"])
+    for field in ("proposals_committed", "proposals_failed", "proposals_pending", "reads"):
+        out[field] = sum(int(v[field]) for v in views)
+    out["writes"] = sum(int(v["writes"]) for v in views)
+    out["revision"] = max(int(v["revision"]) for v in views)
+    out["leader_changes"] = max(int(v["leader_changes"]) for v in views)
+    out["latency"] = _merge_histograms([v["latency"] for v in views])
+    out["fsync"] = _merge_histograms([v["fsync"] for v in views])
+    return out
+
+
+async def metrics_summary(request: web.Request) -> web.Response:
+    mine = local_metrics(request)
+    if request.query.get("scope") != "cluster":
+        return _answer(mine)
+    status = request.app[SERVICE_KEY].status()
+    urls = [m.client_urls[0] for m in status.members if m.id != status.member_id and m.client_urls]
+    async with _session(request) as session:
+        fetched = await asyncio.gather(*(_get_json(session, u, API + "/metrics") for u in urls))
+    return _answer(merge_metrics([mine, *(v for v in fetched if v is not None)]))
 
 
 # --- archive ------------------------------------------------------------------------------------

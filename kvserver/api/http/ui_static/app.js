@@ -3,7 +3,8 @@
 "use strict";
 
 const UI = (window.raftkvUi = {
-  stats: { rangeRequests: 0, keysFetched: 0 },
+  stats: { rangeRequests: 0, keysFetched: 0 }, // key-tree reads, counted for tests and people
+  samples: 0, // metric samples taken for the charts
   token: sessionStorage.getItem("raftkv-token") || "",
   user: sessionStorage.getItem("raftkv-user") || "",
   config: null,
@@ -194,7 +195,8 @@ function push(name, t, v) {
   }
 }
 async function sampleMetrics() {
-  const m = await uiGet("/metrics");
+  const m = await uiGet("/metrics?scope=cluster");
+  if (lastSample && lastSample.members.join() !== m.members.join()) lastSample = null; // a member came or went
   if (lastSample) {
     const dt = Math.max(0.001, m.t - lastSample.t);
     push("writes", m.t, Math.max(0, m.revision - lastSample.revision) / dt);
@@ -204,6 +206,7 @@ async function sampleMetrics() {
   }
   push("pending", m.t, m.proposals_pending);
   lastSample = m;
+  UI.samples += 1;
 }
 function memberRow(m, leaderCommit) {
   const quota = m.quota_backend_bytes || 0;
@@ -316,7 +319,9 @@ async function listChildren(prefix, startKey, maxChildren) {
     if (end !== "\0" && next >= end) return { children, next: null };
     if (children.length >= maxChildren) return { children, next };
     start = next;
-    limit = added <= 2 ? Math.max(2, limit >> 2) : added === kvs.length ? Math.min(256, limit * 2) : limit;
+    // Pages that hit one sub-directory shrink (down to one key per request); pages of
+    // distinct children grow.
+    limit = added <= 2 ? Math.max(1, limit >> 2) : added === kvs.length ? Math.min(256, limit * 2) : limit;
   }
 }
 
@@ -439,9 +444,11 @@ async function selectKey(li, key) {
       diff.replaceChildren(...lineDiff(ta, tb).map(([op, line]) => el("div", { class: op === "+" ? "diff-add" : op === "-" ? "diff-del" : "", text: `${op === "=" ? " " : op} ${line}` })));
     };
     table.onchange = compare;
-    if (rows.length >= 2) {
-      rows[rows.length - 2].querySelector("input[name=diff-a]").checked = true;
-      rows[rows.length - 1].querySelector("input[name=diff-b]").checked = true;
+    // By default, the change made by the newest put: the last two versions with a value.
+    const puts = hist.versions.map((v, i) => (v.type === "PUT" ? i : -1)).filter((i) => i >= 0);
+    if (puts.length >= 2) {
+      rows[puts[puts.length - 2]].querySelector("input[name=diff-a]").checked = true;
+      rows[puts[puts.length - 1]].querySelector("input[name=diff-b]").checked = true;
       compare();
     }
     const parts = [
