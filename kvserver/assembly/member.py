@@ -215,8 +215,8 @@ class Member:
             await web.TCPSite(
                 peer_runner, host, port, reuse_address=True, ssl_context=ssl_context
             ).start()
-        # Each client URL serves both dialects: HTTP/2 (gRPC) is spliced to the gRPC server,
-        # the rest goes to the HTTP app (kvserver.api.grpc.mux).
+        # Each client URL serves both dialects: HTTP/2 connections go to the gRPC server,
+        # the rest to the HTTP app (kvserver.api.grpc.mux).
         client_runner = self.client_guard.runner(
             client_app, access_log=None, handle_signals=False, shutdown_timeout=2.0
         )
@@ -229,8 +229,7 @@ class Member:
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
         )
-        backend = await self.grpc.start()
-        factory = client_port_factory(client_runner.server, backend)
+        factory = client_port_factory(client_runner.server, self.grpc)
         loop = asyncio.get_running_loop()
         for url in cfg.listen_client_urls:
             host, port = host_port(url)

@@ -1,7 +1,9 @@
 """kvserver.api.grpc: etcd's gRPC API (``etcdserverpb``) over the same ``KVService``.
 
-``GrpcServer`` (``server``) runs grpc.aio on an abstract unix socket; ``mux`` lets every client URL
-serve it beside the HTTP API (HTTP/2 connections are spliced to it). One module per etcd
+``GrpcServer`` (``server``) holds the services' method table; ``mux`` hands every client-URL
+connection that opens with the HTTP/2 preface to it, and ``connection`` serves that
+connection's calls on the member's event loop (``h2``: frames and header blocks; ``rpc``: a
+call's context and status). One module per etcd
 service (``kv``, ...); ``convert`` translates messages to the service's dataclasses and back;
 ``calls`` resolves the caller and turns errors into etcd's gRPC statuses.
 """

@@ -15,8 +15,8 @@ RoleGrantPermission ``name``. UserAdd/UserChangePassword with ``options.no_passw
 without ``perm`` is etcd's ``auth: permission not given``, with a permType outside
 READ/WRITE/READWRITE ``raftkv: unknown permission type N``.
 
-Authenticate's failure limiter counts per client host (the splice's peer address without its
-port, as the gateway counts per remote address).
+Authenticate's failure limiter counts per client host (the connection's peer address without
+its port, as the gateway counts per remote address).
 """
 
 from __future__ import annotations
@@ -24,16 +24,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
-import grpc
-
 from kvserver.auth import management as M
 from kvserver.auth.perms import Permission, PermType
 from kvserver.etcdpb import auth_pb2, rpc_pb2
 
 from .calls import Calls, service_handler
 from .convert import bad_enum
+from .rpc import Method, RpcContext
 
-Ctx: TypeAlias = grpc.aio.ServicerContext
+Ctx: TypeAlias = RpcContext
 Body = Callable[[Any, Ctx, str | None], Awaitable[Any]]
 
 
@@ -184,7 +183,7 @@ class AuthServicer:
         await M.role_revoke_permission(self.auth, user, req.role, req.key, req.range_end)
         return rpc_pb2.AuthRoleRevokePermissionResponse(header=self.header())
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         u = self._unary
         return service_handler(
             "etcdserverpb.Auth",

@@ -1,8 +1,6 @@
 """What every gRPC handler does around its service call: who is calling, and errors as status.
 
-- ``Calls.user(context)``: the user a call acts as, as etcd resolves it. The connection must
-  have come through a client URL's splice (``GrpcBackend.identity``), else PermissionDenied.
-  With auth enabled, the ``token`` metadata (from ``Authenticate``) names the user; without a
+- ``Calls.user(context)``: the user a call acts as, as etcd resolves it. With auth enabled, the ``token`` metadata (from ``Authenticate``) names the user; without a
   token, a verified client certificate's common name does (``--client-cert-auth``); with
   neither, ``etcdserver: user name is empty``. With auth disabled: None (no checks). A call
   another member forwarded (metadata ``x-raftkv-forwarded``, ``kvserver.api.grpc.forward``)
@@ -24,16 +22,14 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from kvserver.kvpb.errors import EtcdError
-from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
-from .mux import GrpcBackend
+from .rpc import ClientIdentity, Method, RpcAbort, RpcContext
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 MSG_INTERNAL = "raftkv: internal error"
-MSG_NOT_SPLICED = "raftkv: gRPC is served on the client URLs only"
 _STATUS_BY_CODE = {status.value[0]: status for status in grpc.StatusCode}
 
 
@@ -44,14 +40,14 @@ def status_of(code: int) -> grpc.StatusCode:
 FORWARDED_KEY = "x-raftkv-forwarded"  # metadata of a call a member forwarded to the leader
 
 
-def metadata_value(context: grpc.aio.ServicerContext, name: str) -> str | None:
+def metadata_value(context: RpcContext, name: str) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == name:
             return value if isinstance(value, str) else value.decode("utf-8", "replace")
     return None
 
 
-def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
+def is_forwarded(context: RpcContext) -> bool:
     return metadata_value(context, FORWARDED_KEY) is not None
 
 
@@ -59,7 +55,7 @@ HASLEADER_KEY = "hasleader"  # etcd's rpctypes.MetadataRequireLeaderKey
 HASLEADER_VALUE = "true"
 
 
-def requires_leader(context: grpc.aio.ServicerContext) -> bool:
+def requires_leader(context: RpcContext) -> bool:
     """The client asked for a stream that only lives while this member knows a leader
     (clientv3's ``WithRequireLeader``; etcdctl's watch sends it): etcd refuses such a stream
     on a member without a leader, Unavailable ``etcdserver: no leader``."""
@@ -67,18 +63,14 @@ def requires_leader(context: grpc.aio.ServicerContext) -> bool:
 
 
 class Calls:
-    def __init__(self, backend: GrpcBackend, auth: Any, max_request_bytes: int):
-        self.backend = backend
+    def __init__(self, auth: Any, max_request_bytes: int):
         self.auth = auth  # kvserver.auth.service.AuthService, or None (tests without auth)
         self.max_request_bytes = max_request_bytes  # --max-request-bytes
 
-    def caller(self, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
-        who = self.backend.identity(context.peer())
-        if who is None:
-            raise ServiceError(GrpcCode.PERMISSION_DENIED, MSG_NOT_SPLICED)
-        return who
+    def caller(self, context: RpcContext) -> ClientIdentity:
+        return context.identity
 
-    def user(self, context: grpc.aio.ServicerContext) -> str | None:
+    def user(self, context: RpcContext) -> str | None:
         """The user this call acts as (None: auth is disabled). Raises etcd's auth errors."""
         who = self.caller(context)
         auth = self.auth
@@ -91,7 +83,7 @@ class Calls:
             return who.cert_common_name
         return auth.user_for(None)  # raises: user name is empty
 
-    def token_user(self, context: grpc.aio.ServicerContext) -> str | None:
+    def token_user(self, context: RpcContext) -> str | None:
         """For the Auth service's own calls: the caller if it sent a token or a certificate,
         else None (e.g. ``Authenticate``, ``AuthStatus``)."""
         who = self.caller(context)
@@ -103,9 +95,11 @@ class Calls:
             return auth.user_for(token)
         return who.cert_common_name
 
-    async def run(self, context: grpc.aio.ServicerContext, call: Awaitable[T]) -> T:
+    async def run(self, context: RpcContext, call: Awaitable[T]) -> T:
         try:
             return await call
+        except RpcAbort:
+            raise  # the call already chose its status
         except EtcdError as exc:
             await self.abort(context, exc)
         except Exception:
@@ -114,40 +108,25 @@ class Calls:
         raise AssertionError("unreachable")  # context.abort raises
 
     def unary(
-        self, body: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]
-    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]:
+        self, body: Callable[[Any, RpcContext], Awaitable[T]]
+    ) -> Callable[[Any, RpcContext], Awaitable[T]]:
         """A unary method's handler: ``body(request, context)`` under ``run``, so its
         failures reach the client as etcd's statuses."""
 
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> T:
+        async def handle(request: Any, context: RpcContext) -> T:
             return await self.run(context, body(request, context))
 
         return handle
 
-    async def abort(self, context: grpc.aio.ServicerContext, exc: EtcdError) -> NoReturn:
+    async def abort(self, context: RpcContext, exc: EtcdError) -> NoReturn:
         await context.abort(status_of(exc.grpc_code), exc.message)
         raise AssertionError("unreachable")
 
 
-def serialize(message: Any) -> bytes:
-    """The response serializer of every method: bytes are already serialized."""
-    return message if type(message) is bytes else message.SerializeToString()
-
-
-_METHOD_HANDLERS = {
-    "unary_unary": grpc.unary_unary_rpc_method_handler,
-    "unary_stream": grpc.unary_stream_rpc_method_handler,
-    "stream_stream": grpc.stream_stream_rpc_method_handler,
-}
-
-
-def service_handler(name: str, methods: dict[str, tuple[Any, ...]]) -> grpc.GenericRpcHandler:
-    """A generic handler for ``{method: (handler, request class[, kind])}``; kind is
-    ``unary_unary`` (default), ``unary_stream`` or ``stream_stream``."""
-    handlers = {}
-    for method, (fn, kind, *shape) in methods.items():
-        make = _METHOD_HANDLERS[shape[0] if shape else "unary_unary"]
-        handlers[method] = make(
-            fn, request_deserializer=kind.FromString, response_serializer=serialize
-        )
-    return grpc.method_handlers_generic_handler(name, handlers)
+def service_handler(name: str, methods: dict[str, tuple[Any, ...]]) -> dict[str, Method]:
+    """The method table of service ``name`` for ``{method: (handler, request class[, kind])}``;
+    kind is ``unary_unary`` (default), ``unary_stream`` or ``stream_stream``."""
+    return {
+        f"/{name}/{method}": Method(fn, kind, *shape)
+        for method, (fn, kind, *shape) in methods.items()
+    }

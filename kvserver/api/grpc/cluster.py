@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-
 from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.member import Member
@@ -39,6 +37,7 @@ from kvserver.kvpb.member import Member
 from . import convert
 from .calls import Calls, service_handler
 from .forward import LeaderForwarder
+from .rpc import Method, RpcContext
 
 SERVICE = "etcdserverpb.Cluster"
 
@@ -74,18 +73,16 @@ class ClusterServicer:
         self.calls = calls
         self.forwarder = forwarder
 
-    async def MemberList(
-        self, request: rpc_pb2.MemberListRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def MemberList(self, request: rpc_pb2.MemberListRequest, context: RpcContext) -> Any:
         return await self.calls.run(context, self._list(context))
 
-    async def _list(self, context: grpc.aio.ServicerContext) -> Any:
+    async def _list(self, context: RpcContext) -> Any:
         self.calls.caller(context)  # through a client URL; no user needed
         return members_to_pb(await self.service.member_list(), rpc_pb2.MemberListResponse)
 
     async def _change(
         self,
-        context: grpc.aio.ServicerContext,
+        context: RpcContext,
         method: str,
         request: Any,
         kind: Any,
@@ -104,9 +101,7 @@ class ClusterServicer:
             return await self.forwarder.unary(context, f"/{SERVICE}/{method}", request, kind, exc)
         return members_to_pb(resp, kind)
 
-    async def MemberAdd(
-        self, request: rpc_pb2.MemberAddRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def MemberAdd(self, request: rpc_pb2.MemberAddRequest, context: RpcContext) -> Any:
         urls, learner = list(request.peerURLs), request.isLearner
         return await self.calls.run(
             context,
@@ -119,9 +114,7 @@ class ClusterServicer:
             ),
         )
 
-    async def MemberRemove(
-        self, request: rpc_pb2.MemberRemoveRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def MemberRemove(self, request: rpc_pb2.MemberRemoveRequest, context: RpcContext) -> Any:
         member_id = request.ID
         return await self.calls.run(
             context,
@@ -134,9 +127,7 @@ class ClusterServicer:
             ),
         )
 
-    async def MemberUpdate(
-        self, request: rpc_pb2.MemberUpdateRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def MemberUpdate(self, request: rpc_pb2.MemberUpdateRequest, context: RpcContext) -> Any:
         member_id, urls = request.ID, list(request.peerURLs)
         return await self.calls.run(
             context,
@@ -150,7 +141,7 @@ class ClusterServicer:
         )
 
     async def MemberPromote(
-        self, request: rpc_pb2.MemberPromoteRequest, context: grpc.aio.ServicerContext
+        self, request: rpc_pb2.MemberPromoteRequest, context: RpcContext
     ) -> Any:
         member_id = request.ID
         return await self.calls.run(
@@ -164,7 +155,7 @@ class ClusterServicer:
             ),
         )
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         return service_handler(
             SERVICE,
             {

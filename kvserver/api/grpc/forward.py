@@ -41,12 +41,13 @@ from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
 from .calls import FORWARDED_KEY, is_forwarded, metadata_value
+from .rpc import RpcContext
 
 PUBLISH_WAIT_S = 2.0
 PUBLISH_POLL_S = 0.05
 
 
-def forwarded_metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+def forwarded_metadata(context: RpcContext) -> tuple[tuple[str, str], ...]:
     """The metadata of a call forwarded on behalf of ``context``'s caller."""
     token = metadata_value(context, "token")
     return ((FORWARDED_KEY, "1"),) + ((("token", token),) if token else ())
@@ -73,7 +74,7 @@ class LeaderForwarder:
         self.channel: grpc.aio.Channel | None = None
         self.forwarded = 0  # calls and keep-alive requests sent to a leader (for tests)
 
-    def can_forward(self, exc: EtcdError, context: grpc.aio.ServicerContext) -> bool:
+    def can_forward(self, exc: EtcdError, context: RpcContext) -> bool:
         return (
             isinstance(exc, ServiceError)
             and exc.message == MSG_NOT_LEADER
@@ -128,13 +129,13 @@ class LeaderForwarder:
         return answer
 
     @staticmethod
-    def timeout_s(context: grpc.aio.ServicerContext) -> float:
+    def timeout_s(context: RpcContext) -> float:
         remaining = context.time_remaining()
         return FORWARD_TIMEOUT_S if remaining is None else min(remaining, FORWARD_TIMEOUT_S)
 
     async def unary(
         self,
-        context: grpc.aio.ServicerContext,
+        context: RpcContext,
         method: str,
         request: Any,
         response_class: Any,

@@ -9,7 +9,7 @@ etcd's status codes and texts (``Calls.run``).
 A range answer of more than ``ENCODE_IN_THREAD_KVS`` keys is converted and serialized in a
 worker thread, ``ENCODE_STEP_KVS`` keys per protobuf call, so that no single call holds the
 interpreter (and the event loop) for long; the handler then returns the serialized bytes,
-which the response serializer (``calls.serialize``) passes through unchanged. Repeated fields of a protobuf message may be
+which the response serializer (``rpc.serialize``) passes through unchanged. Repeated fields of a protobuf message may be
 written in several pieces, so the pieces concatenate into one valid ``RangeResponse``.
 """
 
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import grpc
 
 from kvserver.api.http.common import request_size_bytes
 from kvserver.etcdpb import rpc_pb2
@@ -29,6 +27,7 @@ from kvserver.server.service import KVService
 
 from . import convert
 from .calls import Calls, service_handler
+from .rpc import Method, RpcContext
 
 ENCODE_IN_THREAD_KVS = 10_000
 ENCODE_STEP_KVS = 2_048
@@ -51,7 +50,7 @@ class KVServicer:
         self.service = service
         self.calls = calls
 
-    def _checked(self, context: grpc.aio.ServicerContext, req: Any) -> Any:
+    def _checked(self, context: RpcContext, req: Any) -> Any:
         validate_request(req)
         if request_size_bytes(req) > self.calls.max_request_bytes:
             raise request_too_large()
@@ -61,34 +60,30 @@ class KVServicer:
             auth.check_request(user, req)
         return req
 
-    async def _range(self, request: rpc_pb2.RangeRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def _range(self, request: rpc_pb2.RangeRequest, context: RpcContext) -> Any:
         req = self._checked(context, convert.range_from_pb(request))
         resp = await self.service.range(req)
         if len(resp.kvs) > ENCODE_IN_THREAD_KVS:
             return await asyncio.to_thread(encode_range_in_steps, resp)
         return convert.range_to_pb(resp)
 
-    async def _put(self, request: rpc_pb2.PutRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def _put(self, request: rpc_pb2.PutRequest, context: RpcContext) -> Any:
         req = self._checked(context, convert.put_from_pb(request))
         return convert.put_to_pb(await self.service.put(req))
 
-    async def _delete(
-        self, request: rpc_pb2.DeleteRangeRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _delete(self, request: rpc_pb2.DeleteRangeRequest, context: RpcContext) -> Any:
         req = self._checked(context, convert.delete_from_pb(request))
         return convert.delete_to_pb(await self.service.delete_range(req))
 
-    async def _txn(self, request: rpc_pb2.TxnRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def _txn(self, request: rpc_pb2.TxnRequest, context: RpcContext) -> Any:
         req = self._checked(context, convert.txn_from_pb(request))
         return convert.txn_to_pb(await self.service.txn(req))
 
-    async def _compact(
-        self, request: rpc_pb2.CompactionRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _compact(self, request: rpc_pb2.CompactionRequest, context: RpcContext) -> Any:
         req = self._checked(context, convert.compaction_from_pb(request))
         return convert.compaction_to_pb(await self.service.compact(req))
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         u = self.calls.unary
         return service_handler(
             "etcdserverpb.KV",

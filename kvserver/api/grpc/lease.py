@@ -44,6 +44,7 @@ from kvserver.kvpb.service_errors import no_leader
 from . import convert
 from .calls import Calls, requires_leader, service_handler
 from .forward import LeaderForwarder, forwarded_metadata, relayed
+from .rpc import Method, RpcContext
 
 SERVICE = "etcdserverpb.Lease"
 
@@ -90,7 +91,7 @@ def lease_leases_to_pb(r: L.LeaseLeasesResponse) -> rpc_pb2.LeaseLeasesResponse:
 class _KeepAliveUpstream:
     """A follower's keep-alive stream to the leader, for one client stream."""
 
-    def __init__(self, forwarder: LeaderForwarder, context: grpc.aio.ServicerContext):
+    def __init__(self, forwarder: LeaderForwarder, context: RpcContext):
         self.forwarder = forwarder
         self.context = context
         self.url: str | None = None
@@ -153,20 +154,16 @@ class LeaseServicer:
         for key in store.keys_with_lease(lease_id) if store is not None else ():
             auth.check_write(user, key)
 
-    async def _grant(
-        self, request: rpc_pb2.LeaseGrantRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _grant(self, request: rpc_pb2.LeaseGrantRequest, context: RpcContext) -> Any:
         self.calls.user(context)
         return lease_grant_to_pb(await self.service.lease_grant(request.TTL, request.ID))
 
-    async def _revoke(
-        self, request: rpc_pb2.LeaseRevokeRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _revoke(self, request: rpc_pb2.LeaseRevokeRequest, context: RpcContext) -> Any:
         self._check_revoke(self.calls.user(context), request.ID)
         return lease_revoke_to_pb(await self.service.lease_revoke(request.ID))
 
     async def _time_to_live(
-        self, request: rpc_pb2.LeaseTimeToLiveRequest, context: grpc.aio.ServicerContext
+        self, request: rpc_pb2.LeaseTimeToLiveRequest, context: RpcContext
     ) -> Any:
         self.calls.user(context)
         try:
@@ -183,16 +180,14 @@ class LeaseServicer:
             )
         return lease_time_to_live_to_pb(resp)
 
-    async def _leases(
-        self, request: rpc_pb2.LeaseLeasesRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _leases(self, request: rpc_pb2.LeaseLeasesRequest, context: RpcContext) -> Any:
         self.calls.user(context)
         return lease_leases_to_pb(await self.service.lease_leases())
 
     async def LeaseKeepAlive(
         self,
         requests: AsyncIterator[rpc_pb2.LeaseKeepAliveRequest],
-        context: grpc.aio.ServicerContext,
+        context: RpcContext,
     ) -> AsyncIterator[Any]:
         await self.calls.run(context, self._stream_user(context))
         if requires_leader(context) and self.service.status().leader == 0:
@@ -204,13 +199,13 @@ class LeaseServicer:
         finally:
             upstream.close()
 
-    async def _stream_user(self, context: grpc.aio.ServicerContext) -> str | None:
+    async def _stream_user(self, context: RpcContext) -> str | None:
         return self.calls.user(context)
 
     async def _renew(
         self,
         request: rpc_pb2.LeaseKeepAliveRequest,
-        context: grpc.aio.ServicerContext,
+        context: RpcContext,
         upstream: _KeepAliveUpstream,
     ) -> Any:
         try:
@@ -225,7 +220,7 @@ class LeaseServicer:
                 raise
             return await upstream.renew(request, exc)
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         u = self.calls.unary
         return service_handler(
             SERVICE,

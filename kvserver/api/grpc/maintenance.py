@@ -69,6 +69,7 @@ from kvserver.server.service import NodeStatus
 
 from . import convert
 from .calls import Calls, service_handler
+from .rpc import Method, RpcContext
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class MaintenanceServicer:
         self.service = service
         self.calls = calls
 
-    def _admin(self, context: grpc.aio.ServicerContext) -> None:
+    def _admin(self, context: RpcContext) -> None:
         """Root only, with auth enabled (etcd's ``isAuthenticated``: IsAdminPermitted)."""
         user = self.calls.user(context)
         auth = self.calls.auth
@@ -151,32 +152,26 @@ class MaintenanceServicer:
     def _header(self) -> rpc_pb2.ResponseHeader:
         return convert.header_to_pb(ops.header(self.service))
 
-    async def _status(
-        self, request: rpc_pb2.StatusRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _status(self, request: rpc_pb2.StatusRequest, context: RpcContext) -> Any:
         self.calls.caller(context)  # through a client URL; no user needed
         return status_to_pb(self.service.status())
 
-    async def _alarm(self, request: rpc_pb2.AlarmRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def _alarm(self, request: rpc_pb2.AlarmRequest, context: RpcContext) -> Any:
         self._admin(context)
         return alarm_to_pb(await self.service.alarm(alarm_from_pb(request)))
 
-    async def _defragment(
-        self, request: rpc_pb2.DefragmentRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _defragment(self, request: rpc_pb2.DefragmentRequest, context: RpcContext) -> Any:
         self._admin(context)
         return rpc_pb2.DefragmentResponse(
             header=convert.header_to_pb(await ops.defragment(self.service))
         )
 
-    async def _hash(self, request: rpc_pb2.HashRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def _hash(self, request: rpc_pb2.HashRequest, context: RpcContext) -> Any:
         self._admin(context)
         r = await ops.hash_all(self.service)
         return rpc_pb2.HashResponse(header=convert.header_to_pb(r.header), hash=r.hash)
 
-    async def _hash_kv(
-        self, request: rpc_pb2.HashKVRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _hash_kv(self, request: rpc_pb2.HashKVRequest, context: RpcContext) -> Any:
         self._admin(context)
         r = await self.service.hash_kv(request.revision)
         return rpc_pb2.HashKVResponse(
@@ -186,20 +181,16 @@ class MaintenanceServicer:
             hash_revision=r.hash_revision,
         )
 
-    async def _move_leader(
-        self, request: rpc_pb2.MoveLeaderRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def _move_leader(self, request: rpc_pb2.MoveLeaderRequest, context: RpcContext) -> Any:
         self._admin(context)
         header = await ops.move_leader(self.service, request.targetID)
         return rpc_pb2.MoveLeaderResponse(header=convert.header_to_pb(header))
 
-    async def Downgrade(
-        self, request: rpc_pb2.DowngradeRequest, context: grpc.aio.ServicerContext
-    ) -> Any:
+    async def Downgrade(self, request: rpc_pb2.DowngradeRequest, context: RpcContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, ops.MSG_NO_DOWNGRADE)
 
     async def Snapshot(
-        self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
+        self, request: rpc_pb2.SnapshotRequest, context: RpcContext
     ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
         try:
             self._admin(context)
@@ -262,7 +253,7 @@ class MaintenanceServicer:
         pending += digest.digest()
         yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=0, blob=bytes(pending))
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         u = self.calls.unary
         return service_handler(
             "etcdserverpb.Maintenance",

@@ -1,10 +1,11 @@
 """This member's gRPC server: etcd's services over the same ``KVService`` as the JSON gateway.
 
-``GrpcServer(service, auth, max_request_bytes=...)``; ``await start()`` binds a grpc.aio server
-to an abstract unix socket and returns the ``GrpcBackend`` that the client URLs'
-listeners splice HTTP/2 connections to (``kvserver.api.grpc.mux``); ``await stop()`` ends it.
-Clients never dial that socket themselves: they use the client URLs, and calls on a
-connection that did not come through a splice are refused.
+``GrpcServer(service, auth, max_request_bytes=...)`` holds the method table of the six
+services and the settings every connection shares. The client URLs' listeners hand it each
+connection that opens with the HTTP/2 preface (``kvserver.api.grpc.mux``), and
+``connection(identity)`` makes the protocol that serves it (``GrpcConnection``) on this
+member's event loop. ``await stop()`` sends every connection GOAWAY, lets running calls end
+for a moment, then closes what is left.
 
 Settings, as etcd's server has them:
 
@@ -18,6 +19,8 @@ Settings, as etcd's server has them:
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import grpc
@@ -25,31 +28,19 @@ import grpc
 from .auth import AuthServicer
 from .calls import Calls
 from .cluster import ClusterServicer
+from .connection import GrpcConnection, ServerSettings
 from .forward import LeaderForwarder
 from .kv import KVServicer
 from .lease import LeaseServicer
 from .maintenance import MaintenanceServicer
-from .mux import GrpcBackend
+from .rpc import ClientIdentity, Method
 from .watch import WatchServicer
 
 GRPC_OVERHEAD_BYTES = 512 * 1024
-KEEPALIVE_MIN_TIME_MS = 5_000
-KEEPALIVE_INTERVAL_MS = 2 * 3600 * 1000
-KEEPALIVE_TIMEOUT_MS = 20_000
-
-
-def server_options(max_request_bytes: int) -> list[tuple[str, Any]]:
-    return [
-        ("grpc.max_receive_message_length", max_request_bytes + GRPC_OVERHEAD_BYTES),
-        ("grpc.max_send_message_length", -1),
-        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MIN_TIME_MS),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MIN_TIME_MS),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_ping_strikes", 2),
-        ("grpc.keepalive_time_ms", KEEPALIVE_INTERVAL_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.so_reuseport", 0),
-    ]
+KEEPALIVE_MIN_TIME_S = 5.0
+KEEPALIVE_INTERVAL_S = 2 * 3600.0
+KEEPALIVE_TIMEOUT_S = 20.0
+STOP_POLL_S = 0.02
 
 
 class GrpcServer:
@@ -62,14 +53,19 @@ class GrpcServer:
         forward_credentials: grpc.ChannelCredentials | None = None,
     ):
         self.service = service
-        self.backend = GrpcBackend()
-        self.calls = Calls(self.backend, auth, max_request_bytes)
+        self.calls = Calls(auth, max_request_bytes)
         # https leaders need this member's client TLS credentials (kvserver.api.grpc.forward)
         self.forwarder = LeaderForwarder(service, forward_credentials)
         self.max_request_bytes = max_request_bytes
-        self.server: grpc.aio.Server | None = None
+        self.settings = ServerSettings(
+            self.methods(),
+            max_receive=max_request_bytes + GRPC_OVERHEAD_BYTES,
+            keepalive_min_time=KEEPALIVE_MIN_TIME_S,
+            keepalive_interval=KEEPALIVE_INTERVAL_S,
+            keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+        )
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def methods(self) -> dict[str, Method]:
         service, calls, forwarder = self.service, self.calls, self.forwarder
         servicers = (
             KVServicer(service, calls),
@@ -79,18 +75,30 @@ class GrpcServer:
             MaintenanceServicer(service, calls),
             AuthServicer(service, calls),
         )
-        return [servicer.handler() for servicer in servicers]
+        table: dict[str, Method] = {}
+        for servicer in servicers:
+            table.update(servicer.methods())
+        return table
 
-    async def start(self) -> GrpcBackend:
-        server = grpc.aio.server(options=server_options(self.max_request_bytes))
-        server.add_generic_rpc_handlers(self.handlers())
-        server.add_insecure_port(self.backend.target)
-        await server.start()
-        self.server = server
-        return self.backend
+    @property
+    def connections_accepted(self) -> int:
+        return self.settings.accepted
+
+    @property
+    def open_connections(self) -> int:
+        return len(self.settings.connections)
+
+    def connection(self, identity: ClientIdentity) -> GrpcConnection:
+        """The protocol of a client connection that opened with the HTTP/2 preface."""
+        return GrpcConnection(self.settings, identity)
 
     async def stop(self, grace_s: float = 1.0) -> None:
-        if self.server is not None:
-            await self.server.stop(grace_s)
-            self.server = None
+        connections = list(self.settings.connections)
+        for conn in connections:
+            conn.go_away()
+        deadline = time.monotonic() + grace_s
+        while any(conn.streams for conn in connections) and time.monotonic() < deadline:
+            await asyncio.sleep(STOP_POLL_S)
+        for conn in connections:
+            conn.abort()
         await self.forwarder.close()

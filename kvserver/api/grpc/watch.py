@@ -58,7 +58,6 @@ import asyncio
 import logging
 from typing import Any
 
-import grpc
 from google.protobuf.message import DecodeError
 
 from kvserver.auth.errors import PermissionDeniedError
@@ -70,6 +69,7 @@ from kvserver.watch.hub import WatchStream
 
 from . import convert
 from .calls import MSG_INTERNAL, Calls, requires_leader, service_handler
+from .rpc import Method, RpcContext
 
 log = logging.getLogger(__name__)
 
@@ -214,12 +214,12 @@ class WatchServicer:
         self.calls = calls
         self.leader_monitor = _LeaderMonitor(service)
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Method]:
         return service_handler(
             "etcdserverpb.Watch", {"Watch": (self.Watch, rpc_pb2.WatchRequest, "stream_stream")}
         )
 
-    async def Watch(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+    async def Watch(self, requests: Any, context: RpcContext) -> None:
         try:
             self.calls.caller(context)
         except EtcdError as exc:
@@ -260,7 +260,7 @@ class WatchServicer:
 
     # --- requests -------------------------------------------------------------------------------
 
-    async def _read(self, requests: Any, context: grpc.aio.ServicerContext, call: _Call) -> None:
+    async def _read(self, requests: Any, context: RpcContext, call: _Call) -> None:
         stream = call.stream
         try:
             async for req in requests:
@@ -276,7 +276,7 @@ class WatchServicer:
             log.debug("watch: reading requests failed: %r", exc)
             call.fail(ServiceError(GrpcCode.CANCELLED, MSG_WATCH_CANCELED))
 
-    def _apply(self, context: grpc.aio.ServicerContext, call: _Call, req: Any) -> None:
+    def _apply(self, context: RpcContext, call: _Call, req: Any) -> None:
         which = req.WhichOneof("request_union")
         stream = call.stream
         if which == "create_request":
@@ -287,9 +287,7 @@ class WatchServicer:
             if not call.deferred_progress and not stream.request_progress():
                 call.deferred_progress = True
 
-    def _create(
-        self, context: grpc.aio.ServicerContext, call: _Call, req: WatchCreateRequest
-    ) -> None:
+    def _create(self, context: RpcContext, call: _Call, req: WatchCreateRequest) -> None:
         auth = self.calls.auth
         # A negative start revision is refused by the hub first, as etcd does.
         if auth is not None and auth.enabled and req.start_revision >= 0:
@@ -315,7 +313,7 @@ class WatchServicer:
 
     # --- responses ------------------------------------------------------------------------------
 
-    async def _send(self, context: grpc.aio.ServicerContext, call: _Call) -> None:
+    async def _send(self, context: RpcContext, call: _Call) -> None:
         stream = call.stream
         service = self.service
         cluster_id, member_id = service.cluster_id, service.member_id

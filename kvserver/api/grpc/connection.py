@@ -1,0 +1,908 @@
+"""A client's HTTP/2 connection carrying gRPC calls, served on this member's event loop.
+
+``GrpcConnection`` is the protocol of a client-URL connection once its first bytes were the
+HTTP/2 preface (``kvserver.api.grpc.mux``). It reads frames, runs each call's handler as a
+task, and writes the answers, in the same loop as the HTTP API and raft. It does this itself
+rather than through grpc's own server because of cost: a put through grpc.aio (its Cython
+server, its completion-queue threads, and a byte copy into it) cost the leader about four
+times the CPU of the same put over HTTP, and calls reached raft one by one, so proposals
+were no longer batched. Here a packet with calls from many clients is parsed in one go and
+their proposals meet in the same raft step, as HTTP requests do.
+
+What it implements, as a gRPC server needs (RFC 9113):
+
+- Streams: a client opens one per call with HEADERS (method, metadata, ``grpc-timeout``),
+  sends length-prefixed messages in DATA, and half-closes; the answer is HEADERS, messages
+  in DATA, and trailers with ``grpc-status``. Calls end early on RST_STREAM (the handler's
+  task is canceled) or at their deadline (``DEADLINE_EXCEEDED``). Unary methods run once
+  their request is complete; streaming ones as soon as their HEADERS arrive.
+- Flow control both ways. Received data is credited back to the connection as it arrives;
+  to a stream, as its handler reads the messages (a unary request as it arrives; its size
+  is bounded by the message limit), so a client cannot queue more than one stream window
+  (``STREAM_WINDOW``) per stream ahead of a slow handler. Sent data waits for the peer's
+  windows; a streaming handler's ``write`` waits while its stream has more than
+  ``STREAM_HIGH_WATER`` bytes unsent, or while the socket's buffer is full.
+- Limits: messages up to ``max_receive`` bytes (bigger: ``RESOURCE_EXHAUSTED``, as grpc-go
+  says it), at most ``MAX_CONCURRENT_STREAMS`` calls at once (more: REFUSED_STREAM, which
+  clients retry), header lists up to ``MAX_HEADER_LIST`` bytes.
+- Keepalive, as etcd's gRPC server enforces it: a client may ping every
+  ``keepalive_min_time`` s; more often than that three times without an answer in between
+  ends the connection with GOAWAY ``too_many_pings``. The server pings a connection idle for
+  ``keepalive_interval`` s and closes it if nothing arrives within ``keepalive_timeout`` s.
+- A peer that breaks the protocol gets GOAWAY with the error's code and the connection
+  closes; nothing a peer sends raises out of ``data_received``.
+- ``go_away()`` (the server stopping) refuses new calls and closes the connection once the
+  running ones end.
+
+Not implemented, because no gRPC client needs them: server push, priorities (ignored), and
+answers compressed with ``grpc-encoding`` (requests compressed with gzip or deflate are
+accepted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import logging
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from . import h2
+from .h2 import FRAME, U32, ConnectionError_, HeaderDecoder
+from .rpc import (
+    RESPONSE_HEADERS,
+    STREAM_STREAM,
+    UNARY_UNARY,
+    ClientIdentity,
+    Method,
+    RpcAbort,
+    RpcContext,
+    parse_timeout,
+    serialize,
+    status_code,
+    trailers,
+    trailers_only,
+)
+
+log = logging.getLogger(__name__)
+
+CONN_WINDOW = 16 * 1024 * 1024
+STREAM_WINDOW = 1024 * 1024
+STREAM_HIGH_WATER = 1024 * 1024
+MAX_CONCURRENT_STREAMS = 1000
+MAX_HEADER_LIST = 64 * 1024
+MAX_HEADER_BLOCK = 256 * 1024  # a header block plus CONTINUATIONs, before decoding
+MAX_PING_STRIKES = 2
+
+_OK = status_code(grpc.StatusCode.OK)
+_RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})
+
+
+class ServerSettings:
+    """What every connection of one server shares."""
+
+    def __init__(
+        self,
+        methods: dict[str, Method],
+        *,
+        max_receive: int,
+        keepalive_min_time: float,
+        keepalive_interval: float,
+        keepalive_timeout: float,
+    ):
+        self.methods = methods
+        self.max_receive = max_receive
+        self.keepalive_min_time = keepalive_min_time
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_timeout = keepalive_timeout
+        self.connections: set[GrpcConnection] = set()
+        self.accepted = 0  # connections so far (for tests and /metrics)
+
+
+class Stream:
+    """One call's HTTP/2 stream."""
+
+    __slots__ = (
+        "sid",
+        "conn",
+        "method",
+        "context",
+        "task",
+        "body",
+        "messages",
+        "waiter",
+        "remote_closed",
+        "closed",
+        "encoding",
+        "send_window",
+        "outbound",
+        "outbound_bytes",
+        "headers_sent",
+        "trailers",
+        "recv_unacked",
+        "drained",
+        "deadline",
+        "deadline_hit",
+    )
+
+    def __init__(self, sid: int, conn: GrpcConnection, method: Method, send_window: int):
+        self.sid = sid
+        self.conn = conn
+        self.method = method
+        self.context: RpcContext | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.body = bytearray()  # bytes of a message not yet complete
+        self.messages: deque[bytes] = deque()  # complete messages not yet read
+        self.waiter: asyncio.Future[None] | None = None  # a reader waiting for a message
+        self.remote_closed = False  # the client half-closed
+        self.closed = False  # trailers sent or the stream reset
+        self.encoding: str | None = None  # grpc-encoding of compressed requests
+        self.send_window = send_window
+        self.outbound: deque[memoryview] = deque()
+        self.outbound_bytes = 0
+        self.headers_sent = False
+        self.trailers: bytes | None = None  # sent once everything before it is
+        self.recv_unacked = 0  # received bytes not yet credited back to the client
+        self.drained: asyncio.Event | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline_hit = False
+
+    def wake_reader(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def write_message(self, data: bytes) -> None:
+        """A streaming answer's next message; waits while too much is unsent."""
+        if self.closed:
+            raise asyncio.CancelledError()
+        conn = self.conn
+        self.queue_message(data)
+        conn.flush_stream(self)
+        while (self.outbound_bytes > STREAM_HIGH_WATER or conn.paused) and not self.closed:
+            if self.drained is None:
+                self.drained = asyncio.Event()
+            self.drained.clear()
+            await self.drained.wait()
+
+    def queue_message(self, data: bytes) -> None:
+        prefix = b"\x00" + U32.pack(len(data))
+        if len(data) < 4096:
+            self.outbound.append(memoryview(prefix + data))
+        else:  # big answers are not copied to add the prefix
+            self.outbound.append(memoryview(prefix))
+            self.outbound.append(memoryview(data))
+        self.outbound_bytes += 5 + len(data)
+
+
+class _Requests:
+    """A streaming method's requests, as its handler iterates them."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self.parse = stream.method.request_type.FromString
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        stream = self.stream
+        while not stream.messages:
+            if stream.remote_closed or stream.closed:
+                raise StopAsyncIteration
+            stream.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await stream.waiter
+            finally:
+                stream.waiter = None
+        data = stream.messages.popleft()
+        if not stream.messages:
+            stream.conn.credit_stream(stream)
+        return self.parse(data)
+
+
+class GrpcConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        settings: ServerSettings,
+        identity: ClientIdentity,
+        on_lost: Callable[[], None] | None = None,
+    ):
+        self.settings = settings
+        self.identity = identity
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.buffer = bytearray()
+        self.preface_seen = False
+        self.decoder = HeaderDecoder(MAX_HEADER_LIST)
+        self.streams: dict[int, Stream] = {}
+        self.last_sid = 0  # the highest stream the client opened
+        self.pending_headers: tuple[int, int, bytearray] | None = None  # sid, flags, block
+        self.send_window = h2.DEFAULT_WINDOW
+        self.peer_initial_window = h2.DEFAULT_WINDOW
+        self.peer_max_frame = h2.DEFAULT_MAX_FRAME
+        self.recv_window = CONN_WINDOW
+        self.recv_unacked = 0
+        self.blocked: set[Stream] = set()  # streams with data waiting for a window
+        self.out: list[bytes | memoryview] = []
+        self.flush_scheduled = False
+        self.paused = False  # the transport's buffer is full
+        self.closing = False  # GOAWAY sent: no new calls
+        self.last_recv = time.monotonic()
+        self.ping_strikes = 0
+        self.last_ping = 0.0
+        self.reset_ping_strikes = False
+        self.keepalive: asyncio.TimerHandle | None = None
+        self.ping_timeout: asyncio.TimerHandle | None = None
+        self.on_lost = on_lost
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.settings.connections.add(self)
+        self.settings.accepted += 1
+        self.out.append(
+            h2.settings_frame(
+                {
+                    h2.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+                    h2.SETTINGS_INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                    h2.SETTINGS_MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+                }
+            )
+        )
+        self.out.append(h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW))
+        self.schedule_flush()
+        self.keepalive = self.loop.call_later(
+            self.settings.keepalive_interval, self._keepalive_check
+        )
+
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = time.monotonic()
+        buffer = self.buffer
+        buffer += data
+        try:
+            if not self.preface_seen:
+                if len(buffer) < len(h2.PREFACE):
+                    return
+                if bytes(buffer[: len(h2.PREFACE)]) != h2.PREFACE:
+                    raise ConnectionError_(h2.PROTOCOL_ERROR, "bad connection preface")
+                del buffer[: len(h2.PREFACE)]
+                self.preface_seen = True
+            self._read_frames()
+        except ConnectionError_ as exc:
+            self._fail(exc.code, str(exc))
+            return
+        except Exception:
+            log.exception("gRPC: a connection's frames could not be handled")
+            self._fail(h2.INTERNAL_ERROR, "internal error")
+            return
+        if self.recv_unacked >= CONN_WINDOW // 4:
+            self.out.append(h2.window_update(0, self.recv_unacked))
+            self.recv_window += self.recv_unacked
+            self.recv_unacked = 0
+        self.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close; the handlers are canceled in connection_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.settings.connections.discard(self)
+        for handle in (self.keepalive, self.ping_timeout):
+            if handle is not None:
+                handle.cancel()
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        self.streams.clear()
+        self.blocked.clear()
+        if self.on_lost is not None:
+            self.on_lost()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for stream in list(self.streams.values()):
+            if stream.drained is not None:
+                stream.drained.set()
+
+    # --- reading frames ------------------------------------------------------------------------
+
+    def _read_frames(self) -> None:
+        buffer = self.buffer
+        view = memoryview(buffer)
+        pos = 0
+        end = len(buffer)
+        try:
+            while end - pos >= 9:
+                length_type, flags, sid = FRAME.unpack_from(buffer, pos)
+                length = length_type >> 8
+                if length > h2.DEFAULT_MAX_FRAME:
+                    raise ConnectionError_(h2.FRAME_SIZE_ERROR, "frame larger than allowed")
+                if end - pos - 9 < length:
+                    break
+                payload = bytes(view[pos + 9 : pos + 9 + length])
+                pos += 9 + length
+                self._frame(length_type & 0xFF, flags, sid & 0x7FFFFFFF, payload)
+        finally:
+            view.release()
+            del buffer[:pos]
+
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if self.pending_headers is not None and kind != h2.CONTINUATION:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == h2.DATA:
+            self._on_data(flags, sid, payload)
+        elif kind == h2.HEADERS:
+            self._on_headers(flags, sid, payload)
+        elif kind == h2.CONTINUATION:
+            self._on_continuation(flags, sid, payload)
+        elif kind == h2.SETTINGS:
+            self._on_settings(flags, sid, payload)
+        elif kind == h2.WINDOW_UPDATE:
+            self._on_window_update(sid, payload)
+        elif kind == h2.PING:
+            self._on_ping(flags, sid, payload)
+        elif kind == h2.RST_STREAM:
+            if sid == 0 or len(payload) != 4:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "bad RST_STREAM")
+            stream = self.streams.get(sid)
+            if stream is not None:
+                self._drop(stream)
+        elif kind == h2.GOAWAY:
+            if sid != 0:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "GOAWAY on a stream")
+            self.closing = True  # the client opens no more calls here
+        elif kind == h2.PUSH_PROMISE:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "a client may not push")
+        elif kind == h2.PRIORITY:
+            if sid == 0 or len(payload) != 5:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "bad PRIORITY")
+        # other frame types are ignored, as RFC 9113 asks
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid != 0:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & h2.ACK:
+            if payload:
+                raise ConnectionError_(h2.FRAME_SIZE_ERROR, "SETTINGS ack with a payload")
+            return
+        if len(payload) % 6:
+            raise ConnectionError_(h2.FRAME_SIZE_ERROR, "bad SETTINGS length")
+        for i in range(0, len(payload), 6):
+            key, value = h2.SETTING.unpack_from(payload, i)
+            if key == h2.SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > h2.MAX_WINDOW:
+                    raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "window too large")
+                delta = value - self.peer_initial_window
+                self.peer_initial_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif key == h2.SETTINGS_MAX_FRAME_SIZE:
+                if not h2.DEFAULT_MAX_FRAME <= value <= h2.MAX_FRAME_LIMIT:
+                    raise ConnectionError_(h2.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
+                self.peer_max_frame = value
+            elif key == h2.SETTINGS_ENABLE_PUSH and value > 1:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
+        self.out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        for stream in list(self.blocked):
+            self.flush_stream(stream, schedule=False)
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ConnectionError_(h2.FRAME_SIZE_ERROR, "bad WINDOW_UPDATE length")
+        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
+        if sid == 0:
+            if increment == 0:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self.send_window += increment
+            if self.send_window > h2.MAX_WINDOW:
+                raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "connection window overflow")
+            for blocked in list(self.blocked):
+                self.flush_stream(blocked, schedule=False)
+            return
+        stream = self.streams.get(sid)
+        if stream is None:
+            return  # a closed stream's late update
+        if increment == 0 or stream.send_window + increment > h2.MAX_WINDOW:
+            self._reset(stream, h2.PROTOCOL_ERROR if increment == 0 else h2.FLOW_CONTROL_ERROR)
+            return
+        stream.send_window += increment
+        self.flush_stream(stream, schedule=False)
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid != 0:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "PING on a stream")
+        if len(payload) != 8:
+            raise ConnectionError_(h2.FRAME_SIZE_ERROR, "bad PING length")
+        if flags & h2.ACK:
+            if self.ping_timeout is not None:
+                self.ping_timeout.cancel()
+                self.ping_timeout = None
+            return
+        now = time.monotonic()
+        if self.reset_ping_strikes:  # we sent data since the last ping: it was not idle
+            self.reset_ping_strikes = False
+            self.ping_strikes = 0
+        elif now - self.last_ping < self.settings.keepalive_min_time:
+            self.ping_strikes += 1
+            if self.ping_strikes > MAX_PING_STRIKES:
+                raise ConnectionError_(h2.ENHANCE_YOUR_CALM, "too_many_pings")
+        self.last_ping = now
+        self.out.append(h2.frame(h2.PING, h2.ACK, 0, payload))
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "HEADERS on stream 0")
+        start, end = 0, len(payload)
+        if flags & h2.PADDED:
+            if not payload:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "bad padding")
+            start, end = 1, len(payload) - payload[0]
+        if flags & h2.PRIORITY_FLAG:
+            start += 5
+        if start > end:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "bad padding")
+        block = bytearray(payload[start:end])
+        if flags & h2.END_HEADERS:
+            self._on_header_block(sid, flags, bytes(block))
+        else:
+            self.pending_headers = (sid, flags, block)
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        pending = self.pending_headers
+        if pending is None or pending[0] != sid:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "unexpected CONTINUATION")
+        block = pending[2]
+        block += payload
+        if len(block) > MAX_HEADER_BLOCK:
+            raise ConnectionError_(h2.ENHANCE_YOUR_CALM, "header block too large")
+        if flags & h2.END_HEADERS:
+            self.pending_headers = None
+            self._on_header_block(sid, pending[1], bytes(block))
+
+    def _on_header_block(self, sid: int, flags: int, block: bytes) -> None:
+        headers = self.decoder.decode(block)  # always: the decoder's table must keep step
+        stream = self.streams.get(sid)
+        if stream is not None:  # trailers from the client: only their END_STREAM counts
+            if flags & h2.END_STREAM:
+                self._end_of_requests(stream)
+            return
+        if sid <= self.last_sid or sid % 2 == 0:
+            if sid <= self.last_sid:
+                raise ConnectionError_(h2.STREAM_CLOSED, "HEADERS on a closed stream")
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "a client stream id must be odd")
+        self.last_sid = sid
+        if self.closing or len(self.streams) >= MAX_CONCURRENT_STREAMS:
+            self.out.append(h2.rst_stream(sid, h2.REFUSED_STREAM))
+            return
+        self._open(sid, flags, headers)
+
+    def _open(self, sid: int, flags: int, headers: list[tuple[str, str]]) -> None:
+        path = method_name = content_type = None
+        timeout: float | None = None
+        encoding = None
+        metadata: list[tuple[str, str]] = []
+        for name, value in headers:
+            if name[0] == ":":
+                if name == ":path":
+                    path = value
+                elif name == ":method":
+                    method_name = value
+                continue
+            if name == "content-type":
+                content_type = value
+            elif name == "grpc-timeout":
+                timeout = parse_timeout(value)
+            elif name == "grpc-encoding":
+                encoding = value
+            elif name not in _RESERVED:
+                metadata.append((name, _binary(value) if name.endswith("-bin") else value))
+        if method_name != "POST" or not (content_type or "").startswith("application/grpc"):
+            self._answer_only(sid, flags, grpc.StatusCode.INTERNAL, "raftkv: not a gRPC request")
+            return
+        method = self.settings.methods.get(path or "")
+        if method is None:
+            self._answer_only(
+                sid, flags, grpc.StatusCode.UNIMPLEMENTED, _unknown_method(path or "")
+            )
+            return
+        stream = Stream(sid, self, method, self.peer_initial_window)
+        stream.encoding = encoding if encoding not in (None, "identity") else None
+        deadline = None
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            stream.deadline = self.loop.call_later(timeout, self._deadline_passed, stream)
+        stream.context = RpcContext(self.identity, tuple(metadata), deadline, stream)
+        self.streams[sid] = stream
+        if method.kind == STREAM_STREAM:
+            stream.task = self.loop.create_task(self._serve(stream))
+        if flags & h2.END_STREAM:
+            self._end_of_requests(stream)
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise ConnectionError_(h2.PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        if size > self.recv_window:
+            raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "the connection's window is exceeded")
+        self.recv_window -= size
+        self.recv_unacked += size  # credited back when a quarter of the window is used
+        stream = self.streams.get(sid)
+        if stream is None or stream.remote_closed:
+            if sid > self.last_sid:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "DATA on an idle stream")
+            return  # a stream we answered or reset: its data is dropped
+        if flags & h2.PADDED:
+            if not payload or payload[0] >= size:
+                raise ConnectionError_(h2.PROTOCOL_ERROR, "bad padding")
+            payload = payload[1 : size - payload[0]]
+        if stream.recv_unacked + size > STREAM_WINDOW:  # the stream's window is what is unacked
+            self._reset(stream, h2.FLOW_CONTROL_ERROR)
+            return
+        stream.recv_unacked += size
+        self._add_request_bytes(stream, payload)
+        if stream.closed:
+            return
+        if flags & h2.END_STREAM:
+            stream.recv_unacked = 0  # nothing more comes on this stream
+            self._end_of_requests(stream)
+        elif stream.method.kind != STREAM_STREAM:
+            # a unary request is credited as it arrives: its size is bounded by the limit
+            if stream.recv_unacked >= STREAM_WINDOW // 2:
+                self.credit_stream(stream)
+        elif not stream.messages:
+            # a stream's requests are credited as its handler reads them (``_Requests``),
+            # or now if the handler waits for the rest of a message
+            self.credit_stream(stream)
+
+    def _add_request_bytes(self, stream: Stream, payload: bytes) -> None:
+        body = stream.body
+        body += payload
+        max_receive = self.settings.max_receive
+        added = False
+        while len(body) >= 5:
+            compressed = body[0]
+            length = U32.unpack_from(body, 1)[0]
+            if length > max_receive:
+                self._finish_early(
+                    stream,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"grpc: received message larger than max ({length} vs. {max_receive})",
+                )
+                return
+            if len(body) < 5 + length:
+                break
+            message = bytes(body[5 : 5 + length])
+            del body[: 5 + length]
+            if compressed:
+                try:
+                    message = self._decompress(stream, message)
+                except _BadMessage as exc:
+                    self._finish_early(stream, exc.code, exc.details)
+                    return
+            stream.messages.append(message)
+            added = True
+        if added:
+            stream.wake_reader()
+
+    def _decompress(self, stream: Stream, message: bytes) -> bytes:
+        encoding = stream.encoding
+        if encoding not in ("gzip", "deflate"):
+            raise _BadMessage(
+                grpc.StatusCode.UNIMPLEMENTED if encoding else grpc.StatusCode.INTERNAL,
+                f"grpc: Decompressor is not installed for grpc-encoding {encoding!r}",
+            )
+        wbits = 31 if encoding == "gzip" else 15
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(message, self.settings.max_receive + 1)
+        except zlib.error as exc:
+            raise _BadMessage(
+                grpc.StatusCode.INTERNAL, f"grpc: failed to decompress: {exc}"
+            ) from None
+        if len(data) > self.settings.max_receive or inflater.unconsumed_tail:
+            raise _BadMessage(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "grpc: received message after decompression larger than max "
+                f"({self.settings.max_receive})",
+            )
+        return data
+
+    def _end_of_requests(self, stream: Stream) -> None:
+        stream.remote_closed = True
+        if stream.body:
+            self._finish_early(stream, grpc.StatusCode.INTERNAL, "grpc: a message was cut short")
+            return
+        if stream.method.kind == STREAM_STREAM:
+            stream.wake_reader()
+            return
+        if len(stream.messages) != 1:
+            self._finish_early(
+                stream,
+                grpc.StatusCode.INTERNAL if stream.messages else grpc.StatusCode.UNIMPLEMENTED,
+                "grpc: a unary call needs exactly one request message",
+            )
+            return
+        stream.task = self.loop.create_task(self._serve(stream))
+
+    # --- running a call ------------------------------------------------------------------------
+
+    async def _serve(self, stream: Stream) -> None:
+        method = stream.method
+        context = stream.context
+        assert context is not None
+        try:
+            if method.kind == UNARY_UNARY:
+                request = method.request_type.FromString(stream.messages.popleft())
+                response = await method.handler(request, context)
+                self.answer_unary(stream, serialize(response))
+                return
+            if method.kind == STREAM_STREAM:
+                result = method.handler(_Requests(stream), context)
+            else:
+                request = method.request_type.FromString(stream.messages.popleft())
+                result = method.handler(request, context)
+            if inspect.isasyncgen(result):
+                async for message in result:
+                    await stream.write_message(serialize(message))
+            else:
+                await result
+            self.finish(stream, _OK)
+        except RpcAbort as abort:
+            self.finish(stream, status_code(abort.code), abort.details)
+        except DecodeError as exc:
+            self.finish(stream, status_code(grpc.StatusCode.INTERNAL), f"grpc: {exc}")
+        except asyncio.CancelledError:
+            if stream.deadline_hit:
+                self.finish(
+                    stream, status_code(grpc.StatusCode.DEADLINE_EXCEEDED), "Deadline Exceeded"
+                )
+            elif not stream.closed and stream.trailers is None:
+                self._reset(stream, h2.CANCEL)  # the server is stopping
+        except Exception as exc:
+            log.exception("gRPC: %s failed", method.handler)
+            self.finish(
+                stream,
+                status_code(grpc.StatusCode.UNKNOWN),
+                f"Unexpected {type(exc).__name__}: {exc}",
+            )
+        finally:
+            if stream.deadline is not None:
+                stream.deadline.cancel()
+
+    def answer_unary(self, stream: Stream, data: bytes) -> None:
+        if stream.closed:
+            return
+        size = len(data) + 5
+        if (
+            not stream.headers_sent
+            and size <= stream.send_window
+            and size <= self.send_window
+            and size <= self.peer_max_frame
+        ):  # the common case: the answer's three frames in one write
+            stream.send_window -= size
+            self.send_window -= size
+            sid = stream.sid
+            self.out.append(
+                FRAME.pack((len(RESPONSE_HEADERS) << 8) | h2.HEADERS, h2.END_HEADERS, sid)
+                + RESPONSE_HEADERS
+                + FRAME.pack((size << 8) | h2.DATA, 0, sid)
+                + b"\x00"
+                + U32.pack(len(data))
+            )
+            self.out.append(data)
+            self._send_trailers(stream, trailers(_OK))
+            self.schedule_flush()
+            return
+        stream.queue_message(data)
+        stream.trailers = trailers(_OK)
+        self.flush_stream(stream)
+
+    def finish(self, stream: Stream, code: int, details: str = "") -> None:
+        """Ends the call with a status once what it wrote is sent."""
+        if stream.closed or stream.trailers is not None:
+            return
+        if not stream.headers_sent and not stream.outbound:
+            stream.headers_sent = True
+            self._send_headers(stream.sid, trailers_only(code, details), end_stream=True)
+            self._closed(stream)
+            self.schedule_flush()
+            return
+        stream.trailers = trailers(code, details)
+        self.flush_stream(stream)
+
+    def _finish_early(self, stream: Stream, code: grpc.StatusCode, details: str) -> None:
+        """A call refused before its handler saw it (or while it runs)."""
+        if stream.task is not None:
+            stream.task.cancel()
+        self.finish(stream, status_code(code), details)
+
+    def _answer_only(self, sid: int, flags: int, code: grpc.StatusCode, details: str) -> None:
+        """A call answered with a status from its HEADERS alone (it never becomes a stream)."""
+        self._send_headers(sid, trailers_only(status_code(code), details), end_stream=True)
+        if not flags & h2.END_STREAM:  # stop the client's sending
+            self.out.append(h2.rst_stream(sid, h2.NO_ERROR))
+
+    def _deadline_passed(self, stream: Stream) -> None:
+        stream.deadline = None
+        stream.deadline_hit = True
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+        else:
+            self.finish(stream, status_code(grpc.StatusCode.DEADLINE_EXCEEDED), "Deadline Exceeded")
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _send_headers(self, sid: int, block: bytes, *, end_stream: bool) -> None:
+        self.reset_ping_strikes = True
+        flags = h2.END_STREAM if end_stream else 0
+        limit = self.peer_max_frame
+        if len(block) <= limit:
+            self.out.append(h2.frame(h2.HEADERS, flags | h2.END_HEADERS, sid, block))
+            return
+        self.out.append(h2.frame(h2.HEADERS, flags, sid, block[:limit]))
+        for i in range(limit, len(block), limit):
+            last = i + limit >= len(block)
+            kind_flags = h2.END_HEADERS if last else 0
+            self.out.append(h2.frame(h2.CONTINUATION, kind_flags, sid, block[i : i + limit]))
+
+    def _send_trailers(self, stream: Stream, block: bytes) -> None:
+        self._send_headers(stream.sid, block, end_stream=True)
+        self._closed(stream)
+
+    def flush_stream(self, stream: Stream, *, schedule: bool = True) -> None:
+        """Sends what the windows let through of ``stream``'s answer, then its trailers."""
+        if stream.closed or (not stream.outbound and stream.trailers is None):
+            return  # nothing to send yet (e.g. a window update before the answer)
+        out = self.out
+        if not stream.headers_sent:
+            stream.headers_sent = True
+            self._send_headers(stream.sid, RESPONSE_HEADERS, end_stream=False)
+        outbound = stream.outbound
+        sid = stream.sid
+        while outbound:
+            allowed = min(stream.send_window, self.send_window, self.peer_max_frame)
+            if allowed <= 0:
+                self.blocked.add(stream)
+                break
+            chunk = outbound[0]
+            if len(chunk) <= allowed:
+                outbound.popleft()
+            else:
+                outbound[0] = chunk[allowed:]
+                chunk = chunk[:allowed]
+            size = len(chunk)
+            stream.send_window -= size
+            self.send_window -= size
+            stream.outbound_bytes -= size
+            out.append(FRAME.pack((size << 8) | h2.DATA, 0, sid))
+            out.append(chunk)
+            self.reset_ping_strikes = True
+        else:
+            self.blocked.discard(stream)
+            if stream.trailers is not None:
+                self._send_trailers(stream, stream.trailers)
+        if stream.drained is not None and stream.outbound_bytes <= STREAM_HIGH_WATER:
+            stream.drained.set()
+        if schedule:
+            self.schedule_flush()
+
+    def credit_stream(self, stream: Stream) -> None:
+        if stream.recv_unacked and not stream.remote_closed:
+            self.out.append(h2.window_update(stream.sid, stream.recv_unacked))
+            self.schedule_flush()
+        stream.recv_unacked = 0
+
+    def schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Writes every frame queued since the last flush in one go."""
+        self.flush_scheduled = False
+        out = self.out
+        if not out:
+            return
+        self.out = []
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(b"".join(out))
+        if self.closing and not self.streams and transport is not None:
+            transport.close()
+
+    # --- ending streams and the connection -----------------------------------------------------
+
+    def _closed(self, stream: Stream) -> None:
+        stream.closed = True
+        self.streams.pop(stream.sid, None)
+        self.blocked.discard(stream)
+        if stream.deadline is not None:
+            stream.deadline.cancel()
+            stream.deadline = None
+        if not stream.remote_closed:  # answered before the client finished: stop its sending
+            stream.remote_closed = True
+            self.out.append(h2.rst_stream(stream.sid, h2.NO_ERROR))
+        stream.wake_reader()
+        if stream.drained is not None:
+            stream.drained.set()
+
+    def _reset(self, stream: Stream, code: int) -> None:
+        if not stream.closed:
+            stream.remote_closed = True  # no RST_STREAM(NO_ERROR) after this one
+            self.out.append(h2.rst_stream(stream.sid, code))
+            self._closed(stream)
+            self.schedule_flush()
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+
+    def _drop(self, stream: Stream) -> None:
+        """The client reset the stream or went away: the call ends without an answer."""
+        stream.remote_closed = True
+        self._closed(stream)
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+
+    def go_away(self) -> None:
+        """The server is stopping: no new calls; close once the running ones end."""
+        if self.closing:
+            return
+        self.closing = True
+        self.out.append(h2.goaway(self.last_sid, h2.NO_ERROR))
+        self.schedule_flush()
+
+    def abort(self) -> None:
+        """Ends every call and closes the connection now."""
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, code: int, message: str) -> None:
+        log.info("gRPC: closing a connection from %s: %s", self.identity.address, message)
+        self.closing = True
+        self.out.append(h2.goaway(self.last_sid, code, message.encode()))
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _keepalive_check(self) -> None:
+        interval = self.settings.keepalive_interval
+        idle = time.monotonic() - self.last_recv
+        if idle >= interval and self.ping_timeout is None:
+            self.out.append(h2.frame(h2.PING, 0, 0, b"raftkv\0\0"))
+            self.schedule_flush()
+            self.ping_timeout = self.loop.call_later(
+                self.settings.keepalive_timeout, self._fail, h2.NO_ERROR, "keepalive timed out"
+            )
+            idle = 0.0
+        self.keepalive = self.loop.call_later(max(1.0, interval - idle), self._keepalive_check)
+
+
+class _BadMessage(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def _binary(value: str) -> str:
+    """A ``-bin`` header's value, base64-decoded (as text: the servicers read none of them)."""
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4)).decode("utf-8", "replace")
+    except ValueError:
+        return value
+
+
+def _unknown_method(path: str) -> str:
+    service, _, method = path.lstrip("/").partition("/")
+    return f"unknown method {method} for service {service}"
