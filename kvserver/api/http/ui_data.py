@@ -65,7 +65,13 @@ import aiohttp
 from aiohttp import web
 
 from kvserver.auth import errors as auth_errors
-from kvserver.kvpb.kv import DeleteRangeRequest, KeyValue, PutRequest, RangeRequest
+from kvserver.kvpb.kv import (
+    DeleteRangeRequest,
+    KeyValue,
+    PutRequest,
+    RangeRequest,
+    prefix_range_end,
+)
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
 from . import auth as http_auth
@@ -105,17 +111,6 @@ def _unb64(raw: Any, name: str) -> bytes:
         return base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise _invalid(f"{name}: bad base64") from None
-
-
-def prefix_end(prefix: bytes) -> bytes:
-    """etcd's range end of a prefix (``\\0`` for everything)."""
-    end = bytearray(prefix)
-    while end:
-        if end[-1] < 0xFF:
-            end[-1] += 1
-            return bytes(end)
-        end.pop()
-    return b"\0"
 
 
 # --- who is asking ----------------------------------------------------------------------------
@@ -465,7 +460,9 @@ async def history(request: web.Request) -> web.Response:
     store = getattr(service, "store", None)
     if store is None:
         raise ServiceError(GrpcCode.UNIMPLEMENTED, "raftkv: this member keeps no history")
-    await service.wait_recovered()
+    # A linearizable read of the key first (a ReadIndex round): the history is then no older
+    # than what the gateway would answer at this moment, on a follower too.
+    await service.range(RangeRequest(key=key, limit=1, keys_only=True))
     versions, truncated, compact = await key_history(store, key)
     return _answer(
         {
@@ -484,7 +481,9 @@ async def history(request: web.Request) -> web.Response:
 async def _scan(service: Any, prefix: bytes) -> tuple[tuple[KeyValue, ...], bool]:
     resp = await service.range(
         RangeRequest(
-            key=prefix, range_end=prefix_end(prefix), limit=PIPELINE_SCAN_KEYS, serializable=True
+            key=prefix,
+            range_end=prefix_range_end(prefix),
+            limit=PIPELINE_SCAN_KEYS,
         )
     )
     return resp.kvs, resp.more
@@ -600,7 +599,7 @@ async def pipelines(request: web.Request) -> web.Response:
         ("commitlogs", COMMITLOG_PREFIX, commitlogs_view),
         ("batches", BATCHES_PREFIX, batches_view),
     ):
-        if not _can_read(request, user, prefix, prefix_end(prefix)):
+        if not _can_read(request, user, prefix, prefix_range_end(prefix)):
             out[section] = {"denied": True, "prefix": _text(prefix)}
             continue
         kvs, more = await _scan(service, prefix)
