@@ -3,7 +3,8 @@
 ``build_client_app(service, metrics)`` is the entry point. Modules: ``app`` (routes,
 middlewares, factory), ``v3`` and ``gateway_json`` (etcd's gateway dialect), ``rest``
 (``/v1/kv``), ``ops`` (``/health``, ``/version``, ``/v1/status``, ``/metrics``), ``common``
-(errors, request ids, limits, app keys).
+(errors, request ids, limits, app keys), ``ui`` and ``ui_data`` (the dashboard at ``/ui/``:
+its packaged files and its JSON endpoints).
 """
 
 from .app import build_client_app, error_middleware, route_table
