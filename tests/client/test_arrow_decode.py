@@ -131,3 +131,25 @@ def test_an_empty_answer_is_an_empty_batch_with_the_schema() -> None:
     assert got.batch.num_rows == 0
     assert got.batch.schema == columnar.schema()
     assert got.revision == 3 and got.last_key() is None
+
+
+canonical_kv = st.builds(
+    KeyValue,
+    st.binary(min_size=1, max_size=40),
+    st.binary(min_size=1, max_size=300),
+    st.integers(1, (1 << 63) - 1),
+    st.integers(1, (1 << 63) - 1),
+    st.integers(1, (1 << 63) - 1),
+    st.just(0),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(canonical_kv, min_size=1, max_size=40))
+def test_the_usual_shape_is_decoded_by_quote_positions_exactly(kvs: list[KeyValue]) -> None:
+    """Every field set and no lease: the shape the quote-position decoder takes (it must take
+    it, and agree with the ordinary decode for keys and values of any length)."""
+    body = gateway_json.encode_range(RangeResponse(ResponseHeader(1, 2, 3, 4), tuple(kvs)))
+    _, kvs_text = columnar._split(body)
+    columnar._canonical_columns(kvs_text)  # does not refuse the usual shape
+    check_same(body)
