@@ -11,6 +11,7 @@ real etcdctl 3.4 against a follower: ``lease grant``, ``timetolive --keys``, ``l
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import grpc
@@ -174,9 +175,20 @@ async def test_keepalive_with_hasleader_is_refused_without_a_leader(tmp_path):
             granted = await lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60))
             answers = await keepalive(lease, [granted.ID], metadata=(("hasleader", "true"),))
             assert answers[0].TTL == 60  # with a leader the metadata changes nothing
+            kept = lease.LeaseKeepAlive(metadata=(("hasleader", "true"),))
+            await kept.write(rpc_pb2.LeaseKeepAliveRequest(ID=granted.ID))
+            assert (await kept.read()).TTL == 60
             for m in others:
                 await m.stop()
             await async_wait_for(lambda: alone.node.leader == 0, WAIT_S, "no leader")
+            # the open stream ends once the member has known no leader for a while
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async with asyncio.timeout(WAIT_S):
+                    await kept.read()
+            assert (err.value.code(), err.value.details()) == (
+                grpc.StatusCode.UNAVAILABLE,
+                "etcdserver: no leader",
+            )
             call = lease.LeaseKeepAlive(metadata=(("hasleader", "true"),))
             # refused as the stream opens, before any request (a request written now could
             # find the call ended, and grpc.aio would then report its own failure)

@@ -130,6 +130,7 @@ class Stream:
         "drained",
         "deadline",
         "deadline_hit",
+        "ended_with",
     )
 
     def __init__(self, sid: int, conn: GrpcConnection, method: Method, send_window: int):
@@ -153,6 +154,16 @@ class Stream:
         self.drained: asyncio.Event | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.deadline_hit = False
+        self.ended_with: tuple[int, str] | None = None  # a status set by ``end``
+
+    def end(self, code: int, details: str) -> None:
+        """Ends the call with this status: its handler is canceled (``RpcContext.end``)."""
+        if self.ended_with is None:
+            self.ended_with = (code, details)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        else:
+            self.conn.finish(self, code, details)
 
     def wake_reader(self) -> None:
         waiter = self.waiter
@@ -662,7 +673,9 @@ class GrpcConnection(asyncio.Protocol):
         except DecodeError as exc:
             self.finish(stream, status_code(grpc.StatusCode.INTERNAL), f"grpc: {exc}")
         except asyncio.CancelledError:
-            if stream.deadline_hit:
+            if stream.ended_with is not None:
+                self.finish(stream, *stream.ended_with)
+            elif stream.deadline_hit:
                 self.finish(
                     stream, status_code(grpc.StatusCode.DEADLINE_EXCEEDED), "Deadline Exceeded"
                 )

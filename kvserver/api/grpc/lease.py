@@ -15,8 +15,8 @@ etcd's gRPC layer answers a keep-alive of an unknown lease with ``TTL: 0`` (not 
 stream goes on), and a time-to-live of an unknown lease with ``TTL: -1``.
 
 A KeepAlive stream with the ``hasleader: true`` metadata is refused, Unavailable ``etcdserver:
-no leader``, on a member that knows no leader (etcd's stream interceptor; Watch also ends
-such streams when the leader is lost later).
+no leader``, on a member that knows no leader, and an open one ends with that status once the
+member has lost its leader (etcd's stream interceptor; ``kvserver.api.grpc.leader_monitor``).
 
 Leader-only calls. Only the leader renews leases and knows their remaining TTL, so
 KeepAlive and TimeToLive on a follower (the service raises ``etcdserver: not leader``) are
@@ -42,8 +42,9 @@ from kvserver.kvpb.errors import EtcdError, LeaseNotFoundError
 from kvserver.kvpb.service_errors import no_leader
 
 from . import convert
-from .calls import Calls, requires_leader, service_handler
+from .calls import Calls, requires_leader, service_handler, status_of
 from .forward import LeaderForwarder, forwarded_metadata, relayed
+from .leader_monitor import LeaderMonitor
 from .rpc import Method, RpcContext
 
 SERVICE = "etcdserverpb.Lease"
@@ -139,11 +140,22 @@ class _KeepAliveUpstream:
 # --- the servicer -----------------------------------------------------------------------------
 
 
+class _EndOnLeaderLoss:
+    """A ``hasleader`` keep-alive stream, for the leader monitor: ends it with the error."""
+
+    def __init__(self, context: RpcContext):
+        self.context = context
+
+    def fail(self, error: EtcdError) -> None:
+        self.context.end(status_of(error.grpc_code), error.message)
+
+
 class LeaseServicer:
     def __init__(self, service: Any, calls: Calls, forwarder: LeaderForwarder):
         self.service = service
         self.calls = calls
         self.forwarder = forwarder
+        self.leader_monitor = LeaderMonitor(service, "grpc-lease-leader-monitor")
 
     def _check_revoke(self, user: str | None, lease_id: int) -> None:
         """etcd: revoking a lease needs write permission on every key attached to it."""
@@ -190,14 +202,20 @@ class LeaseServicer:
         context: RpcContext,
     ) -> AsyncIterator[Any]:
         await self.calls.run(context, self._stream_user(context))
-        if requires_leader(context) and self.service.status().leader == 0:
-            await self.calls.abort(context, no_leader())  # etcd's stream interceptor
+        watched = None
+        if requires_leader(context):
+            if self.service.status().leader == 0:
+                await self.calls.abort(context, no_leader())  # etcd's stream interceptor
+            watched = _EndOnLeaderLoss(context)
+            self.leader_monitor.add(watched)
         upstream = _KeepAliveUpstream(self.forwarder, context)
         try:
             async for request in requests:
                 yield await self.calls.run(context, self._renew(request, context, upstream))
         finally:
             upstream.close()
+            if watched is not None:
+                self.leader_monitor.discard(watched)
 
     async def _stream_user(self, context: RpcContext) -> str | None:
         return self.calls.user(context)

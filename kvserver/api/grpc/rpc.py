@@ -5,8 +5,8 @@
   (``/etcdserverpb.KV/Range``) to them (``calls.service_handler``).
 - ``RpcContext``: what a handler may ask of its call, the subset of grpc.aio's servicer
   context that the servicers use: ``invocation_metadata()``, ``time_remaining()``,
-  ``await abort(code, details)`` (raises ``RpcAbort``), and ``await write(message)`` for a
-  streaming answer. ``identity`` is who is at the far end of
+  ``await abort(code, details)`` (raises ``RpcAbort``), ``await write(message)`` for a
+  streaming answer, and ``end(code, details)`` to end a call from outside its handler. ``identity`` is who is at the far end of
   the connection (the client's address and, with ``--client-cert-auth``, its verified
   certificate's common name).
 - ``trailers(code, details)``: the header block that ends a call with a status. The text is
@@ -55,6 +55,8 @@ class AnswerStream(Protocol):
 
     async def write_message(self, data: bytes) -> None: ...
 
+    def end(self, code: int, details: str) -> None: ...
+
 
 class RpcAbort(Exception):
     """Ends a call with a status (``RpcContext.abort``); like grpc.aio's ``AbortError``, an
@@ -94,6 +96,11 @@ class RpcContext:
 
     async def write(self, message: Any) -> None:
         await self._stream.write_message(serialize(message))
+
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        """Ends the call from outside its handler: the handler is canceled and the client
+        gets this status (e.g. a ``hasleader`` stream whose member lost its leader)."""
+        self._stream.end(status_code(code), details)
 
 
 def first_metadata(metadata: tuple[tuple[str, str], ...], name: str) -> str | None:

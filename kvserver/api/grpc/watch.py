@@ -36,9 +36,8 @@ log (``wait_recovered``), so old events are not reported as new.
 
 ``hasleader`` metadata (``clientv3.WithRequireLeader``; etcdctl's watch sends it). With
 ``hasleader: true``, a member that knows no leader refuses the call, Unavailable ``etcdserver:
-no leader``; an open call ends with that status once the member has known no leader for
-``MAX_NO_LEADER_CHECKS`` checks one election timeout apart (etcd's ``monitorLeader``: one task
-for all such calls, running only while there are some).
+no leader``; an open call ends with that status once the member has lost its leader
+(``kvserver.api.grpc.leader_monitor``).
 
 Auth. With auth enabled, a create request needs read permission on its range for the call's
 user (``Calls.user``: the ``token`` metadata, else the client certificate's name). As etcd, a
@@ -69,6 +68,7 @@ from kvserver.watch.hub import WatchStream
 
 from . import convert
 from .calls import MSG_INTERNAL, Calls, requires_leader, service_handler
+from .leader_monitor import LeaderMonitor
 from .rpc import Method, RpcContext
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,6 @@ log = logging.getLogger(__name__)
 ENCODE_IN_THREAD_EVENTS = 1_000
 ENCODE_STEP_EVENTS = 1_000
 MAX_QUEUED_RESPONSES = 1_024  # requests wait while this many responses are not yet written
-MAX_NO_LEADER_CHECKS = 3  # etcd's maxNoLeaderCnt
-DEFAULT_LEADER_CHECK_S = 1.0  # etcd's default election timeout, if the service has none
 
 MSG_WATCH_CANCELED = "etcdserver: watch canceled"  # etcd's ErrGRPCWatchCanceled
 MSG_UNMARSHAL = "grpc: failed to unmarshal the received message"  # grpc-go's text
@@ -175,44 +173,11 @@ class _Call:
             self.sender.cancel()  # it may be waiting for a client that does not read
 
 
-class _LeaderMonitor:
-    """etcd's monitorLeader: every ``period_s``, fail the ``hasleader`` calls once the member
-    has known no leader ``MAX_NO_LEADER_CHECKS`` times in a row. Runs while calls are open."""
-
-    def __init__(self, service: Any) -> None:
-        self.service = service
-        self.period_s = float(getattr(service, "election_timeout_s", DEFAULT_LEADER_CHECK_S))
-        self.calls: set[_Call] = set()
-        self.task: asyncio.Task | None = None
-
-    def add(self, call: _Call) -> None:
-        self.calls.add(call)
-        if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(
-                self._run(), name="grpc-watch-leader-monitor"
-            )
-
-    def discard(self, call: _Call) -> None:
-        self.calls.discard(call)
-        if not self.calls and self.task is not None:
-            self.task.cancel()
-            self.task = None
-
-    async def _run(self) -> None:
-        misses = 0
-        while True:
-            await asyncio.sleep(self.period_s)
-            misses = misses + 1 if self.service.status().leader == 0 else 0
-            if misses >= MAX_NO_LEADER_CHECKS:
-                for call in list(self.calls):
-                    call.fail(no_leader())
-
-
 class WatchServicer:
     def __init__(self, service: Any, calls: Calls):
         self.service = service
         self.calls = calls
-        self.leader_monitor = _LeaderMonitor(service)
+        self.leader_monitor = LeaderMonitor(service, "grpc-watch-leader-monitor")
 
     def methods(self) -> dict[str, Method]:
         return service_handler(
