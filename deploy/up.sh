@@ -16,6 +16,13 @@
 # containers' user (uid 2379): owned by it when up.sh runs as root, else mode 0644 — it is a
 # throwaway key for a local cluster; for anything else mount your own certificates.
 #
+# --monitoring anywhere in ARGS (or RAFTKV_MONITORING=1): the `monitoring` profile, Prometheus
+# (deploy/monitoring) beside the members, scraping them and evaluating raftkv's alert rules;
+# `up` also builds its image (RAFTKV_PROMETHEUS_IMAGE, from Debian's prometheus package on the
+# base image chosen below) and waits until it is ready (RAFTKV_PROMETHEUS_PORT, default 9090).
+# Give it to every command of such a cluster, `down` included. Not with --tls: it scrapes
+# over plain http.
+#
 # (`make compose-up` / `make compose-down` run the first and third.)
 #
 # Base image, for `up` and `build`:
@@ -43,6 +50,7 @@ REGISTRY_BASE=python:3.11-slim
 OFFLINE_BASE=raftkv-base:bookworm
 IMAGE="${RAFTKV_IMAGE:-raftkv:latest}"
 HEALTH_TIMEOUT_S="${RAFTKV_UP_TIMEOUT_S:-180}"
+PROMETHEUS_IMAGE="${RAFTKV_PROMETHEUS_IMAGE:-raftkv-prometheus:latest}"
 
 say() { echo "deploy/up.sh: $*" >&2; }
 missing() { say "$*"; exit 3; }
@@ -60,9 +68,14 @@ compose=("${compose[@]}" -f "$COMPOSE_FILE")
 
 # --tls (anywhere) or RAFTKV_TLS=1: the TLS overlay. The flag is removed from the arguments.
 tls="${RAFTKV_TLS:-0}"
+monitoring="${RAFTKV_MONITORING:-0}"
 args=()
 for arg in "$@"; do
-  if [ "$arg" = --tls ]; then tls=1; else args+=("$arg"); fi
+  case "$arg" in
+    --tls) tls=1 ;;
+    --monitoring) monitoring=1 ;;
+    *) args+=("$arg") ;;
+  esac
 done
 set -- "${args[@]+"${args[@]}"}"
 [ "$tls" = true ] && tls=1
@@ -74,6 +87,11 @@ if [ "$tls" = 1 ]; then
 fi
 scheme=http
 [ "$tls" = 1 ] && scheme=https
+[ "$monitoring" = true ] && monitoring=1
+if [ "$monitoring" = 1 ]; then
+  [ "$tls" = 1 ] && { say "--monitoring scrapes over plain http: not with --tls"; exit 2; }
+  export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}monitoring"
+fi
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
@@ -138,6 +156,15 @@ build() {
       docker image rm "$before" >/dev/null 2>&1 || stale+=" $before"
     fi
   done
+  if [ "$monitoring" = 1 ]; then
+    before="$(image_id "$PROMETHEUS_IMAGE")"
+    docker build -f deploy/monitoring/Dockerfile \
+      --build-arg "BASE_IMAGE=${RAFTKV_BASE_IMAGE:-$REGISTRY_BASE}" \
+      -t "$PROMETHEUS_IMAGE" deploy/monitoring
+    if [ -n "$before" ] && [ "$before" != "$(image_id "$PROMETHEUS_IMAGE")" ]; then
+      docker image rm "$before" >/dev/null 2>&1 || stale+=" $before"
+    fi
+  fi
 }
 
 wait_healthy() {
@@ -160,6 +187,18 @@ wait_healthy() {
     done
   done
   say "cluster healthy: ${urls[*]}"
+  if [ "$monitoring" = 1 ]; then
+    local prom="http://$addr:${RAFTKV_PROMETHEUS_PORT:-9090}"
+    until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "$prom/-/ready" >/dev/null 2>&1; do
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        say "Prometheus at $prom is not ready after ${HEALTH_TIMEOUT_S} s; see: ${compose[*]} logs prometheus"
+        exit 1
+      fi
+      sleep 1
+    done
+    say "Prometheus: $prom (alerts: $prom/alerts)"
+  fi
   say "export RAFTKV_ENDPOINTS=$(IFS=,; echo "${urls[*]}")"
   [ "$tls" = 1 ] && say "export RAFTKV_CACERT=$TLS_DIR/ca.pem"
   return 0
