@@ -229,6 +229,7 @@ class Member:
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
         )
+        metrics.registry.register(self.grpc.collector())
         factory = client_port_factory(client_runner.server, self.grpc)
         loop = asyncio.get_running_loop()
         for url in cfg.listen_client_urls:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from kvserver.api.grpc import h2
 from kvserver.api.grpc.connection import GrpcConnection, ServerSettings
 from kvserver.api.grpc.h2 import HeaderDecoder, encode_headers
+from kvserver.api.grpc.metrics import GrpcCollector
 from kvserver.api.grpc.rpc import (
     STREAM_STREAM,
     UNARY_STREAM,
@@ -147,6 +148,26 @@ async def test_unary_answers_statuses_and_metadata():
             # after all of that the connection still serves
             assert (await put(rpc_pb2.PutRequest(key=b"last"))).prev_kv.key == b"last"
         assert conf.accepted == 1
+        # every call to a known method is counted, by its status (unknown ones are not)
+        put_path = "/etcdserverpb.KV/Put"
+        assert conf.calls.started_calls == {put_path: 206}
+        codes = {code: n for (path, code), n in conf.calls.handled_calls.items()}
+        assert codes == {
+            0: 203,
+            9: 1,
+            2: 1,
+            8: 1,
+        }  # OK, FAILED_PRECONDITION, UNKNOWN, RESOURCE_EXHAUSTED
+        families = {
+            f.name: f for f in GrpcCollector(conf.calls, {put_path: "unary_unary"}).collect()
+        }
+        handled = {
+            (s.labels["grpc_method"], s.labels["grpc_code"]): s.value
+            for s in families["raftkv_grpc_server_handled"].samples
+        }
+        assert handled[("Put", "OK")] == 203
+        assert handled[("Put", "ResourceExhausted")] == 1
+        assert families["raftkv_grpc_server_started"].samples[0].labels["grpc_type"] == "unary"
 
 
 async def test_deadline_and_cancel_end_the_handler():

@@ -56,6 +56,7 @@ from google.protobuf.message import DecodeError
 
 from . import h2
 from .h2 import FRAME, U32, ConnectionError_, HeaderDecoder
+from .metrics import CallCounts
 from .rpc import (
     RESPONSE_HEADERS,
     STREAM_STREAM,
@@ -82,6 +83,7 @@ MAX_HEADER_BLOCK = 256 * 1024  # a header block plus CONTINUATIONs, before decod
 MAX_PING_STRIKES = 2
 
 _OK = status_code(grpc.StatusCode.OK)
+_CANCELLED = status_code(grpc.StatusCode.CANCELLED)
 _RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})
 
 
@@ -104,6 +106,7 @@ class ServerSettings:
         self.keepalive_timeout = keepalive_timeout
         self.connections: set[GrpcConnection] = set()
         self.accepted = 0  # connections so far (for tests and /metrics)
+        self.calls = CallCounts()
 
 
 class Stream:
@@ -112,6 +115,7 @@ class Stream:
     __slots__ = (
         "sid",
         "conn",
+        "path",
         "method",
         "context",
         "task",
@@ -133,9 +137,10 @@ class Stream:
         "ended_with",
     )
 
-    def __init__(self, sid: int, conn: GrpcConnection, method: Method, send_window: int):
+    def __init__(self, sid: int, conn: GrpcConnection, path: str, method: Method, send_window: int):
         self.sid = sid
         self.conn = conn
+        self.path = path
         self.method = method
         self.context: RpcContext | None = None
         self.task: asyncio.Task[None] | None = None
@@ -526,7 +531,9 @@ class GrpcConnection(asyncio.Protocol):
                 sid, flags, grpc.StatusCode.UNIMPLEMENTED, _unknown_method(path or "")
             )
             return
-        stream = Stream(sid, self, method, self.peer_initial_window)
+        assert path is not None
+        stream = Stream(sid, self, path, method, self.peer_initial_window)
+        self.settings.calls.started(path)
         stream.encoding = encoding if encoding not in (None, "identity") else None
         deadline = None
         if timeout is not None:
@@ -714,16 +721,19 @@ class GrpcConnection(asyncio.Protocol):
             )
             self.out.append(data)
             self._send_trailers(stream, trailers(_OK))
+            self.settings.calls.handled(stream.path, _OK)
             self.schedule_flush()
             return
         stream.queue_message(data)
         stream.trailers = trailers(_OK)
+        self.settings.calls.handled(stream.path, _OK)
         self.flush_stream(stream)
 
     def finish(self, stream: Stream, code: int, details: str = "") -> None:
         """Ends the call with a status once what it wrote is sent."""
         if stream.closed or stream.trailers is not None:
             return
+        self.settings.calls.handled(stream.path, code)
         if not stream.headers_sent and not stream.outbound:
             stream.headers_sent = True
             self._send_headers(stream.sid, trailers_only(code, details), end_stream=True)
@@ -851,6 +861,8 @@ class GrpcConnection(asyncio.Protocol):
 
     def _reset(self, stream: Stream, code: int) -> None:
         if not stream.closed:
+            if stream.trailers is None:
+                self.settings.calls.handled(stream.path, _CANCELLED)
             stream.remote_closed = True  # no RST_STREAM(NO_ERROR) after this one
             self.out.append(h2.rst_stream(stream.sid, code))
             self._closed(stream)
@@ -860,6 +872,8 @@ class GrpcConnection(asyncio.Protocol):
 
     def _drop(self, stream: Stream) -> None:
         """The client reset the stream or went away: the call ends without an answer."""
+        if not stream.closed and stream.trailers is None:
+            self.settings.calls.handled(stream.path, _CANCELLED)
         stream.remote_closed = True
         self._closed(stream)
         if stream.task is not None and not stream.task.done():

@@ -33,6 +33,7 @@ from .forward import LeaderForwarder
 from .kv import KVServicer
 from .lease import LeaseServicer
 from .maintenance import MaintenanceServicer
+from .metrics import GrpcCollector
 from .rpc import ClientIdentity, Method
 from .watch import WatchServicer
 
@@ -87,6 +88,11 @@ class GrpcServer:
     @property
     def open_connections(self) -> int:
         return len(self.settings.connections)
+
+    def collector(self) -> GrpcCollector:
+        """The call counters for this member's Prometheus registry."""
+        kinds = {path: method.kind for path, method in self.settings.methods.items()}
+        return GrpcCollector(self.settings.calls, kinds)
 
     def connection(self, identity: ClientIdentity) -> GrpcConnection:
         """The protocol of a client connection that opened with the HTTP/2 preface."""

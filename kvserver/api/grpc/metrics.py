@@ -1,0 +1,76 @@
+"""gRPC call counts for ``/metrics``, named and labelled as go-grpc-prometheus counts them in
+etcd (``grpc_server_started_total``, ``grpc_server_handled_total``), with raftkv's prefix.
+
+``CallCounts`` is what the connections count into, two dict increments per call:
+``started(path)`` when a call to a known method opens, ``handled(path, code)`` when it ends
+(its status; ``CANCELLED`` when the client reset it). Unknown methods are not counted, so the
+labels stay bounded by the method table. ``GrpcCollector(counts, kinds)`` is a Prometheus
+collector that turns them into the two counter families at scrape time:
+
+- ``raftkv_grpc_server_started_total{grpc_type,grpc_service,grpc_method}``
+- ``raftkv_grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}``
+
+``grpc_type`` is ``unary``, ``server_stream`` or ``bidi_stream``; ``grpc_code`` is the
+status's name as gRPC spells it (``OK``, ``Unavailable``, ...).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+import grpc
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from .rpc import STREAM_STREAM, UNARY_STREAM, UNARY_UNARY
+
+_TYPES = {UNARY_UNARY: "unary", UNARY_STREAM: "server_stream", STREAM_STREAM: "bidi_stream"}
+# grpc.StatusCode.DEADLINE_EXCEEDED -> "DeadlineExceeded", as grpc-go's codes.Code.String()
+_CODE_NAMES = {
+    int(code.value[0]): "".join(part.capitalize() for part in code.name.split("_"))
+    for code in grpc.StatusCode
+}
+_CODE_NAMES[0] = "OK"
+
+
+class CallCounts:
+    def __init__(self) -> None:
+        self.started_calls: Counter[str] = Counter()
+        self.handled_calls: Counter[tuple[str, int]] = Counter()
+
+    def started(self, path: str) -> None:
+        self.started_calls[path] += 1
+
+    def handled(self, path: str, code: int) -> None:
+        self.handled_calls[(path, code)] += 1
+
+
+class GrpcCollector:
+    def __init__(self, counts: CallCounts, kinds: Mapping[str, str]):
+        self.counts = counts
+        self.kinds = kinds  # method path -> kind
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["grpc_type", "grpc_service", "grpc_method"]
+        started = CounterMetricFamily(
+            "raftkv_grpc_server_started",
+            "gRPC calls started on this member, by method.",
+            labels=labels,
+        )
+        handled = CounterMetricFamily(
+            "raftkv_grpc_server_handled",
+            "gRPC calls this member ended, by method and status code.",
+            labels=[*labels, "grpc_code"],
+        )
+        for path, n in sorted(self.counts.started_calls.items()):
+            started.add_metric(self._labels(path), n)
+        for (path, code), n in sorted(self.counts.handled_calls.items()):
+            handled.add_metric([*self._labels(path), _CODE_NAMES.get(code, str(code))], n)
+        return [started, handled]
+
+    def _labels(self, path: str) -> list[str]:
+        service, _, method = path.lstrip("/").partition("/")
+        return [_TYPES.get(self.kinds.get(path, ""), "unknown"), service, method]
