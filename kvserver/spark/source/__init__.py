@@ -34,6 +34,8 @@ Options (Spark lower-cases option names; unknown options are refused)
                      is the chunk's marker, so a txn carries up to ``maxTxnOps - 1`` rows.
 ``maxTxnBytes``      write: bytes of keys + values (+16 per put) per txn (default 1.5 MiB -
                      16 KiB, under the server's 1.5 MiB request limit).
+``txnsInFlight``     batch write: chunk txns a task keeps outstanding at once (default 4; the
+                     member batches concurrent proposals); chunks are independent.
 ``fenceKey``, ``fenceToken`` write: every txn also requires ``create_revision(fenceKey) ==
                      fenceToken`` (``kvserver.spark.fencing.Fence``, the token of a
                      ``FencedLock``); a refused txn applies nothing and the task fails with

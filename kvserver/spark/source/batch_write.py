@@ -4,8 +4,9 @@
 and is pickled into every task. Each task writes its rows with
 ``kvserver.spark.source.chunks.write_chunks`` under the scope ``batch/<job id>``: chunks of at
 most ``maxTxnOps - 1`` puts, each a txn with its put-if-absent marker (and the fence compare
-when ``fenceKey``/``fenceToken`` are given). ``commit`` and ``abort`` (driver) delete the job's
-markers with one range delete.
+when ``fenceKey``/``fenceToken`` are given), ``txnsInFlight`` (default 4) of them outstanding
+at once so the member batches them into fewer raft rounds. ``commit`` and ``abort`` (driver)
+delete the job's markers with one range delete.
 
 What a reader of the store sees (also in the package docstring and the README):
 
@@ -104,6 +105,7 @@ class RaftKVWriter(DataSourceArrowWriter):
                 partition,
                 self.fence,
                 fail_after(self.o, ctx.attemptNumber()),
+                in_flight=self.o.txns_in_flight,
             )
         return ChunkCommitMessage(partition, result, self.scope)
 

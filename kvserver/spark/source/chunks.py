@@ -23,6 +23,7 @@ so is the same key twice in one task (which row would win is not defined).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kvserver.client import Client, Cmp, Op, Txn
@@ -120,6 +121,18 @@ def marker_key(o: SourceOptions, scope: str, partition: int, index: int) -> byte
     return o.marker_prefix + f"{scope}/{partition:06d}/{index:08d}".encode()
 
 
+def chunk_txn(o: SourceOptions, part: list[Row], marker: bytes, fence: Fence | None) -> Txn:
+    compares = [Cmp.version(marker) == 0]
+    if fence is not None:
+        compares.append(fence.compare())
+    return (
+        Txn()
+        .when(*compares)
+        .then(*(Op.put(r.key, r.value, lease=r.lease) for r in part), Op.put(marker, MARKER_VALUE))
+        .otherwise(Op.get(marker, keys_only=True))
+    )
+
+
 def write_chunks(
     client: Client,
     o: SourceOptions,
@@ -128,38 +141,40 @@ def write_chunks(
     partition: int,
     fence: Fence | None,
     fail_after_txns: int = -1,
+    in_flight: int = 1,
 ) -> ChunkResult:
     """Write ``rows`` as marked chunk txns (see the module docstring).
 
+    ``in_flight`` > 1 keeps that many chunk txns outstanding at once (the member batches
+    concurrent proposals into one raft round and one WAL write); chunks are independent
+    (disjoint keys, a marker each), so their order does not matter. A fence refusal still
+    raises ``FencedOutError``; the chunks in flight with it may have applied, as the chunks
+    before it have.
+
     ``fail_after_txns`` >= 0 raises after that many txns (tests inject a task failure
     midway this way)."""
-    applied = skipped = txns = 0
-    for i, part in enumerate(chunk(rows, o)):
-        if txns == fail_after_txns:
-            raise RuntimeError(f"injected failure after {txns} txns (test option)")
+    parts = list(chunk(rows, o))
+
+    def send(i: int) -> bool:
+        """True: applied now; False: its marker was there (applied before)."""
         marker = marker_key(o, scope, partition, i)
-        compares = [Cmp.version(marker) == 0]
-        if fence is not None:
-            compares.append(fence.compare())
-        txn = (
-            Txn()
-            .when(*compares)
-            .then(
-                *(Op.put(r.key, r.value, lease=r.lease) for r in part), Op.put(marker, MARKER_VALUE)
-            )
-            .otherwise(Op.get(marker, keys_only=True))
-        )
-        res = client.txn(txn)
-        txns += 1
+        res = client.txn(chunk_txn(o, parts[i], marker, fence))
         if res.succeeded:
-            applied += 1
-            continue
-        marker_found = bool(res.responses and range_kvs(res, 0))
-        if marker_found:
-            skipped += 1
-            continue
+            return True
+        if res.responses and range_kvs(res, 0):
+            return False
         assert fence is not None  # only the fence can fail when the marker is absent
         raise FencedOutError(
-            fence.key, fence.token, f"chunk {i} of partition {partition} ({len(part)} rows)"
+            fence.key, fence.token, f"chunk {i} of partition {partition} ({len(parts[i])} rows)"
         )
-    return ChunkResult(applied, skipped, len(rows), txns)
+
+    count = len(parts) if fail_after_txns < 0 else min(len(parts), fail_after_txns)
+    if in_flight <= 1 or count <= 1:
+        outcomes = [send(i) for i in range(count)]
+    else:
+        with ThreadPoolExecutor(max_workers=in_flight) as pool:
+            outcomes = list(pool.map(send, range(count)))
+    if count < len(parts):
+        raise RuntimeError(f"injected failure after {count} txns (test option)")
+    applied = sum(outcomes)
+    return ChunkResult(applied, len(outcomes) - applied, len(rows), len(outcomes))

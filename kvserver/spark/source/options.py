@@ -16,6 +16,7 @@ from kvserver.kvpb.kv import prefix_range_end
 DEFAULT_MAX_TXN_BYTES = 1536 * 1024 - 16 * 1024  # under the server's 1.5 MiB request limit
 DEFAULT_PAGE_SIZE = 1000
 DEFAULT_MIN_PARTITION_KEYS = 50_000  # a batch read of fewer keys is one partition
+DEFAULT_TXNS_IN_FLIGHT = 4  # batch write: chunk txns outstanding at once per task
 DEFAULT_MARKER_PREFIX = "__raftkv_spark/"
 MAX_PARTITIONS = 10_000
 
@@ -48,6 +49,8 @@ KNOWN = {
     "archiveoptions",
     # batch read: planning (one partition per at least this many keys)
     "minpartitionkeys",
+    # batch write: chunk txns outstanding at once per task
+    "txnsinflight",
     # Spark's own options that it passes through to the source too:
     "checkpointlocation",
     "queryname",
@@ -103,6 +106,7 @@ class SourceOptions:
     changefeed: bool
     raw: tuple[tuple[str, str], ...]  # every option as given (lower-cased keys), for Fence
     min_partition_keys: int = DEFAULT_MIN_PARTITION_KEYS  # batch read planning
+    txns_in_flight: int = DEFAULT_TXNS_IN_FLIGHT  # batch write
 
     @property
     def single_key(self) -> bool:
@@ -196,6 +200,7 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
         min_partition_keys=_int(
             opts, "minPartitionKeys", DEFAULT_MIN_PARTITION_KEYS, 1, (1 << 63) - 1
         ),
+        txns_in_flight=_int(opts, "txnsInFlight", DEFAULT_TXNS_IN_FLIGHT, 1, 64),
     )
 
 
