@@ -48,7 +48,6 @@ import logging
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -225,12 +224,7 @@ class _Requests:
 
 
 class GrpcConnection(asyncio.Protocol):
-    def __init__(
-        self,
-        settings: ServerSettings,
-        identity: ClientIdentity,
-        on_lost: Callable[[], None] | None = None,
-    ):
+    def __init__(self, settings: ServerSettings, identity: ClientIdentity):
         self.settings = settings
         self.identity = identity
         self.transport: asyncio.Transport | None = None
@@ -257,7 +251,6 @@ class GrpcConnection(asyncio.Protocol):
         self.reset_ping_strikes = False
         self.keepalive: asyncio.TimerHandle | None = None
         self.ping_timeout: asyncio.TimerHandle | None = None
-        self.on_lost = on_lost
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -318,8 +311,6 @@ class GrpcConnection(asyncio.Protocol):
             self._drop(stream)
         self.streams.clear()
         self.blocked.clear()
-        if self.on_lost is not None:
-            self.on_lost()
 
     def pause_writing(self) -> None:
         self.paused = True
