@@ -233,6 +233,18 @@ def vm_rss_mib(pid: int) -> float:
     raise ScaleError(f"no VmRSS for pid {pid}")
 
 
+def rss_parts_mib(pid: int) -> dict[str, float]:
+    """VmRSS split as the kernel accounts it: anonymous memory (the heap), file-backed pages
+    (mapped files: a snapshot kept mapped, etcd's bbolt file) and shared memory."""
+    parts = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                parts[key] = int(line.split()[1]) / 1024
+    return parts
+
+
 def du_mib(path: str) -> float:
     """Allocated size of a directory tree (what ``du`` counts), MiB."""
     total = 0
@@ -724,6 +736,16 @@ async def measure_running(system: System, args: argparse.Namespace) -> dict:
         log("  catch-up")
         res["catch_up"] = await catch_up(system, args)
     res["rss_end_mib"] = member_rss(system)
+    res["rss_end_parts_mib"] = [
+        rss_parts_mib(p.pid) if p is not None and p.poll() is None else {}
+        for p in (system.member_proc(i) for i in range(len(system.urls)))
+    ]
+    log(
+        "  RSS at the end, anonymous/file MiB: "
+        + ", ".join(
+            f"{d.get('RssAnon', 0):.0f}/{d.get('RssFile', 0):.0f}" for d in res["rss_end_parts_mib"]
+        )
+    )
     return res
 
 
