@@ -2,7 +2,12 @@
 
 Layout: version ``N`` of table ``T`` is the key ``<prefix>T/v/<N as 20 decimal digits>``
 (zero-padded so key order is version order); its value is the commit's payload (bytes; a
-``dict`` is stored as JSON). Versions start at 0 and are contiguous.
+``dict`` is stored as JSON). Versions start at 0 and are contiguous. Beside it, written in
+the same transaction, ``<prefix>T/m/<N>`` says who committed it and how, as JSON:
+``committer`` (the log's ``committer``, by default ``host:pid``), ``committed_at`` (the
+committer's clock, Unix seconds) and ``fence`` (``{"key", "token"}`` of the lock the commit
+was fenced by, or null) — what an operator asks of a table's history (``info(N)``; the
+dashboard's Pipelines view shows it).
 
 ``commit(version, payload, fence=..., also=())`` is **one transaction** whose compares are
 
@@ -35,6 +40,9 @@ version order). Entries are never overwritten or deleted by this class.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -120,12 +128,21 @@ def fenced_out_detail(fence: Fence, kvs: Sequence[KeyValue]) -> str | None:
 class CommitLog:
     """See the module docstring. ``client`` is a blocking ``kvserver.client.Client``."""
 
-    def __init__(self, client: Client, table: str, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: Client,
+        table: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        committer: str | None = None,
+    ) -> None:
         if not isinstance(table, str) or not table or "/" in table:
             raise ValueError(f"a table name is a non-empty string without '/', got {table!r}")
         self.client = client
         self.table = table
         self.prefix = as_bytes(prefix) + table.encode() + b"/v/"
+        self.info_prefix = as_bytes(prefix) + table.encode() + b"/m/"
+        self.committer = committer or f"{socket.gethostname()}:{os.getpid()}"
 
     def key(self, version: int) -> bytes:
         if (
@@ -135,6 +152,9 @@ class CommitLog:
         ):
             raise ValueError(f"a version is an integer in [0, {MAX_VERSION}], got {version!r}")
         return self.prefix + f"{version:0{VERSION_DIGITS}d}".encode()
+
+    def info_key(self, version: int) -> bytes:
+        return self.info_prefix + self.key(version)[len(self.prefix) :]
 
     def _entry(self, kv: KeyValue) -> CommitEntry:
         return CommitEntry(int(kv.key[len(self.prefix) :]), kv.value, kv.create_revision)
@@ -166,8 +186,18 @@ class CommitLog:
         if fence is not None:
             compares.append(fence.compare())
             checks.append(Op.get(fence.key, keys_only=True))
+        info = {
+            "committer": self.committer,
+            "committed_at": round(time.time(), 3),
+            "fence": (
+                {"key": fence.key.decode("utf-8", "replace"), "token": fence.token}
+                if fence is not None
+                else None
+            ),
+        }
+        record = Op.put(self.info_key(version), json.dumps(info, sort_keys=True).encode())
         result = self.client.txn(
-            Txn().when(*compares).then(Op.put(key, data), *also).otherwise(*checks)
+            Txn().when(*compares).then(Op.put(key, data), record, *also).otherwise(*checks)
         )
         if result.succeeded:
             return CommitEntry(version, data, result.revision)
@@ -193,6 +223,12 @@ class CommitLog:
 
     # -----------------------------------------------------------------------------------------
     # Reading
+
+    def info(self, version: int) -> dict | None:
+        """Who committed ``version``, when and with which fence (None: not committed, or
+        committed by a raftkv before these records existed)."""
+        kv = self.client.get(self.info_key(version))
+        return None if kv is None else json.loads(kv.value)
 
     def get(self, version: int) -> CommitEntry | None:
         kv = self.client.get(self.key(version))

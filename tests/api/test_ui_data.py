@@ -127,6 +127,17 @@ async def test_cluster_history_pipelines_and_write_flag(tmp_path):
             await kv.put(
                 PutRequest(b"__raftkv/commitlog/t1/v/" + b"0" * 20, json.dumps(payload).encode())
             )
+            record = {  # what CommitLog writes beside a version
+                "committer": "job-7",
+                "committed_at": 1700000000.5,
+                "fence": {"key": "__raftkv/locks/job/x", "token": ra},
+            }
+            await kv.put(PutRequest(b"__raftkv/commitlog/t1/v/" + b"1".zfill(20), b"{}"))
+            await kv.put(
+                PutRequest(
+                    b"__raftkv/commitlog/t1/m/" + b"1".zfill(20), json.dumps(record).encode()
+                )
+            )
             await kv.put(
                 PutRequest(
                     b"__raftkv/batches/q1/" + b"7".zfill(20), b'{"batch_id":7,"finished_at":1.5}'
@@ -138,8 +149,14 @@ async def test_cluster_history_pipelines_and_write_flag(tmp_path):
             assert lock["name"] == "job" and lock["token"] == ra
             assert len(lock["waiters"]) == 1
             (table,) = p["commitlogs"]["items"]
-            assert table["latest"][0]["committer"] == "driver-1"
-            assert table["latest"][0]["fence"] == ra
+            newest, first = table["latest"]  # newest first; records are not versions
+            assert (newest["version"], newest["committer"], newest["time"]) == (
+                1,
+                "job-7",
+                1700000000.5,
+            )
+            assert newest["fence"] == f"{ra} (__raftkv/locks/job/x)"
+            assert first["committer"] == "driver-1" and first["fence"] == ra
             (batch,) = p["batches"]["items"]
             assert batch["last_batch_id"] == 7 and batch["batches"] == 1
 

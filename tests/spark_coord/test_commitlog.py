@@ -2,6 +2,8 @@
 no gaps, a fence in the same txn, errors that say which compare failed, paged history."""
 
 import json
+import os
+import time
 
 import pytest
 
@@ -54,6 +56,27 @@ def test_fenced_commit_says_which_compare_failed(client):
     with pytest.raises(FencedOutError, match="no longer exists"):
         log.commit(1, b"b", fence=fence)
     assert log.next_version() == 1
+
+
+def test_each_commit_records_who_when_and_the_fence(client):
+    lock = FencedLock(client, "records", ttl=5)
+    fence = lock.acquire(timeout=10)
+    log = CommitLog(client, "records", committer="job-7")
+    before = time.time()
+    log.commit(0, b"a", fence=fence)
+    log.commit(1, b"b")
+    with pytest.raises(CommitConflictError):
+        log.commit(1, b"c", fence=fence)
+    lock.release()
+    first, second = log.info(0), log.info(1)
+    assert first["committer"] == second["committer"] == "job-7"
+    assert before - 1 <= first["committed_at"] <= second["committed_at"] <= time.time() + 1
+    assert first["fence"] == {"key": fence.key.decode(), "token": fence.token}
+    assert second["fence"] is None  # the refused commit left the record of version 1 alone
+    assert log.info(2) is None
+    # the records stay beside the versions: readers of versions do not see them
+    assert [e.version for e in log.history()] == [0, 1] and log.latest().version == 1
+    assert CommitLog(client, "other").committer.endswith(f":{os.getpid()}")
 
 
 def test_history_pages_at_one_revision(client, monkeypatch):

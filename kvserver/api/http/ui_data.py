@@ -39,8 +39,9 @@ Need a token when auth is enabled (``ui_user``), and read only what the user may
   (``kvserver.spark``'s layouts): ``locks`` (``<locks prefix><name>/<lease id hex>``; per
   name the holder — the smallest create revision —, its fencing token and lease, and the
   waiters in queue order), ``commitlogs`` (``<commitlog prefix><table>/v/<20 digits>``; per
-  table the number of versions seen and the newest ``TABLE_VERSIONS`` with revision, payload
-  and, when the payload has them, committer, time and fence), ``batches`` (exactly-once
+  table the number of versions seen and the newest ``TABLE_VERSIONS`` with revision, payload,
+  and committer, time and fence from the commit's record ``<table>/m/<20 digits>``, or from
+  the payload when it has such fields), ``batches`` (exactly-once
   markers ``<batches prefix><name>/<batch id, 20 digits>``: count, last batch id, when it
   finished). Each section reads at most ``PIPELINE_SCAN_KEYS`` keys (``truncated`` says so);
   a section the user may not read is ``{"denied": true}``.
@@ -528,29 +529,49 @@ def locks_view(kvs: tuple[KeyValue, ...]) -> list[dict[str, Any]]:
     return out
 
 
-_COMMIT_FIELDS = {
+_COMMIT_FIELDS = {  # where a payload written by other tools may say the same
     "committer": ("committer", "writer", "owner", "app_id", "query"),
     "time": ("time", "committed_at", "timestamp", "ts"),
     "fence": ("fence", "token", "fencing_token"),
 }
 
 
+def _commit_record(info: Any) -> dict[str, Any]:
+    """The fields of a commit's record (``<table>/m/<N>``, kvserver.spark.commitlog)."""
+    if not isinstance(info, dict):
+        return {}
+    row: dict[str, Any] = {}
+    if info.get("committer") is not None:
+        row["committer"] = info["committer"]
+    if info.get("committed_at") is not None:
+        row["time"] = info["committed_at"]
+    fence = info.get("fence")
+    if isinstance(fence, dict) and "token" in fence:
+        row["fence"] = f"{fence['token']} ({fence.get('key', '')})"
+    return row
+
+
 def commitlogs_view(kvs: tuple[KeyValue, ...]) -> list[dict[str, Any]]:
     tables: dict[str, list[KeyValue]] = {}
+    records: dict[tuple[str, bytes], Any] = {}
     for kv in kvs:
         rest = kv.key[len(COMMITLOG_PREFIX) :]
         raw_table, sep, digits = rest.rpartition(b"/v/")
-        if not sep or not digits.isdigit():
+        if sep and digits.isdigit():
+            tables.setdefault(_text(raw_table), []).append(kv)
             continue
-        tables.setdefault(_text(raw_table), []).append(kv)
+        raw_table, sep, digits = rest.rpartition(b"/m/")
+        if sep and digits.isdigit():
+            records[(_text(raw_table), digits)] = _json_or_none(kv.value)
     out = []
     for table, entries in sorted(tables.items()):
         newest = entries[-TABLE_VERSIONS:][::-1]
         rows = []
         for kv in newest:
+            digits = kv.key.rpartition(b"/v/")[2]
             payload = _json_or_none(kv.value)
             row: dict[str, Any] = {
-                "version": int(kv.key.rpartition(b"/v/")[2]),
+                "version": int(digits),
                 "revision": kv.mod_revision,
                 "payload": _text(kv.value)[:300],
             }
@@ -560,6 +581,7 @@ def commitlogs_view(kvs: tuple[KeyValue, ...]) -> list[dict[str, Any]]:
                         if n in payload:
                             row[field] = payload[n]
                             break
+            row.update(_commit_record(records.get((table, digits))))
             rows.append(row)
         out.append({"table": table, "versions_seen": len(entries), "latest": rows})
     return out
