@@ -6,8 +6,9 @@
   imports only from lower layers (or itself). The wire contract (``kvpb``) and ``tls`` are at
   the bottom; the client library sits right above them and may use nothing else, so a Spark
   worker or a script that imports the client loads no server code.
-- The Spark package is client-side too, except the WAL data source, which reads a member's
-  WAL files and archive on purpose (``SPARK_SERVER_DATA_READERS``).
+- The Spark package is client-side too, except the WAL data source and the changefeed's
+  cold tier, which read a member's WAL files and archive on purpose
+  (``SPARK_SERVER_DATA_READERS``).
 - No import cycle between our modules, however the import is written (at the top of a module
   or inside a function): the source is read with ``ast`` so a lazy import counts too.
 """
@@ -47,7 +48,11 @@ CLIENT_SIDE = {
     "client": {"kvpb", "tls"},
     "spark": {"client", "kvpb", "tls"},
 }
-SPARK_SERVER_DATA_READERS = {"kvserver.spark.wal_rows", "kvserver.spark.wal_source"}
+SPARK_SERVER_DATA_READERS = {
+    "kvserver.spark.wal_rows",
+    "kvserver.spark.wal_source",
+    "kvserver.spark.source.cold_history",  # the changefeed's replay of the archive
+}
 SPARK_DEMO = {"kvserver.spark.demo"}  # starts a local cluster when given none
 
 
