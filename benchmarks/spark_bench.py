@@ -1,28 +1,44 @@
-"""Numbers for the raftkv data source: batch read and write rows/s through Spark against the
-same work with the raw client in one process, and the changefeed's end-to-end lag.
+"""Numbers for the raftkv data source at scale: batch read and write rows/s through Spark
+against the same work with the raw client in one run, planning time, and Spark's cold start
+reported apart from the warm numbers.
 
-Starts its own raftkv cluster (three real ``raftkv serve`` processes on loopback, or one with
-``--nodes 1``) and one local SparkSession, then prints one table::
+Starts its own raftkv cluster (``--nodes`` real ``raftkv serve`` processes on loopback, one by
+default) and one local SparkSession (``local[2]``), then prints one table::
 
-    .venv/bin/python benchmarks/spark_bench.py [--rows 20000] [--nodes 3] [--value-size 100]
+    .venv/bin/python benchmarks/spark_bench.py                   # 1,000,000 keys of 256 bytes
+    .venv/bin/python benchmarks/spark_bench.py --rows 20000 --write-rows 20000
 
-- read: ``spark.read.format("raftkv")`` of a prefix of ``--rows`` keys (``numPartitions`` 2,
-  ``pageSize`` 1000), counted with ``collect()``; raw: the same pages with ``Client.range``.
-- write: ``df.write.format("raftkv").mode("append")`` of ``--rows`` rows in 2 partitions
-  (txns of 127 puts + marker); raw: the same 127-put txns sent one after another by one
-  ``Client`` (no markers).
-- changefeed lag: a streaming query (trigger 100 ms) from the changefeed into a ``foreach``
-  writer that records when each row arrived; a put's lag is arrival time - put time
-  (``--lag-events`` puts, one every 50 ms). p50/p99 in ms.
-- txn profile: where the time of one 128-op txn goes, client side (encode, HTTP round trip)
-  vs the server (``--profile-server`` prints cProfile of a one-node in-process server).
+Order of the run, and what each figure is:
 
-Not a timed test: the machine's load changes the numbers; compare rows of one run.
+1. load: ``--rows`` keys ``raw/<n>`` written by the raw client in txns of 127 puts, one after
+   another (the ``raw client`` write rows/s).
+2. decode, before Spark starts (its JVM and workers would share the cores): one real page of
+   1,000 keys decoded the old way (JSON, a ``KeyValue`` per key, then Arrow arrays) and by
+   ``range_arrow``'s decoder, ms per 1,000 keys.
+3. cold start: ``SparkSession.builder.getOrCreate()`` + ``register`` (``session start``), then
+   the first job of the session, a read of an empty prefix through the data source
+   (``first job``: Spark's own start-up of a Python worker plus ours). Reported apart.
+4. warm-up: a few small jobs through the data source (reads to the noop sink and writes), so
+   that the timed jobs find a warm JVM and reused Python workers.
+5. write: ``--write-rows`` rows generated in the JVM (``spark.range``, 2 partitions, cached
+   and counted first) written with ``df.write.format("raftkv").mode("append")``: 2 tasks,
+   each chunk a txn of 127 puts + its marker. Compared with the raw client of step 1.
+6. planning: ``plan()`` of a read of the ``--rows`` keys (what Spark's planner runs), timed
+   in this process.
+7. read: the raw client pages through the ``--rows`` keys (pages of ``--page-size``) with
+   ``range`` (a ``KeyValue`` per key) and with ``range_arrow`` (Arrow columns); Spark reads
+   them with ``numPartitions`` 2 into the ``noop`` sink and with ``count()`` — nothing is
+   collected to the driver.
+
+``--lag-events N`` adds the changefeed's end-to-end lag (a streaming query, trigger 100 ms,
+one put every 50 ms). Not a timed test: the machine's load changes the numbers; compare the
+rows of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -33,6 +49,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kvserver.client import Client, Op, Txn  # noqa: E402
+from kvserver.kvpb.kv import prefix_range_end  # noqa: E402
 from kvserver.localcluster.launcher import LocalCluster  # noqa: E402
 
 
@@ -49,6 +66,7 @@ def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
 
 def spark_session():
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
@@ -59,6 +77,8 @@ def spark_session():
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -68,72 +88,149 @@ def spark_session():
     return spark
 
 
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def read_df(spark, opts: dict, prefix: str, partitions: int = 2, **extra: str):
+    return (
+        spark.read.format("raftkv")
+        .options(**opts)
+        .option("prefix", prefix)
+        .option("numPartitions", str(partitions))
+        .options(**extra)
+        .load()
+    )
+
+
+def to_noop(df) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def generated(spark, prefix: str, rows: int, value_size: int):
+    df = spark.range(0, rows, 1, 2).selectExpr(
+        f"format_string('{prefix}%08d', id) AS key",
+        f"cast(repeat('v', {value_size}) AS binary) AS value",
+    )
+    return df.cache()
+
+
+def cold_start(opts: dict) -> tuple[float, float, object]:
+    t_session, spark = timed(spark_session)
+    t_first, _ = timed(lambda: to_noop(read_df(spark, opts, "cold/", 1)))
+    return t_session, t_first, spark
+
+
+def warm_up(spark, opts: dict, client: Client, value_size: int) -> None:
+    for i in range(3):
+        to_noop(read_df(spark, opts, "warm/", 2, minPartitionKeys="1"))
+        df = generated(spark, f"warm/{i}/", 200, value_size)
+        df.count()
+        df.write.format("raftkv").options(**opts).mode("append").save()
+        df.unpersist()
+    client.delete("warm/", prefix=True)
+
+
 def raw_write(client: Client, prefix: str, rows: int, value: bytes) -> float:
     t0 = time.perf_counter()
-    keys = [f"{prefix}{i:08d}" for i in range(rows)]
     for i in range(0, rows, 127):
-        client.txn(Txn().then(*(Op.put(k, value) for k in keys[i : i + 127])))
+        keys = [f"{prefix}{j:08d}" for j in range(i, min(i + 127, rows))]
+        client.txn(Txn().then(*(Op.put(k, value) for k in keys)))
     return rows / (time.perf_counter() - t0)
 
 
-def marked_write(client: Client, opts: dict, prefix: str, rows: int, value: bytes) -> float:
-    """The data source's task path without Spark: sorted chunks, marker compare + put."""
-    from kvserver.spark.source import chunks
-    from kvserver.spark.source.options import parse
-
-    o = parse(opts, need_range=False)
-    data = [chunks.Row(f"{prefix}{i:08d}".encode(), value, 0) for i in range(rows)]
+def spark_write(spark, opts: dict, prefix: str, rows: int, value_size: int) -> float:
+    df = generated(spark, prefix, rows, value_size)
+    df.count()
     t0 = time.perf_counter()
-    chunks.write_chunks(client, o, data, "bench/marked", 0, None)
-    return rows / (time.perf_counter() - t0)
+    df.write.format("raftkv").options(**opts).mode("append").save()
+    rate = rows / (time.perf_counter() - t0)
+    df.unpersist()
+    return rate
 
 
-def raw_read(client: Client, prefix: str, rows: int) -> float:
+def raw_read(client: Client, prefix: str, rows: int, page: int, arrow: bool) -> float:
+    start, end = prefix.encode(), prefix_range_end(prefix.encode())
     t0 = time.perf_counter()
-    res = client.range(prefix, prefix=True, limit=1, keys_only=True)
-    rev, start, end, n = res.revision, prefix.encode(), None, 0
-    from kvserver.kvpb.kv import prefix_range_end
-
-    end = prefix_range_end(prefix.encode())
+    rev = client.range(start, end, limit=1, keys_only=True).revision
+    n = 0
     while True:
-        page = client.range(start, end, revision=rev, limit=1000)
-        n += len(page.kvs)
-        if not page.more:
+        if arrow:
+            ans = client.range_arrow(start, end, revision=rev, limit=page)
+            n += ans.batch.num_rows
+            last = ans.last_key()
+        else:
+            res = client.range(start, end, revision=rev, limit=page)
+            n += len(res.kvs)
+            last = res.kvs[-1].key if res.kvs else None
+            ans = res
+        if not ans.more or last is None:
             break
-        start = page.kvs[-1].key + b"\0"
+        start = last + b"\0"
     assert n == rows, (n, rows)
     return rows / (time.perf_counter() - t0)
 
 
-def spark_write(spark, opts, prefix: str, rows: int, value: bytes) -> float:
-    df = (
-        spark.createDataFrame(
-            [(f"{prefix}{i:08d}", value) for i in range(rows)], "key string, value binary"
+def planning(opts: dict, prefix: str) -> tuple[float, int]:
+    from kvserver.spark.source.batch_read import plan
+    from kvserver.spark.source.options import parse
+
+    o = parse({**opts, "prefix": prefix, "numPartitions": "2"})
+    t, parts = timed(lambda: plan(o))
+    return t, len(parts)  # type: ignore[arg-type]
+
+
+def spark_read(spark, opts: dict, prefix: str, rows: int) -> tuple[float, float]:
+    df = read_df(spark, opts, prefix, 2)
+    t_noop, _ = timed(lambda: to_noop(df))
+    t_count, n = timed(df.count)
+    assert n == rows, (n, rows)
+    return rows / t_noop, rows / t_count
+
+
+def decode_ms(client: Client, prefix: str, rounds: int = 20) -> tuple[float, float]:
+    """ms per 1,000 keys: the old decode (KeyValue per key, then Arrow) and the Arrow one."""
+    import pyarrow as pa
+
+    from kvserver.client import codec, columnar
+    from kvserver.client.txn import range_request
+
+    req = range_request(prefix, prefix=True, limit=1000)
+    body = json.dumps(codec.encode_range(req)).encode()
+    import urllib.request
+
+    raw = urllib.request.urlopen(
+        urllib.request.Request(client.endpoints[0] + "/v3/kv/range", data=body), timeout=30
+    ).read()
+
+    def old() -> None:
+        kvs = codec.decode_range(json.loads(raw)).kvs
+        pa.RecordBatch.from_arrays(
+            [
+                pa.array([kv.key.decode() for kv in kvs], pa.string()),
+                pa.array([kv.value for kv in kvs], pa.binary()),
+                *(
+                    pa.array([getattr(kv, f) for kv in kvs], pa.int64())
+                    for f in ("create_revision", "mod_revision", "version", "lease")
+                ),
+            ],
+            names=list(columnar.COLUMNS),
         )
-        .repartition(2)
-        .cache()
-    )
-    df.count()
-    t0 = time.perf_counter()
-    df.write.format("raftkv").options(**opts).mode("append").save()
-    return rows / (time.perf_counter() - t0)
+
+    def new() -> None:
+        columnar.decode_range_arrow(raw)
+
+    out = []
+    for fn in (old, new):
+        fn()
+        best = min(timed(lambda f=fn: [f() for _ in range(rounds)])[0] for _ in range(3))
+        out.append(best / rounds * 1000)
+    return out[0], out[1]
 
 
-def spark_read(spark, opts, prefix: str, rows: int) -> float:
-    t0 = time.perf_counter()
-    got = (
-        spark.read.format("raftkv")
-        .options(**opts)
-        .option("prefix", prefix)
-        .option("numPartitions", "2")
-        .load()
-        .collect()
-    )
-    assert len(got) == rows, (len(got), rows)
-    return rows / (time.perf_counter() - t0)
-
-
-def changefeed_lag(spark, opts, client: Client, events: int) -> tuple[float, float]:
+def changefeed_lag(spark, opts: dict, client: Client, events: int) -> tuple[float, float]:
     arrived: dict[str, float] = {}
     put_at: dict[str, float] = {}
     lock = threading.Lock()
@@ -184,33 +281,9 @@ def changefeed_lag(spark, opts, client: Client, events: int) -> tuple[float, flo
     return statistics.median(lags), p99
 
 
-def txn_profile(client: Client, value: bytes, n: int = 30) -> dict[str, float]:
-    """Per 128-op txn: client-side build+encode time, and the whole call."""
-    import json
-
-    from kvserver.client import codec
-
-    keys = [f"prof/{i:08d}" for i in range(127 * n)]
-    t0 = time.perf_counter()
-    for j in range(n):
-        req = Txn().then(*(Op.put(k, value) for k in keys[j * 127 : (j + 1) * 127])).to_request()
-        json.dumps(codec.encode_txn(req), separators=(",", ":")).encode()
-    encode_ms = (time.perf_counter() - t0) / n * 1000
-    t0 = time.perf_counter()
-    for j in range(n):
-        client.txn(Txn().then(*(Op.put(k, value) for k in keys[j * 127 : (j + 1) * 127])))
-    call_ms = (time.perf_counter() - t0) / n * 1000
-    return {"client build+encode ms/txn": encode_ms, "whole txn call ms/txn": call_ms}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20000)
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--value-size", type=int, default=100)
-    ap.add_argument("--lag-events", type=int, default=100)
-    args = ap.parse_args()
+def run(args) -> dict:
     value = b"v" * args.value_size
+    out: dict = {"rows": args.rows, "write_rows": args.write_rows, "nodes": args.nodes}
     with tempfile.TemporaryDirectory() as d:
         cluster = LocalCluster(
             d,
@@ -219,61 +292,86 @@ def main() -> None:
         )
         cluster.start()
         try:
-            with Client(cluster.endpoints, timeout_s=60) as client:
+            with Client(cluster.endpoints, timeout_s=120) as client:
                 wait_healthy(client)
-                opts = {"endpoints": ",".join(cluster.endpoints), "timeout": "60"}
-                spark = spark_session()
-                results = []
-                results.append(
-                    (
-                        "batch write",
-                        "raw client, 127-put txns",
-                        raw_write(client, "raw/", args.rows, value),
+                opts = {"endpoints": ",".join(cluster.endpoints), "timeout": "120"}
+                out["write raw rows/s"] = raw_write(client, "raw/", args.rows, value)
+                # Before any Spark: the JVM and its workers would share the cores.
+                out["decode old ms/1000"], out["decode arrow ms/1000"] = decode_ms(client, "raw/")
+                t_session, t_first, spark = cold_start(opts)
+                out["cold session start s"] = t_session
+                out["cold first job s"] = t_first
+                warm_up(spark, opts, client, args.value_size)
+                out["write spark rows/s"] = spark_write(
+                    spark, opts, "sp/", args.write_rows, args.value_size
+                )
+                t_plan, parts = planning(opts, "raw/")
+                out["planning s"] = t_plan
+                out["planning partitions"] = parts
+                out["read raw rows/s"] = raw_read(client, "raw/", args.rows, args.page_size, False)
+                out["read raw arrow rows/s"] = raw_read(
+                    client, "raw/", args.rows, args.page_size, True
+                )
+                noop, count = spark_read(spark, opts, "raw/", args.rows)
+                out["read spark noop rows/s"] = noop
+                out["read spark count rows/s"] = count
+                if args.lag_events:
+                    out["lag p50 ms"], out["lag p99 ms"] = changefeed_lag(
+                        spark, opts, client, args.lag_events
                     )
-                )
-                results.append(
-                    (
-                        "batch write",
-                        "data source txn path, no Spark",
-                        marked_write(client, opts, "mk/", args.rows, value),
-                    )
-                )
-                results.append(
-                    (
-                        "batch write",
-                        "spark data source (2 tasks)",
-                        spark_write(spark, opts, "sp/", args.rows, value),
-                    )
-                )
-                results.append(
-                    ("batch read", "raw client, pages of 1000", raw_read(client, "raw/", args.rows))
-                )
-                results.append(
-                    (
-                        "batch read",
-                        "spark data source (2 partitions)",
-                        spark_read(spark, opts, "sp/", args.rows),
-                    )
-                )
-                p50, p99 = changefeed_lag(spark, opts, client, args.lag_events)
-                prof = txn_profile(client, value)
                 spark.stop()
         finally:
             cluster.stop()
-    print(
-        f"\nraftkv data source, {args.nodes} node(s), {args.rows} rows of "
-        f"{args.value_size}-byte values, {os.cpu_count()} cores\n"
-    )
-    print(f"| {'what':<12} | {'how':<34} | {'rows/s':>10} |")
-    print(f"|{'-' * 14}|{'-' * 36}|{'-' * 12}|")
-    for what, how, rate in results:
-        print(f"| {what:<12} | {how:<34} | {rate:>10,.0f} |")
-    print(
-        f"\nchangefeed lag (put -> row in a micro-batch, trigger 100 ms, "
-        f"{args.lag_events} puts): p50 {p50:.0f} ms, p99 {p99:.0f} ms"
-    )
-    for k, v in prof.items():
-        print(f"{k}: {v:.1f}")
+    return out
+
+
+def report(args, r: dict) -> str:
+    lines = [
+        f"raftkv data source: {args.nodes} node(s), {r['rows']:,} keys of {args.value_size}-byte "
+        f"values ({r['write_rows']:,} written through Spark), local[2], {os.cpu_count()} cores",
+        "",
+        f"| {'what':<40} | {'figure':>14} |",
+        f"|{'-' * 42}|{'-' * 16}|",
+    ]
+    ratio = r["write spark rows/s"] / r["write raw rows/s"]
+    rows = [
+        ("cold: session start (s)", f"{r['cold session start s']:.2f}"),
+        ("cold: first job, empty read (s)", f"{r['cold first job s']:.2f}"),
+        ("write: raw client, 127-put txns (rows/s)", f"{r['write raw rows/s']:,.0f}"),
+        ("write: Spark, 2 tasks (rows/s)", f"{r['write spark rows/s']:,.0f}"),
+        ("write: Spark / raw client", f"{ratio:.2f}"),
+        (f"planning {r['rows']:,} keys (s)", f"{r['planning s']:.3f}"),
+        ("read: raw client, range (rows/s)", f"{r['read raw rows/s']:,.0f}"),
+        ("read: raw client, range_arrow (rows/s)", f"{r['read raw arrow rows/s']:,.0f}"),
+        ("read: Spark, 2 partitions, noop (rows/s)", f"{r['read spark noop rows/s']:,.0f}"),
+        ("read: Spark, 2 partitions, count (rows/s)", f"{r['read spark count rows/s']:,.0f}"),
+        ("decode 1,000 keys: KeyValues (ms)", f"{r['decode old ms/1000']:.2f}"),
+        ("decode 1,000 keys: Arrow columns (ms)", f"{r['decode arrow ms/1000']:.2f}"),
+    ]
+    if "lag p50 ms" in r:
+        rows.append(
+            ("changefeed lag p50 / p99 (ms)", f"{r['lag p50 ms']:.0f} / {r['lag p99 ms']:.0f}")
+        )
+    lines += [f"| {what:<40} | {fig:>14} |" for what, fig in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="keys read (and loaded)")
+    ap.add_argument("--write-rows", type=int, default=200_000, help="rows written via Spark")
+    ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--value-size", type=int, default=256)
+    ap.add_argument("--page-size", type=int, default=1000)
+    ap.add_argument("--lag-events", type=int, default=0)
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    r = run(args)
+    print("\n" + report(args, r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+    return r
 
 
 if __name__ == "__main__":
