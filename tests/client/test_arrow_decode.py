@@ -71,7 +71,7 @@ def check_same(body: bytes) -> None:
     assert got.batch.schema.names == list(columnar.COLUMNS)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(answer)
 def test_arrow_decode_equals_the_ordinary_decode(resp: RangeResponse) -> None:
     body = gateway_json.encode_range(resp)
@@ -144,7 +144,7 @@ canonical_kv = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(canonical_kv, min_size=1, max_size=40))
 def test_the_usual_shape_is_decoded_by_quote_positions_exactly(kvs: list[KeyValue]) -> None:
     """Every field set and no lease: the shape the quote-position decoder takes (it must take
