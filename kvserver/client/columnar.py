@@ -281,6 +281,8 @@ def _canonical_columns(kvs_text: bytes) -> dict[str, Any]:
         raise _NotFast("not the usual KeyValue shape")
     q = quotes.reshape(-1, 20)
     n = len(q)
+    if n == 0 or np.count_nonzero(text == ord("{")) != n:  # an object without 20 quotes
+        raise _NotFast("not the usual KeyValue shape")
     for j, name in enumerate(_CANONICAL_NAMES):  # the names, checked by length and letters
         lo, hi = q[:, 4 * j] + 1, q[:, 4 * j + 1]
         if ((hi - lo) != len(name)).any():

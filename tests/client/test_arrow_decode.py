@@ -153,3 +153,11 @@ def test_the_usual_shape_is_decoded_by_quote_positions_exactly(kvs: list[KeyValu
     _, kvs_text = columnar._split(body)
     columnar._canonical_columns(kvs_text)  # does not refuse the usual shape
     check_same(body)
+
+
+def test_an_object_of_another_shape_among_usual_ones_is_not_lost() -> None:
+    usual = KeyValue(b"k1", b"v", 2, 2, 1)
+    odd = KeyValue(b"k2", b"", 0, 0, 0)  # only the key: 4 quotes
+    body = gateway_json.encode_range(RangeResponse(ResponseHeader(1, 2, 3, 4), (usual, odd)))
+    check_same(body)
+    assert columnar.decode_range_arrow(body).batch.num_rows == 2
