@@ -157,7 +157,7 @@ def test_the_usual_shape_is_decoded_by_quote_positions_exactly(kvs: list[KeyValu
 
 def test_an_object_of_another_shape_among_usual_ones_is_not_lost() -> None:
     usual = KeyValue(b"k1", b"v", 2, 2, 1)
-    odd = KeyValue(b"k2", b"", 0, 0, 0)  # only the key: 4 quotes
-    body = gateway_json.encode_range(RangeResponse(ResponseHeader(1, 2, 3, 4), (usual, odd)))
-    check_same(body)
-    assert columnar.decode_range_arrow(body).batch.num_rows == 2
+    odd = tuple(KeyValue(b"k%d" % i, b"", 0, 0, 0) for i in range(2, 7))  # 4 quotes each
+    body = gateway_json.encode_range(RangeResponse(ResponseHeader(1, 2, 3, 4), (usual, *odd)))
+    check_same(body)  # 40 quotes: two groups of 20, but six objects
+    assert columnar.decode_range_arrow(body).batch.num_rows == 6
