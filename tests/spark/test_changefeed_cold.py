@@ -8,6 +8,8 @@ some more. Then, on real Spark:
 - a stream from ``earliest`` with ``archiveUrl`` equals the full history (every event once,
   with its revision, create revision, version, lease and previous value), read in several
   cold batches (``maxRevisionsPerTrigger``) and then from the store;
+- the same with a cold batch cut into time slices at archived snapshots
+  (``coldPartitions``);
 - the same across stops and restarts from the checkpoint: one batch per run
   (``Trigger.Once``) while the stream is in the cold part, through the batch that reaches
   the compact revision and the first one after it, then the rest;
@@ -212,6 +214,36 @@ def test_stream_from_earliest_equals_full_history(spark, store, tmp_path):
     assert ends == sorted(set(ends)), "batch ends must strictly increase"
     assert store["compact"] in ends, "the last cold batch ends at the compact revision"
     assert sum(1 for e in ends if e < store["compact"]) >= 2, "several cold batches"
+
+
+def test_cold_batches_in_time_slices_equal_full_history(spark, store, tmp_path):
+    from pyspark.sql.functions import spark_partition_id
+
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    query = (
+        feed(spark, store, archiveUrl=store["archive"], coldPartitions=3)
+        .withColumn("pid", spark_partition_id())
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    got = sink(spark, out)
+    assert len(got) == len(set(got)), "an event was delivered twice"
+    assert got == store["expect"]
+    first_batch = min(b for b, e in batch_ends(ckpt).items() if e > 0)
+    assert batch_ends(ckpt)[first_batch] == store["compact"], "one cold batch to the switch"
+    cold_pids = {
+        r.pid
+        for r in spark.read.parquet(out).where(f"mod_revision <= {store['compact']}").collect()
+    }
+    assert len(cold_pids) >= 2, "the cold batch was read in several time slices"
 
 
 def test_restarts_in_the_cold_part_and_across_the_switch(spark, store, tmp_path):

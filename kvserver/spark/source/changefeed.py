@@ -45,7 +45,10 @@ leases and previous values the store gave its watchers. A cold batch ends at
 counted in revisions (the driver cannot count a cold batch's events before an executor
 decodes them), else ``COLD_REVISIONS``; when capped it ends at an archived snapshot's revision
 if one is in reach, so the next batch's replay starts there. It is one partition (the replay
-is sequential; splitting it by keys would replay the log once per partition). A cold batch is
+is sequential; splitting it by keys would replay the log once per partition), unless
+``coldPartitions`` N > 1: then it is cut at archived snapshots into up to N time slices,
+each replayed from its own snapshot in parallel, and a key's events of that batch may be in
+several partitions (each in revision order; ``mod_revision`` orders them across). A cold batch is
 planned only once the archive has reached the raft index the store had when the compact
 revision was read, so every revision up to C is archived; until then the offset stays put.
 Once ``start >= C`` the hot tier takes over with a watch from ``start + 1`` (the store has
@@ -539,12 +542,7 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with open_client(self.o) as client:
                 compact = current_compact_revision(client, self.o.key)
             if s < compact:
-                if self._member is None:
-                    from kvserver.spark.source.cold_history import ArchiveView
-
-                    view = ArchiveView.load(self.cf.archive_url, self.cf.archive_options)
-                    self._member = view.member_id
-                return [ChangePartition(s, e, cold=True, member=self._member)]
+                return self._cold_partitions(s, e, compact)
         w = self._watcher
         if w is not None and w.error is None and w.ledger.covers(s, e):
             slices = w.ledger.split(s, e, self.o.num_partitions, MIN_EVENTS_PER_PARTITION)
@@ -555,6 +553,31 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A batch this process did not watch (a replay after a restart): one task, the
         # whole range (``end`` is the revision of an event of the range).
         return [ChangePartition(s, e)]
+
+    def _cold_partitions(self, s: int, e: int, compact: int) -> list[ChangePartition]:
+        """One partition; with ``coldPartitions`` N > 1, up to N time slices cut at archived
+        snapshots (each replays from its own snapshot, in parallel)."""
+        from kvserver.spark.source.cold_history import ArchiveView
+
+        view = ArchiveView.load(
+            self.cf.archive_url, self.cf.archive_options, member_id=self._member
+        )
+        self._member = view.member_id
+        bounds = [s]
+        n = self.cf.cold_partitions
+        if n > 1:
+            cuts = [r for r in view.snapshot_revisions() if s < r < min(e, compact)]
+            for i in range(1, n):
+                aim = s + (min(e, compact) - s) * i // n
+                near = [r for r in cuts if r > bounds[-1]]
+                if near:
+                    bounds.append(min(near, key=lambda r: abs(r - aim)))
+        bounds.append(e)
+        return [
+            ChangePartition(a, b, cold=True, member=self._member)
+            for a, b in zip(bounds, bounds[1:], strict=False)
+            if b > a
+        ]
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, ChangePartition)  # Spark hands back partitions()'s own

@@ -13,6 +13,11 @@ shared option parser only has to know their names:
                             in the cold tier.
 ``archiveUrl``              the continuous archive (``raftkv serve --archive-url``): history
                             below the store's compact revision is read from it.
+``coldPartitions``          cold batches are cut at archived snapshots into at most this many
+                            time slices, replayed in parallel (default 1). A key's events of
+                            one cold batch may then be in several partitions: the order per
+                            key holds within a partition and by ``mod_revision``, not across
+                            partitions.
 ``archiveOptions``          fsspec/s3fs options of that URL, ``key=value,key=value`` as
                             ``raftkv serve --archive-options`` takes them (e.g.
                             ``endpoint_url=http://127.0.0.1:9000``).
@@ -34,6 +39,7 @@ class ChangefeedOptions:
     max_revisions: int  # 0: no cap (the cold tier then uses COLD_REVISIONS)
     archive_url: str  # "": no cold tier
     archive_options: tuple[str, ...]  # "key=value" items for kvserver.archive.store
+    cold_partitions: int = 1  # time slices of a cold batch
 
     @property
     def cold_revisions(self) -> int:
@@ -73,4 +79,5 @@ def changefeed_options(o: SourceOptions) -> ChangefeedOptions:
         max_revisions=_cap(raw, "maxRevisionsPerTrigger"),
         archive_url=url,
         archive_options=items,
+        cold_partitions=_cap(raw, "coldPartitions") or 1,
     )

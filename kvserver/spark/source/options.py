@@ -47,6 +47,7 @@ KNOWN = {
     "maxrevisionspertrigger",
     "archiveurl",
     "archiveoptions",
+    "coldpartitions",
     # batch read: planning (one partition per at least this many keys)
     "minpartitionkeys",
     # batch write: chunk txns outstanding at once per task
