@@ -161,10 +161,10 @@ class System:
 class RaftkvSystem(System):
     name = "raftkv"
 
-    def __init__(self, root: str, extra_args: list[str] | None = None) -> None:
+    def __init__(self, root: str, extra_args: list[str] | None = None, size: int = 3) -> None:
         super().__init__(root)
         self.cluster = LocalCluster(
-            os.path.join(self.root, "data"), size=3, extra_args=list(extra_args or [])
+            os.path.join(self.root, "data"), size=size, extra_args=list(extra_args or [])
         )
         self.urls = self.cluster.endpoints
 
@@ -198,7 +198,11 @@ class EtcdSystem(System):
     name = "etcd"
 
     def __init__(
-        self, root: str, scheme: str = "http", extra_args: list[str] | None = None
+        self,
+        root: str,
+        scheme: str = "http",
+        extra_args: list[str] | None = None,
+        size: int = 3,
     ) -> None:
         """``scheme`` "https" with TLS flags in ``extra_args``: https client and peer URLs."""
         super().__init__(root)
@@ -206,15 +210,15 @@ class EtcdSystem(System):
         if not binary:
             raise BenchError("etcd is not installed (Debian package etcd-server)")
         self.binary = binary
-        ports = free_ports(6)
-        self.urls = [f"{scheme}://127.0.0.1:{ports[2 * i]}" for i in range(3)]
-        self.peers = [f"{scheme}://127.0.0.1:{ports[2 * i + 1]}" for i in range(3)]
+        ports = free_ports(2 * size)
+        self.urls = [f"{scheme}://127.0.0.1:{ports[2 * i]}" for i in range(size)]
+        self.peers = [f"{scheme}://127.0.0.1:{ports[2 * i + 1]}" for i in range(size)]
         self.extra_args = list(extra_args or [])
         self.procs = _Processes(self.root)
 
     def start(self) -> None:
         initial = ",".join(f"e{i}={p}" for i, p in enumerate(self.peers))
-        for i in range(3):
+        for i in range(len(self.urls)):
             self.procs.spawn(
                 [
                     self.binary,
@@ -250,7 +254,7 @@ class EtcdSystem(System):
         self.procs.stop()
 
     def data_dirs(self) -> list[str]:
-        return [os.path.join(self.root, f"e{i}") for i in range(3)]
+        return [os.path.join(self.root, f"e{i}") for i in range(len(self.urls))]
 
     def member_proc(self, index: int) -> subprocess.Popen | None:
         return self.procs.procs[index] if index < len(self.procs.procs) else None
