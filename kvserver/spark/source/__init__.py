@@ -24,7 +24,8 @@ Options (Spark lower-cases option names; unknown options are refused)
 ``numPartitions``    batch read: key-range partitions (default 4; split at equal key counts,
                      from the keys at those ranks: no key is read to plan).
 ``minPartitionKeys`` batch read: at least this many keys per partition (default 50000), so a
-                     small range is one partition.
+                     small range is one partition. Changefeed: at most this many key-range
+                     partitions per micro-batch.
 ``pageSize``         batch read: keys per range request (default 1000), each page decoded
                      straight into an Arrow record batch.
 ``valueFormat``      ``binary`` (default) or ``string`` (values decoded as UTF-8; a value that
@@ -51,6 +52,15 @@ Options (Spark lower-cases option names; unknown options are refused)
 ``skipCompacted``    stream: ``true`` skips history that was compacted instead of failing
                      (default ``false``).
 ``prevValue``        stream: ``true`` adds the column ``prev_value``.
+``maxEventsPerTrigger`` stream: at most this many events per micro-batch (Spark's
+                     admission control, ``ReadMaxRows``); a revision is never split. In
+                     the cold tier it counts revisions (see ``changefeed``).
+``maxRevisionsPerTrigger`` stream: at most this many revisions per micro-batch.
+``archiveUrl``       stream: history below the store's compact revision is read from this
+                     continuous archive (``raftkv serve --archive-url``), then the store's.
+``archiveOptions``   stream: fsspec/s3fs options of ``archiveUrl``, ``key=value,...``.
+``coldPartitions``   stream: cut a cold batch into up to this many time slices at archived
+                     snapshots, replayed in parallel (default 1; see ``changefeed``).
 ``testFailAfterTxns`` tests only: attempt 0 of every write task fails after this many txns.
 
 Schemas
@@ -73,8 +83,11 @@ Guarantees (details in the modules)
   applied so far (no rollback). A driver that dies between the tasks' commits and the job
   commit leaves every row applied plus the job's markers under ``<markerPrefix>batch/``.
 - Changefeed (``changefeed``): offsets are revisions of events of the watched range; batch
-  ``(start, end]`` = exactly those events, from MVCC history; no event missed or repeated
-  across a stop and a restart from the checkpoint; writes elsewhere never wake it.
+  ``(start, end]`` = exactly those events, from MVCC history (below the compact revision,
+  from the archive with ``archiveUrl``); no event missed or repeated across a stop and a
+  restart from the checkpoint, nor across the switch from archive to store; writes
+  elsewhere never wake it. Key-range partitions per batch (``numPartitions``), every event
+  of a key in one partition, in revision order.
 - Streaming sink (``stream_write``): each chunk of a micro-batch applied once, however
   often Spark replays the batch (markers per query/batch/partition/chunk under
   ``<markerPrefix>stream/``, deleted once a later batch commits).
