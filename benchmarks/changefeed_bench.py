@@ -1,0 +1,355 @@
+"""Numbers for the raftkv changefeed: steady throughput and lag while writers run, and the
+cold catch-up rate from the archive (file:// and S3).
+
+Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
+``file://`` directory, and one warm local SparkSession (``local[2]``), then prints a table::
+
+    .venv/bin/python benchmarks/changefeed_bench.py [--seconds 20] [--rate 25000] [--writers 3]
+
+- steady: ``--writers`` processes write txns of ``--txn-keys`` puts of ``--value-size``-byte
+  values under ``feed/``, paced to ``--rate`` events/s in total, for ``--seconds``. A
+  streaming query (default trigger: batches back to back, ``numPartitions`` 2) reads the
+  changefeed of ``feed/`` into ``foreachBatch``, which collects each batch's
+  ``mod_revision`` column in the driver. Throughput: events delivered during the writing
+  window / its length, after a warm-up of ``WARMUP_S`` (the first batches start Spark's
+  Python workers). Lag of an event: when its batch reached ``foreachBatch`` - when the
+  writer's txn was acknowledged (both on this machine's clock); p50 and p99 over the events
+  acknowledged after the warm-up, and p99 over all of them.
+- cold catch-up: the store is compacted at its last revision, then a stream from
+  ``earliest`` with ``archiveUrl`` (``Trigger.AvailableNow``, ``noop`` sink) replays the whole
+  history from the archive (``coldPartitions`` ``--cold-partitions``: time slices cut at
+  the archived snapshots, one every ``--snapshot-count`` entries); rate = events / the
+  query's wall time (start to end, Spark's planning included). Once from the ``file://`` archive, once from a copy of it in S3
+  (moto's server on 127.0.0.1; skipped when moto is missing).
+
+Not a timed test: the machine's load changes the numbers; compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kvserver.client import Client, Op, Txn  # noqa: E402
+from kvserver.localcluster.launcher import LocalCluster, free_ports  # noqa: E402
+
+
+def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            client.put("bench/ping", "1")
+            return
+        except Exception:  # noqa: BLE001 - waiting for an election
+            time.sleep(0.2)
+    raise SystemExit("the cluster did not become healthy")
+
+
+def spark_session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("raftkv-changefeed-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from kvserver.spark import register
+
+    register(spark)
+    return spark
+
+
+def writer(endpoints, w: int, rate: float, txn_keys: int, value_size: int, seconds: float, q):
+    """One writer process: paced txns; sends back (revision, ack time, keys) per txn."""
+    value = os.urandom(value_size // 2).hex().encode()[:value_size]
+    acks = []
+    with Client(endpoints, timeout_s=30) as c:
+        t0 = time.time()
+        n = 0
+        while True:
+            now = time.time()
+            if now - t0 >= seconds:
+                break
+            due = t0 + n * txn_keys / rate
+            if due > now:
+                time.sleep(due - now)
+            base = (n * txn_keys) % 50_000
+            res = c.txn(
+                Txn().then(*(Op.put(f"feed/w{w}/{base + i:06d}", value) for i in range(txn_keys)))
+            )
+            acks.append((res.header.revision, time.time(), txn_keys))
+            n += 1
+    q.put(acks)
+
+
+WARMUP_S = 3.0  # the first batches start the Python workers; steady state is after it
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+
+
+def steady(spark, endpoints, args) -> dict:
+    arrived: list[tuple[float, list[int]]] = []
+    with Client(endpoints) as c:
+        first = c.put("bench/feed-start", "x").revision + 1
+    feed = (
+        spark.readStream.format("raftkv")
+        .option("endpoints", ",".join(endpoints))
+        .option("changefeed", "true")
+        .option("prefix", "feed/")
+        .option("startingRevision", str(first))
+        .option("numPartitions", "2")
+        .load()
+    )
+
+    def record(df, batch_id):
+        revs = [r[0] for r in df.select("mod_revision").collect()]
+        arrived.append((time.time(), revs))
+
+    query = feed.writeStream.foreachBatch(record).start()
+    try:
+        # warm: wait for the first (empty) batch so the query runs before writers start
+        deadline = time.monotonic() + 60
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        per = args.rate / args.writers
+        procs = [
+            ctx.Process(
+                target=writer,
+                args=(endpoints, w, per, args.txn_keys, args.value_size, args.seconds, q),
+            )
+            for w in range(args.writers)
+        ]
+        t_start = time.time()
+        for p in procs:
+            p.start()
+        acks = [a for _ in procs for a in q.get(timeout=args.seconds + 120)]
+        for p in procs:
+            p.join(30)
+        t_end = time.time()
+        written = sum(k for _, _, k in acks)
+        last_rev = max(r for r, _, _ in acks)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(revs and max(revs) >= last_rev for _, revs in arrived):
+                break
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    acked = {r: t for r, t, _ in acks}
+    lags, steady_lags = [], []
+    in_window = 0
+    for t, revs in arrived:
+        for r in revs:
+            if r in acked:
+                lags.append(t - acked[r])
+                if acked[r] >= t_start + WARMUP_S:
+                    steady_lags.append(t - acked[r])
+        if t_start + WARMUP_S <= t <= t_end:
+            in_window += len(revs)
+    delivered = sum(len(revs) for _, revs in arrived)
+    return {
+        "written": written,
+        "write_rate": written / (t_end - t_start),
+        "delivered": delivered,
+        "steady_rate": in_window / max(t_end - t_start - WARMUP_S, 1e-9),
+        "lag_p50_s": pct(steady_lags, 0.5),
+        "lag_p99_s": pct(steady_lags, 0.99),
+        "lag_all_p99_s": pct(lags, 0.99),
+        "batches": len(arrived),
+    }
+
+
+def cold(spark, endpoints, archive: str, options: str = "", partitions: int = 1) -> dict:
+    t0 = time.time()
+    reader = (
+        spark.readStream.format("raftkv")
+        .option("endpoints", ",".join(endpoints))
+        .option("changefeed", "true")
+        .option("prefix", "feed/")
+        .option("startingRevision", "earliest")
+        .option("archiveUrl", archive)
+        .option("coldPartitions", str(partitions))
+    )
+    if options:
+        reader = reader.option("archiveOptions", options)
+    ckpt = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
+    query = (
+        reader.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(1800)
+        if query.exception() is not None:
+            raise SystemExit(f"cold catch-up failed: {query.exception()}")
+        events = sum(p["numInputRows"] for p in query.recentProgress)
+        batches = sum(1 for p in query.recentProgress if p["numInputRows"])
+    finally:
+        query.stop()
+        shutil.rmtree(ckpt, ignore_errors=True)
+    elapsed = time.time() - t0
+    return {"events": events, "seconds": elapsed, "rate": events / elapsed, "batches": batches}
+
+
+def wait_archive(archive: str, endpoints) -> None:
+    from kvserver.spark.source.cold_history import ArchiveView
+
+    with Client(endpoints) as c:
+        index = max(s.status.raft_index for s in c.statuses() if s.status is not None)
+    deadline = time.monotonic() + 120
+    while not ArchiveView.load(archive, ()).reaches(index):
+        if time.monotonic() > deadline:
+            raise SystemExit("the archive did not catch up within 120 s")
+        time.sleep(0.2)
+
+
+def moto(tmp: str):
+    try:
+        import moto  # noqa: F401
+        import s3fs
+    except ImportError:
+        return None, None
+    port = free_ports(1)[0]
+    log = open(os.path.join(tmp, "moto.log"), "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=2).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                return None, None
+            time.sleep(0.1)
+    fs = s3fs.S3FileSystem(
+        key="testing", secret="testing", endpoint_url=url, skip_instance_cache=True
+    )
+    fs.mkdir("cfbench")
+    return proc, (fs, url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--rate", type=float, default=25_000, help="events/s written in total")
+    ap.add_argument("--writers", type=int, default=3)
+    ap.add_argument("--txn-keys", type=int, default=100)
+    ap.add_argument("--value-size", type=int, default=256)
+    ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--snapshot-count", type=int, default=500)
+    ap.add_argument(
+        "--cold-partitions", type=int, default=2, help="coldPartitions of the catch-up runs"
+    )
+    args = ap.parse_args(argv)
+
+    root = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
+    archive = f"file://{root}/archive"
+    c = LocalCluster(
+        os.path.join(root, "cluster"),
+        size=args.nodes,
+        extra_args=[
+            "--archive-url",
+            archive,
+            "--archive-interval",
+            "200",
+            "--snapshot-count",
+            str(args.snapshot_count),
+        ],
+    )
+    c.start()
+    moto_proc = None
+    try:
+        with Client(c.endpoints, timeout_s=30) as cl:
+            wait_healthy(cl)
+        spark = spark_session()
+        spark.range(10).count()  # warm the session
+        s = steady(spark, c.endpoints, args)
+        with Client(c.endpoints, timeout_s=60) as cl:
+            cl.compact(cl.put("bench/compact-at", "x").revision)
+        wait_archive(archive, c.endpoints)
+        cold_file = cold(spark, c.endpoints, archive, partitions=args.cold_partitions)
+        cold_s3 = None
+        if not args.no_s3:
+            moto_proc, s3 = moto(root)
+            if s3 is not None:
+                fs, url = s3
+                fs.put(f"{root}/archive/", "cfbench/archive/", recursive=True)
+                opts = (
+                    f"key=testing,secret=testing,endpoint_url={url},"
+                    "client_kwargs.region_name=us-east-1"
+                )
+                cold_s3 = cold(
+                    spark, c.endpoints, "s3://cfbench/archive", opts, args.cold_partitions
+                )
+        spark.stop()
+    finally:
+        if moto_proc is not None:
+            moto_proc.kill()
+            moto_proc.wait(10)
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print()
+    print(
+        f"changefeed, {args.nodes} node(s), local[2], {args.writers} writers, txns of "
+        f"{args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s"
+    )
+    print(f"{'measure':44} {'value':>14}")
+    print(f"{'written (events/s)':44} {s['write_rate']:>14,.0f}")
+    print(f"{'changefeed steady (events/s)':44} {s['steady_rate']:>14,.0f}")
+    print(f"{'changefeed lag p50 (s)':44} {s['lag_p50_s']:>14.3f}")
+    print(f"{'changefeed lag p99 (s)':44} {s['lag_p99_s']:>14.3f}")
+    print(f"{'changefeed lag p99, warm-up included (s)':44} {s['lag_all_p99_s']:>14.3f}")
+    print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
+    print(f"{'micro-batches':44} {s['batches']:>14,}")
+    print(f"{'coldPartitions':44} {args.cold_partitions:>14}")
+    print(
+        f"{'cold catch-up, file:// (events/s)':44} {cold_file['rate']:>14,.0f}"
+        f"   ({cold_file['events']:,} events, {cold_file['batches']} batches, "
+        f"{cold_file['seconds']:.1f} s)"
+    )
+    if cold_s3 is not None:
+        print(
+            f"{'cold catch-up, S3 via moto (events/s)':44} {cold_s3['rate']:>14,.0f}"
+            f"   ({cold_s3['events']:,} events, {cold_s3['batches']} batches, "
+            f"{cold_s3['seconds']:.1f} s)"
+        )
+    else:
+        print(f"{'cold catch-up, S3 via moto':44} {'skipped':>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
