@@ -227,6 +227,9 @@ class RaftKV:
         self.members = members
         self.max_txn_ops = max_txn_ops
         self.store = MVCCStore(compact_in_background=True)
+        # This member's own store proposals in flight, by entry: applied from the request
+        # already in hand instead of decoding the entry again (``_write``).
+        self._own_proposals: dict[bytes, tuple[int, int, Any]] = {}
         self.election_timeout_s = election_timeout_s
         self.lessor = Lessor(
             store=self.store,
@@ -280,10 +283,14 @@ class RaftKV:
         """A store entry, decoded once: refused while ``capped`` if the raised alarms forbid
         it (the same outcome on every member); a delete of many keys in steps (deletes are
         never refused, so an operator can free space under NOSPACE)."""
-        try:
-            client_id, request_id, req = decode_entry(payload)
-        except CodecError:
-            return self._applied(self.store.apply_entry(payload))  # answers the decoding error
+        own = self._own_proposals.pop(payload, None) if type(payload) is bytes else None
+        if own is not None:
+            client_id, request_id, req = own
+        else:
+            try:
+                client_id, request_id, req = decode_entry(payload)
+            except CodecError:
+                return self._applied(self.store.apply_entry(payload))  # the decoding error
         if capped:
             error = refusal(self.alarms, req)
             if error is not None:
@@ -502,7 +509,15 @@ class RaftKV:
         return self._finish(answer)
 
     async def _write(self, req, client_id: int, request_id: int):
-        result = await self.node.propose(encode_entry(req, client_id, request_id))
+        payload = encode_entry(req, client_id, request_id)
+        # Applied here from ``req`` itself: decoding the entry would rebuild an equal request
+        # (the codec round-trips exactly; other members decode it), at a cost that grows with
+        # the request, about a sixth of this member's CPU for txns of 127 puts.
+        self._own_proposals[payload] = (client_id, request_id, req)
+        try:
+            result = await self.node.propose(payload)
+        finally:
+            self._own_proposals.pop(payload, None)  # still there: dropped, never applied
         return self._finish(result)
 
     async def _check_quota(self, req) -> None:

@@ -139,3 +139,36 @@ async def test_peer_garbage_does_not_stop_a_member(tmp_path, bad):
         await kv(m).put(PutRequest(b"still", b"alive"))
     finally:
         await stop_all(members)
+
+
+async def test_a_member_applies_its_own_writes_without_decoding_them(tmp_path, monkeypatch):
+    """Each entry is decoded by the members that did not propose it; the proposer applies the
+    request it holds, and the stores agree."""
+    from kvserver.server import replicated_kv
+
+    decoded: list[bytes] = []
+    real = replicated_kv.decode_entry
+
+    def counting(data):
+        client_id, request_id, req = real(data)
+        if isinstance(req, PutRequest) and req.key.startswith(b"own/"):
+            decoded.append(req.key)
+        return client_id, request_id, req
+
+    monkeypatch.setattr(replicated_kv, "decode_entry", counting)
+    members = await start_all(configs(tmp_path))
+    try:
+        await wait_leader(members)
+        writes = [(m, b"own/%d" % i) for i, m in enumerate(members * 5)]
+        answers = await asyncio.gather(*(kv(m).put(PutRequest(k, b"v")) for m, k in writes))
+        last = max(a.header.revision for a in answers)
+        contents = []
+        for m in members:  # linearizable: every member has applied every write
+            got = await kv(m).range(RangeRequest(b"own/", prefix_range_end(b"own/")))
+            assert got.header.revision >= last
+            contents.append([(x.key, x.mod_revision) for x in got.kvs])
+            assert kv(m)._own_proposals == {}
+        assert contents[0] == contents[1] == contents[2] and len(contents[0]) == len(writes)
+        assert sorted(decoded) == sorted(k for _, k in writes for _ in range(2))
+    finally:
+        await stop_all(members)
