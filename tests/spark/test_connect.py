@@ -2,7 +2,8 @@
 
 A local Spark Connect server (PySpark's own: a classic session with the Connect plugin, in a
 child process, bound to 127.0.0.1 on a free port) runs the data source in its Python
-workers; this process is only a Connect client (``SparkSession.builder.remote``). Then:
+workers; this process is only a Connect client (``SparkSession.builder.remote``, Connect's
+own builder, so it works beside the classic session of the other Spark tests). Then:
 
 - ``register(spark)`` works on the Connect session (the source class is shipped to the
   server);
@@ -101,9 +102,11 @@ def connect(tmp_path_factory):
         if not ready.is_set():
             raise AssertionError(f"the Connect server exited: {log_path.read_text()[-3000:]}")
         wait_for(lambda: _port_open(port), 60, f"the Connect server on 127.0.0.1:{port}")
-        from pyspark.sql import SparkSession
+        # Connect's own builder: pyspark's generic one refuses a remote session while a
+        # classic one is active in this process (the other Spark tests' session).
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-        session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+        session = RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
         try:
             from kvserver.spark import register
 
