@@ -455,7 +455,7 @@ async function selectKey(li, key) {
       el("h3", { id: "key-name", text: show(key) }),
       el("p", {}, meta, " — show as ", mode),
       value,
-      el("h4", { text: `History (compact revision ${hist.compact_revision}, store revision ${hist.revision}${hist.truncated ? ", oldest versions left out" : ""})` }),
+      el("h4", { text: `History (compact revision ${hist.compact_revision > 0 ? hist.compact_revision : "none: never compacted"}, store revision ${hist.revision}${hist.truncated ? ", oldest versions left out" : ""})` }),
       table,
       el("h4", { text: "Change between A and B" }),
       diff,
