@@ -35,7 +35,7 @@ from kvserver.archive.manifest import MANIFEST, Manifest, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore
 from kvserver.membership.identity import decode_metadata
 from kvserver.membership.registry import split_members_frame
-from kvserver.server.node import NodeOptions
+from kvserver.server.node import ApplyInSteps, NodeOptions
 from kvserver.server.replicated_kv import RaftKV
 from raft import EntryType
 
@@ -266,7 +266,9 @@ def restore(
                     f"(a snapshot from the leader?): no snapshot covers it"
                 )
             if e.type == EntryType.NORMAL and e.data and len(e.data) > _HEADER_BYTES:
-                kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
+                result = kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
+                if type(result) is ApplyInSteps:  # a delete of many keys: apply all of it
+                    result.run_now()
             applied = e.index
             replayed += 1
             if replayed % 10000 == 0:

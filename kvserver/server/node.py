@@ -125,6 +125,17 @@ class ApplyInSteps:
     def __init__(self, steps: Generator[None, None, object]):
         self.steps = steps
 
+    def run_now(self) -> object:
+        """Run the steps to the end at once; the entry's result. For replays off the loop
+        (a point-in-time restore, a changefeed reading archived history), where nothing
+        else waits for the loop."""
+        steps = self.steps
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                return stop.value
+
     async def run(self) -> object:
         """Run the steps to the end, one loop turn per step; the entry's result."""
         steps = self.steps

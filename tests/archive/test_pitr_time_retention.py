@@ -19,7 +19,8 @@ import time
 import pytest
 
 from kvserver.archive.manifest import Manifest
-from kvserver.client import Client
+from kvserver.client import Client, Op, Txn
+from kvserver.mvcc.store import WRITE_STEP_KEYS
 from tests.archive.helpers import cli, read_data_dir, state_at
 from tests.support.wait import wait_for
 
@@ -87,6 +88,36 @@ def test_restore_to_time(make_cluster, tmp_path):
     assert r.returncode == 1
     assert "at or before time" in r.stderr
     assert not os.path.exists(tmp_path / "too-early" / "member")
+
+
+def test_restore_replays_a_prefix_delete_of_many_keys_whole(make_cluster, tmp_path):
+    """A delete of more keys than one apply step holds (the member applies it in steps) is
+    replayed whole by a restore, not skipped."""
+    root = tmp_path / "archive"
+    url = f"file://{root}"
+    c = make_cluster(1, extra_args=["--archive-url", url, "--archive-interval", "100"])
+    many = WRITE_STEP_KEYS + 300
+    with Client(c.endpoints) as cl:
+        for start in range(0, many, 127):
+            stop = min(start + 127, many)
+            cl.txn(Txn().then(*(Op.put(f"big/{i:05d}", "v") for i in range(start, stop))))
+        cl.put("kept", "1")
+        deleted = cl.delete("big/", prefix=True)
+        assert deleted.deleted == many
+        cl.put("after", "2")
+        live = state_at(cl)
+        commit = cl.status().raft_index
+        wait_for(
+            lambda: any(m.commit >= commit for m in _manifests(root)),
+            60,
+            f"the archive reaching commit {commit}",
+        )
+    c.stop()
+    r = _restore(url, str(tmp_path / "latest"), "--latest")
+    assert r.returncode == 0, r.stderr
+    restored = read_data_dir(str(tmp_path / "latest"))
+    assert restored == live
+    assert sorted(restored) == [b"after", b"kept"]
 
 
 def test_archive_retention_keeps_two_snapshots_and_deletes_the_rest(make_cluster, tmp_path):

@@ -230,12 +230,7 @@ def cold_events(
                 continue
             result = kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
             if type(result) is ApplyInSteps:
-                steps = result.steps
-                try:
-                    while True:
-                        next(steps)
-                except StopIteration:
-                    pass
+                result.run_now()
         if kv.store.revision < end:
             raise ColdGapError(
                 f"raftkv changefeed: the batch of revisions {start + 1}..{end} needs the "
