@@ -21,7 +21,8 @@ What it implements, as a gRPC server needs (RFC 9113):
   is bounded by the message limit), so a client cannot queue more than one stream window
   (``STREAM_WINDOW``) per stream ahead of a slow handler. Sent data waits for the peer's
   windows; a streaming handler's ``write`` waits while its stream has more than
-  ``STREAM_HIGH_WATER`` bytes unsent, or while the socket's buffer is full.
+  ``STREAM_HIGH_WATER`` bytes unsent, or while the socket's buffer is full (a call's own
+  state and its request reader: ``kvserver.api.grpc.stream``).
 - Limits: messages up to ``max_receive`` bytes (bigger: ``RESOURCE_EXHAUSTED``, as grpc-go
   says it), at most ``MAX_CONCURRENT_STREAMS`` calls at once (more: REFUSED_STREAM, which
   clients retry), header lists up to ``MAX_HEADER_LIST`` bytes.
@@ -47,8 +48,6 @@ import inspect
 import logging
 import time
 import zlib
-from collections import deque
-from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -70,12 +69,12 @@ from .rpc import (
     trailers,
     trailers_only,
 )
+from .stream import STREAM_HIGH_WATER, Requests, Stream
 
 log = logging.getLogger(__name__)
 
 CONN_WINDOW = 16 * 1024 * 1024
 STREAM_WINDOW = 1024 * 1024
-STREAM_HIGH_WATER = 1024 * 1024
 MAX_CONCURRENT_STREAMS = 1000
 MAX_HEADER_LIST = 64 * 1024
 MAX_HEADER_BLOCK = 256 * 1024  # a header block plus CONTINUATIONs, before decoding
@@ -106,121 +105,6 @@ class ServerSettings:
         self.connections: set[GrpcConnection] = set()
         self.accepted = 0  # connections so far (for tests and /metrics)
         self.calls = CallCounts()
-
-
-class Stream:
-    """One call's HTTP/2 stream."""
-
-    __slots__ = (
-        "sid",
-        "conn",
-        "path",
-        "method",
-        "context",
-        "task",
-        "body",
-        "messages",
-        "waiter",
-        "remote_closed",
-        "closed",
-        "encoding",
-        "send_window",
-        "outbound",
-        "outbound_bytes",
-        "headers_sent",
-        "trailers",
-        "recv_unacked",
-        "drained",
-        "deadline",
-        "deadline_hit",
-        "ended_with",
-    )
-
-    def __init__(self, sid: int, conn: GrpcConnection, path: str, method: Method, send_window: int):
-        self.sid = sid
-        self.conn = conn
-        self.path = path
-        self.method = method
-        self.context: RpcContext | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.body = bytearray()  # bytes of a message not yet complete
-        self.messages: deque[bytes] = deque()  # complete messages not yet read
-        self.waiter: asyncio.Future[None] | None = None  # a reader waiting for a message
-        self.remote_closed = False  # the client half-closed
-        self.closed = False  # trailers sent or the stream reset
-        self.encoding: str | None = None  # grpc-encoding of compressed requests
-        self.send_window = send_window
-        self.outbound: deque[memoryview] = deque()
-        self.outbound_bytes = 0
-        self.headers_sent = False
-        self.trailers: bytes | None = None  # sent once everything before it is
-        self.recv_unacked = 0  # received bytes not yet credited back to the client
-        self.drained: asyncio.Event | None = None
-        self.deadline: asyncio.TimerHandle | None = None
-        self.deadline_hit = False
-        self.ended_with: tuple[int, str] | None = None  # a status set by ``end``
-
-    def end(self, code: int, details: str) -> None:
-        """Ends the call with this status: its handler is canceled (``RpcContext.end``)."""
-        if self.ended_with is None:
-            self.ended_with = (code, details)
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-        else:
-            self.conn.finish(self, code, details)
-
-    def wake_reader(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def write_message(self, data: bytes) -> None:
-        """A streaming answer's next message; waits while too much is unsent."""
-        if self.closed:
-            raise asyncio.CancelledError()
-        conn = self.conn
-        self.queue_message(data)
-        conn.flush_stream(self)
-        while (self.outbound_bytes > STREAM_HIGH_WATER or conn.paused) and not self.closed:
-            if self.drained is None:
-                self.drained = asyncio.Event()
-            self.drained.clear()
-            await self.drained.wait()
-
-    def queue_message(self, data: bytes) -> None:
-        prefix = b"\x00" + U32.pack(len(data))
-        if len(data) < 4096:
-            self.outbound.append(memoryview(prefix + data))
-        else:  # big answers are not copied to add the prefix
-            self.outbound.append(memoryview(prefix))
-            self.outbound.append(memoryview(data))
-        self.outbound_bytes += 5 + len(data)
-
-
-class _Requests:
-    """A streaming method's requests, as its handler iterates them."""
-
-    def __init__(self, stream: Stream):
-        self.stream = stream
-        self.parse = stream.method.request_type.FromString
-
-    def __aiter__(self) -> _Requests:
-        return self
-
-    async def __anext__(self) -> Any:
-        stream = self.stream
-        while not stream.messages:
-            if stream.remote_closed or stream.closed:
-                raise StopAsyncIteration
-            stream.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await stream.waiter
-            finally:
-                stream.waiter = None
-        data = stream.messages.popleft()
-        if not stream.messages:
-            stream.conn.credit_stream(stream)
-        return self.parse(data)
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -656,7 +540,7 @@ class GrpcConnection(asyncio.Protocol):
                 self.answer_unary(stream, serialize(response))
                 return
             if method.kind == STREAM_STREAM:
-                result = method.handler(_Requests(stream), context)
+                result = method.handler(Requests(stream), context)
             else:
                 request = method.request_type.FromString(stream.messages.popleft())
                 result = method.handler(request, context)

@@ -1,0 +1,149 @@
+"""One gRPC call's HTTP/2 stream: what the connection keeps per call, and its request reader.
+
+``Stream`` holds a call's state on both sides: the request bytes and complete messages
+received, flow-control credit owed to the client, the answer's messages waiting for the
+peer's windows, its trailers, its deadline, and the handler's task. The connection that owns
+it (``StreamOwner``: ``kvserver.api.grpc.connection.GrpcConnection``) parses frames into it
+and sends what it queues. ``Stream.write_message`` is a streaming handler's ``write``: it
+queues a message and waits while more than ``STREAM_HIGH_WATER`` bytes of the answer are
+unsent, or while the socket's buffer is full. ``Requests`` is a streaming handler's request
+iterator: it waits for the next complete message and credits the stream's window back to
+the client as the handler reads (so a client cannot queue more than one window ahead of a
+slow handler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, Protocol
+
+from .h2 import U32
+from .rpc import Method, RpcContext
+
+STREAM_HIGH_WATER = 1024 * 1024
+
+
+class StreamOwner(Protocol):
+    paused: bool  # the socket's buffer is full
+
+    def flush_stream(self, stream: Stream, *, schedule: bool = True) -> None: ...
+
+    def finish(self, stream: Stream, code: int, details: str = "") -> None: ...
+
+    def credit_stream(self, stream: Stream) -> None: ...
+
+
+class Stream:
+    """One call's HTTP/2 stream."""
+
+    __slots__ = (
+        "sid",
+        "conn",
+        "path",
+        "method",
+        "context",
+        "task",
+        "body",
+        "messages",
+        "waiter",
+        "remote_closed",
+        "closed",
+        "encoding",
+        "send_window",
+        "outbound",
+        "outbound_bytes",
+        "headers_sent",
+        "trailers",
+        "recv_unacked",
+        "drained",
+        "deadline",
+        "deadline_hit",
+        "ended_with",
+    )
+
+    def __init__(self, sid: int, conn: StreamOwner, path: str, method: Method, send_window: int):
+        self.sid = sid
+        self.conn = conn
+        self.path = path
+        self.method = method
+        self.context: RpcContext | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.body = bytearray()  # bytes of a message not yet complete
+        self.messages: deque[bytes] = deque()  # complete messages not yet read
+        self.waiter: asyncio.Future[None] | None = None  # a reader waiting for a message
+        self.remote_closed = False  # the client half-closed
+        self.closed = False  # trailers sent or the stream reset
+        self.encoding: str | None = None  # grpc-encoding of compressed requests
+        self.send_window = send_window
+        self.outbound: deque[memoryview] = deque()
+        self.outbound_bytes = 0
+        self.headers_sent = False
+        self.trailers: bytes | None = None  # sent once everything before it is
+        self.recv_unacked = 0  # received bytes not yet credited back to the client
+        self.drained: asyncio.Event | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline_hit = False
+        self.ended_with: tuple[int, str] | None = None  # a status set by ``end``
+
+    def end(self, code: int, details: str) -> None:
+        """Ends the call with this status: its handler is canceled (``RpcContext.end``)."""
+        if self.ended_with is None:
+            self.ended_with = (code, details)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        else:
+            self.conn.finish(self, code, details)
+
+    def wake_reader(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def write_message(self, data: bytes) -> None:
+        """A streaming answer's next message; waits while too much is unsent."""
+        if self.closed:
+            raise asyncio.CancelledError()
+        conn = self.conn
+        self.queue_message(data)
+        conn.flush_stream(self)
+        while (self.outbound_bytes > STREAM_HIGH_WATER or conn.paused) and not self.closed:
+            if self.drained is None:
+                self.drained = asyncio.Event()
+            self.drained.clear()
+            await self.drained.wait()
+
+    def queue_message(self, data: bytes) -> None:
+        prefix = b"\x00" + U32.pack(len(data))
+        if len(data) < 4096:
+            self.outbound.append(memoryview(prefix + data))
+        else:  # big answers are not copied to add the prefix
+            self.outbound.append(memoryview(prefix))
+            self.outbound.append(memoryview(data))
+        self.outbound_bytes += 5 + len(data)
+
+
+class Requests:
+    """A streaming method's requests, as its handler iterates them."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self.parse = stream.method.request_type.FromString
+
+    def __aiter__(self) -> Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        stream = self.stream
+        while not stream.messages:
+            if stream.remote_closed or stream.closed:
+                raise StopAsyncIteration
+            stream.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await stream.waiter
+            finally:
+                stream.waiter = None
+        data = stream.messages.popleft()
+        if not stream.messages:
+            stream.conn.credit_stream(stream)
+        return self.parse(data)
