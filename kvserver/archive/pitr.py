@@ -35,16 +35,14 @@ from kvserver.archive.manifest import MANIFEST, Manifest, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore
 from kvserver.membership.identity import decode_metadata
 from kvserver.membership.registry import split_members_frame
-from kvserver.server.node import ApplyInSteps, NodeOptions
+from kvserver.server.node import PROPOSAL_HEADER_BYTES, ApplyInSteps, NodeOptions
 from kvserver.server.replicated_kv import RaftKV
 from raft import EntryType
-
-_HEADER_BYTES = 16  # origin | sequence in front of every proposal (kvserver.server.node)
 
 Progress = Callable[[str], None]
 
 
-class _ReplayOnly:
+class ReplayOnly:
     """The node under a state machine that is only replayed: committed entries are applied
     to it directly, so it never proposes, reads through raft or leads."""
 
@@ -159,7 +157,7 @@ def _base(m: Manifest, point: Point, index: int) -> SnapshotObject | None:
     )
 
 
-def _fetch_segments(
+def fetch_segments(
     store: ObjectStore, m: Manifest, base_index: int, wal_dir: str, progress: Progress
 ) -> None:
     segs = m.segments
@@ -220,7 +218,7 @@ def restore(
         member_id=m.member_id,
         name=m.name,
         members=(),
-        node=_ReplayOnly(),
+        node=ReplayOnly(),
         membership=None,  # no member calls are answered here
     )
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
@@ -237,7 +235,7 @@ def restore(
             ws = raftpb.WalSnapshot(pb.metadata.index, pb.metadata.term)
             progress(f"restored base snapshot {base.object} (revision {kv.store.revision})")
         wal_dir = os.path.join(work, "wal")
-        _fetch_segments(store, m, ws.index, wal_dir, progress)
+        fetch_segments(store, m, ws.index, wal_dir, progress)
         w = wal.open_for_read(wal_dir, ws)
         try:
             meta, hs, entries = w.read_all()
@@ -265,8 +263,8 @@ def restore(
                     f"archived log jumps from index {applied} to {e.index} "
                     f"(a snapshot from the leader?): no snapshot covers it"
                 )
-            if e.type == EntryType.NORMAL and e.data and len(e.data) > _HEADER_BYTES:
-                result = kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
+            if e.type == EntryType.NORMAL and e.data and len(e.data) > PROPOSAL_HEADER_BYTES:
+                result = kv.apply(e.index, bytes(e.data[PROPOSAL_HEADER_BYTES:]))
                 if type(result) is ApplyInSteps:  # a delete of many keys: apply all of it
                     result.run_now()
             applied = e.index

@@ -86,7 +86,7 @@ log = logging.getLogger(__name__)
 _SEND_BEFORE_PERSIST = frozenset(
     {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap}
 )
-_HEADER_BYTES = 16
+PROPOSAL_HEADER_BYTES = 16  # origin | sequence, in front of every proposal
 _APPLY_YIELD_EVERY = 512  # committed entries applied between two yields to the loop
 STEP_ERROR_UNHEALTHY_S = 10.0  # /health is false this long after a peer message failed
 
@@ -678,7 +678,7 @@ class Node:
                 continue  # already in the snapshot we restored
             if e.type == EntryType.NORMAL:
                 if e.data:
-                    result = self.sm.apply(e.index, e.data[_HEADER_BYTES:])
+                    result = self.sm.apply(e.index, e.data[PROPOSAL_HEADER_BYTES:])
                     if type(result) is ApplyInSteps:
                         result = await result.run()
                     if e.data[:8] == origin:

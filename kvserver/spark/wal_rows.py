@@ -82,7 +82,7 @@ SCHEMA = (
 )
 
 ENTRY_TYPES = {0: "normal", 1: "conf_change", 2: "conf_change_v2"}
-_HEADER_BYTES = 16  # origin | sequence (kvserver.server.node._HEADER_BYTES)
+_HEADER_BYTES = 16  # origin | sequence (kvserver.server.node.PROPOSAL_HEADER_BYTES)
 
 
 class WalDecodeError(ValueError):

@@ -44,17 +44,15 @@ import raftpb
 import snap
 import wal
 from kvserver.archive.manifest import Manifest, SnapshotObject
-from kvserver.archive.pitr import _fetch_segments, _ReplayOnly, choose_member, load_manifests
+from kvserver.archive.pitr import ReplayOnly, choose_member, fetch_segments, load_manifests
 from kvserver.archive.store import ObjectStore
 from kvserver.archive.store import parse_options as storage_options
 from kvserver.kvpb.kv import Event
 from kvserver.membership.registry import split_members_frame
-from kvserver.server.node import ApplyInSteps
+from kvserver.server.node import PROPOSAL_HEADER_BYTES, ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.spark.source.store import CompactedRevisionError
 from raft import EntryType
-
-_HEADER_BYTES = 16  # origin | sequence in front of every proposal (kvserver.server.node)
 
 
 class ColdGapError(CompactedRevisionError):
@@ -188,7 +186,7 @@ def cold_events(
         member_id=m.member_id,
         name=m.name,
         members=(),
-        node=_ReplayOnly(),  # type: ignore[arg-type]
+        node=ReplayOnly(),  # type: ignore[arg-type]
         membership=None,
     )
     kv.watch_hub.close()
@@ -209,7 +207,7 @@ def cold_events(
             gc.unfreeze()  # restore freezes for a long-lived member; this one is short-lived
             ws = raftpb.WalSnapshot(pb.metadata.index, pb.metadata.term)
         wal_dir = os.path.join(work, "wal")
-        _fetch_segments(store, m, ws.index, wal_dir, lambda _: None)
+        fetch_segments(store, m, ws.index, wal_dir, lambda _: None)
         w = wal.open_for_read(wal_dir, ws)
         try:
             _, hs, entries = w.read_all()
@@ -226,9 +224,9 @@ def cold_events(
                     start + 1,
                 )
             applied = e.index
-            if e.type != EntryType.NORMAL or not e.data or len(e.data) <= _HEADER_BYTES:
+            if e.type != EntryType.NORMAL or not e.data or len(e.data) <= PROPOSAL_HEADER_BYTES:
                 continue
-            result = kv.apply(e.index, bytes(e.data[_HEADER_BYTES:]))
+            result = kv.apply(e.index, bytes(e.data[PROPOSAL_HEADER_BYTES:]))
             if type(result) is ApplyInSteps:
                 result.run_now()
         if kv.store.revision < end:
