@@ -157,6 +157,24 @@ def _base(m: Manifest, point: Point, index: int) -> SnapshotObject | None:
     )
 
 
+def restore_base(
+    store: ObjectStore, m: Manifest, base: SnapshotObject | None, kv: RaftKV, work: str
+) -> raftpb.WalSnapshot:
+    """Restore ``kv`` from the archived snapshot ``base`` of member ``m`` (downloaded into
+    ``work``, checked against the manifest's size and CRC); the WAL position it covers, from
+    which the archived log is replayed. No base: the empty state, replayed from the start."""
+    if base is None:
+        return raftpb.WalSnapshot()
+    data = store.get_verified(f"{m.member_prefix}/{base.object}", base.size, base.crc32c)
+    path = os.path.join(work, os.path.basename(base.object))
+    with open(path, "wb") as f:
+        f.write(data)
+    pb = snap.read_snap(path)
+    _, rest = split_members_frame(pb.data or b"")
+    kv.restore(rest)
+    return raftpb.WalSnapshot(pb.metadata.index, pb.metadata.term)
+
+
 def fetch_segments(
     store: ObjectStore, m: Manifest, base_index: int, wal_dir: str, progress: Progress
 ) -> None:
@@ -223,16 +241,8 @@ def restore(
     )
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
     try:
-        ws = raftpb.WalSnapshot()
+        ws = restore_base(store, m, base, kv, work)
         if base is not None:
-            data = store.get_verified(f"{m.member_prefix}/{base.object}", base.size, base.crc32c)
-            path = os.path.join(work, os.path.basename(base.object))
-            with open(path, "wb") as f:
-                f.write(data)
-            pb = snap.read_snap(path)
-            _, rest = split_members_frame(pb.data or b"")
-            kv.restore(rest)
-            ws = raftpb.WalSnapshot(pb.metadata.index, pb.metadata.term)
             progress(f"restored base snapshot {base.object} (revision {kv.store.revision})")
         wal_dir = os.path.join(work, "wal")
         fetch_segments(store, m, ws.index, wal_dir, progress)

@@ -40,15 +40,18 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-import raftpb
-import snap
 import wal
 from kvserver.archive.manifest import Manifest, SnapshotObject
-from kvserver.archive.pitr import ReplayOnly, choose_member, fetch_segments, load_manifests
+from kvserver.archive.pitr import (
+    ReplayOnly,
+    choose_member,
+    fetch_segments,
+    load_manifests,
+    restore_base,
+)
 from kvserver.archive.store import ObjectStore
 from kvserver.archive.store import parse_options as storage_options
 from kvserver.kvpb.kv import Event
-from kvserver.membership.registry import split_members_frame
 from kvserver.server.node import PROPOSAL_HEADER_BYTES, ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.spark.source.store import CompactedRevisionError
@@ -195,17 +198,9 @@ def cold_events(
     was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: a full collection would walk them again
     try:
-        ws = raftpb.WalSnapshot()
+        ws = restore_base(store, m, base, kv, work)
         if base is not None:
-            data = store.get_verified(f"{m.member_prefix}/{base.object}", base.size, base.crc32c)
-            path = os.path.join(work, os.path.basename(base.object))
-            with open(path, "wb") as f:
-                f.write(data)
-            pb = snap.read_snap(path)
-            _, rest = split_members_frame(pb.data or b"")
-            kv.restore(rest)
             gc.unfreeze()  # restore freezes for a long-lived member; this one is short-lived
-            ws = raftpb.WalSnapshot(pb.metadata.index, pb.metadata.term)
         wal_dir = os.path.join(work, "wal")
         fetch_segments(store, m, ws.index, wal_dir, lambda _: None)
         w = wal.open_for_read(wal_dir, ws)
