@@ -3,8 +3,9 @@ transport, one event loop), plus the state machine's snapshot framing on its own
 
 Shows: grant -> put with the lease -> revoke deletes the keys in one revision; a lease nobody
 keeps alive is revoked by the leader's expiry task; a lease kept alive survives the leader
-being stopped (the new leader promotes its lessor with extended deadlines); followers refuse
-keep-alive with a retryable ``etcdserver: not leader``; the lease table is in snapshots.
+being stopped (the new leader promotes its lessor with extended deadlines); a follower's service
+refuses keep-alive with a retryable ``etcdserver: not leader``, and its HTTP API forwards it to
+the leader; the lease table is in snapshots.
 """
 
 import asyncio
@@ -12,6 +13,7 @@ import json
 
 import pytest
 
+from kvserver.api.http.forward import leader_client_url
 from kvserver.kvpb.errors import LeaseNotFoundError
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from kvserver.kvpb.lease import LeaseGrantRequest
@@ -22,6 +24,7 @@ from kvserver.server.replicated_kv import RaftKV
 from tests.lease.helpers import kv, wait_promoted
 from tests.support.apply_now import raftkv_without_raft
 from tests.support.inprocess import configs, start_all, stop_all
+from tests.support.wait import async_wait_for
 
 POLL_S = 0.05
 
@@ -182,8 +185,13 @@ async def test_lease_routes_over_http_on_real_members(tmp_path):
             status, chunked, text = await post(lurl, "/v3/lease/keepalive", {"ID": lease})
             assert (status, chunked, text.count("\n")) == (200, "chunked", 1)
             assert json.loads(text)["result"]["TTL"] == "30"
+            # Only the leader renews leases: a follower forwards the keep-alive to the leader's
+            # client URL once the leader has published it (before that: "not leader").
+            await async_wait_for(
+                lambda: leader_client_url(kv(follower)) is not None, 15.0, "the leader's URL"
+            )
             status, _, text = await post(furl, "/v3/lease/keepalive", {"ID": lease})
-            assert status == 503 and json.loads(text)["error"] == "etcdserver: not leader"
+            assert status == 200 and json.loads(text)["result"]["TTL"] == "30"
             status, _, text = await post(lurl, "/v3/lease/timetolive", {"ID": lease, "keys": True})
             assert status == 200 and json.loads(text)["keys"] == ["aw=="]
             status, _, text = await post(furl, "/v3/kv/lease/leases", {})
