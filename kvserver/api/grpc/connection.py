@@ -122,8 +122,7 @@ class GrpcConnection(asyncio.Protocol):
         self.send_window = h2.DEFAULT_WINDOW
         self.peer_initial_window = h2.DEFAULT_WINDOW
         self.peer_max_frame = h2.DEFAULT_MAX_FRAME
-        self.recv_window = CONN_WINDOW
-        self.recv_unacked = 0
+        self.recv_unacked = 0  # received bytes not yet credited back: the window is the rest
         self.blocked: set[Stream] = set()  # streams with data waiting for a window
         self.out: list[bytes | memoryview] = []
         self.flush_scheduled = False
@@ -179,7 +178,6 @@ class GrpcConnection(asyncio.Protocol):
             return
         if self.recv_unacked >= CONN_WINDOW // 4:
             self.out.append(h2.window_update(0, self.recv_unacked))
-            self.recv_window += self.recv_unacked
             self.recv_unacked = 0
         self.flush()
 
@@ -425,9 +423,8 @@ class GrpcConnection(asyncio.Protocol):
         if sid == 0:
             raise ConnectionError_(h2.PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)
-        if size > self.recv_window:
+        if self.recv_unacked + size > CONN_WINDOW:
             raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "the connection's window is exceeded")
-        self.recv_window -= size
         self.recv_unacked += size  # credited back when a quarter of the window is used
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
