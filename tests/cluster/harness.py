@@ -120,8 +120,15 @@ def leader_of(cluster: LocalCluster, among: list[NodeProcess] | None = None) -> 
     return None
 
 
+# Three fresh processes import the server and elect a leader in a few seconds; on a loaded
+# two-core CI machine (Docker builds, Spark, a browser beside them) it has taken over 20 s.
+HEALTHY_TIMEOUT_S = 60.0
+
+
 def wait_healthy(
-    cluster: LocalCluster, timeout_s: float = 20.0, among: list[NodeProcess] | None = None
+    cluster: LocalCluster,
+    timeout_s: float = HEALTHY_TIMEOUT_S,
+    among: list[NodeProcess] | None = None,
 ) -> NodeProcess:
     def ready():
         for n in among or cluster.nodes:
