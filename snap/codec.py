@@ -113,18 +113,40 @@ def encode_pieces(snapshot: Snapshot) -> EncodedSnap:
     return EncodedSnap(pieces=(head, *inner), crc=crc, size_bytes=len(head) + inner_len)
 
 
-def write_pieces(fd: int, encoded: EncodedSnap) -> None:
-    """Write all pieces to ``fd``, each in as few ``write`` calls as the kernel allows.
+# How much of a snapshot file may be dirty in the page cache before it is flushed.
+WRITEBACK_STEP_BYTES = 4 * 1024 * 1024
+
+
+def write_pieces(
+    fd: int, encoded: EncodedSnap, writeback_step_bytes: int = WRITEBACK_STEP_BYTES
+) -> None:
+    """Write all pieces to ``fd``, flushing them to the device every ``writeback_step_bytes``.
+
+    Why flush in steps: a file written whole and fsynced once leaves hundreds of megabytes
+    dirty in the page cache, and the one fsync that writes them back holds up every other
+    fsync on the device meanwhile: the WAL's, which every acknowledged write waits for.
+    Measured on this project's 2-core test machine (ext4 on a virtual disk), three 300 MiB
+    files written at once that way stalled a concurrent 40 KB append's fdatasync for
+    360-1,750 ms; written with an fdatasync every 4 MiB, for at most 32-63 ms, and the three
+    files took less time in all (0.6-0.8 s against 1.8-4.3 s).
 
     Few large writes, not many small ones: ``write`` releases the GIL, and every return from
     it must win the GIL back, which costs up to the 5 ms switch interval when another thread
     is busy (a loaded event loop) -- with 256 KiB writes that capped saves at ~35 MiB/s.
     """
+    if writeback_step_bytes <= 0:
+        raise ValueError(f"writeback_step_bytes must be positive, got {writeback_step_bytes}")
+    dirty = 0
     for piece in encoded.pieces:
         view = memoryview(piece)
         pos = 0
         while pos < len(view):  # Linux writes at most ~2 GiB per call: loop on short writes
-            pos += os.write(fd, view[pos:])
+            written = os.write(fd, view[pos : pos + writeback_step_bytes - dirty])
+            pos += written
+            dirty += written
+            if dirty >= writeback_step_bytes:
+                os.fdatasync(fd)
+                dirty = 0
 
 
 def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> Snapshot:
