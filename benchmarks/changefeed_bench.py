@@ -67,6 +67,7 @@ def spark_session():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -156,7 +157,12 @@ def steady(spark, endpoints, args) -> dict:
                 break
             time.sleep(0.1)
     finally:
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
         query.stop()
+    phases: dict[str, float] = {}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            phases[k] = phases.get(k, 0.0) + v / len(progress)
     acked = {r: t for r, t, _ in acks}
     lags, steady_lags = [], []
     in_window = 0
@@ -178,6 +184,7 @@ def steady(spark, endpoints, args) -> dict:
         "lag_p99_s": pct(steady_lags, 0.99),
         "lag_all_p99_s": pct(lags, 0.99),
         "batches": len(arrived),
+        "phases_ms": phases,
     }
 
 
@@ -268,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=256)
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-cold", action="store_true", help="the steady part only")
     ap.add_argument("--snapshot-count", type=int, default=500)
     ap.add_argument(
         "--cold-partitions", type=int, default=2, help="coldPartitions of the catch-up runs"
@@ -296,12 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session()
         spark.range(10).count()  # warm the session
         s = steady(spark, c.endpoints, args)
-        with Client(c.endpoints, timeout_s=60) as cl:
-            cl.compact(cl.put("bench/compact-at", "x").revision)
-        wait_archive(archive, c.endpoints)
-        cold_file = cold(spark, c.endpoints, archive, partitions=args.cold_partitions)
-        cold_s3 = None
-        if not args.no_s3:
+        cold_file = cold_s3 = None
+        if not args.no_cold:
+            with Client(c.endpoints, timeout_s=60) as cl:
+                cl.compact(cl.put("bench/compact-at", "x").revision)
+            wait_archive(archive, c.endpoints)
+            cold_file = cold(spark, c.endpoints, archive, partitions=args.cold_partitions)
+        if not args.no_s3 and not args.no_cold:
             moto_proc, s3 = moto(root)
             if s3 is not None:
                 fs, url = s3
@@ -334,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'changefeed lag p99, warm-up included (s)':44} {s['lag_all_p99_s']:>14.3f}")
     print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
     print(f"{'micro-batches':44} {s['batches']:>14,}")
+    for k, v in sorted(s["phases_ms"].items()):
+        print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
+    if cold_file is None:
+        return 0
     print(f"{'coldPartitions':44} {args.cold_partitions:>14}")
     print(
         f"{'cold catch-up, file:// (events/s)':44} {cold_file['rate']:>14,.0f}"
