@@ -42,6 +42,7 @@ from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.gc_pacer import GCPacer
+from kvserver.server.heap_trim import HeapTrimmer
 from kvserver.server.loop_monitor import LoopMonitor
 from kvserver.server.metrics import AppendCounter, Metrics
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
@@ -79,6 +80,7 @@ class Member:
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
         self.gc_pacer = GCPacer()  # keeps full GC passes short over a large store
+        self.heap_trimmer = HeapTrimmer()  # returns what a snapshot or compaction freed
         self.loop_monitor = LoopMonitor()  # loop stalls: a histogram, and what held the loop
         self.client_guard = ConnectionGuard()  # client-port connection limits
         self.archive: ArchiverThread | None = None  # the --archive-url thread, if any
@@ -111,10 +113,13 @@ class Member:
                 send=self.appends.wrap(transport.send),
                 members=membership,
                 on_conf_change=membership.on_conf_change,
+                on_memory_freed=self.heap_trimmer.request,
             )
         )
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
+        # what reading the WAL and the snapshot at start-up freed
+        self.heap_trimmer.request("started")
         await self._serve(node, boot.storage, kv, transport)
         log.info(
             "member %s (%x) of cluster %x serving clients on %s, peers on %s",
@@ -183,6 +188,7 @@ class Member:
             election_timeout_s=cfg.election_timeout_ms / 1000,
             min_lease_ttl_s=min_lease_ttl_s(cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
             quota_backend_bytes=cfg.quota_bytes,
+            on_memory_freed=self.heap_trimmer.request,
         )
         return self.kv
 
@@ -297,6 +303,7 @@ class Member:
             **self.appends.stats(),
             **archive_member.stats(self.archive),
             **self.gc_pacer.stats(),
+            **self.heap_trimmer.stats(),
             **self.loop_monitor.stats(),
         }
 
@@ -304,6 +311,7 @@ class Member:
         """Clients first, then the raft loop, then peers, then the disk."""
         client_runners, peer_runners = self.runners[1:], self.runners[:1]
         self.gc_pacer.stop()
+        await self.heap_trimmer.wait_idle()
         await self.loop_monitor.stop()
         for listener in self.client_listeners:
             listener.close()

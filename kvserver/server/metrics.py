@@ -195,6 +195,12 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "gc_longest_full_pass_seconds": NodeMetricSpec(
         G, "The longest full GC pass since the member started (it holds the event loop)."
     ),
+    "heap_trims": NodeMetricSpec(
+        C,
+        "Times freed heap memory was handed back to the OS (malloc_trim) after a snapshot, "
+        "a compaction or an installed snapshot dropped much data (kvserver.server.heap_trim).",
+    ),
+    "heap_trim_seconds": NodeMetricSpec(C, "Time spent in those trims, in a worker thread."),
 }
 
 
@@ -279,6 +285,8 @@ class NodeStats(TypedDict, total=False):
     loop_longest_stall_seconds: float
     gc_freezes: int
     gc_longest_full_pass_seconds: float
+    heap_trims: int
+    heap_trim_seconds: float
 
 
 class AppendCounter:

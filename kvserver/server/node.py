@@ -179,6 +179,9 @@ class NodeHandlers:
     send: Callable[[list[Message]], None]  # never blocks (the transport queues per peer)
     members: MemberSnapshots | None = None
     on_conf_change: Callable[[ConfChange, ConfState], None] | None = None
+    # after the node dropped much memory at once: log entries a snapshot made redundant, the
+    # state replaced by a leader's snapshot (kvserver.server.heap_trim gives it back)
+    on_memory_freed: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -222,6 +225,7 @@ class Node:
         self.members: MemberSnapshots | None
         self._send: Callable[[list[Message]], None]
         self._on_conf_change: Callable[[ConfChange, ConfState], None] | None
+        self._on_memory_freed: Callable[[str], None] | None = None
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
@@ -395,6 +399,7 @@ class Node:
         self._send = handlers.send
         self.members = handlers.members
         self._on_conf_change = handlers.on_conf_change
+        self._on_memory_freed = handlers.on_memory_freed
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._guarded(self._run()), name=f"raft-{self.id:x}"),
@@ -655,6 +660,8 @@ class Node:
         await self.restore_snapshot_data(snapshot.data, self.conf_state)
         self.applied = self.snapshot_index = snapshot.metadata.index
         log.info("node %x: restored snapshot at index %d from the leader", self.id, self.applied)
+        if self._on_memory_freed is not None:
+            self._on_memory_freed("snapshot-installed")
 
     def _on_soft_state(self, ss) -> None:
         if ss.lead != self.leader:
@@ -775,6 +782,8 @@ class Node:
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
             log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index, compact_to)
+            if self._on_memory_freed is not None:
+                self._on_memory_freed("log-cut")
         else:  # fewer entries than the catch-up window: keep them all for slow followers
             log.info(
                 "node %x: snapshot at %d (log not compacted: it keeps the last %d "

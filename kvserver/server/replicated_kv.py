@@ -220,6 +220,7 @@ class RaftKV:
         lease_checkpoint_interval_s: float | None = None,
         quota_backend_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES,
         compaction_pause_s: float = DEFAULT_COMPACTION_PAUSE_S,
+        on_memory_freed: Callable[[str], None] | None = None,
     ):
         self.cluster_id = cluster_id
         self.member_id = member_id
@@ -249,6 +250,8 @@ class RaftKV:
         self._compaction_task: asyncio.Task | None = None  # the store's physical compaction
         self.compaction_batches = 0  # compact_step calls made by that task (for tests)
         self.compaction_pause_s = compaction_pause_s  # between two batches
+        # called when a compaction has cut its versions (kvserver.server.heap_trim)
+        self._on_memory_freed = on_memory_freed
         # Auth (kvserver.auth): replicated users/roles; entries start with 94 41.
         self.auth = AuthService(propose=node.propose, read_barrier=node.read_barrier)
         # Alarms (kvserver.server.alarms): replicated; entries start with 94 21.
@@ -444,6 +447,8 @@ class RaftKV:
             while True:
                 self.compaction_batches += 1
                 if not self.store.compact_step(COMPACTION_BATCH_KEYS):
+                    if self._on_memory_freed is not None:
+                        self._on_memory_freed("compacted")
                     return
                 await asyncio.sleep(self.compaction_pause_s)
         finally:

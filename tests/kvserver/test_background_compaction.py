@@ -20,10 +20,15 @@ from tests.support.apply_now import raftkv_without_raft
 MAX_TURNS = 1000  # a bound on loop turns, far above what the work needs
 
 
-def make() -> RaftKV:
+def make(on_memory_freed=None) -> RaftKV:
     # no pause between batches: the test counts loop turns, not time
     return raftkv_without_raft(
-        cluster_id=1, member_id=7, name="m", members=(), compaction_pause_s=0.0
+        cluster_id=1,
+        member_id=7,
+        name="m",
+        members=(),
+        compaction_pause_s=0.0,
+        on_memory_freed=on_memory_freed,
     )
 
 
@@ -37,7 +42,8 @@ async def until_compacted(kv: RaftKV) -> int:
 
 
 async def test_compaction_answers_first_and_cuts_in_batches():
-    kv = make()
+    freed: list[str] = []
+    kv = make(on_memory_freed=freed.append)
     keys = 2 * COMPACTION_BATCH_KEYS + 500
     for i in range(keys):
         await kv.put(PutRequest(b"k%05d" % i, b"old"))
@@ -60,6 +66,7 @@ async def test_compaction_answers_first_and_cuts_in_batches():
     turns = await until_compacted(kv)
     assert turns >= 5
     assert kv.compaction_batches == 5  # 5000 visits in batches of 1000
+    assert freed == ["compacted"]  # once, when the versions are cut
     assert kv.store.history_size == reference.history_size == keys
     assert kv.store.db_size_bytes == reference.db_size_bytes
     assert b"".join(kv.store.serialize()) == b"".join(reference.serialize())
