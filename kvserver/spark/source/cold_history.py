@@ -4,9 +4,16 @@ from the continuous archive (``raftkv serve --archive-url``; ``kvserver.archive`
 The store answers a watch only from its compact revision on. The archive holds, per member,
 snapshot files (the state at an index, with the store's revision at that index in the
 manifest) and every WAL segment. Replaying the archived, committed entries after a snapshot
-through the same state machine the members run (``RaftKV.apply``, as point-in-time restore
-does) gives the same revisions and the same events, with ``create_revision``, ``version``,
-``lease`` and ``prev_kv``, as the store gave its watchers when it applied them.
+with the rules of the members' state machine gives the same revisions and the same events,
+with ``create_revision``, ``version``, ``lease`` and ``prev_kv``, as the store gave its
+watchers when it applied them.
+
+The replay (``ColdReplay``) is ``RaftKV`` itself (its entry dispatch, alarms, auth and
+lessor, restored from the snapshot as a member restores them) over a ``LatestState``
+(``cold_replay``) in place of the MVCC store: each key's current record and no history,
+events built for the watched range only, and the common entry (a txn of plain puts) applied
+from its msgpack form without building request objects. ``tests/changefeed`` checks it
+against ``RaftKV`` with its ``MVCCStore``, entry by entry, over random logs.
 
 Driver side (``ArchiveView``, from the manifests only, nothing decoded):
 
@@ -23,8 +30,8 @@ Driver side (``ArchiveView``, from the manifests only, nothing decoded):
 Executor side (``cold_events``): download the newest archived snapshot at or below the
 batch's start (or start from the empty state when the log is archived from its beginning)
 and the WAL segments from the one holding it on, each object checked against the
-manifest's size and CRC-32C; replay the committed entries until the store's revision reaches
-the batch's end; keep the events of the key range with ``start < revision <= end`` in the
+manifest's size and CRC-32C; replay the committed entries until the revision reaches the
+batch's end; keep the events of the key range with ``start < revision <= end`` in the
 order the state machine produced them. If the archived log ends first, ``ColdGapError``
 names the revision reached and the one needed.
 
@@ -51,9 +58,13 @@ from kvserver.archive.pitr import (
 )
 from kvserver.archive.store import ObjectStore
 from kvserver.archive.store import parse_options as storage_options
+from kvserver.auth.store import split_auth_frame
 from kvserver.kvpb.kv import Event
+from kvserver.lease.snapshot import split_snapshot
+from kvserver.server.alarms import AlarmStore, split_alarm_frame
 from kvserver.server.node import PROPOSAL_HEADER_BYTES, ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
+from kvserver.spark.source.cold_replay import LatestState
 from kvserver.spark.source.store import CompactedRevisionError
 from raft import EntryType
 
@@ -126,8 +137,9 @@ class ArchiveView:
 
 
 class _Capture:
-    """Stands for the watch hub of a replayed state machine: keeps the events of one key
-    range with ``first <= revision <= last``, in the order they were applied."""
+    """Stands for the watch hub of a replayed state machine: keeps the events it is handed
+    (``LatestState`` builds events of the watched range only) with ``first <= revision <=
+    last``, in the order they were applied."""
 
     def __init__(self, key: bytes, range_end: bytes, first: int, last: int) -> None:
         self.key = key
@@ -145,13 +157,82 @@ class _Capture:
 
     def notify(self, revision: int, events) -> None:
         if self.first <= revision <= self.last:
-            self.events.extend(ev for ev in events if self.matches(ev.kv.key))
+            self.events.extend(events)
 
     def reset(self, store) -> None:
         return None
 
     def close(self) -> None:
         return None
+
+
+class ColdReplay:
+    """A replayed member: ``RaftKV`` (alarms, auth, the lessor, the entry dispatch) over a
+    ``LatestState`` instead of the whole MVCC store; keeps the events of the key range
+    ``[key, range_end)`` with ``first <= revision <= last`` (``events``)."""
+
+    def __init__(
+        self,
+        key: bytes,
+        range_end: bytes,
+        first: int,
+        last: int,
+        *,
+        cluster_id: int = 0,
+        member_id: int = 0,
+        name: str = "",
+    ) -> None:
+        self.capture = _Capture(key, range_end, first, last)
+        kv = RaftKV(
+            cluster_id=cluster_id,
+            member_id=member_id,
+            name=name,
+            members=(),
+            node=ReplayOnly(),  # type: ignore[arg-type]
+            membership=None,
+        )
+        kv.watch_hub.close()
+        kv.watch_hub = self.capture  # type: ignore[assignment]
+        self.kv = kv
+        self._install(LatestState(self.capture.matches))
+
+    def _install(self, state: LatestState) -> None:
+        self.state = state
+        self.kv.store = state  # type: ignore[assignment]
+        self.kv.lessor.bind(state)
+
+    @property
+    def revision(self) -> int:
+        return self.state.revision
+
+    @property
+    def events(self) -> list[Event]:
+        return self.capture.events
+
+    def restore(self, data: bytes | memoryview) -> None:
+        """A snapshot image, as ``RaftKV.restore`` takes it: RaftKV's own parts (alarms,
+        auth, the lease table) restored as there, the store's part read into a
+        ``LatestState``."""
+        alarm_blob, after_alarms = split_alarm_frame(data)
+        auth_blob, after_auth = split_auth_frame(after_alarms)
+        lease_blob, rest = split_snapshot(after_auth)
+        kv = self.kv
+        kv.alarms = AlarmStore.restore(alarm_blob)
+        kv.auth.restore(auth_blob)
+        kv.lessor.restore(lease_blob)
+        self._install(LatestState.from_snapshot(rest, self.capture.matches))
+
+    def apply(self, index: int, payload: bytes) -> None:
+        """One committed entry's payload (the proposal header removed)."""
+        if not len(self.kv.alarms):  # a raised alarm may refuse writes: RaftKV decides
+            events = self.state.apply_plain_puts(payload)
+            if events is not None:
+                if events:
+                    self.capture.notify(self.state.revision, events)
+                return
+        result = self.kv.apply(index, payload)
+        if type(result) is ApplyInSteps:
+            result.run_now()
 
 
 def _base(m: Manifest, start: int) -> SnapshotObject | None:
@@ -183,24 +264,20 @@ def cold_events(
     view = ArchiveView.load(url, options, member_id)
     m = view.manifest
     base = _base(m, start)
-    capture = _Capture(key, range_end, start + 1, end)
-    kv = RaftKV(
+    replay = ColdReplay(
+        key,
+        range_end,
+        start + 1,
+        end,
         cluster_id=m.cluster_id,
         member_id=m.member_id,
         name=m.name,
-        members=(),
-        node=ReplayOnly(),  # type: ignore[arg-type]
-        membership=None,
     )
-    kv.watch_hub.close()
-    kv.watch_hub = capture  # type: ignore[assignment]
     work = tempfile.mkdtemp(prefix="raftkv-changefeed-")
     was_enabled = gc.isenabled()
-    gc.disable()  # millions of acyclic objects: a full collection would walk them again
+    gc.disable()  # millions of acyclic objects: a collection would walk them again and again
     try:
-        ws = restore_base(store, m, base, kv, work)
-        if base is not None:
-            gc.unfreeze()  # restore freezes for a long-lived member; this one is short-lived
+        ws = restore_base(store, m, base, replay, work)  # type: ignore[arg-type]
         wal_dir = os.path.join(work, "wal")
         fetch_segments(store, m, ws.index, wal_dir, lambda _: None)
         w = wal.open_for_read(wal_dir, ws)
@@ -210,7 +287,7 @@ def cold_events(
             w.close()
         applied = ws.index
         for e in entries:
-            if kv.store.revision >= end or e.index > hs.commit:
+            if replay.revision >= end or e.index > hs.commit:
                 break
             if e.index != applied + 1:
                 raise ColdGapError(
@@ -221,18 +298,16 @@ def cold_events(
             applied = e.index
             if e.type != EntryType.NORMAL or not e.data or len(e.data) <= PROPOSAL_HEADER_BYTES:
                 continue
-            result = kv.apply(e.index, bytes(e.data[PROPOSAL_HEADER_BYTES:]))
-            if type(result) is ApplyInSteps:
-                result.run_now()
-        if kv.store.revision < end:
+            replay.apply(e.index, bytes(e.data[PROPOSAL_HEADER_BYTES:]))
+        if replay.revision < end:
             raise ColdGapError(
                 f"raftkv changefeed: the batch of revisions {start + 1}..{end} needs the "
                 f"archive to reach revision {end}, but the archive {url} of member "
-                f"{m.member_id:x} reaches revision {kv.store.revision} (commit index "
+                f"{m.member_id:x} reaches revision {replay.revision} (commit index "
                 f"{min(applied, hs.commit)})",
                 end,
             )
-        return capture.events
+        return replay.events
     finally:
         if was_enabled:
             gc.enable()
