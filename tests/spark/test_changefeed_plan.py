@@ -83,3 +83,63 @@ def test_trim_forgets_committed_events():
     assert not led.covers(2, 5) and led.covers(3, 5)
     led.add(3, b"late")  # at or below the floor: ignored
     assert led.count(0, 10) == 1
+
+
+def random_batch(seed: int, n: int = 5000):
+    """(revision, key) pairs in revision order, several events per revision sometimes, a
+    key at most once per revision."""
+    rng = random.Random(seed)
+    events = {}
+    rev = 1
+    for _ in range(n):
+        rev += rng.randint(0, 2)
+        events[(rev, b"k%04d" % rng.randint(0, 400))] = None
+    return sorted(events)
+
+
+def test_held_gives_each_partition_its_events_in_revision_order():
+    events = random_batch(11)
+    led = EventLedger(1, hold_bytes=1 << 30)
+    for r, k in events:
+        led.add(r, k, (r, k), 10)
+    led.mark_complete(events[-1][0])
+    start, end = events[200][0] - 1, events[-100][0]
+    parts = led.split(start, end, parts=3, min_events=500)
+    held = led.held(start, end, parts)
+    assert len(held) == len(parts) == 3
+    for p, got in zip(parts, held, strict=True):
+        mine = [
+            (r, k)
+            for r, k in events
+            if start < r <= end and (p.lo is None or k >= p.lo) and (p.hi is None or k < p.hi)
+        ]
+        assert got == mine  # the partition's events, in the order the watch gave them
+        assert len(got) == p.count
+    assert led.held(start, start, []) == []
+
+
+def test_events_past_the_hold_budget_are_recorded_without_payload():
+    led = EventLedger(1, hold_bytes=100)
+    for r in range(1, 21):  # 20 events of 10 bytes: the first 10 fit
+        led.add(r, b"k%02d" % r, ("ev", r), 10)
+    led.mark_complete(20)
+    assert led.held_bytes == 100
+    assert led.count(0, 20) == 20  # every event is still counted and split
+    one = led.split(0, 10, parts=1, min_events=1)
+    assert led.held(0, 10, one) == [[("ev", r) for r in range(1, 11)]]
+    assert led.held(0, 11, led.split(0, 11, parts=1, min_events=1)) == [None]
+    two = led.split(0, 20, parts=2, min_events=1)  # keys k01..k10 | k11..k20
+    assert [h is None for h in led.held(0, 20, two)] == [False, True]
+    assert led.held(0, 10, one, max_bytes=50) == [None]  # over the per-partition cap
+    led.trim(5)
+    assert led.held_bytes == 50
+    led.add(21, b"k21", ("ev", 21), 10)  # room again
+    assert led.held_bytes == 60
+
+
+def test_a_ledger_without_budget_holds_nothing():
+    led = EventLedger(1)
+    led.add(1, b"a", ("ev", 1), 10)
+    led.mark_complete(1)
+    assert led.held_bytes == 0
+    assert led.held(0, 1, led.split(0, 1, parts=1, min_events=1)) == [None]

@@ -61,6 +61,8 @@ Options (Spark lower-cases option names; unknown options are refused)
 ``archiveOptions``   stream: fsspec/s3fs options of ``archiveUrl``, ``key=value,...``.
 ``coldPartitions``   stream: cut a cold batch into up to this many time slices at archived
                      snapshots, replayed in parallel (default 1; see ``changefeed``).
+``driverBufferBytes`` stream: bytes of decoded events the driver keeps to hand each hot
+                     partition its events (default 128 MiB; 0: tasks read them from the store).
 ``testFailAfterTxns`` tests only: attempt 0 of every write task fails after this many txns.
 
 Schemas

@@ -9,7 +9,8 @@ rows.
 
 Latest offset, hot tier. The reader (one long-lived Python process per query, in the driver)
 keeps one watch on the range in a background thread, from the first batch's start + 1, and
-records each event's revision and key (``changefeed_plan.EventLedger``). The latest offset
+records each event's revision and key (``changefeed_plan.EventLedger``), and the decoded
+event itself while those held take at most ``driverBufferBytes``. The latest offset
 is the revision of the newest event that watch has received completely (PUT or DELETE: a
 delete is an event of the range although a range read cannot see it), or the start when
 there is none. It is never a store-wide revision: writes outside the range (a sink writing
@@ -27,12 +28,17 @@ revision). When Spark passes ``ReadAllAvailable`` although a maxEventsPerTrigger
 
 Partitions, hot tier. The batch's events are cut into at most ``numPartitions`` key ranges
 (default 4) of about equal event counts, at least ``MIN_EVENTS_PER_PARTITION`` events each
-(a small batch is one task), from the keys the driver's watch recorded. Each task watches its
-key range from ``start + 1`` and stops after the revision of its range's last event in the
-batch, then checks it got the number of events the driver counted. Every event of a key is in
+(a small batch is one task), from the keys the driver's watch recorded. When the driver holds
+every event of a partition (and they take at most ``CARRY_MAX_BYTES``), the partition carries
+them as an Arrow IPC stream and its task only hands them to Spark: each event is read from
+the store and decoded once, by the driver. Otherwise the task watches its key range from
+``start + 1`` and stops after the revision of its range's last event in the batch, then
+checks it got the number of events the driver counted. Both give the same rows: the events
+the store's history holds, in the order its watches send them. Every event of a key is in
 one partition, in revision order (events of one revision in the order the store applied
 them); Spark gives no order across partitions. A batch that this process did not watch (the
-last batch replayed after a restart) is read as one partition of the whole range.
+last batch replayed after a restart) is read as one partition of the whole range. A task
+retried by Spark gets the same partition, so the same rows.
 
 Cold tier (option ``archiveUrl``: what ``raftkv serve --archive-url`` writes). When the
 batch's ``start + 1`` is at or below the store's compact revision C (a watch from C itself
@@ -132,6 +138,9 @@ READ_TIMEOUT_FLOOR_S = 60.0
 MIN_EVENTS_PER_PARTITION = 2000  # below this a batch is one task: a task costs ~10 ms
 ARCHIVE_WAIT_S = 10.0  # a trigger waits this long at most for the archive to catch up
 ARCHIVE_POLL_S = 0.2
+EVENT_OVERHEAD_BYTES = 400  # a decoded event's objects, besides its key and values
+# A partition whose events take more than this is read by its task, not carried in it.
+CARRY_MAX_BYTES = 32 << 20
 IDLE_MARK_S = 0.01  # how often the driver's watch marks complete what it has received
 
 
@@ -147,10 +156,12 @@ def changefeed_schema(o: SourceOptions) -> str:
 class ChangePartition(InputPartition):
     """Batch ``(start, end]`` of keys ``[lo, hi)`` (None: the watched range's bounds).
 
-    Hot (``cold=False``): read by a watch from ``start + 1`` up to ``last``, the revision of
-    the sub-range's last event in the batch (``count`` events; -1: not known, then ``last`` is
-    ``end``, an event revision of the whole range). Cold: rebuilt from the archive of member
-    ``member`` up to the store's compact revision, the rest (if any) by a watch."""
+    Hot (``cold=False``): with ``arrow`` (an Arrow IPC stream of its ``count`` events, which
+    the driver's watch received), read from it; else read by a watch from ``start + 1`` up to
+    ``last``, the revision of the sub-range's last event in the batch (``count`` events; -1:
+    not known, then ``last`` is ``end``, an event revision of the whole range). Cold: rebuilt
+    from the archive of member ``member`` up to the store's compact revision, the rest (if
+    any) by a watch."""
 
     def __init__(
         self,
@@ -163,6 +174,7 @@ class ChangePartition(InputPartition):
         count: int = -1,
         cold: bool = False,
         member: int | None = None,
+        arrow: bytes | None = None,
     ) -> None:
         super().__init__((start, end, lo, hi))
         self.start = start
@@ -173,6 +185,7 @@ class ChangePartition(InputPartition):
         self.count = count
         self.cold = cold
         self.member = member
+        self.arrow = arrow
 
 
 def _range_args(o: SourceOptions, lo: bytes | None = None, hi: bytes | None = None):
@@ -298,13 +311,44 @@ async def _mark_when_idle(watch, ledger: EventLedger) -> None:
         ledger.mark_complete(watch.next_revision - 1)
 
 
+def event_size(event) -> int:
+    """What holding a decoded event costs the driver, about (its bytes and objects)."""
+    size = EVENT_OVERHEAD_BYTES + len(event.kv.key) + len(event.kv.value)
+    prev = event.prev_kv
+    return size if prev is None else size + EVENT_OVERHEAD_BYTES + len(prev.value)
+
+
+def arrow_ipc(o: SourceOptions, events: list) -> bytes:
+    """The events as one Arrow IPC stream of ``changefeed_schema``'s columns."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    writer = None
+    for batch in event_batches(o, events):
+        if writer is None:
+            writer = pa.ipc.new_stream(sink, batch.schema)
+        writer.write_batch(batch)
+    if writer is None:
+        return b""
+    writer.close()
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_batches(data: bytes):
+    import pyarrow as pa
+
+    if data:
+        yield from pa.ipc.open_stream(data)
+
+
 class _RangeWatcher:
     """A background watch of the range from ``first``, recording every event's revision and
-    key in an ``EventLedger`` (on its own thread and event loop)."""
+    key in an ``EventLedger`` and, within ``hold_bytes``, the decoded event itself (on its
+    own thread and event loop)."""
 
-    def __init__(self, o: SourceOptions, first: int, cold_tier: bool) -> None:
+    def __init__(self, o: SourceOptions, first: int, cold_tier: bool, hold_bytes: int) -> None:
         self.first = first
-        self.ledger = EventLedger(first)
+        self.ledger = EventLedger(first, hold_bytes=hold_bytes)
         self.error: BaseException | None = None
         self._o = o
         self._cold_tier = cold_tier  # compaction is a reason to go cold, not to fail
@@ -339,9 +383,12 @@ class _RangeWatcher:
         key, range_end = _range_args(o)
         first = self.first
         ledger = self.ledger
+        hold = ledger.hold_bytes > 0
         async with AsyncClient(list(o.endpoints), **o.client_options()) as client:
             while not self._stopped.is_set():
-                watch = client.watch(key, range_end, start_revision=first)
+                watch = client.watch(
+                    key, range_end, start_revision=first, prev_kv=o.prev_value and hold
+                )
                 marker = asyncio.ensure_future(_mark_when_idle(watch, ledger))
                 try:
                     while not self._stopped.is_set():
@@ -349,7 +396,10 @@ class _RangeWatcher:
                             event = await watch.__anext__()
                         except StopAsyncIteration:
                             return
-                        ledger.add(event.revision, event.kv.key)
+                        if hold:
+                            ledger.add(event.revision, event.kv.key, event, event_size(event))
+                        else:
+                            ledger.add(event.revision, event.kv.key)
                     return
                 except WatchCompactedError as err:
                     if self._cold_tier or not o.skip_compacted or err.compact_revision <= first:
@@ -467,7 +517,9 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if w is None or w.first > begin + 1 or w.ledger.floor > begin:
             if w is not None:
                 w.stop()
-            self._watcher = w = _RangeWatcher(self.o, begin + 1, bool(self.cf.archive_url))
+            self._watcher = w = _RangeWatcher(
+                self.o, begin + 1, bool(self.cf.archive_url), self.cf.driver_buffer_bytes
+            )
             # A new watch has recorded nothing yet, and an answer equal to the start ends a
             # Trigger.Once or AvailableNow run: let it catch up with what the range holds now
             # (its newest live key; a newer delete waits for the next trigger).
@@ -554,9 +606,20 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         w = self._watcher
         if w is not None and w.error is None and w.ledger.covers(s, e):
             slices = w.ledger.split(s, e, self.o.num_partitions, MIN_EVENTS_PER_PARTITION)
+            held: list[list | None] = [None] * len(slices)
+            if w.ledger.hold_bytes:
+                held = w.ledger.held(s, e, slices, CARRY_MAX_BYTES)
             return [
-                ChangePartition(s, e, lo=sl.lo, hi=sl.hi, last=sl.last, count=sl.count)
-                for sl in slices
+                ChangePartition(
+                    s,
+                    e,
+                    lo=sl.lo,
+                    hi=sl.hi,
+                    last=sl.last,
+                    count=sl.count,
+                    arrow=None if events is None else arrow_ipc(self.o, events),
+                )
+                for sl, events in zip(slices, held, strict=True)
             ]
         # A batch this process did not watch (a replay after a restart): one task, the
         # whole range (``end`` is the revision of an event of the range).
@@ -590,6 +653,8 @@ class RaftKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition):
         assert isinstance(partition, ChangePartition)  # Spark hands back partitions()'s own
         p = partition
+        if p.arrow is not None:
+            return ipc_batches(p.arrow)  # the events the driver's watch received
         if p.cold:
             events = self._read_tiered(p)
         else:

@@ -18,6 +18,9 @@ shared option parser only has to know their names:
                             one cold batch may then be in several partitions: the order per
                             key holds within a partition and by ``mod_revision``, not across
                             partitions.
+``driverBufferBytes``       how many bytes of decoded events the driver keeps to hand each hot
+                            partition its events (default ``DEFAULT_HOLD_BYTES``, 128 MiB);
+                            0: every task reads its events from the store.
 ``archiveOptions``          fsspec/s3fs options of that URL, ``key=value,key=value`` as
                             ``raftkv serve --archive-options`` takes them (e.g.
                             ``endpoint_url=http://127.0.0.1:9000``).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvserver.spark.source.changefeed_plan import DEFAULT_HOLD_BYTES
 from kvserver.spark.source.options import OptionError, SourceOptions
 
 COLD_REVISIONS = 100_000  # default cap of a cold micro-batch, in revisions
@@ -40,6 +44,7 @@ class ChangefeedOptions:
     archive_url: str  # "": no cold tier
     archive_options: tuple[str, ...]  # "key=value" items for kvserver.archive.store
     cold_partitions: int = 1  # time slices of a cold batch
+    driver_buffer_bytes: int = DEFAULT_HOLD_BYTES  # 0: tasks read every hot batch
 
     @property
     def cold_revisions(self) -> int:
@@ -47,7 +52,7 @@ class ChangefeedOptions:
         return min(caps) if caps else COLD_REVISIONS
 
 
-def _cap(raw: dict, name: str) -> int:
+def _cap(raw: dict, name: str, lo: int = 1) -> int:
     text = raw.get(name.lower())
     if text is None:
         return 0
@@ -55,8 +60,8 @@ def _cap(raw: dict, name: str) -> int:
         value = int(text.strip())
     except ValueError:
         raise OptionError(f"option {name}: want a positive integer, got {text!r}") from None
-    if not 1 <= value <= MAX_CAP:
-        raise OptionError(f"option {name}: want 1 <= {name} <= {MAX_CAP}, got {value}")
+    if not lo <= value <= MAX_CAP:
+        raise OptionError(f"option {name}: want {lo} <= {name} <= {MAX_CAP}, got {value}")
     return value
 
 
@@ -80,4 +85,9 @@ def changefeed_options(o: SourceOptions) -> ChangefeedOptions:
         archive_url=url,
         archive_options=items,
         cold_partitions=_cap(raw, "coldPartitions") or 1,
+        driver_buffer_bytes=(
+            _cap(raw, "driverBufferBytes", lo=0)
+            if "driverbufferbytes" in raw
+            else DEFAULT_HOLD_BYTES
+        ),
     )

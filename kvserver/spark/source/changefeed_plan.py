@@ -12,7 +12,15 @@ answers, without reading values again:
   holds about the same number of the batch's events (every event of a key in one
   partition), each with the revision of its last event and its event count, so the task that
   reads it knows when it has everything (a watch of a key range that had no event would not
-  know when to stop).
+  know when to stop);
+* the events themselves, when it holds them (``held``): each partition's payloads in
+  revision order, so the driver can hand a task its events instead of the task reading them
+  from the store again.
+
+Payloads. ``add`` may give an event's payload (the decoded event) and its size in bytes; the
+ledger holds payloads while their total stays within ``hold_bytes``, and records an event
+that would go past it by revision and key only. ``held`` answers a partition's payloads only
+when it holds every one of them (else None: the task reads that partition from the store).
 
 ``complete``: every event with ``floor < revision <= complete`` is recorded (the watch
 advanced past it). Events at or below a committed offset are dropped (``trim``). The record
@@ -27,6 +35,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 DEFAULT_CAPACITY = 2_000_000
+DEFAULT_HOLD_BYTES = 128 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +50,22 @@ class KeySlice:
 
 
 class EventLedger:
-    def __init__(self, first: int, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, first: int, capacity: int = DEFAULT_CAPACITY, hold_bytes: int = 0) -> None:
         self.floor = first - 1  # invariant: floor <= complete
         self.complete = first - 1
         self.capacity = capacity
+        self.hold_bytes = hold_bytes
+        self.held_bytes = 0  # invariant: the sum of _sizes, at most hold_bytes
         self._revs: list[int] = []  # invariant: non-decreasing, every value > floor
         self._keys: list[bytes] = []
+        self._payloads: list = []  # an event's payload, None when not held
+        self._sizes: list[int] = []  # 0 when not held
         self._cond = threading.Condition()
         self._closed = False
 
     # -- the watch thread ----------------------------------------------------------------------
 
-    def add(self, revision: int, key: bytes) -> None:
+    def add(self, revision: int, key: bytes, payload=None, size: int = 0) -> None:
         with self._cond:
             while len(self._revs) >= self.capacity and not self._closed:
                 self._cond.wait(0.5)
@@ -60,6 +73,13 @@ class EventLedger:
                 return
             self._revs.append(revision)
             self._keys.append(key)
+            if payload is not None and self.held_bytes + size <= self.hold_bytes:
+                self._payloads.append(payload)
+                self._sizes.append(size)
+                self.held_bytes += size
+            else:
+                self._payloads.append(None)
+                self._sizes.append(0)
             if revision - 1 > self.complete:
                 self.complete = revision - 1  # a revision's events arrive together
                 self._cond.notify_all()
@@ -155,6 +175,33 @@ class EventLedger:
             out.append(KeySlice(lo, hi, last_rev, n))
         return out
 
+    def held(
+        self, start: int, end: int, slices: list[KeySlice], max_bytes: int = 0
+    ) -> list[list | None]:
+        """For each of ``split``'s ``slices`` of batch ``(start, end]``: its events' payloads
+        in revision order, or None when one of them is not held (or, with ``max_bytes``,
+        when they hold more than that)."""
+        with self._cond:
+            i0 = bisect_right(self._revs, start)
+            i1 = bisect_right(self._revs, end)
+            keys = self._keys[i0:i1]
+            payloads = self._payloads[i0:i1]
+            sizes = self._sizes[i0:i1]
+        bounds = [sl.lo or b"" for sl in slices[1:]]  # slice i holds keys [lo_i, lo_i+1)
+        out: list[list | None] = [[] for _ in slices]
+        used = [0] * len(slices)
+        for key, payload, size in zip(keys, payloads, sizes, strict=True):
+            i = bisect_right(bounds, key) if bounds else 0
+            events = out[i]
+            if events is None:
+                continue
+            used[i] += size
+            if payload is None or (max_bytes and used[i] > max_bytes):
+                out[i] = None
+            else:
+                events.append(payload)
+        return out
+
     def trim(self, upto: int) -> None:
         """Forget the events at or below ``upto`` (a committed offset)."""
         with self._cond:
@@ -163,6 +210,9 @@ class EventLedger:
             i = bisect_right(self._revs, upto)
             del self._revs[:i]
             del self._keys[:i]
+            del self._payloads[:i]
+            self.held_bytes -= sum(self._sizes[:i])
+            del self._sizes[:i]
             self.floor = upto
             if self.complete < upto:
                 self.complete = upto

@@ -48,6 +48,7 @@ KNOWN = {
     "archiveurl",
     "archiveoptions",
     "coldpartitions",
+    "driverbufferbytes",
     # batch read: planning (one partition per at least this many keys)
     "minpartitionkeys",
     # batch write: chunk txns outstanding at once per task
