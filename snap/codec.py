@@ -14,7 +14,8 @@ from ``raftpb``; the writer just never builds ``b``.
 Memory and time, for a payload of D bytes:
 
 * writing holds only the caller's D bytes plus a few hundred bytes of headers: the header,
-  the payload (as a memoryview) and the metadata are written as separate pieces;
+  the payload (as a memoryview, or as the list of parts a state machine produced it in,
+  never joined) and the metadata are written as separate pieces;
 * reading etcd's layout (the one above, which is what etcd and we write) holds one copy:
   the payload is read straight into its own ``bytes``. Any other valid field order or unknown
   fields fall back to ``raftpb``'s decoders, which hold up to three copies transiently;
@@ -30,6 +31,7 @@ Both directions still need the whole payload in memory: this is not a streaming 
 
 import mmap
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -87,18 +89,28 @@ def crc32c_chunked(view: memoryview, prev: int = 0) -> int:
     return crc
 
 
-def encode_pieces(snapshot: Snapshot) -> EncodedSnap:
+def encode_pieces(
+    snapshot: Snapshot, data_parts: Sequence[bytes | memoryview] | None = None
+) -> EncodedSnap:
     """Lay out ``snapshot`` as a ``.snap`` file without copying its data.
 
     The pieces reference ``snapshot.data`` itself: a mutable buffer (bytearray) must not
     change until they are written, or the file's CRC will not match (caught on load).
+    With ``data_parts`` (``snapshot.data`` must then be None), the data is their
+    concatenation, referenced part by part: a state machine's image is written as it was
+    produced, without first joining it into one more copy of the whole.
     """
+    if data_parts is not None and snapshot.data is not None:
+        raise ValueError("give the snapshot's data either in the snapshot or as parts")
     # encode_snapshot of the metadata alone is exactly the trailing metadata field (field 2).
     metadata_field = encode_snapshot(Snapshot(data=None, metadata=snapshot.metadata))
     inner: list[bytes | memoryview] = []
     if snapshot.data is not None:
-        view = _as_byte_view(snapshot.data)
-        inner += [bytes((_KEY_INNER_DATA,)) + encode_varint(len(view)), view]
+        data_parts = (snapshot.data,)
+    if data_parts is not None:
+        views = [_as_byte_view(part) for part in data_parts]
+        data_len = sum(len(v) for v in views)
+        inner += [bytes((_KEY_INNER_DATA,)) + encode_varint(data_len), *views]
     inner.append(metadata_field)
     inner_len = sum(len(p) for p in inner)
     crc = 0

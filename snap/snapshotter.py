@@ -24,7 +24,7 @@ Contract (see the package docstring for the file layout):
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from raftpb import Snapshot
@@ -91,18 +91,21 @@ class Snapshotter:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def save_snap(self, snapshot: Snapshot) -> str | None:
+    def save_snap(
+        self, snapshot: Snapshot, data_parts: Sequence[bytes | memoryview] | None = None
+    ) -> str | None:
         """Durably save ``snapshot`` as ``{term:016x}-{index:016x}.snap``; return its path.
 
         Returns None without writing for an empty snapshot (index 0). An existing file of the
         same name is replaced atomically. On any error no file of the final name is created
-        (a replaced one stays intact) and the temp file is removed.
+        (a replaced one stays intact) and the temp file is removed. ``data_parts``: the
+        data as the list of parts it was produced in (``snapshot.data`` is then None).
         """
         md = snapshot.metadata
         if md.index == 0:
             return None
         name = SnapName(term=md.term, index=md.index)  # validates the uint64 range
-        encoded = encode_pieces(snapshot)
+        encoded = encode_pieces(snapshot, data_parts)
         if encoded.size_bytes > self._max_snapshot_bytes:
             raise SnapshotTooLargeError(
                 name.file_name, encoded.size_bytes, self._max_snapshot_bytes

@@ -77,9 +77,16 @@ from raft import (
     Ready,
     SnapOutOfDateError,
     Snapshot,
+    SnapshotMetadata,
     StateType,
 )
-from raft.errors import CommitOutOfRangeError, RaftError, RaftInvariantError
+from raft.errors import (
+    CommitOutOfRangeError,
+    CompactedError,
+    RaftError,
+    RaftInvariantError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +161,9 @@ class DurableStorage(Protocol):
 
     async def persist(self, rd: Ready) -> None: ...
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None: ...
+    async def save_snapshot(
+        self, metadata: SnapshotMetadata, data_parts: list[bytes]
+    ) -> bytes | memoryview: ...
 
     def compact(self, index: int) -> None: ...
 
@@ -768,15 +777,25 @@ class Node:
         for chunk in chunks:
             parts.append(chunk)
             await asyncio.sleep(0)
-        # Joined in a worker thread: bytes.join copies without the interpreter lock, where
-        # on the loop a few hundred megabytes would hold it for a quarter of a second.
-        data = await asyncio.to_thread(b"".join, parts)
         try:
-            snap = self.raw_storage.create_snapshot(index, conf_state, data)
+            if index <= self.raw_storage.snapshot().metadata.index:
+                raise SnapOutOfDateError(f"snapshot at {index} is not newer")
+            term = self.raw_storage.term(index)
+        except (SnapOutOfDateError, CompactedError, UnavailableError):
+            # a snapshot from the leader was installed meanwhile
+            log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
+            return
+        metadata = SnapshotMetadata(conf_state=conf_state, index=index, term=term)
+        # The file first, from the parts; the raft storage then keeps the file's mapping.
+        # Until then a follower that needs a snapshot gets the previous one: the log it
+        # needs after that is still there, since it is cut only below.
+        data = await self.storage.save_snapshot(metadata, parts)
+        del parts
+        try:
+            self.raw_storage.create_snapshot(index, conf_state, data)
         except SnapOutOfDateError:  # a snapshot from the leader was installed meanwhile
             log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
             return
-        await self.storage.save_snapshot(snap)
         self.snapshot_index = max(self.snapshot_index, index)
         compact_to = self._log_cut(index)
         if compact_to > self.raw_storage.first_index():

@@ -235,9 +235,14 @@ class NodeStorage:
         self.wal.save_snapshot(_wal_snapshot(snapshot))
         return path
 
-    def _write_snapshot_file(self, snapshot: Snapshot) -> str | None:
+    def _write_snapshot_file(
+        self, snapshot: Snapshot, data_parts: list[bytes] | None = None
+    ) -> str | None:
+        pb = _to_pb_snapshot(snapshot)
+        if data_parts is not None:  # the data is in the parts
+            pb = dataclasses.replace(pb, data=None)
         try:
-            return self.snapshotter.save_snap(_to_pb_snapshot(snapshot))
+            return self.snapshotter.save_snap(pb, data_parts)
         except OSError as exc:  # name the file (a full disk: and the free space)
             md = snapshot.metadata
             path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
@@ -252,16 +257,29 @@ class NodeStorage:
         self._stats["wal_entries"] += len(rd.entries)
         return path
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Persist a snapshot the state machine made, then release WAL segments before it.
-        The file is written by its own thread while the WAL writer goes on; its WAL record
-        follows (in the WAL writer), so a crash in between leaves a file recovery ignores."""
+    async def save_snapshot(
+        self, metadata: SnapshotMetadata, data_parts: list[bytes]
+    ) -> bytes | memoryview:
+        """Persist a snapshot this member's state machine made, given as the parts it was
+        produced in, then release WAL segments before it. Returns the snapshot's data as
+        the raft storage should keep it for followers: mapped from the file just written
+        (page cache, not heap), or the parts joined if the file cannot be mapped.
+
+        The parts are written one after the other and never joined in memory: at a million
+        keys the image is a few hundred megabytes, and a joined copy doubled what a
+        snapshot held at its peak. The file is written by its own thread while the WAL
+        writer goes on; its WAL record follows (in the WAL writer), so a crash in between
+        leaves a file recovery ignores."""
         loop = asyncio.get_running_loop()
-        path = await loop.run_in_executor(self._snap_writer, self._write_snapshot_file, snapshot)
+        snapshot = Snapshot(metadata=metadata)  # its data: the parts
+        path = await loop.run_in_executor(
+            self._snap_writer, self._write_snapshot_file, snapshot, data_parts
+        )
         await loop.run_in_executor(self._writer, self._record_snapshot_blocking, snapshot)
-        mapped = _mapped(snapshot, path)
-        if mapped is not snapshot:
-            self.raft_storage.set_snapshot_data(snapshot.metadata.index, mapped.data)
+        mapped = snap.map_data(path) if path is not None else None
+        if mapped is None or len(mapped) != sum(map(len, data_parts)):
+            return await asyncio.to_thread(b"".join, data_parts)
+        return mapped
 
     def _record_snapshot_blocking(self, snapshot: Snapshot) -> None:
         self.wal.save_snapshot(_wal_snapshot(snapshot))

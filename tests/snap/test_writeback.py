@@ -1,5 +1,6 @@
-"""``write_pieces`` flushes a snapshot file in steps: the bytes are the pieces, in order, and
-the file is fdatasynced once per full step (so no more than a step is ever dirty)."""
+"""Writing a ``.snap`` file: ``write_pieces`` flushes it in steps (the bytes are the pieces, in
+order, fdatasynced once per full step, so no more than a step is ever dirty), and a snapshot
+saved from the parts its state machine produced is the file of the joined data."""
 
 import os
 
@@ -7,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snap import codec
+import raftpb
+from snap import Snapshotter, codec, read_snap
 from snap.codec import EncodedSnap, write_pieces
 
 pieces_st = st.lists(st.binary(max_size=300), max_size=8)
@@ -45,3 +47,21 @@ def test_step_must_be_positive(tmp_path):
             write_pieces(fd, EncodedSnap(pieces=(b"x",), crc=0, size_bytes=1), 0)
     finally:
         os.close(fd)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(st.binary(max_size=200), max_size=6), index=st.integers(1, 2**40))
+def test_a_snapshot_saved_from_parts_is_the_file_of_the_joined_data(tmp_path_factory, parts, index):
+    metadata = raftpb.SnapshotMetadata(raftpb.ConfState((1, 2, 3)), index, 7)
+    joined_dir, parts_dir = tmp_path_factory.mktemp("joined"), tmp_path_factory.mktemp("parts")
+    joined = Snapshotter(str(joined_dir)).save_snap(raftpb.Snapshot(b"".join(parts), metadata))
+    from_parts = Snapshotter(str(parts_dir)).save_snap(raftpb.Snapshot(None, metadata), parts)
+    assert joined is not None and from_parts is not None
+    with open(joined, "rb") as a, open(from_parts, "rb") as b:
+        assert a.read() == b.read()
+    assert read_snap(from_parts).data == b"".join(parts)
+
+
+def test_data_in_the_snapshot_and_as_parts_is_refused():
+    with pytest.raises(ValueError, match="either"):
+        codec.encode_pieces(raftpb.Snapshot(b"x", raftpb.SnapshotMetadata()), [b"y"])
