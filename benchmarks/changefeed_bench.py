@@ -8,13 +8,15 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
 
 - steady: ``--writers`` processes write txns of ``--txn-keys`` puts of ``--value-size``-byte
   values under ``feed/``, paced to ``--rate`` events/s in total, for ``--seconds``. A
-  streaming query (default trigger: batches back to back, ``numPartitions`` 2) reads the
-  changefeed of ``feed/`` into ``foreachBatch``, which collects each batch's
-  ``mod_revision`` column in the driver. Throughput: events delivered during the writing
-  window / its length, after a warm-up of ``WARMUP_S`` (the first batches start Spark's
-  Python workers). Lag of an event: when its batch reached ``foreachBatch`` - when the
-  writer's txn was acknowledged (both on this machine's clock); p50 and p99 over the events
-  acknowledged after the warm-up, and p99 over all of them.
+  streaming query (``numPartitions`` ``--partitions``, default 2; batches back to back, or
+  every ``--trigger-ms``) reads the changefeed of ``feed/`` into ``foreachBatch``, which
+  collects each batch's ``mod_revision`` column in the driver (as Arrow). The query is warm
+  before the writers start: ``WARM_EVENTS`` events went through it, which started Spark's
+  Python workers.
+  Throughput: events delivered during the writing window / its length, after ``WARMUP_S``.
+  Lag of an event: when its batch reached ``foreachBatch`` - when the writer's txn was
+  acknowledged (both on this machine's clock); p50 and p99 over the events acknowledged
+  after ``WARMUP_S``, and p99 over all of them.
 - cold catch-up: the store is compacted at its last revision, then a stream from
   ``earliest`` with ``archiveUrl`` (``Trigger.AvailableNow``, ``noop`` sink) replays the whole
   history from the archive (``coldPartitions`` ``--cold-partitions``: time slices cut at
@@ -100,7 +102,8 @@ def writer(endpoints, w: int, rate: float, txn_keys: int, value_size: int, secon
     q.put(acks)
 
 
-WARMUP_S = 3.0  # the first batches start the Python workers; steady state is after it
+WARMUP_S = 3.0  # steady state is after it
+WARM_EVENTS = 10_000  # through the feed before the writers start: Spark's Python workers
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -118,20 +121,32 @@ def steady(spark, endpoints, args) -> dict:
         .option("changefeed", "true")
         .option("prefix", "feed/")
         .option("startingRevision", str(first))
-        .option("numPartitions", "2")
+        .option("numPartitions", str(args.partitions))
         .load()
     )
 
     def record(df, batch_id):
-        revs = [r[0] for r in df.select("mod_revision").collect()]
+        revs = df.select("mod_revision").toArrow().column(0).to_pylist()
         arrived.append((time.time(), revs))
 
-    query = feed.writeStream.foreachBatch(record).start()
+    writer_ = feed.writeStream.foreachBatch(record)
+    if args.trigger_ms:
+        writer_ = writer_.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+    query = writer_.start()
     try:
-        # warm: wait for the first (empty) batch so the query runs before writers start
-        deadline = time.monotonic() + 60
-        while query.lastProgress is None and time.monotonic() < deadline:
+        # Warm: WARM_EVENTS events through the feed before the writers start. Its first
+        # batches start Spark's Python workers (seconds on this machine), and a batch of
+        # more than 2 * 2,000 events makes the second one.
+        with Client(endpoints) as c:
+            for i in range(0, WARM_EVENTS, 100):
+                ops = (Op.put(f"feed/warm/{i + j:06d}", "w") for j in range(100))
+                warm_last = c.txn(Txn().then(*ops)).header.revision
+        deadline = time.monotonic() + 120
+        while not any(revs and max(revs) >= warm_last for _, revs in arrived):
+            if time.monotonic() > deadline:
+                raise SystemExit("the warm-up events did not come through the feed in 120 s")
             time.sleep(0.1)
+        arrived.clear()
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         per = args.rate / args.writers
@@ -276,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--no-cold", action="store_true", help="the steady part only")
+    ap.add_argument(
+        "--trigger-ms", type=int, default=0, help="the steady query's trigger (0: back to back)"
+    )
+    ap.add_argument("--partitions", type=int, default=2, help="the steady query's numPartitions")
     ap.add_argument("--snapshot-count", type=int, default=500)
     ap.add_argument(
         "--cold-partitions", type=int, default=2, help="coldPartitions of the catch-up runs"
