@@ -172,6 +172,7 @@ class Member:
             on_removed=membership.peer_removed,
             members_json=membership.members_json,
             ssl_context=self.tls.peer_dial,
+            spill_dir=self.cfg.snap_dir,
         )
         return self.transport
 

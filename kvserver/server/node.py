@@ -87,6 +87,7 @@ from raft.errors import (
     RaftInvariantError,
     UnavailableError,
 )
+from snap.spill import SPILL_BATCH_BYTES, SpillFile
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,10 @@ class DurableStorage(Protocol):
     async def persist(self, rd: Ready) -> None: ...
 
     async def save_snapshot(
-        self, metadata: SnapshotMetadata, data_parts: list[bytes]
+        self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
     ) -> bytes | memoryview: ...
+
+    def spill_file(self) -> SpillFile: ...
 
     def compact(self, index: int) -> None: ...
 
@@ -773,10 +776,26 @@ class Node:
     async def _write_snapshot(
         self, index: int, conf_state: ConfState, members: bytes, chunks: Iterator[bytes]
     ) -> None:
-        parts = [members] if members else []
-        for chunk in chunks:
-            parts.append(chunk)
-            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        with self.storage.spill_file() as spill:
+            # The chunks go to a spill file in batches, written by a worker thread while the
+            # next batch is produced: at most two batches are ever in the heap, where the
+            # whole image (hundreds of megabytes at a million keys) used to be.
+            batch, batch_bytes = ([members], len(members)) if members else ([], 0)
+            writing: asyncio.Future | None = None
+            for chunk in chunks:
+                batch.append(chunk)
+                batch_bytes += len(chunk)
+                if batch_bytes >= SPILL_BATCH_BYTES:
+                    if writing is not None:
+                        await writing
+                    writing = loop.run_in_executor(None, spill.append, batch)
+                    batch, batch_bytes = [], 0
+                await asyncio.sleep(0)
+            if writing is not None:
+                await writing
+            await loop.run_in_executor(None, spill.append, batch)
+            image = spill.map()
         try:
             if index <= self.raw_storage.snapshot().metadata.index:
                 raise SnapOutOfDateError(f"snapshot at {index} is not newer")
@@ -786,11 +805,11 @@ class Node:
             log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
             return
         metadata = SnapshotMetadata(conf_state=conf_state, index=index, term=term)
-        # The file first, from the parts; the raft storage then keeps the file's mapping.
-        # Until then a follower that needs a snapshot gets the previous one: the log it
-        # needs after that is still there, since it is cut only below.
-        data = await self.storage.save_snapshot(metadata, parts)
-        del parts
+        # The file first, from the spilled image; the raft storage then keeps the file's
+        # mapping. Until then a follower that needs a snapshot gets the previous one: the
+        # log it needs after that is still there, since it is cut only below.
+        data = await self.storage.save_snapshot(metadata, [image])
+        del image  # unmapped once the file is written
         try:
             self.raw_storage.create_snapshot(index, conf_state, data)
         except SnapOutOfDateError:  # a snapshot from the leader was installed meanwhile

@@ -40,6 +40,7 @@ from raft import (
     Snapshot,
     SnapshotMetadata,
 )
+from snap.spill import SpillFile
 from wal.errors import os_error_at
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ class NodeStorage:
         return path
 
     def _write_snapshot_file(
-        self, snapshot: Snapshot, data_parts: list[bytes] | None = None
+        self, snapshot: Snapshot, data_parts: list[bytes | memoryview] | None = None
     ) -> str | None:
         pb = _to_pb_snapshot(snapshot)
         if data_parts is not None:  # the data is in the parts
@@ -257,8 +258,12 @@ class NodeStorage:
         self._stats["wal_entries"] += len(rd.entries)
         return path
 
+    def spill_file(self) -> SpillFile:
+        """A file for a snapshot on its way in (``snap.spill``), beside the snapshot files."""
+        return SpillFile(self.cfg.snap_dir)
+
     async def save_snapshot(
-        self, metadata: SnapshotMetadata, data_parts: list[bytes]
+        self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
     ) -> bytes | memoryview:
         """Persist a snapshot this member's state machine made, given as the parts it was
         produced in, then release WAL segments before it. Returns the snapshot's data as

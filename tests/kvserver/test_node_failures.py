@@ -18,6 +18,7 @@ from kvserver.kvpb import service_errors as errors
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
+from snap.spill import SpillFile
 from tests.support.wait import async_wait_for
 
 WAIT_S = 5.0
@@ -35,6 +36,9 @@ class _Storage:
 
     async def save_snapshot(self, metadata, data_parts):
         return b"".join(data_parts)
+
+    def spill_file(self):
+        return SpillFile()
 
     def compact(self, index: int) -> None:
         pass

@@ -1,0 +1,71 @@
+"""A snapshot's data on its way into a ``.snap`` file, held in the page cache, not the heap.
+
+Why: at a million keys a snapshot image is a few hundred megabytes, and it arrives in
+pieces: this member's state machine produces it 64 KiB at a time, a leader streams it in
+64 KiB chunks. Holding the pieces until the last one came, then joining them, cost the
+member as much heap as the image, twice at the peak, and CPython's allocator kept much of
+that after it was freed.
+
+Contract: ``SpillFile(directory)`` is an anonymous temporary file in ``directory`` (``O_TMPFILE``
+where the filesystem has it, else a file unlinked as soon as it is created), so a crash
+leaves nothing behind. ``append(parts)`` writes the parts at the end, with one ``writev``
+per at most ``IOV_MAX`` parts; it does disk I/O, so call it from a worker thread, one call
+at a time. ``map()`` ends the writing and returns all that was appended as one read-only
+``memoryview`` of the file: its pages live in the page cache (clean once written back,
+reclaimable), and it stays valid after the file is closed. ``close()`` drops the file
+without mapping it (idempotent; after ``map`` it does nothing more). Nothing is fsynced:
+the data becomes durable as the ``.snap`` file written from the mapping.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Sequence
+
+# How much of an image a producer holds before it hands the batch to ``append``: big enough
+# that the writes are few, small against an image of hundreds of megabytes.
+SPILL_BATCH_BYTES = 4 << 20
+
+# Linux refuses a writev of more buffers than this (the usual IOV_MAX).
+_MAX_BUFFERS_PER_WRITE = 1024
+
+
+class SpillFile:
+    def __init__(self, directory: str | None = None):
+        self._file = tempfile.TemporaryFile(dir=directory, prefix="snap-spill-")
+        self.size = 0
+
+    def append(self, parts: Sequence[bytes | memoryview]) -> None:
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        fd = self._file.fileno()
+        i = 0
+        while i < len(views):
+            written = os.writev(fd, views[i : i + _MAX_BUFFERS_PER_WRITE])
+            self.size += written
+            while written:  # a short write: resume inside the part it stopped in
+                if written >= len(views[i]):
+                    written -= len(views[i])
+                    i += 1
+                else:
+                    views[i] = views[i][written:]
+                    written = 0
+
+    def map(self) -> memoryview:
+        """Everything appended, mapped read-only; the file is closed (its pages stay mapped)."""
+        try:
+            if self.size == 0:
+                return memoryview(b"")
+            return memoryview(mmap.mmap(self._file.fileno(), self.size, access=mmap.ACCESS_READ))
+        finally:
+            self._file.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> SpillFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
