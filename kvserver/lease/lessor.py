@@ -85,7 +85,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -361,17 +361,54 @@ class Lessor:
         kind = type(request)
         if client_id == 0 or (kind is not LeaseGrantRequest and kind is not LeaseRevokeRequest):
             return self._apply_once(request)
-        ids = self._dedup.client_ids(client_id)  # marks the client most recently used
+        seen = self._seen(kind, client_id, request_id)
+        if seen is not None:
+            return seen
+        return self._remember(client_id, request_id, self._apply_once(request))
+
+    def revoke_in_steps(
+        self,
+        request: LeaseRevokeRequest,
+        client_id: int,
+        request_id: int,
+        delete_keys_in_steps: Callable[[int], Generator[None, None, ApplyResult]],
+    ) -> Generator[None, None, ApplyResult]:
+        """``apply`` of a revoke whose lease has many keys, the keys deleted in steps by
+        ``delete_keys_in_steps(lease_id)`` (``MVCCStore.delete_keys_of_lease_in_steps``: one
+        revision, invisible until the last step); yields None between steps. The caller
+        applies nothing else meanwhile."""
+        if client_id:
+            seen = self._seen(LeaseRevokeRequest, client_id, request_id)
+            if seen is not None:
+                return seen
+        lease_id = request.lease_id
+        if lease_id not in self._leases or self.store is None:
+            result = self._apply_once(request)  # the error, or a revoke without keys
+        else:
+            deleted = yield from delete_keys_in_steps(lease_id)
+            self._forget(lease_id)
+            result = self._result(LeaseRevokeResponse(_header(self.store)), deleted.events)
+        if client_id:
+            return self._remember(client_id, request_id, result)
+        return result
+
+    def _seen(self, kind: type, client_id: int, request_id: int) -> ApplyResult | None:
+        """The first outcome of ``(client_id, request_id)`` if it was applied before, as a
+        duplicate (marks the client most recently used)."""
+        ids = self._dedup.client_ids(client_id)
         seen = ids.get(request_id, MISS)
-        if seen is not MISS:
-            if isinstance(seen, EtcdError):
-                return ApplyResult(None, seen, (), True, self._revision())
-            if type(seen) is not RESPONSE_TYPE[kind]:
-                error = InvalidArgumentError(MSG_REQUEST_ID_REUSED)
-                return ApplyResult(None, error, (), True, self._revision())
-            # seen is the response type this request kind answers (checked above)
-            return ApplyResult(cast(Any, seen), None, (), True, self._revision())
-        result = self._apply_once(request)
+        if seen is MISS:
+            return None
+        if isinstance(seen, EtcdError):
+            return ApplyResult(None, seen, (), True, self._revision())
+        if type(seen) is not RESPONSE_TYPE[kind]:
+            error = InvalidArgumentError(MSG_REQUEST_ID_REUSED)
+            return ApplyResult(None, error, (), True, self._revision())
+        # seen is the response type this request kind answers (checked above)
+        return ApplyResult(cast(Any, seen), None, (), True, self._revision())
+
+    def _remember(self, client_id: int, request_id: int, result: ApplyResult) -> ApplyResult:
+        ids = self._dedup.client_ids(client_id)
         ids[request_id] = result.error if result.error is not None else result.response
         if len(ids) > self._dedup.ids_per_client:
             ids.popitem(last=False)
@@ -433,9 +470,12 @@ class Lessor:
         events: tuple = ()
         if self.store is not None:
             events = self.store.delete_keys_of_lease(lease_id).events
+        self._forget(lease_id)
+        return self._result(LeaseRevokeResponse(_header(self.store)), events)
+
+    def _forget(self, lease_id: int) -> None:
         del self._leases[lease_id]  # its heap entries are dropped lazily
         self._pending_clears.discard(lease_id)
-        return self._result(LeaseRevokeResponse(_header(self.store)), events)
 
     def checkpoint(self, checkpoints: Iterable[tuple[int, int]]) -> None:
         """etcd's Checkpoint: remember each lease's remaining TTL (0 clears it); unknown IDs

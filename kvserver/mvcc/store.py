@@ -229,8 +229,8 @@ def _key_batches(
 
 
 def _sorted_in_steps(
-    kvs: list[KeyValue], key: Callable[[KeyValue], Any], reverse: bool, run: int
-) -> Generator[None, None, list[KeyValue]]:
+    kvs: list[Any], key: Callable[[Any], Any] | None, reverse: bool, run: int
+) -> Generator[None, None, list[Any]]:
     """``sorted(kvs, key=key, reverse=reverse)``, stable, without one long sort: runs of
     ``run`` are sorted a step each, then merged ``run`` at a time."""
     if len(kvs) <= run:
@@ -239,7 +239,7 @@ def _sorted_in_steps(
     for i in range(0, len(kvs), run):
         runs.append(sorted(kvs[i : i + run], key=key, reverse=reverse))
         yield None
-    out: list[KeyValue] = []
+    out: list[Any] = []
     merged = heapq.merge(*runs, key=key, reverse=reverse)
     while True:
         step = list(islice(merged, run))
@@ -453,22 +453,30 @@ class MVCCStore:
             return ApplyResult(None, err, (), False, self._rev)
         lo, hi = self._live_span(request.key, request.range_end)
         keys = list(self._live_keys.islice(lo, hi))
+        prev_kvs, events = yield from self._delete_in_steps(keys, request.prev_kv)
+        response = DeleteRangeResponse(_header(self._rev), len(keys), prev_kvs)
+        if client_id:
+            return self._remember(client_id, request_id, response, events)
+        return ApplyResult(response, None, events, False, self._rev)
+
+    def _delete_in_steps(
+        self, keys: list[bytes], want_prev: bool
+    ) -> Generator[None, None, tuple[tuple[KeyValue, ...], tuple[Event, ...]]]:
+        """Tombstone ``keys`` (live, sorted) in one write, ``WRITE_STEP_KEYS`` per step;
+        ``(prev_kvs or (), events)``."""
         index = self._index
         prev_kvs: list[KeyValue] = []
         self._wevents = []
         try:
             for i in range(0, len(keys), WRITE_STEP_KEYS):
                 batch = keys[i : i + WRITE_STEP_KEYS]
-                if request.prev_kv:
+                if want_prev:
                     prev_kvs.extend(index[k][-1] for k in batch)
                 self._delete_keys(batch)
                 yield None
         finally:
             events = self._end_write()
-        response = DeleteRangeResponse(_header(self._rev), len(keys), tuple(prev_kvs))
-        if client_id:
-            return self._remember(client_id, request_id, response, events)
-        return ApplyResult(response, None, events, False, self._rev)
+        return tuple(prev_kvs), events
 
     def apply_entry(self, data: bytes) -> ApplyResult:
         """Decode a log entry made by ``codec.encode_entry`` and apply it.
@@ -1135,6 +1143,27 @@ class MVCCStore:
     def lease_ids(self) -> list[int]:
         """Lease ids that have at least one live key attached, sorted."""
         return sorted(self._leases)
+
+    def lease_key_count(self, lease_id: int) -> int:
+        """How many live keys are attached to ``lease_id``, O(1)."""
+        return len(self._leases.get(lease_id, ()))
+
+    def delete_keys_of_lease_in_steps(self, lease_id: int) -> Generator[None, None, ApplyResult]:
+        """``delete_keys_of_lease`` for a lease with many keys: the keys are sorted in runs
+        merged in steps, then tombstoned ``WRITE_STEP_KEYS`` per step. Still one revision,
+        invisible until the last step (what readers see meanwhile: ``apply_in_steps``); the
+        caller applies nothing else before it is done."""
+        keys = yield from _sorted_in_steps(
+            list(self._leases.get(lease_id, ())), None, False, WRITE_STEP_KEYS
+        )
+        prev_kvs, events = yield from self._delete_in_steps(keys, True)
+        return ApplyResult(
+            DeleteRangeResponse(_header(self._rev), len(keys), prev_kvs),
+            None,
+            events,
+            False,
+            self._rev,
+        )
 
     def delete_keys_of_lease(self, lease_id: int) -> ApplyResult:
         """Delete every key attached to ``lease_id`` in one revision, in key order (etcd's

@@ -120,7 +120,7 @@ from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.service import MembershipService
 from kvserver.mvcc.codec import decode_entry, encode_entry
 from kvserver.mvcc.hashkv import HashKVResponse, hash_kv_steps
-from kvserver.mvcc.store import MVCCStore
+from kvserver.mvcc.store import WRITE_STEP_KEYS, MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.server.alarms import (
     AlarmStore,
@@ -272,15 +272,31 @@ class RaftKV:
         return self._apply_kv(payload, capped)
 
     def _apply_lease(self, payload: bytes, capped: bool) -> object:
+        """A lease entry: refused while ``capped`` if the raised alarms forbid it; a revoke
+        of a lease with many keys in steps, as a large delete."""
+        try:
+            client_id, request_id, req = decode_lease_entry(payload)
+        except CodecError:
+            return self._applied(self.lessor.apply_entry(payload))  # its decoding error
         if capped:
-            try:
-                _, _, req = decode_lease_entry(payload)
-            except CodecError:
-                req = None  # the lessor answers its own decoding error
             error = refusal(self.alarms, req)
             if error is not None:
                 return error
-        return self._applied(self.lessor.apply_entry(payload))
+        if (
+            type(req) is LeaseRevokeRequest
+            and self.store.lease_key_count(req.lease_id) > WRITE_STEP_KEYS
+        ):
+            return ApplyInSteps(self._revoke_large(req, client_id, request_id))
+        return self._applied(self.lessor.apply(req, client_id, request_id))
+
+    def _revoke_large(
+        self, req: LeaseRevokeRequest, client_id: int, request_id: int
+    ) -> Generator[None, None, object]:
+        store = self.store
+        result = yield from self.lessor.revoke_in_steps(
+            req, client_id, request_id, store.delete_keys_of_lease_in_steps
+        )
+        return self._applied(result)
 
     def _apply_kv(self, payload: bytes, capped: bool) -> object:
         """A store entry, decoded once: refused while ``capped`` if the raised alarms forbid
