@@ -27,6 +27,7 @@ import pytest
 from kvserver.archive import snapfile
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.kvpb.headers import ETCD_VERSION
+from kvserver.mvcc.store import MVCCStore
 from tests.support import async_procs
 from tests.support.auth_setup import enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
@@ -201,7 +202,7 @@ async def read_snapshot(member) -> tuple[list[rpc_pb2.SnapshotResponse], bytes]:
     return messages, b"".join(m.blob for m in messages)
 
 
-async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path):
+async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path, monkeypatch):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         async with dial(leader) as channel:
@@ -210,7 +211,17 @@ async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path):
                 await kv.Put(rpc_pb2.PutRequest(key=b"big%03d" % i, value=os.urandom(4096)))
         rev = await all_applied(members)
         follower = next(m for m in members if m is not leader)
+        serialized = 0
+        serialize = MVCCStore.serialize
+
+        def counted(store, *args, **kwargs):
+            nonlocal serialized
+            serialized += store is follower.kv.store
+            return serialize(store, *args, **kwargs)
+
+        monkeypatch.setattr(MVCCStore, "serialize", counted)
         messages, data = await read_snapshot(follower)
+        assert serialized == 1  # the image is produced once, then sent from its spill file
 
         assert len(messages) > 2
         assert len(data) % 512 == 32  # etcdctl 3.4 refuses any other size
@@ -225,7 +236,7 @@ async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path):
         info = snapfile.read(io.BytesIO(data), "grpc")
         assert (info.revision, info.keys) == (rev, 300)
         assert info.header["member_id"] == f"{follower.member_id:x}"
-        # Both copies the handler took are closed: the store may cut compacted versions.
+        # The stream the handler took is closed: the store may cut compacted versions.
         assert follower.kv.store._open_streams == 0
 
 

@@ -28,12 +28,12 @@ maintenance paths do; Status answers anyone who came through a client URL, token
 - ``Snapshot`` (a stream): this member's state as a raftkv snapshot file
   (``kvserver.archive.snapfile``: header, state image, SHA-256 of everything before it, where
   etcd sends its bolt file and the SHA-256 the same way). The state is captured at once
-  (``kvserver.api.http.maintenance.capture``, twice in the same step) and the file is
-  produced a chunk of the store per loop turn while it is sent, in messages of about
-  ``BLOB_BYTES``; ``remaining_bytes`` is exact. The header is padded so that the file is 32
-  bytes more than a multiple of 512, which etcdctl 3.4's ``snapshot save`` requires (a bolt
-  file is); to know the padding, the first capture is serialized once only to be measured,
-  which costs one more pass over the store (a chunk per loop turn too). etcdctl's ``snapshot
+  (``kvserver.api.http.maintenance.capture``) and serialized once, a chunk of the store per
+  loop turn, into a spill file (``snap.spill``: page cache, not heap); the file is then sent
+  from its mapping in messages of about ``BLOB_BYTES``, and ``remaining_bytes`` is exact.
+  The header is padded so that the file is 32 bytes more than a multiple of 512, which
+  etcdctl 3.4's ``snapshot save`` requires (a bolt file is); the spilled image's size gives
+  the padding before the first message. etcdctl's ``snapshot
   save FILE`` checks nothing else and writes what it receives; the file is the one
   ``POST /v3/maintenance/snapshot`` and ``raftkv snapshot save`` write (but for the
   padding), so ``raftkv snapshot status FILE`` verifies it and ``raftkv snapshot restore
@@ -66,6 +66,7 @@ from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.server.service import NodeStatus
+from snap.spill import SPILL_BATCH_BYTES, SpillFile
 
 from . import convert
 from .calls import Calls, service_handler
@@ -131,6 +132,23 @@ def aligned_header(file_header: dict, image_bytes: int) -> bytes:
     )
 
 
+async def _spill(chunks: Iterator[bytes]) -> memoryview:
+    """All of ``chunks``, produced a chunk per loop turn and written to a spill file in
+    batches by a worker thread; the file's mapping."""
+    with SpillFile() as spill:
+        batch: list[bytes] = []
+        batch_bytes = 0
+        for chunk in chunks:
+            batch.append(chunk)
+            batch_bytes += len(chunk)
+            if batch_bytes >= SPILL_BATCH_BYTES:
+                await asyncio.to_thread(spill.append, batch)
+                batch, batch_bytes = [], 0
+            await asyncio.sleep(0)
+        await asyncio.to_thread(spill.append, batch)
+        return spill.map()
+
+
 def _close(chunks: Iterator[bytes]) -> None:
     close = getattr(chunks, "close", None)  # the store's stream: while it is open the store
     if close is not None:  # cuts no compacted versions
@@ -194,14 +212,10 @@ class MaintenanceServicer:
     ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
         try:
             self._admin(context)
-            # Two captures in one step (nothing is applied between them, so they are the same
-            # state and serialize to the same bytes): the first is only measured, for the
-            # header's padding, then the second is sent.
-            file_header, measured = capture(self.service)
-            _, image = capture(self.service)
+            file_header, image = capture(self.service)
         except EtcdError as exc:
             await self.calls.abort(context, exc)
-        messages = self._snapshot_messages(file_header, measured, image)
+        messages = self._snapshot_messages(file_header, image)
         try:
             async for message in messages:
                 yield message
@@ -211,21 +225,19 @@ class MaintenanceServicer:
             await self.calls.abort(context, failure)
         finally:
             await messages.aclose()
-            _close(measured)
             _close(image)
 
     async def _snapshot_messages(
-        self, file_header: dict, measured: Iterator[bytes], image: Iterator[bytes]
+        self, file_header: dict, image: Iterator[bytes]
     ) -> AsyncGenerator[rpc_pb2.SnapshotResponse, None]:
-        """The file in messages of about ``BLOB_BYTES``, a chunk of the image per loop turn
-        (empty chunks too: they are the store's yield points in a stretch of keys that
-        writes nothing)."""
-        image_bytes = 0
-        for chunk in measured:
-            image_bytes += len(chunk)
-            await asyncio.sleep(0)
-        head = aligned_header(file_header, image_bytes)
-        total = len(head) + image_bytes + snapfile.HASH_BYTES
+        """The file in messages of about ``BLOB_BYTES``. Every message says how many bytes
+        remain, so the image's size must be known before the first one: the image is
+        produced once, a chunk per loop turn (empty chunks too: they are the store's yield
+        points in a stretch of keys that writes nothing), into a spill file (page cache, not
+        heap), and the messages are then cut from its mapping."""
+        spilled = await _spill(image)
+        head = aligned_header(file_header, len(spilled))
+        total = len(head) + len(spilled) + snapfile.HASH_BYTES
         header = convert.header_to_pb(
             ResponseHeader(
                 self.service.cluster_id,
@@ -236,11 +248,12 @@ class MaintenanceServicer:
         )
         digest = hashlib.sha256(head)
         pending = bytearray(head)
-        sent = produced = 0
-        for chunk in image:
-            digest.update(chunk)
-            pending += chunk
-            produced += len(chunk)
+        sent = pos = 0
+        while pos < len(spilled):
+            part = spilled[pos : pos + BLOB_BYTES - len(pending)]
+            pos += len(part)
+            digest.update(part)
+            pending += part
             if len(pending) >= BLOB_BYTES:
                 sent += len(pending)
                 yield rpc_pb2.SnapshotResponse(
@@ -248,8 +261,6 @@ class MaintenanceServicer:
                 )
                 pending.clear()
             await asyncio.sleep(0)
-        if produced != image_bytes:
-            raise RuntimeError(f"the image was {image_bytes} bytes, then {produced}")
         pending += digest.digest()
         yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=0, blob=bytes(pending))
 
