@@ -38,9 +38,7 @@ async def _serve(transport: PeerTransport, port: int) -> web.AppRunner:
 
 def _snapshot_message(data: bytes) -> Message:
     metadata = SnapshotMetadata(conf_state=ConfState(voters=(A, B)), index=42, term=3)
-    return Message(
-        type=MessageType.MsgSnap, to=B, frm=A, term=3, snapshot=Snapshot(data, metadata)
-    )
+    return Message(type=MessageType.MsgSnap, to=B, frm=A, term=3, snapshot=Snapshot(data, metadata))
 
 
 async def _send(tmp_path, data: bytes, limits=None):
