@@ -21,7 +21,7 @@ import pytest
 from kvserver.assembly.member import Member
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.membership.reconfig import MSG_LEARNER_NOT_READY, MSG_UNHEALTHY
-from tests.support.auth_setup import enable_auth
+from tests.support.auth_setup import caught_up, enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
 from tests.support.grpc_members import dial, published, rpc_error, target, token
 from tests.support.inprocess import configs_with_joiners, running, wait_leader
@@ -149,6 +149,7 @@ async def test_member_calls_over_grpc(tmp_path):
                     WAIT_S,
                     "the learner's client URLs",
                 )
+                await learner_answers_as_etcds(joiner)
                 promoted = await retry_change(
                     lambda: cluster.MemberPromote(rpc_pb2.MemberPromoteRequest(ID=new_id))
                 )
@@ -184,6 +185,28 @@ async def test_member_calls_over_grpc(tmp_path):
                 await joiner.stop()
 
 
+async def learner_answers_as_etcds(learner: Member) -> None:
+    """A learner serves Status and serializable ranges only; every other call, streams too,
+    is refused Unavailable (etcd 3.4's interceptors)."""
+    refused = "etcdserver: rpc not supported for learner"
+    async with dial(learner) as channel:
+        kv = rpc_pb2_grpc.KVStub(channel)
+        status = await rpc_pb2_grpc.MaintenanceStub(channel).Status(rpc_pb2.StatusRequest())
+        assert status.header.member_id == learner.member_id
+        await kv.Range(rpc_pb2.RangeRequest(key=b"k", serializable=True))
+        for call in (
+            kv.Range(rpc_pb2.RangeRequest(key=b"k")),
+            kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v")),
+            rpc_pb2_grpc.ClusterStub(channel).MemberList(rpc_pb2.MemberListRequest()),
+            rpc_pb2_grpc.LeaseStub(channel).LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60)),
+        ):
+            err = await rpc_error(call)
+            assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, refused)
+        watch = rpc_pb2_grpc.WatchStub(channel).Watch()
+        err = await rpc_error(watch.read())
+        assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, refused)
+
+
 async def test_member_changes_need_root(tmp_path):
     initial, _ = configs_with_joiners(tmp_path, joiners=0)
     async with running(initial) as members:
@@ -191,6 +214,7 @@ async def test_member_changes_need_root(tmp_path):
         follower = next(m for m in members if m is not leader)
         await published(members)
         tokens = await enable_auth(leader)  # alice holds no role
+        await caught_up(follower, leader)
         root, alice = token(tokens.root), token(tokens.alice)
         async with dial(follower) as channel:
             cluster = rpc_pb2_grpc.ClusterStub(channel)

@@ -31,6 +31,7 @@ from .cluster import ClusterServicer
 from .connection import GrpcConnection, ServerSettings
 from .forward import LeaderForwarder
 from .kv import KVServicer
+from .learner import refuse_on_learner
 from .lease import LeaseServicer
 from .maintenance import MaintenanceServicer
 from .metrics import GrpcCollector
@@ -79,7 +80,12 @@ class GrpcServer:
         table: dict[str, Method] = {}
         for servicer in servicers:
             table.update(servicer.methods())
-        return table
+        return refuse_on_learner(table, self._is_learner)
+
+    def _is_learner(self) -> bool:
+        node = getattr(self.service, "node", None)
+        conf_state = getattr(node, "conf_state", None)
+        return conf_state is not None and self.service.member_id in conf_state.learners
 
     @property
     def connections_accepted(self) -> int:
