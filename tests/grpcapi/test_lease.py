@@ -20,7 +20,7 @@ import pytest
 from kvserver.auth.perms import Permission, PermType
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from kvserver.kvpb.lease import MAX_LEASE_TTL_S
-from tests.support.auth_setup import enable_auth
+from tests.support.auth_setup import caught_up, enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
 from tests.support.grpc_members import dial, published, rpc_error, target, token
 from tests.support.inprocess import configs, running, start_all, stop_all, wait_leader
@@ -205,6 +205,7 @@ async def test_lease_auth(tmp_path):
         await published(members)
         # alice may write under a/ only
         tokens = await enable_auth(leader, app=[Permission(PermType.READWRITE, b"a/", b"a0")])
+        await caught_up(follower, leader)
         root, alice = token(tokens.root), token(tokens.alice)
         async with dial(follower) as channel:
             lease = rpc_pb2_grpc.LeaseStub(channel)

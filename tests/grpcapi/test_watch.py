@@ -32,7 +32,7 @@ from kvserver.kvpb.service_errors import no_leader, stopping
 from kvserver.kvpb.watch import WatchResponse
 from kvserver.watch.hub import MSG_DUPLICATE_WATCH_ID, MSG_WATCH_STOPPED
 from tests.support import async_procs
-from tests.support.auth_setup import enable_auth
+from tests.support.auth_setup import caught_up, enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
 from tests.support.grpc_members import dial, target
 from tests.support.inprocess import configs, running, wait_leader
@@ -370,7 +370,7 @@ async def test_auth_refusals_as_etcd(tmp_path):
         follower = next(m for m in members if m is not leader)
         # alice may read a/ .. a0 only
         root, alice = await enable_auth(leader, app=[Permission(PermType.READ, b"a/", b"a0")])
-        await async_wait_for(lambda: follower.kv.auth.enabled, WAIT_S, "auth enabled")
+        await caught_up(follower, leader)
         async with dial(follower) as channel:
             stub = rpc_pb2_grpc.WatchStub(channel)
             call = stub.Watch(metadata=(("token", alice),))

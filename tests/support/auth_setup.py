@@ -16,6 +16,7 @@ from typing import NamedTuple
 from kvserver.assembly.member import Member
 from kvserver.auth import store as S
 from kvserver.auth.perms import Permission
+from tests.support.wait import async_wait_for
 
 
 class Tokens(NamedTuple):
@@ -43,3 +44,11 @@ async def enable_auth(member: Member, app: Iterable[Permission] | None = None) -
     root = await auth.authenticate("root", "rootpw", "127.0.0.1")
     alice = await auth.authenticate("alice", "alicepw", "127.0.0.1")
     return Tokens(root, alice)
+
+
+async def caught_up(member: Member, leader: Member, timeout_s: float = 15.0) -> None:
+    """Until ``member`` has applied all the leader has: the tokens ``enable_auth`` returns are
+    entries of their own, after auth was enabled, and a member that has not applied them
+    answers their holder as an unknown token's."""
+    applied = leader.node.applied
+    await async_wait_for(lambda: member.node.applied >= applied, timeout_s, "caught up")
