@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from dataclasses import dataclass
 
 DEFAULT_CAPACITY = 2_000_000
@@ -152,11 +153,8 @@ class EventLedger:
         want = max(1, min(parts, total // max(min_events, 1)))
         if want == 1:
             return [KeySlice(None, None, revs[-1], total)]
-        counts: dict[bytes, int] = {}
-        last: dict[bytes, int] = {}
-        for r, k in zip(revs, keys, strict=True):
-            counts[k] = counts.get(k, 0) + 1
-            last[k] = r
+        counts = Counter(keys)
+        last = dict(zip(keys, revs, strict=True))  # revisions ascend: a key's last wins
         ordered = sorted(counts)
         groups: list[list] = []  # [first key, last revision, count]
         acc = 0
