@@ -11,6 +11,7 @@ from aiohttp import web
 
 from kvserver.localcluster.launcher import free_ports
 from kvserver.rafthttp.transport import PeerTransport, TransportLimits
+from tests.support.peer_port import serve_peer_port
 from tests.support.wait import async_wait_for
 
 CLUSTER = 0xC1
@@ -30,15 +31,6 @@ def _transport(local_id: int) -> PeerTransport:
     )
 
 
-async def _serve(transport: PeerTransport, port: int) -> web.AppRunner:
-    app = web.Application()
-    app.add_routes(transport.routes())
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
-
-
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
@@ -50,7 +42,7 @@ async def test_a_peer_that_dials_us_is_dialled_back_at_once():
     runners: list[web.AppRunner] = []
     try:
         await a.start()
-        runners.append(await _serve(a, port_a))
+        runners.append(await serve_peer_port(a, port_a))
         assert _refused(port_b)
         a.add_peer(B, f"http://127.0.0.1:{port_b}")
         # A's first dial fails (nothing listens): its next try is a minute away.
@@ -58,7 +50,7 @@ async def test_a_peer_that_dials_us_is_dialled_back_at_once():
         assert not a.is_connected(B)
 
         await b.start()
-        runners.append(await _serve(b, port_b))
+        runners.append(await serve_peer_port(b, port_b))
         b.add_peer(A, f"http://127.0.0.1:{port_a}")
         await async_wait_for(lambda: b.is_connected(A), 10.0, "B's stream to A")
         await async_wait_for(lambda: a.is_connected(B), 10.0, "A's stream to B, redialled")

@@ -4,11 +4,10 @@ held in the heap; a snapshot over the receiver's limit is refused and leaves no 
 import mmap
 import os
 
-from aiohttp import web
-
 from kvserver.localcluster.launcher import free_ports
 from kvserver.rafthttp.transport import PeerTransport, TransportLimits
 from raft import ConfState, Message, MessageType, Snapshot, SnapshotMetadata
+from tests.support.peer_port import serve_peer_port
 from tests.support.wait import async_wait_for
 
 CLUSTER = 0xC1
@@ -25,15 +24,6 @@ def _transport(local_id, on_messages, on_status, spill_dir, limits=None) -> Peer
         limits=limits,
         spill_dir=spill_dir,
     )
-
-
-async def _serve(transport: PeerTransport, port: int) -> web.AppRunner:
-    app = web.Application(client_max_size=64 << 20)
-    app.add_routes(transport.routes())
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
 
 
 def _snapshot_message(data: bytes) -> Message:
@@ -54,7 +44,7 @@ async def _send(tmp_path, data: bytes, limits=None):
     try:
         await a.start()
         await b.start()
-        runner = await _serve(b, port_b)
+        runner = await serve_peer_port(b, port_b)
         b.add_peer(A, f"http://127.0.0.1:{port_a}")  # B takes snapshots only from members
         a.add_peer(B, f"http://127.0.0.1:{port_b}")
         a.send([_snapshot_message(data)])
