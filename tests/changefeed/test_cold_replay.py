@@ -43,6 +43,7 @@ from kvserver.kvpb.lease import LeaseGrantRequest, LeaseRevokeRequest
 from kvserver.lease.codec import LeaseCheckpointRequest, encode_lease_entry
 from kvserver.mvcc.codec import encode_entry
 from kvserver.server.alarms import encode_alarm_entry
+from kvserver.server.node import ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
 from kvserver.spark.source.cold_history import ColdReplay
 
@@ -65,6 +66,12 @@ class _Recorder:
 
     def close(self) -> None:
         return None
+
+
+def _apply(member: RaftKV, index: int, payload: bytes) -> None:
+    result = member.apply(index, payload)
+    if type(result) is ApplyInSteps:  # a large delete or revoke: all of it, as a member does
+        result.run_now()
 
 
 def _member() -> tuple[RaftKV, _Recorder]:
@@ -250,7 +257,7 @@ def test_cold_replay_equals_the_state_machine(seed):
     for i in range(300):
         payload = log.next()
         entries.append(payload)
-        ref.apply(i + 1, payload)
+        _apply(ref, i + 1, payload)
         revisions.append(ref.store.revision)
         if rng.random() < 0.02:
             snapshots.append((i + 1, b"".join(ref.snapshot_chunks())))
@@ -280,7 +287,7 @@ def test_the_log_exercises_every_kind_of_change():
         for i in range(300):
             payload = log.next()
             before = len(rec.batches)
-            ref.apply(i + 1, payload)
+            _apply(ref, i + 1, payload)
             new = [ev for _, evs in rec.batches[before:] for ev in evs]
             deletes += sum(1 for ev in new if ev.type.name == "DELETE")
             prev_puts += sum(1 for ev in new if ev.type.name == "PUT" and ev.prev_kv is not None)
@@ -297,7 +304,7 @@ def _replay_equals_reference(entries: list[bytes]) -> None:
     ref, rec = _member()
     revisions = []
     for i, payload in enumerate(entries):
-        ref.apply(i + 1, payload)
+        _apply(ref, i + 1, payload)
         revisions.append(ref.store.revision)
     replay = ColdReplay(WATCH_KEY, WATCH_END, 1, FOREVER)
     for i, payload in enumerate(entries):
@@ -333,5 +340,20 @@ def test_a_plain_put_detaches_a_key_from_its_lease():
             encode_entry(_puts(2, b"plain")),  # a/0 and a/1: a/1 leaves the lease
             encode_lease_entry(LeaseRevokeRequest(5)),  # deletes a/2 only
             encode_lease_entry(LeaseRevokeRequest(5)),  # gone: an error, no revision
+        ]
+    )
+
+
+def test_a_revoke_and_a_delete_of_many_keys():
+    """More keys than a member deletes in one step: the store revokes the lease and deletes
+    the range in steps, the replay at once; the same revisions and events in key order."""
+    keys = [b"a/%05d" % i for i in range(2100)] + [b"b/%05d" % i for i in range(100)]
+    _replay_equals_reference(
+        [
+            encode_lease_entry(LeaseGrantRequest(60, 5)),
+            *[encode_entry(PutRequest(k, b"v", 5)) for k in keys],
+            encode_lease_entry(LeaseRevokeRequest(5), 9, 1),
+            *[encode_entry(PutRequest(k, b"w")) for k in keys],
+            encode_entry(DeleteRangeRequest(b"a/", b"b/00050", prev_kv=True), 9, 2),
         ]
     )

@@ -2,8 +2,9 @@
 
 ``LatestState`` stands in for ``MVCCStore`` under a replayed ``RaftKV`` (``cold_history``):
 it answers what ``RaftKV.apply`` and the ``Lessor`` call on the store (``apply``,
-``write_is_large``, ``revision``, ``compaction_pending``, ``lease_exists``,
-``keys_with_lease``, ``delete_keys_of_lease``) and applies every committed request with the
+``apply_entry``, ``write_is_large``, ``revision``, ``compaction_pending``, ``lease_exists``,
+``keys_with_lease``, ``lease_key_count``, ``delete_keys_of_lease`` and its form in steps,
+here one step) and applies every committed request with the
 store's rules, so it reaches the same revisions and makes the same changes:
 
 * a write that changes something takes the next revision, all its changes share it, and a
@@ -33,7 +34,7 @@ current records, the compact revision, the revision and the dedup table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from operator import attrgetter
 from typing import Any
 
@@ -417,6 +418,14 @@ class LatestState:
     def lease_ids(self) -> list[int]:
         return sorted(self._leases)
 
+    def lease_key_count(self, lease_id: int) -> int:
+        return len(self._leases.get(lease_id, ()))
+
+    def delete_keys_of_lease_in_steps(self, lease_id: int) -> Generator[None, None, ApplyResult]:
+        """``delete_keys_of_lease`` in one step: a replay has no loop to give way to."""
+        return self.delete_keys_of_lease(lease_id)
+        yield  # a generator, as the store's
+
     def delete_keys_of_lease(self, lease_id: int) -> ApplyResult:
         """The attached keys deleted in one revision, in key order (none: no revision)."""
         keys = self.keys_with_lease(lease_id)
@@ -491,6 +500,7 @@ def _plain_put(p: Any) -> bool:
         type(p) is list
         and len(p) == 7
         and p[0] == _PUT_TAG
+        and type(p[0]) is int
         and type(p[1]) is bytes
         and p[1] != b""
         and type(p[2]) is bytes
@@ -519,6 +529,7 @@ def _txn_puts(body: list, max_txn_ops: int) -> list | None:
             type(op) is not list
             or len(op) != 5
             or op[0] != _OP_TAG
+            or type(op[0]) is not int
             or op[1] is not None
             or op[3] is not None
             or op[4] is not None
