@@ -23,6 +23,10 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
   the archived snapshots, one every ``--snapshot-count`` entries); rate = events / the
   query's wall time (start to end, Spark's planning included). Once from the ``file://`` archive, once from a copy of it in S3
   (moto's server on 127.0.0.1; skipped when moto is missing).
+- ``--only-cold``: no steady phase. One small changefeed query of ``bench/`` from the store
+  starts Spark's Python workers (the steady phase does that in a full run), then
+  ``--writers`` processes write ``--cold-events`` events as fast as they go (txns of
+  ``--txn-keys`` puts), and the cold catch-up reads them all.
 
 Not a timed test: the machine's load changes the numbers; compare rows of one run.
 """
@@ -79,8 +83,19 @@ def spark_session():
     return spark
 
 
-def writer(endpoints, w: int, rate: float, txn_keys: int, value_size: int, seconds: float, q):
-    """One writer process: paced txns; sends back (revision, ack time, keys) per txn."""
+def writer(
+    endpoints,
+    w: int,
+    rate: float,
+    txn_keys: int,
+    value_size: int,
+    seconds: float,
+    q,
+    events: int = 0,
+):
+    """One writer process: paced txns (unpaced when ``rate`` is 0), for ``seconds`` or,
+    with ``events``, until it wrote that many; sends back (revision, ack time, keys) per
+    txn."""
     value = os.urandom(value_size // 2).hex().encode()[:value_size]
     acks = []
     with Client(endpoints, timeout_s=30) as c:
@@ -88,9 +103,11 @@ def writer(endpoints, w: int, rate: float, txn_keys: int, value_size: int, secon
         n = 0
         while True:
             now = time.time()
-            if now - t0 >= seconds:
+            if events and n * txn_keys >= events:
                 break
-            due = t0 + n * txn_keys / rate
+            if not events and now - t0 >= seconds:
+                break
+            due = t0 + n * txn_keys / rate if rate else now
             if due > now:
                 time.sleep(due - now)
             base = (n * txn_keys) % 50_000
@@ -203,6 +220,50 @@ def steady(spark, endpoints, args) -> dict:
     }
 
 
+def fill(endpoints, args) -> int:
+    """``--only-cold``: ``--cold-events`` events written by ``--writers`` unpaced processes
+    (txns of ``--txn-keys`` puts, the steady phase's keys); the events written."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    per = -(-args.cold_events // args.writers)
+    procs = [
+        ctx.Process(
+            target=writer,
+            args=(endpoints, w, 0, args.txn_keys, args.value_size, 0, q, per),
+        )
+        for w in range(args.writers)
+    ]
+    for p in procs:
+        p.start()
+    acks = [a for _ in procs for a in q.get(timeout=1800)]
+    for p in procs:
+        p.join(30)
+    return sum(k for _, _, k in acks)
+
+
+def warm_feed(spark, endpoints) -> None:
+    """``--only-cold``: one small changefeed query from the store (the steady phase's part
+    in a full run), so that the measured catch-up finds Spark's Python workers started."""
+    ckpt = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
+    query = (
+        spark.readStream.format("raftkv")
+        .option("endpoints", ",".join(endpoints))
+        .option("changefeed", "true")
+        .option("prefix", "bench/")
+        .option("startingRevision", "1")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(300)
+    finally:
+        query.stop()
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
 def cold(spark, endpoints, archive: str, options: str = "", partitions: int = 1) -> dict:
     t0 = time.time()
     reader = (
@@ -230,11 +291,21 @@ def cold(spark, endpoints, archive: str, options: str = "", partitions: int = 1)
             raise SystemExit(f"cold catch-up failed: {query.exception()}")
         events = sum(p["numInputRows"] for p in query.recentProgress)
         batches = sum(1 for p in query.recentProgress if p["numInputRows"])
+        phases: dict[str, float] = {}
+        for p in query.recentProgress:
+            for k, v in p["durationMs"].items():
+                phases[k] = phases.get(k, 0) + v
     finally:
         query.stop()
         shutil.rmtree(ckpt, ignore_errors=True)
     elapsed = time.time() - t0
-    return {"events": events, "seconds": elapsed, "rate": events / elapsed, "batches": batches}
+    return {
+        "events": events,
+        "seconds": elapsed,
+        "rate": events / elapsed,
+        "batches": batches,
+        "phases_ms": phases,
+    }
 
 
 def wait_archive(archive: str, endpoints) -> None:
@@ -299,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cold-partitions", type=int, default=2, help="coldPartitions of the catch-up runs"
     )
+    ap.add_argument(
+        "--only-cold",
+        action="store_true",
+        help="skip the steady phase: write --cold-events events unpaced, then catch up",
+    )
+    ap.add_argument(
+        "--cold-events", type=int, default=500_000, help="events written for --only-cold"
+    )
     args = ap.parse_args(argv)
 
     root = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
@@ -322,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
             wait_healthy(cl)
         spark = spark_session()
         spark.range(10).count()  # warm the session
-        s = steady(spark, c.endpoints, args)
+        s = None if args.only_cold else steady(spark, c.endpoints, args)
+        written = 0
+        if args.only_cold:
+            warm_feed(spark, c.endpoints)
+            written = fill(c.endpoints, args)
         cold_file = cold_s3 = None
         if not args.no_cold:
             with Client(c.endpoints, timeout_s=60) as cl:
@@ -350,20 +433,28 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     print()
-    print(
-        f"changefeed, {args.nodes} node(s), local[2], {args.writers} writers, txns of "
-        f"{args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s"
-    )
-    print(f"{'measure':44} {'value':>14}")
-    print(f"{'written (events/s)':44} {s['write_rate']:>14,.0f}")
-    print(f"{'changefeed steady (events/s)':44} {s['steady_rate']:>14,.0f}")
-    print(f"{'changefeed lag p50 (s)':44} {s['lag_p50_s']:>14.3f}")
-    print(f"{'changefeed lag p99 (s)':44} {s['lag_p99_s']:>14.3f}")
-    print(f"{'changefeed lag p99, warm-up included (s)':44} {s['lag_all_p99_s']:>14.3f}")
-    print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
-    print(f"{'micro-batches':44} {s['batches']:>14,}")
-    for k, v in sorted(s["phases_ms"].items()):
-        print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
+    if s is None:
+        print(
+            f"changefeed, {args.nodes} node(s), local[2], cold only: {written:,} events "
+            f"written by {args.writers} writers, txns of {args.txn_keys} puts of "
+            f"{args.value_size} B"
+        )
+        print(f"{'measure':44} {'value':>14}")
+    else:
+        print(
+            f"changefeed, {args.nodes} node(s), local[2], {args.writers} writers, txns of "
+            f"{args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s"
+        )
+        print(f"{'measure':44} {'value':>14}")
+        print(f"{'written (events/s)':44} {s['write_rate']:>14,.0f}")
+        print(f"{'changefeed steady (events/s)':44} {s['steady_rate']:>14,.0f}")
+        print(f"{'changefeed lag p50 (s)':44} {s['lag_p50_s']:>14.3f}")
+        print(f"{'changefeed lag p99 (s)':44} {s['lag_p99_s']:>14.3f}")
+        print(f"{'changefeed lag p99, warm-up included (s)':44} {s['lag_all_p99_s']:>14.3f}")
+        print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
+        print(f"{'micro-batches':44} {s['batches']:>14,}")
+        for k, v in sorted(s["phases_ms"].items()):
+            print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
     if cold_file is None:
         return 0
     print(f"{'coldPartitions':44} {args.cold_partitions:>14}")
@@ -372,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         f"   ({cold_file['events']:,} events, {cold_file['batches']} batches, "
         f"{cold_file['seconds']:.1f} s)"
     )
+    for k in ("latestOffset", "addBatch", "triggerExecution"):
+        v = cold_file["phases_ms"].get(k, 0)
+        print(f"{'  file://, ms in ' + k:44} {v:>14,.0f}")
     if cold_s3 is not None:
         print(
             f"{'cold catch-up, S3 via moto (events/s)':44} {cold_s3['rate']:>14,.0f}"
