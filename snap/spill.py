@@ -15,14 +15,20 @@ at a time. ``map()`` ends the writing and returns all that was appended as one r
 reclaimable), and it stays valid after the file is closed. ``close()`` drops the file
 without mapping it (idempotent; after ``map`` it does nothing more). Nothing is fsynced:
 the data becomes durable as the ``.snap`` file written from the mapping.
+
+``await spill_chunks(chunks, directory)`` is how the member's event loop fills one: it takes
+the chunks (an iterable, one chunk per loop turn, or an async iterable), hands each batch of
+about ``SPILL_BATCH_BYTES`` to a worker thread while it gathers the next, and returns the
+mapping; at most two batches are in the heap at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 
 # How much of an image a producer holds before it hands the batch to ``append``: big enough
 # that the writes are few, small against an image of hundreds of megabytes.
@@ -69,3 +75,40 @@ class SpillFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def spill_chunks(
+    chunks: Iterable[bytes] | AsyncIterable[bytes], directory: str | None = None
+) -> memoryview:
+    """All of ``chunks`` in a ``SpillFile`` in ``directory``, mapped (see the module doc)."""
+    loop = asyncio.get_running_loop()
+    with SpillFile(directory) as spill:
+        batch: list[bytes] = []
+        batch_bytes = 0
+        writing: asyncio.Future[None] | None = None
+        try:
+            async for chunk in _one_per_turn(chunks):
+                batch.append(chunk)
+                batch_bytes += len(chunk)
+                if batch_bytes >= SPILL_BATCH_BYTES:
+                    if writing is not None:
+                        await writing
+                    writing = loop.run_in_executor(None, spill.append, batch)
+                    batch, batch_bytes = [], 0
+        finally:
+            if writing is not None:  # never close the file under a running write
+                await asyncio.shield(writing)
+        await loop.run_in_executor(None, spill.append, batch)
+        return spill.map()
+
+
+async def _one_per_turn(
+    chunks: Iterable[bytes] | AsyncIterable[bytes],
+) -> AsyncIterator[bytes]:
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield chunk
+    else:
+        for chunk in chunks:
+            yield chunk
+            await asyncio.sleep(0)  # a producer on the loop (the store's stream) yields here

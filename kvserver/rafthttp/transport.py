@@ -58,7 +58,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import aiohttp
 from aiohttp import web
@@ -72,7 +72,7 @@ from kvserver.rafthttp.codec import (
 )
 from kvserver.rafthttp.validate import check_message
 from raft import Message, MessageType
-from snap.spill import SPILL_BATCH_BYTES, SpillFile
+from snap.spill import spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -525,22 +525,17 @@ class PeerTransport:
         return web.Response(status=204)
 
     async def _receive_snapshot_data(self, request: web.Request, limit: int) -> memoryview:
-        """The rest of the body, spilled to a file as it arrives (a worker thread writes each
-        batch) and mapped; at most one batch is in the heap at a time."""
-        with SpillFile(self.spill_dir) as spill:
-            batch: list[bytes] = []
-            batch_bytes = received = 0
+        """The rest of the body, spilled to a file as it arrives and mapped."""
+
+        async def body() -> AsyncIterator[bytes]:
+            received = 0
             async for chunk in request.content.iter_chunked(1 << 16):
                 received += len(chunk)
                 if received > limit:
                     raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=received)
-                batch.append(chunk)
-                batch_bytes += len(chunk)
-                if batch_bytes >= SPILL_BATCH_BYTES:
-                    await asyncio.to_thread(spill.append, batch)
-                    batch, batch_bytes = [], 0
-            await asyncio.to_thread(spill.append, batch)
-            return spill.map()
+                yield chunk
+
+        return await spill_chunks(body(), self.spill_dir)
 
 
 class _PeerSender:

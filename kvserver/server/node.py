@@ -54,6 +54,7 @@ log, so a follower is not healthy before it has passed that check once per term)
 """
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -87,7 +88,7 @@ from raft.errors import (
     RaftInvariantError,
     UnavailableError,
 )
-from snap.spill import SPILL_BATCH_BYTES, SpillFile
+from snap.spill import spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,8 @@ class DurableStorage(Protocol):
         self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
     ) -> bytes | memoryview: ...
 
-    def spill_file(self) -> SpillFile: ...
+    @property
+    def spill_dir(self) -> str | None: ...  # where this member's snapshots spill (snap.spill)
 
     def compact(self, index: int) -> None: ...
 
@@ -776,26 +778,11 @@ class Node:
     async def _write_snapshot(
         self, index: int, conf_state: ConfState, members: bytes, chunks: Iterator[bytes]
     ) -> None:
-        loop = asyncio.get_running_loop()
-        with self.storage.spill_file() as spill:
-            # The chunks go to a spill file in batches, written by a worker thread while the
-            # next batch is produced: at most two batches are ever in the heap, where the
-            # whole image (hundreds of megabytes at a million keys) used to be.
-            batch, batch_bytes = ([members], len(members)) if members else ([], 0)
-            writing: asyncio.Future | None = None
-            for chunk in chunks:
-                batch.append(chunk)
-                batch_bytes += len(chunk)
-                if batch_bytes >= SPILL_BATCH_BYTES:
-                    if writing is not None:
-                        await writing
-                    writing = loop.run_in_executor(None, spill.append, batch)
-                    batch, batch_bytes = [], 0
-                await asyncio.sleep(0)
-            if writing is not None:
-                await writing
-            await loop.run_in_executor(None, spill.append, batch)
-            image = spill.map()
+        # The chunks go to a spill file a batch at a time, written by a worker thread while
+        # the next batch is produced: never the whole image (hundreds of megabytes at a
+        # million keys) in the heap.
+        frames = itertools.chain((members,) if members else (), chunks)
+        image = await spill_chunks(frames, self.storage.spill_dir)
         try:
             if index <= self.raw_storage.snapshot().metadata.index:
                 raise SnapOutOfDateError(f"snapshot at {index} is not newer")

@@ -40,7 +40,6 @@ from raft import (
     Snapshot,
     SnapshotMetadata,
 )
-from snap.spill import SpillFile
 from wal.errors import os_error_at
 
 log = logging.getLogger(__name__)
@@ -96,6 +95,7 @@ class NodeStorage:
         self.cfg = cfg
         self.wal = w
         self.snapshotter = snapshotter
+        self.spill_dir = cfg.snap_dir  # snapshots on their way in (snap.spill), beside the files
         self.raft_storage = raft_storage
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-writer")
         # Snapshot files of this member's own snapshots are written apart from the WAL: a
@@ -257,10 +257,6 @@ class NodeStorage:
         self._stats["wal_syncs"] += int(rd.must_sync)
         self._stats["wal_entries"] += len(rd.entries)
         return path
-
-    def spill_file(self) -> SpillFile:
-        """A file for a snapshot on its way in (``snap.spill``), beside the snapshot files."""
-        return SpillFile(self.cfg.snap_dir)
 
     async def save_snapshot(
         self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]

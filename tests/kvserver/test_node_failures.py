@@ -18,7 +18,6 @@ from kvserver.kvpb import service_errors as errors
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
 from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
-from snap.spill import SpillFile
 from tests.support.wait import async_wait_for
 
 WAIT_S = 5.0
@@ -27,6 +26,7 @@ WAIT_S = 5.0
 class _Storage:
     def __init__(self):
         self.raft_storage = MemoryStorage()
+        self.spill_dir = None
 
     async def persist(self, rd) -> None:
         if rd.hard_state is not None:
@@ -36,9 +36,6 @@ class _Storage:
 
     async def save_snapshot(self, metadata, data_parts):
         return b"".join(data_parts)
-
-    def spill_file(self):
-        return SpillFile()
 
     def compact(self, index: int) -> None:
         pass

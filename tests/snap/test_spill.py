@@ -1,14 +1,16 @@
 """SpillFile: what is appended comes back, mapped, byte for byte, whatever the parts and
 however writev splits them; the file leaves no name behind."""
 
+import asyncio
 import mmap
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snap import spill
-from snap.spill import SpillFile
+from snap.spill import SpillFile, spill_chunks
 
 appends_st = st.lists(st.lists(st.binary(max_size=300), max_size=20), max_size=5)
 
@@ -52,3 +54,32 @@ def test_more_parts_than_one_writev_takes(tmp_path):
 def test_nothing_appended_maps_to_empty(tmp_path):
     with SpillFile(str(tmp_path)) as f:
         assert bytes(f.map()) == b""
+
+
+async def test_spill_chunks_takes_batches_and_gives_the_mapping(tmp_path):
+    chunks = [os.urandom(1 << 20) for _ in range(9)]  # more than two batches
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    got = await spill_chunks(iter(chunks), str(tmp_path))
+    task.cancel()
+    assert got == b"".join(chunks) and isinstance(got.obj, mmap.mmap)
+    assert turns >= len(chunks)  # a loop turn per chunk of a producer on the loop
+    assert os.listdir(tmp_path) == []
+
+
+async def test_spill_chunks_passes_a_producers_error_on_and_leaves_nothing(tmp_path):
+    async def failing():
+        for _ in range(6):
+            yield bytes(1 << 20)
+        raise ValueError("the sender went away")
+
+    with pytest.raises(ValueError, match="went away"):
+        await spill_chunks(failing(), str(tmp_path))
+    assert os.listdir(tmp_path) == []

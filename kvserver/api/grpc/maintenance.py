@@ -66,7 +66,7 @@ from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.server.service import NodeStatus
-from snap.spill import SPILL_BATCH_BYTES, SpillFile
+from snap.spill import spill_chunks
 
 from . import convert
 from .calls import Calls, service_handler
@@ -130,23 +130,6 @@ def aligned_header(file_header: dict, image_bytes: int) -> bytes:
     return snapfile.encode_header(
         {**file_header, "pad": " " * (-(bare + image_bytes) % SECTOR_BYTES)}
     )
-
-
-async def _spill(chunks: Iterator[bytes]) -> memoryview:
-    """All of ``chunks``, produced a chunk per loop turn and written to a spill file in
-    batches by a worker thread; the file's mapping."""
-    with SpillFile() as spill:
-        batch: list[bytes] = []
-        batch_bytes = 0
-        for chunk in chunks:
-            batch.append(chunk)
-            batch_bytes += len(chunk)
-            if batch_bytes >= SPILL_BATCH_BYTES:
-                await asyncio.to_thread(spill.append, batch)
-                batch, batch_bytes = [], 0
-            await asyncio.sleep(0)
-        await asyncio.to_thread(spill.append, batch)
-        return spill.map()
 
 
 def _close(chunks: Iterator[bytes]) -> None:
@@ -235,7 +218,7 @@ class MaintenanceServicer:
         produced once, a chunk per loop turn (empty chunks too: they are the store's yield
         points in a stretch of keys that writes nothing), into a spill file (page cache, not
         heap), and the messages are then cut from its mapping."""
-        spilled = await _spill(image)
+        spilled = await spill_chunks(image)
         head = aligned_header(file_header, len(spilled))
         total = len(head) + len(spilled) + snapfile.HASH_BYTES
         header = convert.header_to_pb(
