@@ -26,6 +26,7 @@ import pytest
 
 from kvserver.archive.pitr import ReplayOnly
 from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmType
+from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.kv import (
     CompactionRequest,
     Compare,
@@ -68,10 +69,11 @@ class _Recorder:
         return None
 
 
-def _apply(member: RaftKV, index: int, payload: bytes) -> None:
+def _apply(member: RaftKV, index: int, payload: bytes) -> object:
     result = member.apply(index, payload)
     if type(result) is ApplyInSteps:  # a large delete or revoke: all of it, as a member does
-        result.run_now()
+        result = result.run_now()
+    return result
 
 
 def _member() -> tuple[RaftKV, _Recorder]:
@@ -100,6 +102,7 @@ class _Log:
         self.leases: list[int] = []
         self.next_lease = 100
         self.alarm = False
+        self.retries = 0
 
     def key(self) -> bytes:
         return self.rng.choice(KEYS)
@@ -120,6 +123,7 @@ class _Log:
         if r < 0.3:
             return encode_entry(request)
         if r < 0.4 and self.sent:  # a retry: the same ids, usually the same request
+            self.retries += 1
             client, rid, old = self.rng.choice(self.sent[-80:])
             return encode_entry(old if self.rng.random() < 0.8 else request, client, rid)
         client = self.rng.choice([7, 8])
@@ -205,7 +209,8 @@ class _Log:
         if r < 0.35:
             return self.kv_entry(self.plain_puts() if rng.random() < 0.8 else self.put())
         if r < 0.45:
-            return self.kv_entry(PutRequest(self.key(), self.value()))
+            lease = rng.choice(self.leases) if self.leases and rng.random() < 0.5 else 0
+            return self.kv_entry(PutRequest(self.key(), self.value(), lease))
         if r < 0.55:
             return self.kv_entry(self.delete())
         if r < 0.75:
@@ -215,7 +220,11 @@ class _Log:
             self.leases.append(self.next_lease)
             return encode_lease_entry(LeaseGrantRequest(60, self.next_lease))
         if r < 0.85:
-            lease = rng.choice(self.leases) if self.leases and rng.random() < 0.9 else 12345
+            attached = self.ref.store.lease_ids()  # leases with keys: the revoke deletes them
+            if attached and rng.random() < 0.7:
+                lease = rng.choice(attached)
+            else:
+                lease = rng.choice(self.leases) if self.leases and rng.random() < 0.9 else 12345
             return encode_lease_entry(
                 LeaseRevokeRequest(lease), rng.choice([0, 9]), rng.randint(1, 5)
             )
@@ -279,7 +288,7 @@ def test_cold_replay_equals_the_state_machine(seed):
 def test_the_log_exercises_every_kind_of_change():
     """The random logs above are worth something only if they hold deletes, revokes that
     delete keys, refused writes and retries: count them over the seeds."""
-    deletes = revoke_deletes = prev_puts = fast = 0
+    deletes = revoke_deletes = prev_puts = fast = refused = retries = 0
     for seed in range(40):
         rng = random.Random(seed)
         ref, rec = _member()
@@ -287,17 +296,20 @@ def test_the_log_exercises_every_kind_of_change():
         for i in range(300):
             payload = log.next()
             before = len(rec.batches)
-            _apply(ref, i + 1, payload)
+            refused += isinstance(_apply(ref, i + 1, payload), EtcdError)
             new = [ev for _, evs in rec.batches[before:] for ev in evs]
             deletes += sum(1 for ev in new if ev.type.name == "DELETE")
             prev_puts += sum(1 for ev in new if ev.type.name == "PUT" and ev.prev_kv is not None)
             if payload[:2] == b"\x94\x4c" and new:
                 revoke_deletes += 1
             fast += payload[:2] == b"\x94\x01"
+        retries += log.retries
     assert deletes > 500
-    assert revoke_deletes > 5
+    assert revoke_deletes > 25
     assert prev_puts > 1000
     assert fast > 3000
+    assert refused > 500
+    assert retries > 300
 
 
 def _replay_equals_reference(entries: list[bytes]) -> None:

@@ -4,8 +4,8 @@
 it answers what ``RaftKV.apply`` and the ``Lessor`` call on the store (``apply``,
 ``apply_entry``, ``write_is_large``, ``revision``, ``compaction_pending``, ``lease_exists``,
 ``keys_with_lease``, ``lease_key_count``, ``delete_keys_of_lease`` and its form in steps,
-here one step) and applies every committed request with the
-store's rules, so it reaches the same revisions and makes the same changes:
+here one step) and applies every committed request with the store's rules, so it reaches
+the same revisions and makes the same changes:
 
 * a write that changes something takes the next revision, all its changes share it, and a
   write that changes nothing (a delete of no key, a txn whose taken branch only reads, a
@@ -25,7 +25,7 @@ revision alone and changes nothing. Events are built only for the keys of the wa
 
 ``apply_plain_puts(payload)`` applies the common entry (a put, or a txn with no compare, no
 failure branch and only puts, none with a lease or an ``ignore_*`` flag) from its msgpack
-form without building the request objects, with the same checks; it answers False, having
+form without building the request objects, with the same checks; it answers None, having
 changed nothing, for anything else, which then takes the general path.
 
 ``from_snapshot(data)`` reads a store snapshot stream (``kvserver.mvcc.snapshot``) into the
@@ -82,7 +82,6 @@ _KEY = attrgetter("key")
 _APPLIED = True  # the outcome the dedup table keeps for a write that succeeded
 _KV_ENTRY = b"\x94\x01"  # an MVCC entry: [ENTRY_FORMAT_VERSION (1), client, request, body]
 _PUT_TAG, _OP_TAG, _TXN_TAG = 11, 14, 15  # kvserver.mvcc.codec.TAGS
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # A txn's taken path: (compares held, plans of the nested txns in the taken list, in order).
 _Plan = tuple[bool, list["_Plan"]]
 
@@ -105,7 +104,9 @@ class LatestState:
         self.max_txn_ops = max_txn_ops
         self.lease_exists: Callable[[int], bool] | None = None  # the Lessor's hook
         self._cur: dict[bytes, KeyValue] = {}  # live keys only
-        self._live: SortedList | None = SortedList()  # built on the first range walk
+        # The live keys in order, for deletes and compares of ranges; None (after a restore)
+        # until the first of them needs it.
+        self._live: SortedList | None = SortedList()
         self._rev = 1
         self._compact_rev = -1
         self._leases: dict[int, set[bytes]] = {}
