@@ -136,7 +136,12 @@ _FLAGS = (
     ),
     ("--heartbeat-interval", "heartbeat_interval_ms", "int", "heartbeat interval (ms)"),
     ("--election-timeout", "election_timeout_ms", "int", "election timeout (ms)"),
-    ("--snapshot-count", "snapshot_count", "int", "applied entries between two snapshots"),
+    (
+        "--snapshot-count",
+        "snapshot_count",
+        "int",
+        "applied entries between two snapshots (each member up to a quarter more, by its ID)",
+    ),
     (
         "--snapshot-catchup-entries",
         "snapshot_catchup_entries",
