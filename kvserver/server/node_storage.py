@@ -162,7 +162,12 @@ class NodeStorage:
 
         ms = MemoryStorage()
         if pb_snap is not None:
-            ms.apply_snapshot(_to_raft_snapshot(pb_snap))
+            # Kept for followers mapped from its file: the bytes just read (and checked) are
+            # freed, where they used to stay in the heap until the next snapshot.
+            md = pb_snap.metadata
+            path = os.path.join(cfg.snap_dir, snap.SnapName(term=md.term, index=md.index).file_name)
+            ms.apply_snapshot(_mapped(_to_raft_snapshot(pb_snap), path))
+            pb_snap = None
         ms.set_hard_state(HardState(hs.term, hs.vote, hs.commit))
         ms.append([Entry(e.term, e.index, EntryType(e.type), e.data or b"") for e in ents])
         log.info(

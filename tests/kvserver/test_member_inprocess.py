@@ -73,6 +73,9 @@ async def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
         got = await kv(members[2]).range(RangeRequest(b"r", b"s"))
         assert got.count == 120
         assert {kv.key: kv.value for kv in got.kvs}[b"r119"] == b"119"
+        # the snapshot it loaded is kept for followers mapped from its file, not in the heap
+        kept = members[2].storage.raft_storage.snapshot()
+        assert kept.metadata.index > 0 and isinstance(kept.data, memoryview)
     finally:
         await stop_all(members)
 
