@@ -5,7 +5,8 @@ as the same rows a task's own watch would give.
   values, both value formats); no events is no batch;
 - option ``driverBufferBytes``: default, 0 (tasks read from the store), refused values;
 - on Spark: a batch cut in three partitions gives the store's history, each event once, a
-  key's events in one partition in revision order, both carried and read by the tasks.
+  key's events in one partition in revision order, both carried and read by the tasks, and
+  so do small batches past the driver's buffer.
 """
 
 from __future__ import annotations
@@ -148,11 +149,20 @@ def test_carried_and_watched_partitions_give_the_history(spark, kv, raftkv_clust
         )
         for ev in history
     ]
-    for extra in ({}, {"driverBufferBytes": "0"}):  # carried by the driver; read by tasks
+    runs = (
+        {},  # one batch, carried by the driver
+        {"driverBufferBytes": "0"},  # one batch, each task reads its key range
+        # batches of at most 1,500 events; the driver holds the first few hundred events only
+        {"driverBufferBytes": "300000", "maxEventsPerTrigger": "1500"},
+    )
+    for extra in runs:
         rows = feed_rows(spark, opts, "carry/", first, **extra)
         got = sorted((r[2:] for r in rows), key=by_event)
         assert got == sorted(want, key=by_event), extra  # every event once
-        assert len({r[1] for r in rows}) == 3, "a batch of 6,000 events is cut in three"
+        if "maxEventsPerTrigger" in extra:
+            assert len({r[0] for r in rows}) >= 4
+        else:
+            assert len({r[1] for r in rows}) == 3, "a batch of 6,000 events is cut in three"
         pids: dict = {}
         for batch, pid, _, key, *_ in rows:
             pids.setdefault((batch, key), set()).add(pid)
