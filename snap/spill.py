@@ -112,3 +112,16 @@ async def _one_per_turn(
         for chunk in chunks:
             yield chunk
             await asyncio.sleep(0)  # a producer on the loop (the store's stream) yields here
+
+
+def drop_resident_pages(data: bytes | memoryview) -> None:
+    """If ``data`` is mapped from a file (a ``map()`` above, or ``snap.map_data``), drop
+    its pages from this process's resident set: reading a snapshot through its mapping (a
+    restore, a send) leaves hundreds of megabytes counted in the member's RSS. The pages
+    stay in the page cache, and a later read maps them back. Anything else: no-op."""
+    mapped = data.obj if isinstance(data, memoryview) else None
+    if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mapped.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):  # closed, or the platform refuses: only memory is lost
+            pass

@@ -51,6 +51,7 @@ from kvserver.server.replicated_kv import RaftKV
 from kvserver.server.service import MemberInfo
 from kvserver.tls import MemberTLS, member_contexts
 from raft.errors import CommitOutOfRangeError
+from snap.spill import drop_resident_pages
 from wal.errors import is_disk_full
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Member:
         if boot.snapshot is not None:
             blob, rest = split_members_frame(boot.snapshot.data)
             kv.restore(boot.snapshot.data if blob is None else rest)
+            drop_resident_pages(boot.snapshot.data)  # kept mapped for followers
         gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
         self.gc_pacer.start()
         self.loop_monitor.start()

@@ -72,7 +72,7 @@ from kvserver.rafthttp.codec import (
 )
 from kvserver.rafthttp.validate import check_message
 from raft import Message, MessageType
-from snap.spill import spill_chunks
+from snap.spill import drop_resident_pages, spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,7 @@ class PeerTransport:
             log.warning("snapshot to %x failed: %s", m.to, exc)
         except Exception:  # a bug: say so, and let raft retry the snapshot later
             log.exception("snapshot to %x failed unexpectedly", m.to)
+        drop_resident_pages(data)  # the kept snapshot's pages this send read
         self._on_snapshot_status(m.to, failed)
 
     def _headers(self, to: int) -> dict[str, str]:

@@ -88,7 +88,7 @@ from raft.errors import (
     RaftInvariantError,
     UnavailableError,
 )
-from snap.spill import spill_chunks
+from snap.spill import drop_resident_pages, spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -750,6 +750,7 @@ class Node:
         await self.sm.install_snapshot(data if blob is None else rest)
         if self.members is not None:
             self.members.restore(blob, conf_state)
+        drop_resident_pages(data)
 
     def _serve_reads(self) -> None:
         if not self._reads_ready:

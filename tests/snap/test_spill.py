@@ -2,6 +2,7 @@
 however writev splits them; the file leaves no name behind."""
 
 import asyncio
+import hashlib
 import mmap
 import os
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snap import spill
-from snap.spill import SpillFile, spill_chunks
+from snap.spill import SpillFile, drop_resident_pages, spill_chunks
 
 appends_st = st.lists(st.lists(st.binary(max_size=300), max_size=20), max_size=5)
 
@@ -83,3 +84,24 @@ async def test_spill_chunks_passes_a_producers_error_on_and_leaves_nothing(tmp_p
     with pytest.raises(ValueError, match="went away"):
         await spill_chunks(failing(), str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def test_dropping_a_mapping_s_pages_leaves_the_data_readable(tmp_path):
+    size = 64 << 20
+    with SpillFile(str(tmp_path)) as f:
+        f.append([bytes(range(256)) * (size // 256)])
+        data = f.map()
+    assert hashlib.sha256(data).digest()  # read every page through the mapping
+    resident = _rss_file_kib()
+    drop_resident_pages(data)
+    assert resident - _rss_file_kib() > (size >> 10) * 3 // 4
+    assert data[12345] == 12345 % 256 and len(data) == size  # faulted back from the cache
+    drop_resident_pages(b"not mapped")  # anything else: nothing happens
