@@ -99,16 +99,6 @@ class MemoryStorage:
         self._snapshot = snap
         self._ents = [Entry(term=snap.metadata.term, index=snap.metadata.index)]
 
-    def set_snapshot_data(self, index: int, data: bytes | memoryview) -> bool:
-        """Swap the data of the snapshot at ``index`` for an equal buffer (the caller's
-        promise), e.g. the same bytes mapped from the snapshot file instead of held in
-        memory. Returns False (and changes nothing) if the snapshot is no longer at
-        ``index``."""
-        if self._snapshot.metadata.index != index:
-            return False
-        self._snapshot = Snapshot(data=data, metadata=self._snapshot.metadata)  # type: ignore[arg-type]
-        return True
-
     def create_snapshot(self, index: int, conf_state: ConfState | None, data: bytes) -> Snapshot:
         """Record a snapshot of the state machine at ``index`` (does not compact)."""
         if index <= self._snapshot.metadata.index:
