@@ -298,6 +298,9 @@ def _run_schedule(cfg, cluster, net, faults, rng, report, problems) -> None:
     for w in [*workloads, prober]:
         w.stop()
     report["end_s"] = round(time.monotonic() - origin, 3)
+    # Fresh gRPC channels: one to a member that was killed may still be waiting out its
+    # reconnect backoff, failing calls at once although the member is healthy again.
+    kvgrpc.close_all()
     register.final_reads(endpoints[0])
     kvgrpc.close_all()
     until_rev = _put_retrying(endpoints, f"{h.PREFIX}end", "1", 60)

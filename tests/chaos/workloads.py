@@ -163,26 +163,41 @@ class Register(Workload):
                 self.recorder.op(self.name, "op", start, "unknown", member)
                 self.pause_after_error()
 
-    def final_reads(self, url: str) -> None:
+    def final_reads(self, url: str, within_s: float = 30.0) -> None:
         """One linearizable read of every key after the cluster healed (recorded too: a lost
-        write shows up as a read the checker cannot place)."""
+        write shows up as a read the checker cannot place). A read that gets no answer is
+        tried again until ``within_s`` has passed: a gRPC channel to a member that was killed
+        and restarted fails calls at once while its reconnect backoff runs, even though the
+        member is healthy again. An unanswered read changes nothing, so it is recorded as a
+        failure (dropped from the history)."""
+        deadline = time.monotonic() + within_s
         for key in self.keys:
-            start = time.monotonic()
-            try:
+            while True:
+                start = time.monotonic()
                 with self.history.record("final", kv.get(key)) as rec:
-                    code, body = self.kv.get(url, key, 10.0)
-                    if code != 200:
-                        raise h.NoAnswer(f"final get answered {code}")
-                    found = h.kvs(body)
-                    rec.ok(
-                        kv.get_ok(
-                            found[0]["value"] if found else None,
-                            found[0]["mod_revision"] if found else None,
+                    try:
+                        code, body = self.kv.get(url, key, 10.0)
+                        if code != 200:
+                            raise h.NoAnswer(f"final get answered {code}")
+                    except h.NoAnswer as exc:
+                        rec.fail()
+                        error: h.NoAnswer | None = exc
+                    else:
+                        found = h.kvs(body)
+                        rec.ok(
+                            kv.get_ok(
+                                found[0]["value"] if found else None,
+                                found[0]["mod_revision"] if found else None,
+                            )
                         )
-                    )
-                self.recorder.op(self.name, "get", start, "ok", -1)
-            except h.NoAnswer as exc:
-                self.recorder.problem(f"final read of {key} failed: {exc}")
+                        error = None
+                if error is None:
+                    self.recorder.op(self.name, "get", start, "ok", -1)
+                    break
+                if time.monotonic() >= deadline:
+                    self.recorder.problem(f"final read of {key} failed: {error}")
+                    break
+                time.sleep(0.2)
 
 
 class Bank(Workload):
