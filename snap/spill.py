@@ -58,6 +58,9 @@ class SpillFile:
                     views[i] = views[i][written:]
                     written = 0
 
+    def fileno(self) -> int:
+        return self._file.fileno()
+
     def map(self) -> memoryview:
         """Everything appended, mapped read-only; the file is closed (its pages stay mapped)."""
         try:
