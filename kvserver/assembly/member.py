@@ -143,6 +143,7 @@ class Member:
                 snapshot_count=cfg.snapshot_count,
                 snapshot_catchup_entries=cfg.snapshot_catchup_entries,
                 snapshot_catchup_bytes=cfg.snapshot_catchup_bytes,
+                snapshot_in_child=cfg.snapshot_in_child,
             ),
             applied=boot.applied,
             conf_state=boot.conf_state,

@@ -38,6 +38,7 @@ class ServerConfig:
     # ... and more, as long as what is kept totals at most this (a follower that was down a
     # while then catches up from the log, not through a snapshot of the whole store)
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
+    snapshot_in_child: bool = True  # serialize snapshots in a forked child (snap.child_spill)
     max_snapshots: int = 5
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
@@ -153,6 +154,13 @@ _FLAGS = (
         "snapshot_catchup_bytes",
         "int",
         "keep more entries after a snapshot while they total at most this many bytes",
+    ),
+    (
+        "--snapshot-in-child",
+        "snapshot_in_child",
+        "bool",
+        "serialize snapshots in a forked, niced child while the member goes on (Linux); "
+        "false: on the member's event loop, a step at a time",
     ),
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),

@@ -59,7 +59,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +88,8 @@ from raft.errors import (
     RaftInvariantError,
     UnavailableError,
 )
+from snap import child_spill
+from snap.child_spill import ChildSpill, ChildSpillError
 from snap.spill import drop_resident_pages, spill_chunks
 
 log = logging.getLogger(__name__)
@@ -207,6 +209,8 @@ class NodeOptions:
     snapshot_catchup_entries: int = 5000
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
+    # Serialize snapshots in a forked child where the platform allows (snap.child_spill).
+    snapshot_in_child: bool = True
 
 
 class _ReadBatch:
@@ -256,6 +260,7 @@ class Node:
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
+        self._snapshot_in_child = options.snapshot_in_child and child_spill.available()
         self.conf_state = conf_state
         hard_state, _ = storage.raft_storage.initial_state()
         self.leader = 0
@@ -769,17 +774,35 @@ class Node:
         """Take a snapshot of the state machine at ``applied`` now, and write it out in a task
         of its own while the apply task goes on (one snapshot at a time).
 
-        What is captured here is what the snapshot holds: the state machine's
-        ``snapshot_chunks()`` fixes its content when called (the store's stream reads its
-        live index at the revision of the call, see ``kvserver.mvcc.snapshot``), and the member
-        registry's image is taken in the same step. Producing the chunks, joining them and
-        writing the file then take as long as they take without holding up applies: with
-        the snapshot made in the apply task instead, every write waited for the file."""
+        What is captured here is what the snapshot holds. Where the platform allows
+        (``snap.child_spill``), a forked child serializes the state as it is at this call, at
+        a lower CPU priority, while this process goes on applying: the member's requests no
+        longer wait behind seconds of serialization at a million keys. Otherwise, and after a
+        child failed once, the state machine's ``snapshot_chunks()`` fixes its content at this
+        call (the store's stream reads its live index at the revision of the call, see
+        ``kvserver.mvcc.snapshot``) and the chunks are produced on the loop, a step per turn.
+        The member registry's image is taken in the same step either way. The file is then
+        written without holding up applies: with the snapshot made in the apply task
+        instead, every write waited for the file."""
         index, conf_state = self.applied, self.conf_state
         members = frame_members(self.members.snapshot()) if self.members is not None else b""
-        chunks = self.sm.snapshot_chunks()
+        head = (members,) if members else ()
+        sm = self.sm
+        image: Awaitable[memoryview] | None = None
+        if self._snapshot_in_child:
+            try:
+                child = ChildSpill.start(
+                    lambda: itertools.chain(head, sm.snapshot_chunks()), self.storage.spill_dir
+                )
+                image = child.result()
+            except OSError as exc:  # no fork now (memory, process limit): this one on the loop
+                log.warning("node %x: snapshot child not started (%s)", self.id, exc)
+        if image is None:
+            image = spill_chunks(
+                itertools.chain(head, sm.snapshot_chunks()), self.storage.spill_dir
+            )
         self._snapshot_task = asyncio.get_running_loop().create_task(
-            self._guarded(self._write_snapshot(index, conf_state, members, chunks)),
+            self._guarded(self._write_snapshot(index, conf_state, image)),
             name=f"snapshot-{self.id:x}",
         )
         self._snapshot_task.add_done_callback(self._snapshot_done)
@@ -791,13 +814,19 @@ class Node:
             self._tasks.remove(task)
 
     async def _write_snapshot(
-        self, index: int, conf_state: ConfState, members: bytes, chunks: Iterator[bytes]
+        self, index: int, conf_state: ConfState, spilled: Awaitable[memoryview]
     ) -> None:
-        # The chunks go to a spill file a batch at a time, written by a worker thread while
-        # the next batch is produced: never the whole image (hundreds of megabytes at a
-        # million keys) in the heap.
-        frames = itertools.chain((members,) if members else (), chunks)
-        image = await spill_chunks(frames, self.storage.spill_dir)
+        # The image goes to a spill file a batch at a time: never the whole image (hundreds
+        # of megabytes at a million keys) in the heap.
+        try:
+            image = await spilled
+        except ChildSpillError as exc:
+            # Not a reason to stop the member: the next snapshot is made on the loop.
+            log.error(
+                "node %x: snapshot at %d failed: %s; snapshots now on the loop", self.id, index, exc
+            )
+            self._snapshot_in_child = False
+            return
         try:
             if index <= self.raw_storage.snapshot().metadata.index:
                 raise SnapOutOfDateError(f"snapshot at {index} is not newer")

@@ -1,0 +1,78 @@
+"""A member's snapshots made by a forked child (snap.child_spill), or on its loop: either way
+the member restarts from them with exactly its data; a child that fails leaves the member
+running and its next snapshots are made on the loop."""
+
+import pytest
+
+from kvserver.assembly.member import Member
+from kvserver.kvpb.kv import PutRequest, RangeRequest
+from snap import child_spill
+from snap.child_spill import ChildSpill
+from tests.support.inprocess import configs, start_all, stop_all, wait_leader
+
+pytestmark = pytest.mark.skipif(not child_spill.available(), reason="needs fork and pidfd")
+
+
+def _count_children(monkeypatch, produce_wrapper=None) -> list[int]:
+    started: list[int] = []
+    original = ChildSpill.start.__func__
+
+    def start(cls, produce, directory=None, *args, **kwargs):
+        started.append(1)
+        if produce_wrapper is not None:
+            produce = produce_wrapper(produce)
+        return original(cls, produce, directory, *args, **kwargs)
+
+    monkeypatch.setattr(ChildSpill, "start", classmethod(start))
+    return started
+
+
+async def _write_and_restart(tmp_path, **overrides):
+    cfgs = configs(
+        tmp_path,
+        snapshot_count=40,
+        snapshot_catchup_entries=5,
+        snapshot_catchup_bytes=0,
+        **overrides,
+    )
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        for i in range(150):
+            await members[i % 3].node.sm.put(PutRequest(b"s%03d" % i, b"v%d" % i))
+        victim = members[2]
+        assert victim.node.snapshot_index > 0, "no snapshot was taken"
+        await victim.stop()
+        members[2] = Member(cfgs[2])
+        await members[2].start()
+        got = await members[2].node.sm.range(RangeRequest(b"s", b"t"))
+        return {kv.key: kv.value for kv in got.kvs}, members[2].node.snapshot_index
+    finally:
+        await stop_all(members)
+
+
+@pytest.mark.parametrize("in_child", [True, False])
+async def test_a_member_restarts_from_its_snapshots(tmp_path, monkeypatch, in_child):
+    started = _count_children(monkeypatch)
+    data, snapshot_index = await _write_and_restart(tmp_path, snapshot_in_child=in_child)
+    assert data == {b"s%03d" % i: b"v%d" % i for i in range(150)}
+    assert snapshot_index > 0
+    assert (len(started) > 0) == in_child
+
+
+async def test_a_failed_child_leaves_the_member_up_and_snapshots_move_to_the_loop(
+    tmp_path, monkeypatch
+):
+    def broken(produce):
+        def failing():
+            yield from produce()
+            raise RuntimeError("injected: the snapshot child broke")
+
+        return failing
+
+    started = _count_children(monkeypatch, broken)
+    data, snapshot_index = await _write_and_restart(tmp_path)
+    assert data == {b"s%03d" % i: b"v%d" % i for i in range(150)}
+    assert snapshot_index > 0  # made on the loop after the failures
+    # each member tried once, then stopped forking (the restarted member once more at most)
+    assert 1 <= len(started) <= 4
