@@ -28,7 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from raftpb import Snapshot
-from snap.codec import DEFAULT_MAX_SNAPSHOT_BYTES, encode_pieces, read_snap, write_pieces
+from snap.codec import (
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    WRITEBACK_STEP_BYTES,
+    encode_pieces,
+    read_snap,
+    write_pieces,
+)
 from snap.errors import CorruptSnapshotError, NoSnapshotError, SnapshotTooLargeError
 from snap.names import SnapName, is_tmp_name, parse_snap_name
 
@@ -101,6 +107,28 @@ class Snapshotter:
         (a replaced one stays intact) and the temp file is removed. ``data_parts``: the
         data as the list of parts it was produced in (``snapshot.data`` is then None).
         """
+        with self._lock:
+            return self._save(snapshot, data_parts, WRITEBACK_STEP_BYTES)
+
+    def save_snap_in_child(
+        self,
+        snapshot: Snapshot,
+        data_parts: Sequence[bytes | memoryview] | None = None,
+        writeback_step_bytes: int = WRITEBACK_STEP_BYTES,
+    ) -> str | None:
+        """``save_snap`` for a forked child (``snap.forked``): without the lock, which a
+        thread of the parent may have held at the fork and would then never release in the
+        child. Safe because the parent never writes a snapshot of the same name meanwhile:
+        the child saves the member's own state at an applied index, and a snapshot from the
+        leader that arrives while it runs is always of a later index."""
+        return self._save(snapshot, data_parts, writeback_step_bytes)
+
+    def _save(
+        self,
+        snapshot: Snapshot,
+        data_parts: Sequence[bytes | memoryview] | None,
+        writeback_step_bytes: int,
+    ) -> str | None:
         md = snapshot.metadata
         if md.index == 0:
             return None
@@ -112,25 +140,24 @@ class Snapshotter:
             )
         final_path = os.path.join(self._dir, name.file_name)
         tmp_path = os.path.join(self._dir, name.tmp_name)
-        with self._lock:
-            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+        try:
             try:
-                try:
-                    write_pieces(fd, encoded)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp_path, final_path)
-            except BaseException:
-                # Not a crash: we are still running, so do not leave the temp file behind.
-                try:
-                    os.unlink(tmp_path)
-                except OSError:
-                    pass
-                raise
-            # The rename is durable only once the directory entry is; until this returns the
-            # caller must not write the WAL record (a lost file without a record is harmless).
-            _fsync_dir(self._dir)
+                write_pieces(fd, encoded, writeback_step_bytes)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp_path, final_path)
+        except BaseException:
+            # Not a crash: we are still running, so do not leave the temp file behind.
+            try:
+                os.unlink(tmp_path)
+            except OSError:
+                pass
+            raise
+        # The rename is durable only once the directory entry is; until this returns the
+        # caller must not write the WAL record (a lost file without a record is harmless).
+        _fsync_dir(self._dir)
         return final_path
 
     # --- reading ---------------------------------------------------------------------------

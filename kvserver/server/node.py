@@ -88,9 +88,9 @@ from raft.errors import (
     RaftInvariantError,
     UnavailableError,
 )
-from snap import child_spill
-from snap.child_spill import ChildSpill, ChildSpillError
-from snap.spill import drop_resident_pages, spill_chunks
+from snap import forked
+from snap.forked import ChildFailedError, ForkedChild
+from snap.spill import drop_resident_pages, spill_chunks, spill_chunks_here
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,12 @@ class DurableStorage(Protocol):
         self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
     ) -> bytes | memoryview: ...
 
+    def write_snapshot_file_in_child(
+        self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
+    ) -> str: ...
+
+    async def record_snapshot_file(self, metadata: SnapshotMetadata) -> bytes | memoryview: ...
+
     @property
     def spill_dir(self) -> str | None: ...  # where this member's snapshots spill (snap.spill)
 
@@ -209,7 +215,7 @@ class NodeOptions:
     snapshot_catchup_entries: int = 5000
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
-    # Serialize snapshots in a forked child where the platform allows (snap.child_spill).
+    # Snapshots made by a forked child where the platform allows (snap.forked).
     snapshot_in_child: bool = True
 
 
@@ -222,6 +228,10 @@ class _ReadBatch:
         self.index: int | None = None  # known once the ReadState arrives
         self.asked_at = 0.0
 
+
+# A snapshot child that runs longer than this is killed (and snapshots move to the loop): at
+# two million keys a child takes seconds, minutes only on a machine far too busy.
+SNAPSHOT_CHILD_TIMEOUT_S = 600.0
 
 SNAPSHOT_STAGGER_FRACTION = 4  # a member snapshots after up to a quarter more entries
 
@@ -260,7 +270,7 @@ class Node:
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
-        self._snapshot_in_child = options.snapshot_in_child and child_spill.available()
+        self._snapshot_in_child = options.snapshot_in_child and forked.available()
         self.conf_state = conf_state
         hard_state, _ = storage.raft_storage.initial_state()
         self.leader = 0
@@ -774,36 +784,44 @@ class Node:
         """Take a snapshot of the state machine at ``applied`` now, and write it out in a task
         of its own while the apply task goes on (one snapshot at a time).
 
-        What is captured here is what the snapshot holds. Where the platform allows
-        (``snap.child_spill``), a forked child serializes the state as it is at this call, at
-        a lower CPU priority, while this process goes on applying: the member's requests no
-        longer wait behind seconds of serialization at a million keys. Otherwise, and after a
-        child failed once, the state machine's ``snapshot_chunks()`` fixes its content at this
-        call (the store's stream reads its live index at the revision of the call, see
-        ``kvserver.mvcc.snapshot``) and the chunks are produced on the loop, a step per turn.
-        The member registry's image is taken in the same step either way. The file is then
-        written without holding up applies: with the snapshot made in the apply task
-        instead, every write waited for the file."""
+        What is captured here is what the snapshot holds, and the member registry's image is
+        taken in the same step. Where the platform allows (``snap.forked``), a forked child
+        serializes the state as it is at this call and writes the ``.snap`` file, niced,
+        while this process goes on applying; the member then records the file in its WAL.
+        At a million keys that is seconds of CPU and 300 MB of writes the member's requests
+        no longer wait behind. Otherwise (``--snapshot-in-child false``, no fork now, or a
+        child failed before) the state machine's ``snapshot_chunks()`` fixes its content at
+        this call (the store's stream reads its live index at the revision of the call, see
+        ``kvserver.mvcc.snapshot``); the chunks are produced on the loop, a step per turn,
+        and the file is written by the member's snap-writer thread. Either way applies go
+        on meanwhile: with the snapshot made in the apply task, every write waited for it."""
         index, conf_state = self.applied, self.conf_state
         members = frame_members(self.members.snapshot()) if self.members is not None else b""
         head = (members,) if members else ()
-        sm = self.sm
-        image: Awaitable[memoryview] | None = None
-        if self._snapshot_in_child:
-            try:
-                child = ChildSpill.start(
-                    lambda: itertools.chain(head, sm.snapshot_chunks()), self.storage.spill_dir
+        sm, storage = self.sm, self.storage
+        body: Awaitable[None] | None = None
+        if self._snapshot_in_child and self._still_newest(index):
+            metadata = SnapshotMetadata(
+                conf_state=conf_state, index=index, term=self.raw_storage.term(index)
+            )
+
+            def work() -> None:  # in the child
+                image = spill_chunks_here(
+                    itertools.chain(head, sm.snapshot_chunks()), storage.spill_dir
                 )
-                image = child.result()
+                storage.write_snapshot_file_in_child(metadata, [image])
+
+            try:
+                body = self._snapshot_by_child(metadata, ForkedChild.start(work))
             except OSError as exc:  # no fork now (memory, process limit): this one on the loop
                 log.warning("node %x: snapshot child not started (%s)", self.id, exc)
-        if image is None:
-            image = spill_chunks(
-                itertools.chain(head, sm.snapshot_chunks()), self.storage.spill_dir
+        if body is None:
+            chunks = itertools.chain(head, sm.snapshot_chunks())
+            body = self._snapshot_on_loop(
+                index, conf_state, spill_chunks(chunks, storage.spill_dir)
             )
         self._snapshot_task = asyncio.get_running_loop().create_task(
-            self._guarded(self._write_snapshot(index, conf_state, image)),
-            name=f"snapshot-{self.id:x}",
+            self._guarded(body), name=f"snapshot-{self.id:x}"
         )
         self._snapshot_task.add_done_callback(self._snapshot_done)
         self._tasks.append(self._snapshot_task)
@@ -813,34 +831,70 @@ class Node:
         if task in self._tasks:
             self._tasks.remove(task)
 
-    async def _write_snapshot(
+    async def _snapshot_by_child(self, metadata: SnapshotMetadata, child: ForkedChild) -> None:
+        started = time.monotonic()
+        try:
+            await child.wait(SNAPSHOT_CHILD_TIMEOUT_S)
+        except ChildFailedError as exc:
+            # Not a reason to stop the member: its next snapshots are made on the loop.
+            log.error(
+                "node %x: snapshot at %d failed: %s; snapshots now on the loop",
+                self.id,
+                metadata.index,
+                exc,
+            )
+            self._snapshot_in_child = False
+            return
+        if not self._still_newest(metadata.index):
+            return  # the file, not recorded in the WAL, is ignored by recovery and purged
+        data = await self.storage.record_snapshot_file(metadata)
+        made = (
+            f"{len(data) / 2**20:.1f} MiB serialized and written by child {child.pid} "
+            f"in {time.monotonic() - started:.2f} s"
+        )
+        self._keep_snapshot(metadata.index, metadata.conf_state, data, made)
+
+    async def _snapshot_on_loop(
         self, index: int, conf_state: ConfState, spilled: Awaitable[memoryview]
     ) -> None:
         # The image goes to a spill file a batch at a time: never the whole image (hundreds
         # of megabytes at a million keys) in the heap.
-        try:
-            image = await spilled
-        except ChildSpillError as exc:
-            # Not a reason to stop the member: the next snapshot is made on the loop.
-            log.error(
-                "node %x: snapshot at %d failed: %s; snapshots now on the loop", self.id, index, exc
-            )
-            self._snapshot_in_child = False
+        started = time.monotonic()
+        image = await spilled
+        if not self._still_newest(index):
             return
-        try:
-            if index <= self.raw_storage.snapshot().metadata.index:
-                raise SnapOutOfDateError(f"snapshot at {index} is not newer")
-            term = self.raw_storage.term(index)
-        except (SnapOutOfDateError, CompactedError, UnavailableError):
-            # a snapshot from the leader was installed meanwhile
-            log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
-            return
-        metadata = SnapshotMetadata(conf_state=conf_state, index=index, term=term)
+        metadata = SnapshotMetadata(
+            conf_state=conf_state, index=index, term=self.raw_storage.term(index)
+        )
         # The file first, from the spilled image; the raft storage then keeps the file's
         # mapping. Until then a follower that needs a snapshot gets the previous one: the
         # log it needs after that is still there, since it is cut only below.
+        serialized = time.monotonic()
         data = await self.storage.save_snapshot(metadata, [image])
+        made = (
+            f"{len(image) / 2**20:.1f} MiB serialized on the loop in {serialized - started:.2f} s, "
+            f"written in {time.monotonic() - serialized:.2f} s"
+        )
         del image  # unmapped once the file is written
+        self._keep_snapshot(index, conf_state, data, made)
+
+    def _still_newest(self, index: int) -> bool:
+        """Whether a snapshot at ``index`` is still newer than the raft storage's (a snapshot
+        from the leader may have been installed while this member made its own)."""
+        try:
+            if index > self.raw_storage.snapshot().metadata.index:
+                self.raw_storage.term(index)
+                return True
+        except (CompactedError, UnavailableError):
+            pass
+        log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
+        return False
+
+    def _keep_snapshot(
+        self, index: int, conf_state: ConfState, data: bytes | memoryview, made: str
+    ) -> None:
+        """The snapshot's file is durable and recorded: hand its data to the raft storage
+        (for followers that need it) and cut the log behind it."""
         try:
             self.raw_storage.create_snapshot(index, conf_state, data)
         except SnapOutOfDateError:  # a snapshot from the leader was installed meanwhile
@@ -850,15 +904,22 @@ class Node:
         compact_to = self._log_cut(index)
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
-            log.info("node %x: snapshot at %d (log compacted to %d)", self.id, index, compact_to)
+            log.info(
+                "node %x: snapshot at %d: %s (log compacted to %d)",
+                self.id,
+                index,
+                made,
+                compact_to,
+            )
             if self._on_memory_freed is not None:
                 self._on_memory_freed("log-cut")
         else:  # fewer entries than the catch-up window: keep them all for slow followers
             log.info(
-                "node %x: snapshot at %d (log not compacted: it keeps the last %d "
+                "node %x: snapshot at %d: %s (log not compacted: it keeps the last %d "
                 "entries for slow followers)",
                 self.id,
                 index,
+                made,
                 self.opts.snapshot_catchup_entries,
             )
 

@@ -88,6 +88,15 @@ def _wal_snapshot(s: Snapshot) -> raftpb.WalSnapshot:
     return raftpb.WalSnapshot(md.index, md.term, _to_pb_snapshot(s).metadata.conf_state)
 
 
+# How much of a snapshot file a forked child writes between two flushes. Measured on this
+# project's 2-core test machine (ext4 on a virtual disk), while a 270 MiB file was written,
+# a 40 KB append's fdatasync beside it waited at most 10 ms with 4 MiB steps, at most
+# 1.5-1.9 ms with 1 MiB steps, and the file took no longer to write (0.24-0.27 s against
+# 0.31-0.64 s). A thread of the member keeps 4 MiB steps (snap.codec): each of its writes
+# must win the interpreter lock back.
+CHILD_WRITEBACK_STEP_BYTES = 1 << 20
+
+
 class NodeStorage:
     def __init__(
         self, cfg: ServerConfig, w, snapshotter: snap.Snapshotter, raft_storage: MemoryStorage
@@ -242,17 +251,27 @@ class NodeStorage:
         return path
 
     def _write_snapshot_file(
-        self, snapshot: Snapshot, data_parts: list[bytes | memoryview] | None = None
+        self,
+        snapshot: Snapshot,
+        data_parts: list[bytes | memoryview] | None = None,
+        *,
+        in_child: bool = False,
     ) -> str | None:
         pb = _to_pb_snapshot(snapshot)
         if data_parts is not None:  # the data is in the parts
             pb = dataclasses.replace(pb, data=None)
         try:
+            if in_child:
+                return self.snapshotter.save_snap_in_child(
+                    pb, data_parts, CHILD_WRITEBACK_STEP_BYTES
+                )
             return self.snapshotter.save_snap(pb, data_parts)
         except OSError as exc:  # name the file (a full disk: and the free space)
-            md = snapshot.metadata
-            path = os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
+            path = self._snap_path(snapshot.metadata)
             raise os_error_at(exc, path, "saving the snapshot") from exc
+
+    def _snap_path(self, md: SnapshotMetadata) -> str:
+        return os.path.join(self.cfg.snap_dir, f"{md.term:016x}-{md.index:016x}.snap")
 
     def _persist_with_snapshot(self, rd: Ready) -> str | None:
         """A Ready carrying a snapshot from the leader (writer thread); the file's path."""
@@ -285,6 +304,32 @@ class NodeStorage:
         mapped = snap.map_data(path) if path is not None else None
         if mapped is None or len(mapped) != sum(map(len, data_parts)):
             return await asyncio.to_thread(b"".join, data_parts)
+        return mapped
+
+    def write_snapshot_file_in_child(
+        self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
+    ) -> str:
+        """The ``.snap`` file of one of this member's own snapshots, written by a forked
+        child (``snap.forked``) that has nothing else to do: durable under its final name
+        when this returns, but not yet recorded in the WAL (``record_snapshot_file``), so
+        recovery ignores it until then. Flushed in smaller steps than the member's own
+        writer thread flushes (a thread of the member pays for every write in the
+        interpreter lock; the child does not), which keeps the WAL's fsyncs waiting less."""
+        path = self._write_snapshot_file(Snapshot(metadata=metadata), data_parts, in_child=True)
+        assert path is not None  # a member's own snapshot is never at index 0
+        return path
+
+    async def record_snapshot_file(self, metadata: SnapshotMetadata) -> bytes | memoryview:
+        """Record a snapshot file written by ``write_snapshot_file_in_child`` in the WAL,
+        then release what it makes redundant, as ``save_snapshot`` does; returns its data,
+        mapped from the file."""
+        loop = asyncio.get_running_loop()
+        snapshot = Snapshot(metadata=metadata)
+        await loop.run_in_executor(self._writer, self._record_snapshot_blocking, snapshot)
+        path = self._snap_path(metadata)
+        mapped = snap.map_data(path)
+        if mapped is None:  # not a layout this member writes: read it instead
+            return (await asyncio.to_thread(snap.read_snap, path)).data or b""
         return mapped
 
     def _record_snapshot_blocking(self, snapshot: Snapshot) -> None:

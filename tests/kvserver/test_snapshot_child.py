@@ -1,4 +1,4 @@
-"""A member's snapshots made by a forked child (snap.child_spill), or on its loop: either way
+"""A member's snapshots made by a forked child (snap.forked), or on its loop: either way
 the member restarts from them with exactly its data; a child that fails leaves the member
 running and its next snapshots are made on the loop."""
 
@@ -6,24 +6,24 @@ import pytest
 
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest
-from snap import child_spill
-from snap.child_spill import ChildSpill
+from snap import forked
+from snap.forked import ForkedChild
 from tests.support.inprocess import configs, start_all, stop_all, wait_leader
 
-pytestmark = pytest.mark.skipif(not child_spill.available(), reason="needs fork and pidfd")
+pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork and pidfd")
 
 
-def _count_children(monkeypatch, produce_wrapper=None) -> list[int]:
+def _count_children(monkeypatch, work_wrapper=None) -> list[int]:
     started: list[int] = []
-    original = ChildSpill.start.__func__
+    original = ForkedChild.start.__func__
 
-    def start(cls, produce, directory=None, *args, **kwargs):
+    def start(cls, work, *args, **kwargs):
         started.append(1)
-        if produce_wrapper is not None:
-            produce = produce_wrapper(produce)
-        return original(cls, produce, directory, *args, **kwargs)
+        if work_wrapper is not None:
+            work = work_wrapper(work)
+        return original(cls, work, *args, **kwargs)
 
-    monkeypatch.setattr(ChildSpill, "start", classmethod(start))
+    monkeypatch.setattr(ForkedChild, "start", classmethod(start))
     return started
 
 
@@ -63,9 +63,8 @@ async def test_a_member_restarts_from_its_snapshots(tmp_path, monkeypatch, in_ch
 async def test_a_failed_child_leaves_the_member_up_and_snapshots_move_to_the_loop(
     tmp_path, monkeypatch
 ):
-    def broken(produce):
+    def broken(work):
         def failing():
-            yield from produce()
             raise RuntimeError("injected: the snapshot child broke")
 
         return failing
