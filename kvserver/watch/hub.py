@@ -91,10 +91,36 @@ Responses (etcd's rules)
   queued — etcd 3.5's RequestProgressAll).
 - The header's cluster/member/term are left 0: the HTTP layer fills them.
 
+Big revisions
+-------------
+A revision with more than ``BIG_REVISION_EVENTS`` events (a delete of a large prefix, a
+revoke of a lease with many keys: up to millions of events, in key order) is not matched in
+``notify``: that would hold the event loop for O(watchers x events). ``notify`` queues, in
+O(1) per synced watcher, the watcher's share of the revision where its response belongs in
+its stream (and moves ``next_rev`` past it); the stream's consumer then works on it when it
+reaches the head of the queue, ``BIG_STEP_EVENTS`` events per ``poll``, returning None (and
+``__anext__`` yielding to the loop) between steps. First the events are copied into the
+hub's own list while their key order is checked (once per revision, shared by its
+watchers); then each watcher's span is found by bisection (events in key order) or every
+event is looked at (a large txn in request order); its events are filtered, stripped of
+``prev_kv`` unless asked for, and sized. What the watcher receives is unchanged: one response
+with every matching event of the revision, in the store's order (or consecutive fragments if
+it asked for ``fragment``: each full part is delivered as soon as it is selected). Responses
+queued behind it, of that watcher or another watcher of the stream, wait, so no later
+revision overtakes it. The events a big revision or a big response held are dropped a slice
+per loop turn (``_REAP_STEP``; a million objects freed at once take tens of ms): the hub's
+own lists when done with them, and a response's events once its consumer calls
+``stream.release(resp)`` before dropping it. While a share is being selected it counts as
+one queued item, not as buffered events (the revision's events are the store's, already in
+memory); later revisions queue behind it within the usual bounds.
+
 Costs and known limits
 ----------------------
 ``notify`` costs one dict lookup per event for single-key watchers and a scan of all synced
-range/prefix watchers per event (no interval tree yet). A watcher from ``hub.create`` that is
+range/prefix watchers per event (no interval tree yet), for revisions of at most
+``BIG_REVISION_EVENTS`` events; for bigger ones O(1) per synced watcher (see above). A
+history replay still reads a whole revision in one chunk, however many events it has
+(``source.replay`` stops at revision boundaries only). A watcher from ``hub.create`` that is
 dropped without ``cancel()`` stays registered until its buffer overflows (CANCEL policy) or
 the hub closes; the HTTP layer must ``close()`` streams of disconnected clients.
 
@@ -104,7 +130,9 @@ Consumer API (asyncio)
 ``stream.cancel(watch_id)``, ``stream.request_progress()``, ``async for resp in stream``
 (ends after ``stream.close()``, ``hub.close()``, or once no watcher is live after
 ``stream.close_input()``); ``stream.poll()`` takes one response
-without waiting (None if none). ``hub.create(key, ...)`` is a one-watcher convenience:
+without waiting (None if none, including while a big revision is being selected:
+``_fill_pending()`` then says more polls will make progress); ``stream.release(resp)`` hands
+a big response's events back to be dropped gradually. ``hub.create(key, ...)`` is a one-watcher convenience:
 ``async for resp in watcher`` ends after its canceled response.
 
 Where it is wired
@@ -125,10 +153,12 @@ Where it is wired
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import le
 from typing import Protocol
 
 from kvserver.kvpb.errors import MSG_COMPACTED, CompactedError, EtcdError, GrpcCode
@@ -136,6 +166,8 @@ from kvserver.kvpb.kv import Event, EventType, ResponseHeader
 from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 
 __all__ = [
+    "BIG_REVISION_EVENTS",
+    "BIG_STEP_EVENTS",
     "MSG_DUPLICATE_WATCH_ID",
     "MSG_EMPTY_WATCHER_RANGE",
     "MSG_TOO_MANY_WATCHERS",
@@ -158,6 +190,12 @@ MSG_NEGATIVE_WATCH_ID = "raftkv: watch_id must not be negative"
 MSG_WATCH_STOPPED = "etcdserver: server stopped"
 
 INVALID_WATCH_ID = -1  # etcd's clientv3.InvalidWatchID
+# A revision with more events than this is matched to its watchers a step at a time, after
+# ``notify`` returned (see "Big revisions" in the module docstring); the events looked at per
+# step, per watcher, are ``BIG_STEP_EVENTS``.
+BIG_REVISION_EVENTS = 4_096
+BIG_STEP_EVENTS = 4_096
+_REAP_STEP = 16_384  # references dropped from the graveyard per poll
 _FILLS_PER_POLL = 4  # replay chunks read per poll() before yielding to the loop
 _MAX_PENDING_STREAM_PROGRESS = 8
 _EVENT_OVERHEAD_BYTES = 64  # rough per-event cost beyond key and value bytes
@@ -173,6 +211,7 @@ _K_PROGRESS = 2
 _K_FINAL = 3  # the watcher's canceled/compacted response: delivered even if dropped
 _K_CONTROL = 4  # stream-level, no watcher (refused create)
 _K_PROGRESS_ALL = 5
+_K_BIG = 6  # a watcher's share of a big revision, selected when it reaches the head
 
 
 class OverflowPolicy(Enum):
@@ -508,6 +547,166 @@ class Watcher:
         stream._push(self, resp, _K_FINAL, 0)
 
 
+def _key_of(ev: Event) -> bytes:
+    return ev.kv.key
+
+
+class _BigRevision:
+    """The events of one big revision, shared by the deliveries of every watcher it was
+    offered to. Prepared once, a step at a time, by whichever delivery is polled first: the
+    events are copied into a list of the hub's own (so that dropping them later, from the
+    hub's graveyard, is done a slice at a time, whoever else held them) while their key order
+    is checked. Then each delivery locates and selects its share; events stripped of
+    ``prev_kv`` are made once when several watchers need them."""
+
+    __slots__ = (
+        "hub",
+        "revision",
+        "events",
+        "size",
+        "in_key_order",
+        "deliveries",
+        "_own",
+        "_ordered",
+        "_stripped",
+    )
+
+    def __init__(
+        self, hub: WatchHub, revision: int, events: Sequence[Event], share_stripped: bool
+    ) -> None:
+        self.hub = hub
+        self.revision = revision
+        self.events: Sequence[Event] = events  # the store's until copied: never changed
+        self.size = len(events)
+        self.in_key_order: bool | None = None  # known once prepared
+        self.deliveries = 0  # not yet complete
+        self._own: list[Event] = []
+        self._ordered = True  # the events copied so far are in key order
+        self._stripped: dict[int, Event] | None = {} if share_stripped else None
+
+    def prepare_step(self) -> None:
+        """Copy (and check the key order of) ``BIG_STEP_EVENTS`` more events."""
+        own = self._own
+        a = len(own)
+        b = min(self.size, a + BIG_STEP_EVENTS)
+        own.extend(self.events[a:b])
+        if self._ordered:
+            lo = a - 1 if a else 0
+            keys = [ev.kv.key for ev in own[lo:b]]
+            self._ordered = all(map(le, keys, keys[1:]))
+        if b >= self.size:
+            self.events = own  # the store's sequence is no longer referenced from here
+            self.in_key_order = self._ordered
+
+    def stripped(self, i: int) -> Event:
+        ev = self.events[i]
+        cache = self._stripped
+        if cache is None:
+            return Event(ev.type, ev.kv)
+        out = cache.get(i)
+        if out is None:
+            out = cache[i] = Event(ev.type, ev.kv)
+        return out
+
+    def delivered(self) -> None:
+        """One delivery is complete; after the last one, the events go to the graveyard."""
+        self.deliveries -= 1
+        if self.deliveries == 0:
+            self.hub._bury(self._own)
+            self._own = []
+            self.events = ()
+            self._stripped = None
+
+
+class _BigDelivery:
+    """One watcher's share of a big revision, queued in its stream where the revision's
+    response belongs and selected there a step at a time (``step``), by the consumer's polls:
+    the watcher's responses after it wait behind it, so nothing overtakes the revision."""
+
+    __slots__ = ("big", "w", "pos", "end", "scan", "part", "part_bytes")
+
+    def __init__(self, big: _BigRevision, w: Watcher) -> None:
+        self.big = big
+        self.w = w
+        self.pos = -1  # the next event to look at; -1: the watcher's span is not located yet
+        self.end = 0
+        self.scan = False  # the events are not in key order: look at every one
+        self.part: list[Event] = []  # selected, not yet delivered
+        self.part_bytes = 0
+
+    def _locate(self) -> bool:
+        """Find the events the watcher may match: its span by bisection when the events are
+        in key order, else all of them. False while the order is not known yet."""
+        big = self.big
+        if big.in_key_order is None:
+            big.prepare_step()
+            return False
+        w = self.w
+        if not big.in_key_order:
+            self.pos, self.end, self.scan = 0, big.size, True
+            return True
+        events = big.events
+        self.pos = bisect_left(events, w.key, key=_key_of)
+        if w._single:
+            self.end = bisect_right(events, w.key, lo=self.pos, key=_key_of)
+        elif w._open_ended:
+            self.end = big.size
+        else:
+            self.end = bisect_left(events, w.range_end, lo=self.pos, key=_key_of)
+        return True
+
+    def step(self) -> tuple[WatchResponse | None, bool]:
+        """Look at up to ``BIG_STEP_EVENTS`` events: (a response to deliver now or None,
+        whether the watcher's share of the revision is complete)."""
+        if self.pos < 0 and not self._locate():
+            return None, False
+        big = self.big
+        w = self.w
+        events = big.events
+        frag_limit = w._hub.limits.max_response_bytes if w.fragment else 0
+        scan = self.scan
+        no_put = w._no_put
+        no_delete = w._no_delete
+        keep_prev = w.prev_kv
+        part = self.part
+        nbytes = self.part_bytes
+        stop = min(self.end, self.pos + BIG_STEP_EVENTS)
+        for i in range(self.pos, stop):
+            ev = events[i]
+            if scan and not w.matches(ev.kv.key):
+                continue
+            if ev.type is _PUT:
+                if no_put:
+                    continue
+            elif no_delete:
+                continue
+            if not keep_prev and ev.prev_kv is not None:
+                ev = big.stripped(i)
+            size = _event_bytes(ev)
+            if frag_limit and part and nbytes + size >= frag_limit:
+                # etcd's sendFragments: a full part goes out now, marked as not the last
+                resp = WatchResponse(
+                    _header(big.revision), w.watch_id, fragment=True, events=tuple(part)
+                )
+                w._hub._bury(part)
+                self.part = [ev]
+                self.part_bytes = size
+                self.pos = i + 1
+                return resp, False
+            part.append(ev)
+            nbytes += size
+        self.part_bytes = nbytes
+        self.pos = stop
+        if stop < self.end:
+            return None, False
+        if not part:
+            return None, True  # nothing of this revision for this watcher
+        self.part = []
+        resp = WatchResponse(_header(big.revision), w.watch_id, events=tuple(part))
+        w._hub._bury(part)  # its references, dropped a slice at a time
+        return resp, True
+
+
 class WatchStream:
     """A multiplexed sequence of responses for several watchers (see the module docstring).
     One consumer; responses of one watcher keep their order."""
@@ -529,7 +728,8 @@ class WatchStream:
         self._hub = hub
         self._private = private
         # (watcher or None, response, kind, bytes)
-        self._fifo: deque[tuple[Watcher | None, WatchResponse, int, int]] = deque()
+        # (a _BigDelivery when the kind is _K_BIG)
+        self._fifo: deque[tuple[Watcher | None, WatchResponse | _BigDelivery, int, int]] = deque()
         self._watchers: dict[int, Watcher] = {}  # live (not done) watchers by id
         self._unsynced: dict[Watcher, None] = {}  # ordered set
         self._next_id = 0
@@ -654,10 +854,31 @@ class WatchStream:
     def poll(self) -> WatchResponse | None:
         """The next response, or None if none is ready now (reads history for unsynced
         watchers as needed)."""
+        if self._hub._graveyard:
+            self._hub._reap()
         self._fill()
         fifo = self._fifo
         while fifo:
+            if fifo[0][2] == _K_BIG:
+                w, big, _, _ = fifo[0]
+                assert isinstance(big, _BigDelivery) and w is not None
+                if w._dropped:
+                    resp_or_none: WatchResponse | None = None
+                    done = True
+                else:
+                    resp_or_none, done = big.step()
+                if done:
+                    fifo.popleft()
+                    w._buf_items -= 1
+                    big.big.delivered()
+                if resp_or_none is not None:
+                    w._quiet = False
+                    return resp_or_none
+                if not done:
+                    return None  # one step per poll: the consumer yields to the loop
+                continue
             w, resp, kind, nbytes = fifo.popleft()
+            assert isinstance(resp, WatchResponse)
             if w is None:
                 if kind == _K_PROGRESS_ALL:
                     self._progress_pending -= 1
@@ -694,6 +915,13 @@ class WatchStream:
                 continue
             await wakeup.wait()
 
+    def release(self, resp: WatchResponse) -> None:
+        """The consumer is done with ``resp`` and drops it next: if it holds many events,
+        the hub keeps them and drops them a slice per poll, so that dropping the response
+        frees no event (a million events freed at once hold the loop for tens of ms)."""
+        if len(resp.events) > BIG_STEP_EVENTS:
+            self._hub._bury(list(resp.events))
+
     def refuse_create(self, reason: str) -> None:
         """Refuse a create request before it reaches the hub (e.g. permission denied): a
         ``created`` + ``canceled`` response with watch id -1 and ``reason``, at the current
@@ -709,11 +937,14 @@ class WatchStream:
         self._push(None, resp, _K_CONTROL, 0)
         self._hub.stats["refused"] += 1
 
-    def _push(self, w: Watcher | None, resp: WatchResponse, kind: int, nbytes: int) -> None:
+    def _push(
+        self, w: Watcher | None, resp: WatchResponse | _BigDelivery, kind: int, nbytes: int
+    ) -> None:
         self._fifo.append((w, resp, kind, nbytes))
         if w is not None:
             w._buf_items += 1
             if kind == _K_EVENTS:
+                assert isinstance(resp, WatchResponse)
                 w._buf_events += len(resp.events)
                 w._buf_bytes += nbytes
         self._wake()
@@ -723,6 +954,10 @@ class WatchStream:
             self._wakeup.set()
 
     def _fill_pending(self) -> bool:
+        """Work that ``poll`` does a step at a time is left: history to read, or a big
+        revision at the head of the queue."""
+        if (self._fifo and self._fifo[0][2] == _K_BIG) or self._hub._graveyard:
+            return True
         return any(w._buf_events == 0 for w in self._unsynced)
 
     def _fill(self) -> None:
@@ -749,6 +984,10 @@ class WatchHub:
         self._n_synced = 0
         self._watchers: dict[Watcher, None] = {}  # every live watcher
         self._progress: dict[Watcher, None] = {}  # live watchers with progress_notify
+        # lists of events no longer needed, dropped a slice per poll (dropping a million
+        # events at once frees a million objects in one step)
+        self._graveyard: deque[list[Event]] = deque()
+        self._reaping = False  # a loop callback reaps the graveyard
         self._closed = False
         self.stats = {
             "created": 0,
@@ -759,6 +998,7 @@ class WatchHub:
             "gaps": 0,
             "replayed_events": 0,
             "progress_sent": 0,
+            "big_revisions": 0,
         }
 
     # --- introspection ------------------------------------------------------------------------
@@ -791,6 +1031,9 @@ class WatchHub:
             self.stats["gaps"] += 1
             self._resync_all(prev + 1)
             return
+        if len(events) > BIG_REVISION_EVENTS:
+            self._notify_big(revision, events)
+            return
         hits: dict[Watcher, list[Event]] = {}
         single = self._single
         if single:
@@ -819,6 +1062,55 @@ class WatchHub:
         for w, evs in hits.items():
             if revision >= w._next_rev and w._state is _State.SYNCED:
                 w._offer_live(revision, evs, strip_cache)
+
+    def _notify_big(self, revision: int, events: Sequence[Event]) -> None:
+        """A big revision: O(1) per synced watcher now; each one's events are selected by
+        its stream's consumer, a step at a time (``_BigDelivery``)."""
+        synced = [w for ws in self._single.values() for w in ws]
+        synced.extend(self._ranges)
+        offered = [w for w in synced if revision >= w._next_rev]
+        if not offered:
+            return
+        strip = sum(1 for w in offered if not w.prev_kv)
+        big = _BigRevision(self, revision, events, share_stripped=strip > 1)
+        big.deliveries = len(offered)
+        for w in offered:
+            w._next_rev = revision + 1  # queued (a replay must not read it again)
+            w._stream._push(w, _BigDelivery(big, w), _K_BIG, 0)
+        self.stats["big_revisions"] += 1
+
+    def _bury(self, events: list[Event]) -> None:
+        """Drop ``events`` (the hub's own list) a slice at a time, not all at once: a slice
+        per loop turn (a callback of its own), and a slice per poll."""
+        if not events:
+            return
+        self._graveyard.append(events)
+        if not self._reaping:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop (a synchronous user): polls reap
+            self._reaping = True
+            loop.call_soon(self._reap_turn, loop)
+
+    def _reap_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._reap()
+        if self._graveyard:
+            loop.call_soon(self._reap_turn, loop)
+        else:
+            self._reaping = False
+
+    def _reap(self) -> None:
+        """Drop up to ``_REAP_STEP`` references of the graveyard."""
+        graveyard = self._graveyard
+        budget = _REAP_STEP
+        while graveyard and budget > 0:
+            events = graveyard[0]
+            n = min(budget, len(events))
+            del events[len(events) - n :]
+            budget -= n
+            if not events:
+                graveyard.popleft()
 
     def reset(self, source: WatchSource) -> None:
         """The store was replaced (snapshot restore): every watcher continues from its next
