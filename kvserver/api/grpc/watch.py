@@ -16,10 +16,13 @@ up, the request is deferred and answered after a later response (etcd's
 its stream (as etcd: only its cancel or a server-side error ends the call).
 
 Responses: the hub's, the header completed (``cluster_id``, ``member_id``, the hub's
-revision, ``raft_term`` at send time). A response of more than ``ENCODE_IN_THREAD_EVENTS``
-events is converted and serialized in a worker thread, ``ENCODE_STEP_EVENTS`` events per
-protobuf call (the pieces concatenate into one valid message), so no response holds the loop
-for long; the hub already hands out history in bounded chunks.
+revision, ``raft_term`` at send time). A response of more than ``ENCODE_STEP_EVENTS`` events
+(a revision that deleted a million keys is one response, as in etcd, unless the client asked
+for ``fragment``) is converted and serialized on the loop ``ENCODE_STEP_EVENTS`` events per
+step, yielding between steps (the pieces concatenate into one valid message), and joined in
+a worker thread; its events are then handed back to the hub (``WatchStream.release``) to be
+dropped a slice at a time. So no response holds the loop for long; the hub already hands
+out history in bounded chunks and big revisions in bounded steps.
 
 Lifetime and back-pressure. A response is written once the transport took the previous one
 (HTTP/2 flow control); meanwhile responses queue in the hub, bounded per watcher (a watcher
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -73,8 +77,7 @@ from .rpc import Method, RpcContext
 
 log = logging.getLogger(__name__)
 
-ENCODE_IN_THREAD_EVENTS = 1_000
-ENCODE_STEP_EVENTS = 1_000
+ENCODE_STEP_EVENTS = 1_000  # events converted per loop step
 MAX_QUEUED_RESPONSES = 1_024  # requests wait while this many responses are not yet written
 
 MSG_WATCH_CANCELED = "etcdserver: watch canceled"  # etcd's ErrGRPCWatchCanceled
@@ -124,7 +127,20 @@ def encode_response(
     step: int = ENCODE_STEP_EVENTS,
 ) -> bytes:
     """A serialized ``WatchResponse``, its events converted ``step`` at a time."""
-    head = rpc_pb2.WatchResponse(
+    return b"".join(encode_response_pieces(resp, cluster_id, member_id, raft_term, step))
+
+
+def encode_response_pieces(
+    resp: WatchResponse,
+    cluster_id: int,
+    member_id: int,
+    raft_term: int,
+    step: int = ENCODE_STEP_EVENTS,
+) -> Iterator[bytes]:
+    """``encode_response`` in pieces, each with at most ``step`` events (protobuf messages
+    concatenate: the pieces joined are one valid message). A consumer that yields to the loop
+    between pieces never holds it for more than one piece's conversion."""
+    yield rpc_pb2.WatchResponse(
         header=rpc_pb2.ResponseHeader(
             cluster_id=cluster_id,
             member_id=member_id,
@@ -139,13 +155,21 @@ def encode_response(
         fragment=resp.fragment,
     ).SerializeToString()
     events = resp.events
-    if not events:
-        return head
-    parts = [head]
     for start in range(0, len(events), step):
         chunk = [convert.event_to_pb(ev) for ev in events[start : start + step]]
-        parts.append(rpc_pb2.WatchResponse(events=chunk).SerializeToString())
-    return b"".join(parts)
+        yield rpc_pb2.WatchResponse(events=chunk).SerializeToString()
+
+
+async def encode_response_in_steps(
+    resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
+) -> bytes:
+    """``encode_response`` for a response of many events, yielding to the loop between
+    pieces; the pieces are joined in a worker thread (a join that large releases the GIL)."""
+    parts = []
+    for piece in encode_response_pieces(resp, cluster_id, member_id, raft_term):
+        parts.append(piece)
+        await asyncio.sleep(0)
+    return await asyncio.to_thread(b"".join, parts)
 
 
 # --- one call ---------------------------------------------------------------------------------
@@ -284,8 +308,12 @@ class WatchServicer:
         cluster_id, member_id = service.cluster_id, service.member_id
         async for resp in stream:
             term = service.raft_term
-            if len(resp.events) > ENCODE_IN_THREAD_EVENTS:
-                data = await asyncio.to_thread(encode_response, resp, cluster_id, member_id, term)
+            if len(resp.events) > ENCODE_STEP_EVENTS:
+                try:
+                    data = await encode_response_in_steps(resp, cluster_id, member_id, term)
+                finally:
+                    stream.release(resp)  # its events are dropped a slice at a time
+                    del resp
             else:
                 data = encode_response(resp, cluster_id, member_id, term)
             await context.write(data)

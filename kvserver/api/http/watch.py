@@ -19,6 +19,11 @@ flag, an empty list), ``header`` with ``cluster_id``, ``member_id``, ``revision`
 compacted response, as etcd) and ``raft_term``. A deleted key's ``kv`` holds only ``key`` and
 ``mod_revision``. The semantics (history replay, filters, prev_kv, compaction, cancel,
 progress, fragments, bounded buffers) are ``kvserver.watch.hub``'s; this module only moves bytes.
+A response of more than ``ENCODE_STEP_EVENTS`` events (a revision that deleted a million keys
+is one line, as etcd's gateway writes it, unless the client asked for ``fragment``) is
+encoded and written ``ENCODE_STEP_EVENTS`` events at a time, yielding to the loop between
+pieces, and its events are then handed back to the hub (``WatchStream.release``) to be
+dropped a slice at a time: no step of writing it grows with the number of events.
 
 Lifetime. The response stays open while a watcher is live or more requests may come. It ends
 when the client disconnects (noticed within ``DISCONNECT_POLL_S`` even on an idle stream, by
@@ -53,6 +58,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 
@@ -71,6 +78,7 @@ log = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.5  # how often an idle stream checks that its client is still there
 MAX_WRITE_BATCH_BYTES = 256 * 1024  # queued responses written together in one chunk
+ENCODE_STEP_EVENTS = 1_000  # events of a response encoded per loop step
 MSG_SERVER_STOPPED = "etcdserver: server stopped"
 
 _WS = b" \t\r\n"
@@ -429,6 +437,32 @@ def encode_watch_line(
     return (text + "}\n").encode("ascii")
 
 
+def encode_line_pieces(
+    resp: WatchResponse,
+    cluster_id: int,
+    member_id: int,
+    raft_term: int,
+    step: int = ENCODE_STEP_EVENTS,
+) -> Iterator[bytes]:
+    """``encode_watch_line`` in pieces of at most ``step`` events each: their concatenation
+    is the same line (``events`` is the last field). A consumer that yields to the loop
+    between pieces never holds it for more than one piece's encoding."""
+    events = resp.events
+    if len(events) <= step:
+        yield encode_watch_line(resp, cluster_id, member_id, raft_term)
+        return
+    header = gateway_json.header_json(
+        ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
+    )
+    fields = watch_response_fields(replace(resp, events=()))
+    rest = dumps(fields)[1:-1] + "," if fields else ""
+    yield ('{"result":{"header":' + header + "," + rest + '"events":[').encode("ascii")
+    for start in range(0, len(events), step):
+        piece = dumps([event_json(ev) for ev in events[start : start + step]])[1:-1]
+        yield (piece if start == 0 else "," + piece).encode("ascii")
+    yield b"]}}\n"
+
+
 def error_line(code: int, message: str, http_status: int) -> bytes:
     return (
         dumps(
@@ -476,6 +510,16 @@ async def _write_responses(response: web.StreamResponse, session: _Session, serv
     cluster_id, member_id = service.cluster_id, service.member_id
     async for resp in stream:
         term = service.raft_term
+        if len(resp.events) > ENCODE_STEP_EVENTS:
+            # A huge revision's line, written as it is encoded, a slice of events at a time.
+            try:
+                for piece in encode_line_pieces(resp, cluster_id, member_id, term):
+                    await response.write(piece)
+                    await asyncio.sleep(0)  # the write may not have yielded: it had room
+            finally:
+                stream.release(resp)  # its events are dropped a slice at a time
+                del resp
+            continue
         lines = [encode_watch_line(resp, cluster_id, member_id, term)]
         size = len(lines[0])
         while size < MAX_WRITE_BATCH_BYTES:  # whatever else is ready goes in the same chunk
