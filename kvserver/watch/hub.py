@@ -582,7 +582,7 @@ class _BigRevision:
         self.deliveries = 0  # not yet complete
         self._own: list[Event] = []
         self._ordered = True  # the events copied so far are in key order
-        self._stripped: dict[int, Event] | None = {} if share_stripped else None
+        self._stripped: dict[int, list[Event | None]] | None = {} if share_stripped else None
 
     def prepare_step(self) -> None:
         """Copy (and check the key order of) ``BIG_STEP_EVENTS`` more events."""
@@ -603,9 +603,13 @@ class _BigRevision:
         cache = self._stripped
         if cache is None:
             return Event(ev.type, ev.kv)
-        out = cache.get(i)
+        # one small list per step of events: no resize of a million-entry table in one step
+        chunk = cache.get(i // BIG_STEP_EVENTS)
+        if chunk is None:
+            chunk = cache[i // BIG_STEP_EVENTS] = [None] * BIG_STEP_EVENTS
+        out = chunk[i % BIG_STEP_EVENTS]
         if out is None:
-            out = cache[i] = Event(ev.type, ev.kv)
+            out = chunk[i % BIG_STEP_EVENTS] = Event(ev.type, ev.kv)
         return out
 
     def delivered(self) -> None:
