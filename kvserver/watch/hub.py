@@ -838,6 +838,10 @@ class WatchStream:
             w._dropped = True
         self._watchers.clear()
         self._unsynced.clear()
+        for _, item, kind, _ in self._fifo:
+            if kind == _K_BIG:
+                assert isinstance(item, _BigDelivery)
+                item.big.delivered()  # its events go to the graveyard, not all at once
         self._fifo.clear()
         self._closed = True
         self._wake()

@@ -325,3 +325,23 @@ async def test_the_gateway_writes_a_huge_revision_a_piece_per_loop_turn():
             break
         await asyncio.sleep(0)
     assert not env.hub._graveyard
+
+
+def test_a_stream_closed_mid_way_hands_the_revision_to_the_graveyard(monkeypatch):
+    env = loaded(SMALL)
+    stream = env.hub.open_stream()
+    stream.create(WatchCreateRequest(key=b"p/", range_end=b"p0"))
+    assert drain(stream)[0].created
+    other = env.hub.create(b"p/", b"p0")  # shares the revision, is delivered in full
+    assert other.poll().created
+    buried: list[int] = []
+    bury = env.hub._bury
+    monkeypatch.setattr(env.hub, "_bury", lambda events: (buried.append(len(events)), bury(events)))
+    _, meter = delete_all(env, monkeypatch, SMALL)
+    assert stream.poll() is None  # under way
+    stream.close()
+    assert len(keys_of(take_all(meter, other))) == SMALL
+    # the revision's own copy of the events and the delivered part: dropped a slice per poll
+    assert sorted(buried) == [SMALL, SMALL]
+    assert not env.hub._graveyard
+    assert meter.worst <= BIG_STEP_EVENTS + 1
