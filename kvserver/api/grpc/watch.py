@@ -78,6 +78,7 @@ from .rpc import Method, RpcContext
 log = logging.getLogger(__name__)
 
 ENCODE_STEP_EVENTS = 1_000  # events converted per loop step
+JOIN_IN_THREAD_BYTES = 1 << 20  # a bigger message's pieces are joined in a worker thread
 MAX_QUEUED_RESPONSES = 1_024  # requests wait while this many responses are not yet written
 
 MSG_WATCH_CANCELED = "etcdserver: watch canceled"  # etcd's ErrGRPCWatchCanceled
@@ -166,9 +167,13 @@ async def encode_response_in_steps(
     """``encode_response`` for a response of many events, yielding to the loop between
     pieces; the pieces are joined in a worker thread (a join that large releases the GIL)."""
     parts = []
+    size = 0
     for piece in encode_response_pieces(resp, cluster_id, member_id, raft_term):
         parts.append(piece)
+        size += len(piece)
         await asyncio.sleep(0)
+    if size < JOIN_IN_THREAD_BYTES:
+        return b"".join(parts)
     return await asyncio.to_thread(b"".join, parts)
 
 
