@@ -10,7 +10,8 @@ CPU priority, while the parent goes on applying. The parent pays for the fork (p
 a few milliseconds per GiB of heap) and for copying the pages it writes to while the child
 runs; the child's own copies die with it.
 
-Contract: ``ForkedChild.start(work)`` forks at once; the child runs ``work()`` (it sees the
+Contract: ``ForkedChild.start(work)`` freezes the parent's cyclic GC (``gc.freeze``, see
+``start``) and forks at once; the child runs ``work()`` (it sees the
 state of the moment of the call) and exits 0 when it returns, 3 when it raised (its traceback
 goes to the inherited stderr). ``await child.wait(timeout_s)`` waits for the exit without
 blocking the event loop (a pidfd), and raises ``ChildFailedError`` for anything but a clean
@@ -76,6 +77,13 @@ class ForkedChild:
     @classmethod
     def start(cls, work: Callable[[], object], niceness: int = CHILD_NICENESS) -> ForkedChild:
         parent = os.getpid()
+        # Python's own advice for a fork without exec: every object tracked now moves to the
+        # permanent generation, so the parent's next collections walk only what it allocates
+        # from now on. A full collection over the old objects would write to each one's
+        # header, and so copy every page the child still shares, on the parent's loop
+        # (measured with a store of a million keys, none of it frozen, putting on a loop:
+        # a 0.7 s step after the fork; frozen first, no step longer than without a fork).
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _run_child(work, parent, niceness)
