@@ -64,6 +64,15 @@ def stopping() -> ServiceError:
     return ServiceError(GrpcCode.UNAVAILABLE, "etcdserver: server stopped", retryable=True)
 
 
+MSG_NOT_FOR_LEARNER = "etcdserver: rpc not supported for learner"
+
+
+def not_for_learner() -> ServiceError:
+    """What etcd's learner answers to everything but Status and a serializable Range: try
+    another member."""
+    return ServiceError(GrpcCode.UNAVAILABLE, MSG_NOT_FOR_LEARNER, retryable=True)
+
+
 def replaying(detail: str) -> ServiceError:
     """A member that restarted has not applied its recovered log yet (local reads wait)."""
     return ServiceError(GrpcCode.UNAVAILABLE, f"etcdserver: {detail}", retryable=True)

@@ -180,3 +180,12 @@ class KVService(Protocol):
         """Return once this member's store is no older than before it (re)started."""
 
     def status(self) -> NodeStatus: ...
+
+
+def serves_as_learner(service: object) -> bool:
+    """Whether the member behind ``service`` is a learner now (it is promoted while it
+    serves, so ask per request). A service without a raft node (a test double) is not."""
+    node = getattr(service, "node", None)
+    conf_state = getattr(node, "conf_state", None)
+    member_id = getattr(service, "member_id", None)
+    return conf_state is not None and member_id in conf_state.learners

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import aiohttp
 import grpc
 import pytest
 
@@ -187,7 +188,7 @@ async def test_member_calls_over_grpc(tmp_path):
 
 async def learner_answers_as_etcds(learner: Member) -> None:
     """A learner serves Status and serializable ranges only; every other call, streams too,
-    is refused Unavailable (etcd 3.4's interceptors)."""
+    is refused Unavailable (etcd 3.4's interceptors), over gRPC and over the gateway."""
     refused = "etcdserver: rpc not supported for learner"
     async with dial(learner) as channel:
         kv = rpc_pb2_grpc.KVStub(channel)
@@ -205,6 +206,29 @@ async def learner_answers_as_etcds(learner: Member) -> None:
         watch = rpc_pb2_grpc.WatchStub(channel).Watch()
         err = await rpc_error(watch.read())
         assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, refused)
+    # The JSON gateway the same (etcd's reaches its gRPC server): 503 with etcd's error body.
+    url = learner.cfg.advertise_client_urls[0]
+    async with aiohttp.ClientSession() as http:
+        for path, body in (
+            ("/v3/maintenance/status", {}),
+            ("/v3/kv/range", {"key": "aw==", "serializable": True}),
+        ):
+            async with http.post(url + path, json=body) as resp:
+                assert resp.status == 200, (path, await resp.text())
+        for path, body in (
+            ("/v3/kv/range", {"key": "aw=="}),
+            ("/v3beta/kv/put", {"key": "aw==", "value": "dg=="}),
+            ("/v3/cluster/member/list", {}),
+            ("/v3/lease/grant", {"TTL": 60}),
+            ("/v3/watch", {"create_request": {"key": "aw=="}}),
+        ):
+            async with http.post(url + path, json=body) as resp:
+                got = await resp.json()
+                assert resp.status == 503, (path, got)
+                assert (got["code"], got["message"]) == (14, refused), path
+        async with http.get(url + "/health") as resp:  # raftkv's own routes: as on any member
+            assert resp.status in (200, 503)
+            assert "health" in await resp.json()
 
 
 async def test_member_changes_need_root(tmp_path):

@@ -16,9 +16,10 @@ from typing import Any
 
 import grpc
 
+from kvserver.kvpb.service_errors import MSG_NOT_FOR_LEARNER
+
 from .rpc import UNARY_UNARY, Method, RpcContext
 
-MSG_NOT_FOR_LEARNER = "etcdserver: rpc not supported for learner"
 STATUS_PATH = "/etcdserverpb.Maintenance/Status"
 RANGE_PATH = "/etcdserverpb.KV/Range"
 

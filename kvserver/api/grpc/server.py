@@ -25,6 +25,8 @@ from typing import Any
 
 import grpc
 
+from kvserver.server.service import serves_as_learner
+
 from .auth import AuthServicer
 from .calls import Calls
 from .cluster import ClusterServicer
@@ -83,9 +85,7 @@ class GrpcServer:
         return refuse_on_learner(table, self._is_learner)
 
     def _is_learner(self) -> bool:
-        node = getattr(self.service, "node", None)
-        conf_state = getattr(node, "conf_state", None)
-        return conf_state is not None and self.service.member_id in conf_state.learners
+        return serves_as_learner(self.service)
 
     @property
     def connections_accepted(self) -> int:

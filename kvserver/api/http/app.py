@@ -12,7 +12,8 @@ Middlewares, outermost first:
    ``EtcdError``/``ServiceError`` with their code and status; aiohttp's own 404/405/413 as
    NotFound/Unimplemented/``etcdserver: request is too large``; anything unexpected as 500
    Internal ``raftkv: internal error`` (logged with its traceback, never shown to the client).
-3. ``auth.auth_middleware`` — with auth enabled, resolves the ``Authorization`` token to a
+3. ``learner.learner_middleware`` — on a learner, refuses what etcd's learner refuses;
+4. ``auth.auth_middleware`` — with auth enabled, resolves the ``Authorization`` token to a
    user and refuses what the path needs beyond it (``kvserver.api.http.auth``).
 
 No client input can crash the server: handlers validate before calling the service, and the
@@ -31,7 +32,7 @@ from kvserver.kvpb.service_errors import GrpcCode
 from kvserver.server.metrics import Metrics
 from kvserver.server.service import KVService
 
-from . import auth, maintenance, ops, ranks, rest, ui, ui_data, v3, watch
+from . import auth, learner, maintenance, ops, ranks, rest, ui, ui_data, v3, watch
 from .common import (
     DEFAULT_MAX_REQUEST_BYTES,
     LIMITS_KEY,
@@ -127,7 +128,12 @@ def build_client_app(
     """The client HTTP API of one node (see the module docstring)."""
     limits = ApiLimits.for_max_request(max_request_bytes)
     app = web.Application(
-        middlewares=[metrics.http_middleware(), error_middleware, auth.auth_middleware],
+        middlewares=[
+            metrics.http_middleware(),
+            error_middleware,
+            learner.learner_middleware,
+            auth.auth_middleware,
+        ],
         client_max_size=limits.max_body_bytes,
     )
     app[SERVICE_KEY] = service

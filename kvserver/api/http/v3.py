@@ -41,7 +41,17 @@ from kvserver.kvpb.lease import LeaseKeepAliveResponse
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.mvcc.validate import validate_request
 
-from . import alarm, auth, cluster, forward, gateway_json, maintenance, maintenance_ops, watch
+from . import (
+    alarm,
+    auth,
+    cluster,
+    forward,
+    gateway_json,
+    learner,
+    maintenance,
+    maintenance_ops,
+    watch,
+)
 from .common import (
     LIMITS_KEY,
     SERVICE_KEY,
@@ -97,6 +107,7 @@ async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def
 async def kv_range(request: web.Request) -> web.Response:
     request_ids(request.headers)  # reads ignore them, but malformed ones are still refused
     req = await _decoded(request, gateway_json.decode_range)
+    learner.refuse_linearizable_read(request, req)
     resp = await request.app[SERVICE_KEY].range(req)
     if len(resp.kvs) > gateway_json.ENCODE_IN_THREAD_KVS:
         # A big answer is encoded in a worker thread, a slice at a time, off the loop.
