@@ -317,6 +317,7 @@ async def test_the_gateway_writes_a_huge_revision_a_piece_per_loop_turn():
     assert len(lines) == 3  # created, the revision, canceled
     assert lines[1].count(b'"kv":') == N
     assert len(writes.pieces) >= N // http_watch.ENCODE_STEP_EVENTS
+    assert max(p.count(b'"kv":') for p in writes.pieces) <= http_watch.ENCODE_STEP_EVENTS
     # the hub's steps and the encoder's pieces each gave the loop a turn
     assert turns >= N // BIG_STEP_EVENTS + N // http_watch.ENCODE_STEP_EVENTS
     # the events the writer released are dropped a slice per loop turn, with no poll
@@ -345,3 +346,25 @@ def test_a_stream_closed_mid_way_hands_the_revision_to_the_graveyard(monkeypatch
     assert sorted(buried) == [SMALL, SMALL]
     assert not env.hub._graveyard
     assert meter.worst <= BIG_STEP_EVENTS + 1
+
+
+async def test_the_gateway_writes_a_huge_response_in_pieces_even_behind_a_small_one():
+    """A replay that reaches a huge revision queues it as one response right behind
+    ``created``: the writer's batching of ready responses must not encode it whole."""
+    env = loaded(SMALL)
+    rev = env.delete(b"p/", b"p0").revision
+    stream = env.hub.open_stream()
+    stream.create(WatchCreateRequest(key=b"p/", range_end=b"p0", start_revision=rev))
+    stream.close_input()
+    writes = _Writes()
+    session = type("S", (), {"stream": stream})()
+    task = asyncio.create_task(http_watch._write_responses(writes, session, _Service()))
+    for _ in range(10_000):
+        if b"".join(writes.pieces).count(b"\n") >= 2:
+            break
+        await asyncio.sleep(0)
+    stream.close()
+    await task
+    lines = b"".join(writes.pieces).splitlines()
+    assert b'"created":true' in lines[0] and lines[1].count(b'"kv":') == SMALL
+    assert max(p.count(b'"kv":') for p in writes.pieces) <= http_watch.ENCODE_STEP_EVENTS

@@ -505,30 +505,50 @@ async def _read_requests(reader: _ObjectReader, session: _Session) -> None:
     stream.close_input()
 
 
+async def _write_big(
+    response: web.StreamResponse,
+    stream: WatchStream,
+    resp: WatchResponse,
+    cluster_id: int,
+    member_id: int,
+    term: int,
+) -> None:
+    """A huge response's line, written as it is encoded, a slice of events per loop turn;
+    then its events go back to the hub to be dropped a slice at a time."""
+    try:
+        for piece in encode_line_pieces(resp, cluster_id, member_id, term):
+            await response.write(piece)
+            await asyncio.sleep(0)  # the write may not have yielded: it had room
+    finally:
+        stream.release(resp)
+
+
 async def _write_responses(response: web.StreamResponse, session: _Session, service: Any) -> None:
     stream = session.stream
     cluster_id, member_id = service.cluster_id, service.member_id
-    async for resp in stream:
+    async for first in stream:
         term = service.raft_term
-        if len(resp.events) > ENCODE_STEP_EVENTS:
-            # A huge revision's line, written as it is encoded, a slice of events at a time.
-            try:
-                for piece in encode_line_pieces(resp, cluster_id, member_id, term):
-                    await response.write(piece)
-                    await asyncio.sleep(0)  # the write may not have yielded: it had room
-            finally:
-                stream.release(resp)  # its events are dropped a slice at a time
-                del resp
-            continue
-        lines = [encode_watch_line(resp, cluster_id, member_id, term)]
-        size = len(lines[0])
-        while size < MAX_WRITE_BATCH_BYTES:  # whatever else is ready goes in the same chunk
-            more = stream.poll()
-            if more is None:
+        resp: WatchResponse | None = first
+        del first
+        while resp is not None:
+            if len(resp.events) > ENCODE_STEP_EVENTS:
+                await _write_big(response, stream, resp, cluster_id, member_id, term)
+                resp = None
                 break
-            lines.append(encode_watch_line(more, cluster_id, member_id, term))
-            size += len(lines[-1])
-        await response.write(b"".join(lines))
+            lines = [encode_watch_line(resp, cluster_id, member_id, term)]
+            size = len(lines[0])
+            resp = None
+            while size < MAX_WRITE_BATCH_BYTES:  # whatever else is ready goes in the same chunk
+                more = stream.poll()
+                if more is None:
+                    break
+                if len(more.events) > ENCODE_STEP_EVENTS:
+                    resp = more  # after this chunk, in pieces
+                    break
+                lines.append(encode_watch_line(more, cluster_id, member_id, term))
+                size += len(lines[-1])
+            more = None
+            await response.write(b"".join(lines))
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
