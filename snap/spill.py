@@ -19,8 +19,7 @@ the data becomes durable as the ``.snap`` file written from the mapping.
 ``await spill_chunks(chunks, directory)`` is how the member's event loop fills one: it takes
 the chunks (an iterable, one chunk per loop turn, or an async iterable), hands each batch of
 about ``SPILL_BATCH_BYTES`` to a worker thread while it gathers the next, and returns the
-mapping; at most two batches are in the heap at a time. ``spill_chunks_here`` does the same
-in the calling thread, for a process that has nothing else to do (``snap.forked``).
+mapping; at most two batches are in the heap at a time.
 """
 
 from __future__ import annotations
@@ -100,22 +99,6 @@ async def spill_chunks(
             if writing is not None:  # never close the file under a running write
                 await asyncio.shield(writing)
         await loop.run_in_executor(None, spill.append, batch)
-        return spill.map()
-
-
-def spill_chunks_here(chunks: Iterable[bytes], directory: str | None = None) -> memoryview:
-    """``spill_chunks`` for a process with nothing else to do (a forked child): the chunks
-    are produced and written by the caller, a batch at a time."""
-    with SpillFile(directory) as spill:
-        batch: list[bytes] = []
-        batch_bytes = 0
-        for chunk in chunks:
-            batch.append(chunk)
-            batch_bytes += len(chunk)
-            if batch_bytes >= SPILL_BATCH_BYTES:
-                spill.append(batch)
-                batch, batch_bytes = [], 0
-        spill.append(batch)
         return spill.map()
 
 

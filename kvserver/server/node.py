@@ -90,7 +90,7 @@ from raft.errors import (
 )
 from snap import forked
 from snap.forked import ChildFailedError, ForkedChild
-from snap.spill import drop_resident_pages, spill_chunks, spill_chunks_here
+from snap.spill import drop_resident_pages, spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -805,11 +805,9 @@ class Node:
                 conf_state=conf_state, index=index, term=self.raw_storage.term(index)
             )
 
-            def work() -> None:  # in the child
-                image = spill_chunks_here(
-                    itertools.chain(head, sm.snapshot_chunks()), storage.spill_dir
-                )
-                storage.write_snapshot_file_in_child(metadata, [image])
+            def work() -> None:  # in the child, whose memory goes when it exits: no spill
+                parts: list[bytes | memoryview] = [*head, *sm.snapshot_chunks()]
+                storage.write_snapshot_file_in_child(metadata, parts)
 
             try:
                 body = self._snapshot_by_child(metadata, ForkedChild.start(work))

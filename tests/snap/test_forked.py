@@ -11,7 +11,6 @@ import pytest
 
 from snap import forked
 from snap.forked import ChildFailedError, ForkedChild
-from snap.spill import spill_chunks_here
 
 pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork and pidfd")
 
@@ -35,18 +34,6 @@ def test_the_child_writes_what_the_state_was_at_the_fork(tmp_path):
 
     asyncio.run(main())
     assert out.read_bytes() == b"ab"
-
-
-def test_a_spilled_image_is_every_chunk_in_order(tmp_path):
-    parts = [os.urandom(n) for n in (0, 1, 65536, 5 << 20, 17)]
-    out = tmp_path / "image"
-
-    def work():
-        out.write_bytes(spill_chunks_here(iter(parts), str(tmp_path)))
-
-    _run(ForkedChild.start(work))
-    assert out.read_bytes() == b"".join(parts)
-    assert os.listdir(tmp_path) == ["image"]  # the spill file is anonymous
 
 
 def test_the_loop_keeps_running_while_the_child_works():
