@@ -216,7 +216,7 @@ class NodeOptions:
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
     # Snapshots made by a forked child where the platform allows (snap.forked).
-    snapshot_in_child: bool = True
+    snapshot_in_child: bool = False
 
 
 class _ReadBatch:
@@ -785,22 +785,25 @@ class Node:
         of its own while the apply task goes on (one snapshot at a time).
 
         What is captured here is what the snapshot holds, and the member registry's image is
-        taken in the same step. Where the platform allows (``snap.forked``), a forked child
-        serializes the state as it is at this call and writes the ``.snap`` file, niced,
-        while this process goes on applying; the member then records the file in its WAL.
-        At a million keys that is seconds of CPU and 300 MB of writes the member's requests
-        no longer wait behind. Otherwise (``--snapshot-in-child false``, no fork now, or a
-        child failed before) the state machine's ``snapshot_chunks()`` fixes its content at
-        this call (the store's stream reads its live index at the revision of the call, see
-        ``kvserver.mvcc.snapshot``); the chunks are produced on the loop, a step per turn,
-        and the file is written by the member's snap-writer thread. Either way applies go
-        on meanwhile: with the snapshot made in the apply task, every write waited for it."""
+        taken in the same step. The state machine's ``snapshot_chunks()`` fixes its content
+        at this call (the store's stream reads its live index at the revision of the call,
+        see ``kvserver.mvcc.snapshot``); the chunks are produced on the loop, a step per
+        turn, and the file is written by the member's snap-writer thread. With
+        ``snapshot_in_child`` (``--snapshot-in-child``, where the platform allows, unless a
+        child failed before) a forked child (``snap.forked``) serializes the state as it is
+        at this call and writes the ``.snap`` file, niced, while this process goes on
+        applying; the member then records the file in its WAL. At a million keys that is
+        seconds of CPU and 300 MB of writes the member's requests no longer wait behind.
+        Either way applies go on meanwhile: with the snapshot made in the apply task, every
+        write waited for it."""
         index, conf_state = self.applied, self.conf_state
+        if not self._still_newest(index):
+            return
         members = frame_members(self.members.snapshot()) if self.members is not None else b""
         head = (members,) if members else ()
         sm, storage = self.sm, self.storage
         body: Awaitable[None] | None = None
-        if self._snapshot_in_child and self._still_newest(index):
+        if self._snapshot_in_child:
             metadata = SnapshotMetadata(
                 conf_state=conf_state, index=index, term=self.raw_storage.term(index)
             )

@@ -60,8 +60,7 @@ def _follower() -> Node:
         raw=raw,
         node_id=1,
         storage=storage,
-        # the fake storage writes no files: snapshots on the loop
-        options=NodeOptions(heartbeat_interval_s=10, snapshot_in_child=False),
+        options=NodeOptions(heartbeat_interval_s=10),
         applied=0,
         conf_state=ConfState(voters=(1, 2, 3)),
     )

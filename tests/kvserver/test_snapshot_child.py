@@ -70,7 +70,7 @@ async def test_a_failed_child_leaves_the_member_up_and_snapshots_move_to_the_loo
         return failing
 
     started = _count_children(monkeypatch, broken)
-    data, snapshot_index = await _write_and_restart(tmp_path)
+    data, snapshot_index = await _write_and_restart(tmp_path, snapshot_in_child=True)
     assert data == {b"s%03d" % i: b"v%d" % i for i in range(150)}
     assert snapshot_index > 0  # made on the loop after the failures
     # each member tried once, then stopped forking (the restarted member once more at most)
