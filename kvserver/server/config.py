@@ -38,7 +38,7 @@ class ServerConfig:
     # ... and more, as long as what is kept totals at most this (a follower that was down a
     # while then catches up from the log, not through a snapshot of the whole store)
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
-    snapshot_in_child: bool = False  # snapshots made by a forked child (snap.forked)
+    snapshot_in_child: bool = True  # snapshots made by a forked child (snap.forked)
     max_snapshots: int = 5
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
@@ -159,8 +159,8 @@ _FLAGS = (
         "--snapshot-in-child",
         "snapshot_in_child",
         "bool",
-        "make snapshots in a forked, niced child while the member goes on (Linux only; "
-        "default false: on the member's event loop, a step at a time)",
+        "make snapshots in a forked child, in the background, while the member goes on "
+        "(Linux only); false: on the member's event loop, a step at a time",
     ),
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),

@@ -216,7 +216,7 @@ class NodeOptions:
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
     # Snapshots made by a forked child where the platform allows (snap.forked).
-    snapshot_in_child: bool = False
+    snapshot_in_child: bool = True
 
 
 class _ReadBatch:
@@ -789,8 +789,8 @@ class Node:
         at this call (the store's stream reads its live index at the revision of the call,
         see ``kvserver.mvcc.snapshot``); the chunks are produced on the loop, a step per
         turn, and the file is written by the member's snap-writer thread. With
-        ``snapshot_in_child`` (``--snapshot-in-child``, where the platform allows, unless a
-        child failed before) a forked child (``snap.forked``) serializes the state as it is
+        ``snapshot_in_child`` (``--snapshot-in-child``, the default, where the platform
+        allows, unless a child failed before) a forked child (``snap.forked``) serializes the state as it is
         at this call and writes the ``.snap`` file, niced, while this process goes on
         applying; the member then records the file in its WAL. At a million keys that is
         seconds of CPU and 300 MB of writes the member's requests no longer wait behind.

@@ -60,7 +60,8 @@ def _follower() -> Node:
         raw=raw,
         node_id=1,
         storage=storage,
-        options=NodeOptions(heartbeat_interval_s=10),
+        # the fake storage writes no files: snapshots on the loop
+        options=NodeOptions(heartbeat_interval_s=10, snapshot_in_child=False),
         applied=0,
         conf_state=ConfState(voters=(1, 2, 3)),
     )
