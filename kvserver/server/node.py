@@ -799,14 +799,14 @@ class Node:
         index, conf_state = self.applied, self.conf_state
         if not self._still_newest(index):
             return
+        metadata = SnapshotMetadata(
+            conf_state=conf_state, index=index, term=self.raw_storage.term(index)
+        )
         members = frame_members(self.members.snapshot()) if self.members is not None else b""
         head = (members,) if members else ()
         sm, storage = self.sm, self.storage
         body: Awaitable[None] | None = None
         if self._snapshot_in_child:
-            metadata = SnapshotMetadata(
-                conf_state=conf_state, index=index, term=self.raw_storage.term(index)
-            )
 
             def work() -> None:  # in the child, whose memory goes when it exits: no spill
                 parts: list[bytes | memoryview] = [*head, *sm.snapshot_chunks()]
@@ -818,9 +818,7 @@ class Node:
                 log.warning("node %x: snapshot child not started (%s)", self.id, exc)
         if body is None:
             chunks = itertools.chain(head, sm.snapshot_chunks())
-            body = self._snapshot_on_loop(
-                index, conf_state, spill_chunks(chunks, storage.spill_dir)
-            )
+            body = self._snapshot_on_loop(metadata, spill_chunks(chunks, storage.spill_dir))
         self._snapshot_task = asyncio.get_running_loop().create_task(
             self._guarded(body), name=f"snapshot-{self.id:x}"
         )
@@ -853,20 +851,17 @@ class Node:
             f"{len(data) / 2**20:.1f} MiB serialized and written by child {child.pid} "
             f"in {time.monotonic() - started:.2f} s"
         )
-        self._keep_snapshot(metadata.index, metadata.conf_state, data, made)
+        self._keep_snapshot(metadata, data, made)
 
     async def _snapshot_on_loop(
-        self, index: int, conf_state: ConfState, spilled: Awaitable[memoryview]
+        self, metadata: SnapshotMetadata, spilled: Awaitable[memoryview]
     ) -> None:
         # The image goes to a spill file a batch at a time: never the whole image (hundreds
         # of megabytes at a million keys) in the heap.
         started = time.monotonic()
         image = await spilled
-        if not self._still_newest(index):
+        if not self._still_newest(metadata.index):
             return
-        metadata = SnapshotMetadata(
-            conf_state=conf_state, index=index, term=self.raw_storage.term(index)
-        )
         # The file first, from the spilled image; the raft storage then keeps the file's
         # mapping. Until then a follower that needs a snapshot gets the previous one: the
         # log it needs after that is still there, since it is cut only below.
@@ -877,7 +872,7 @@ class Node:
             f"written in {time.monotonic() - serialized:.2f} s"
         )
         del image  # unmapped once the file is written
-        self._keep_snapshot(index, conf_state, data, made)
+        self._keep_snapshot(metadata, data, made)
 
     def _still_newest(self, index: int) -> bool:
         """Whether a snapshot at ``index`` is still newer than the raft storage's (a snapshot
@@ -892,10 +887,11 @@ class Node:
         return False
 
     def _keep_snapshot(
-        self, index: int, conf_state: ConfState, data: bytes | memoryview, made: str
+        self, metadata: SnapshotMetadata, data: bytes | memoryview, made: str
     ) -> None:
         """The snapshot's file is durable and recorded: hand its data to the raft storage
         (for followers that need it) and cut the log behind it."""
+        index, conf_state = metadata.index, metadata.conf_state
         try:
             self.raw_storage.create_snapshot(index, conf_state, data)
         except SnapOutOfDateError:  # a snapshot from the leader was installed meanwhile
