@@ -141,6 +141,7 @@ class Member:
             options=NodeOptions(
                 heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
                 snapshot_count=cfg.snapshot_count,
+                snapshot_bytes=cfg.snapshot_bytes,
                 snapshot_catchup_entries=cfg.snapshot_catchup_entries,
                 snapshot_catchup_bytes=cfg.snapshot_catchup_bytes,
                 snapshot_in_child=cfg.snapshot_in_child,

@@ -34,6 +34,9 @@ class ServerConfig:
     heartbeat_interval_ms: int = 100
     election_timeout_ms: int = 1000
     snapshot_count: int = 100_000  # etcd 3.4's default
+    # ... or this many bytes of applied entries, whichever comes first: bounds a restart's
+    # replay of the WAL after the newest snapshot (0: entries only, as etcd)
+    snapshot_bytes: int = 64 * 1024 * 1024
     snapshot_catchup_entries: int = 5000
     # ... and more, as long as what is kept totals at most this (a follower that was down a
     # while then catches up from the log, not through a snapshot of the whole store)
@@ -142,6 +145,13 @@ _FLAGS = (
         "snapshot_count",
         "int",
         "applied entries between two snapshots (each member up to a quarter more, by its ID)",
+    ),
+    (
+        "--snapshot-bytes",
+        "snapshot_bytes",
+        "int",
+        "also snapshot after this many bytes of applied entries, whichever comes first: "
+        "bounds the WAL a restart replays (0 = entries only)",
     ),
     (
         "--snapshot-catchup-entries",

@@ -98,7 +98,10 @@ _SEND_BEFORE_PERSIST = frozenset(
     {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap}
 )
 PROPOSAL_HEADER_BYTES = 16  # origin | sequence, in front of every proposal
-_APPLY_YIELD_EVERY = 512  # committed entries applied between two yields to the loop
+# The apply task yields to the loop after this long: a batch of big committed entries (a
+# member replaying its WAL at start-up, a follower catching up on txns of 128 puts) would
+# otherwise hold heartbeats, reads and the GC pacer's freeze for the whole batch.
+_APPLY_SLICE_S = 0.01
 STEP_ERROR_UNHEALTHY_S = 10.0  # /health is false this long after a peer message failed
 
 
@@ -212,6 +215,8 @@ class NodeOptions:
     request_timeout_s: float = 5.0
     read_retry_s: float = 0.5
     snapshot_count: int = 100_000  # etcd 3.4's default
+    # ... or after this many bytes of applied entries (0: no such limit), see snapshot_due
+    snapshot_bytes: int = 64 * 1024 * 1024
     snapshot_catchup_entries: int = 5000
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     max_pending_proposals: int = 10000
@@ -236,14 +241,14 @@ SNAPSHOT_CHILD_TIMEOUT_S = 600.0
 SNAPSHOT_STAGGER_FRACTION = 4  # a member snapshots after up to a quarter more entries
 
 
-def snapshot_threshold(node_id: int, snapshot_count: int) -> int:
-    """How many applied entries after its last snapshot a member takes the next one:
-    ``snapshot_count`` plus a fixed part of up to a quarter of it, derived from the member's
-    ID. Every member applies the same entries, so with one threshold all of them would
-    serialize their whole state at the same moment; at a million keys that is seconds of CPU
-    each, and the writes all wait on the busy machine at once. Staggered, the snapshots
-    follow one another. Which entries a snapshot covers does not matter to raft."""
-    return snapshot_count + (node_id % 1009) * snapshot_count // (1009 * SNAPSHOT_STAGGER_FRACTION)
+def snapshot_threshold(node_id: int, amount: int) -> int:
+    """How much applied after its last snapshot (entries, or bytes of them) a member takes
+    the next one: ``amount`` plus a fixed part of up to a quarter of it, derived from the
+    member's ID. Every member applies the same entries, so with one threshold all of them
+    would serialize their whole state at the same moment; at a million keys that is seconds
+    of CPU each, and the writes all wait on the busy machine at once. Staggered, the
+    snapshots follow one another. Which entries a snapshot covers does not matter to raft."""
+    return amount + (node_id % 1009) * amount // (1009 * SNAPSHOT_STAGGER_FRACTION)
 
 
 class Node:
@@ -270,6 +275,12 @@ class Node:
         # invariant: snapshot_index <= applied <= committed
         self.applied = applied
         self.snapshot_index = applied
+        # Bytes of the entries applied since start-up, and their count at the newest snapshot
+        # (and at the one being made): a restart replays what lies between, so a member also
+        # snapshots once that passes ``snapshot_bytes``, however few the entries.
+        self.applied_bytes = 0
+        self._applied_bytes_at_snapshot = 0
+        self._snapshot_started: tuple[int, int] = (applied, 0)  # (index, applied_bytes)
         self._snapshot_in_child = options.snapshot_in_child and forked.available()
         self.conf_state = conf_state
         hard_state, _ = storage.raft_storage.initial_state()
@@ -678,12 +689,23 @@ class Node:
             else:
                 await self._apply(item)
             self._after_apply()
-            if (
-                self.applied - self.snapshot_index
-                > snapshot_threshold(self.id, self.opts.snapshot_count)
-                and self._snapshot_task is None
-            ):
+            if self._snapshot_task is None and self.snapshot_due():
                 self._start_snapshot()
+
+    def snapshot_due(self) -> bool:
+        """Whether enough was applied since the newest snapshot to take the next one: more
+        than ``snapshot_count`` entries (etcd's rule), or more than ``snapshot_bytes`` bytes
+        of them. etcd restarts from its backend file and replays only the WAL's tail; this
+        member restarts from its newest snapshot and replays every entry after it, so the
+        bytes bound that replay: a million keys loaded in txns of 128 puts are under 8,000
+        entries, and without the bytes rule a restart would apply all of them again."""
+        opts = self.opts
+        if self.applied - self.snapshot_index > snapshot_threshold(self.id, opts.snapshot_count):
+            return True
+        return opts.snapshot_bytes > 0 and (
+            self.applied_bytes - self._applied_bytes_at_snapshot
+            > snapshot_threshold(self.id, opts.snapshot_bytes)
+        )
 
     def _after_apply(self) -> None:
         self._note_applied()
@@ -702,6 +724,7 @@ class Node:
         self.conf_state = snapshot.metadata.conf_state
         await self.restore_snapshot_data(snapshot.data, self.conf_state)
         self.applied = self.snapshot_index = snapshot.metadata.index
+        self._applied_bytes_at_snapshot = self.applied_bytes
         log.info("node %x: restored snapshot at index %d from the leader", self.id, self.applied)
         if self._on_memory_freed is not None:
             self._on_memory_freed("snapshot-installed")
@@ -723,9 +746,12 @@ class Node:
     async def _apply(self, entries: tuple[Entry, ...]) -> None:
         origin = self._origin
         waiters = self._proposal_waiters
-        for n, e in enumerate(entries):
+        clock = time.perf_counter
+        yield_at = clock() + _APPLY_SLICE_S
+        for e in entries:
             if e.index <= self.applied:
                 continue  # already in the snapshot we restored
+            self.applied_bytes += len(e.data)
             if e.type == EntryType.NORMAL:
                 if e.data:
                     result = self.sm.apply(e.index, e.data[PROPOSAL_HEADER_BYTES:])
@@ -748,8 +774,9 @@ class Node:
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
-            if n % _APPLY_YIELD_EVERY == _APPLY_YIELD_EVERY - 1:
+            if clock() > yield_at:
                 await asyncio.sleep(0)  # a long catch-up must not starve the raft task
+                yield_at = clock() + _APPLY_SLICE_S
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)
@@ -799,6 +826,7 @@ class Node:
         index, conf_state = self.applied, self.conf_state
         if not self._still_newest(index):
             return
+        self._snapshot_started = (index, self.applied_bytes)
         metadata = SnapshotMetadata(
             conf_state=conf_state, index=index, term=self.raw_storage.term(index)
         )
@@ -898,6 +926,9 @@ class Node:
             log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
             return
         self.snapshot_index = max(self.snapshot_index, index)
+        started_index, started_bytes = self._snapshot_started
+        if started_index == index:
+            self._applied_bytes_at_snapshot = max(self._applied_bytes_at_snapshot, started_bytes)
         compact_to = self._log_cut(index)
         if compact_to > self.raw_storage.first_index():
             self.storage.compact(compact_to)
