@@ -1094,6 +1094,39 @@ class MVCCStore:
         With ``max_scanned > 0`` it also stops (at a revision boundary) once it has looked
         at that many log records, matching or not: a watcher of one key replaying from an
         old revision then costs bounded work per call, not a walk of the whole log."""
+        events, next_rev, _ = self.replay_part(
+            revision,
+            key,
+            range_end,
+            prev_kv=prev_kv,
+            max_events=max_events,
+            max_scanned=max_scanned,
+            split=False,
+        )
+        return events, next_rev
+
+    def replay_part(
+        self,
+        revision: int,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        skip: int = 0,
+        prev_kv: bool = False,
+        max_events: int = 0,
+        max_scanned: int = 0,
+        split: bool = True,
+    ) -> tuple[list[Event], int, int]:
+        """``replay``, able to stop inside a revision: ``(events, next_rev, next_skip)``.
+
+        It starts ``skip`` records into ``revision``'s records in the log. With ``split``
+        and ``max_scanned > 0`` it stops after ``max_scanned`` records even inside a
+        revision (one delete of a million keys is a million records of one revision):
+        ``next_skip > 0`` then says it read the first ``next_skip`` records of ``next_rev``,
+        and the next call continues with ``revision=next_rev, skip=next_skip``. The events
+        of that revision are then split between calls, so a caller that must hand a
+        revision out whole (a watcher) keeps them until the revision is complete. Otherwise
+        ``next_skip`` is 0 and the call is ``replay``."""
         compact_rev = self._compact_rev
         if revision < compact_rev:
             raise CompactedError(compact_revision=compact_rev)
@@ -1105,13 +1138,17 @@ class MVCCStore:
         # A write in steps may have put records of the next revision in the log already.
         end = len(log) if self._wevents is None else bisect_right(log, self._rev, key=_MOD)
         start = bisect_left(log, revision, lo=self._log_start, key=_MOD)
+        if skip:
+            start = min(start + skip, end)
         scan_end = end if max_scanned <= 0 else min(end, start + max_scanned)
         i = start
         while i < end:
             kv = log[i]
             rev = kv.mod_revision
+            if i >= scan_end and i > 0 and rev == log[i - 1].mod_revision and split:
+                return out, rev, i - bisect_left(log, rev, lo=self._log_start, key=_MOD)
             if i >= scan_end and rev != log[i - 1].mod_revision:
-                return out, rev
+                return out, rev, 0
             i += 1
             k = kv.key
             if single:
@@ -1120,7 +1157,7 @@ class MVCCStore:
             elif k < key or (not open_ended and k >= range_end):
                 continue
             if max_events and len(out) >= max_events and rev != last_rev:
-                return out, rev
+                return out, rev, 0
             tomb = kv.create_revision == 0
             if tomb and rev == compact_rev:
                 continue  # compacted away
@@ -1131,7 +1168,7 @@ class MVCCStore:
                     prev = _visible(hist, rev - 1)
             out.append(Event(_DELETE if tomb else _PUT, kv, prev))
             last_rev = rev
-        return out, self._rev + 1
+        return out, self._rev + 1, 0
 
     # -----------------------------------------------------------------------------------------
     # Lease hooks (the lease manager lives elsewhere)

@@ -34,13 +34,16 @@ response, or consecutive fragments), so ``next_rev`` always sits at a revision b
 - *unsynced* (start revision in the past, or fallen behind): it is not in the live
   matching sets, so ``notify`` never queues for it. When its stream's consumer asks for the
   next response and the watcher has no events queued, the stream reads one chunk of history
-  ``source.replay(next_rev, ..., max_events=replay_chunk_events,
-  max_scanned=replay_chunk_scanned)`` — synchronously, one chunk per loop turn,
-  so no revision can be applied in the middle of the read. A chunk that reaches the store's
+  ``source.replay_part(next_rev, ..., max_events=replay_chunk_events,
+  max_scanned=replay_chunk_scanned)`` — synchronously, a few chunks per loop turn,
+  so no revision can be applied in the middle of a read. A chunk that reaches the store's
   current revision ``R`` sets ``next_rev = R + 1`` and makes the watcher *synced* in the
   same synchronous step; a truncated chunk sets ``next_rev`` past its last revision and
-  stays unsynced. The history is the buffer for events that happen during a replay: they
-  are read by the next chunk, never queued twice.
+  stays unsynced. A chunk that stops inside a revision (one of more records than a chunk
+  looks at) queues the events before it, keeps that revision's events so far in the
+  watcher and sets ``next_rev`` to it; the next chunks continue inside it (``skip``), and
+  its events are queued together once it is whole. The history is the buffer for events
+  that happen during a replay: they are read by the next chunk, never queued twice.
 - *synced*: ``notify(rev, events)`` queues the matching events iff ``rev >= next_rev``.
   That test is the de-duplication: a notification that arrives for a revision the replay
   already read (the store applied it, the driver has not called ``notify`` yet) is dropped.
@@ -119,8 +122,8 @@ Costs and known limits
 ``notify`` costs one dict lookup per event for single-key watchers and a scan of all synced
 range/prefix watchers per event (no interval tree yet), for revisions of at most
 ``BIG_REVISION_EVENTS`` events; for bigger ones O(1) per synced watcher (see above). A
-history replay still reads a whole revision in one chunk, however many events it has
-(``source.replay`` stops at revision boundaries only). A watcher from ``hub.create`` that is
+history replay reads at most ``replay_chunk_scanned`` records per chunk, inside a revision
+too; a watcher holds the selected events of the revision it is inside. A watcher from ``hub.create`` that is
 dropped without ``cancel()`` stays registered until its buffer overflows (CANCEL policy) or
 the hub closes; the HTTP layer must ``close()`` streams of disconnected clients.
 
@@ -264,16 +267,17 @@ class WatchSource(Protocol):
     @property
     def compact_revision(self) -> int: ...
 
-    def replay(
+    def replay_part(
         self,
         revision: int,
         key: bytes,
         range_end: bytes = b"",
         *,
+        skip: int = 0,
         prev_kv: bool = False,
         max_events: int = 0,
         max_scanned: int = 0,
-    ) -> tuple[list[Event], int]: ...
+    ) -> tuple[list[Event], int, int]: ...
 
 
 def _header(revision: int) -> ResponseHeader:
@@ -322,6 +326,9 @@ class Watcher:
         "_dropped",
         "_quiet",
         "_progress_pending",
+        "_partial",
+        "_partial_sizes",
+        "_partial_skip",
     )
 
     def __init__(
@@ -355,6 +362,12 @@ class Watcher:
         self._dropped = False  # canceled by the client: queued responses are discarded
         self._quiet = True  # no events taken since the last progress tick
         self._progress_pending = False  # a progress response is queued
+        # A history read that stopped inside revision _next_rev (a revision of more records
+        # than a chunk): its selected events and their sizes so far, and how many of the
+        # revision's records were read. Kept until the revision is whole, then queued.
+        self._partial: list[Event] = []
+        self._partial_sizes: list[int] = []
+        self._partial_skip = 0
 
     # --- read-only views ----------------------------------------------------------------------
 
@@ -489,32 +502,61 @@ class Watcher:
         source = hub._source
         limits = hub.limits
         try:
-            events, next_rev = source.replay(
+            events, next_rev, next_skip = source.replay_part(
                 self._next_rev,
                 self.key,
                 self.range_end,
+                skip=self._partial_skip,
                 prev_kv=self.prev_kv,
                 max_events=limits.replay_chunk_events,
                 max_scanned=limits.replay_chunk_scanned,
             )
         except CompactedError as err:
             hub.stats["compacted"] += 1
+            self._drop_partial()
             self._finish("", compact_revision=err.compact_revision)
             return
+        hub.stats["replayed_events"] += len(events)
+        resumed_rev = self._next_rev
+        selected = list(self._select(events, None))
+        sizes = [_event_bytes(ev) for ev in selected]
+        if self._partial and (next_rev != resumed_rev or not next_skip):
+            # The revision an earlier read stopped inside is whole now: its events lead.
+            selected = self._partial + selected
+            sizes = self._partial_sizes + sizes
+            self._partial, self._partial_sizes = [], []
+        if next_skip:
+            # Stopped inside revision next_rev: what came before it goes out now (every
+            # event below _next_rev is queued); its own events wait until it is whole.
+            cut = len(selected)
+            while cut and selected[cut - 1].kv.mod_revision == next_rev:
+                cut -= 1
+            self._partial.extend(selected[cut:])
+            self._partial_sizes.extend(sizes[cut:])
+            self._partial_skip = next_skip
+            self._next_rev = next_rev
+            if cut:
+                header_rev = selected[cut - 1].kv.mod_revision
+                self._queue_events(header_rev, tuple(selected[:cut]), sizes[:cut])
+            return
+        self._partial_skip = 0
         current = source.revision
         truncated = next_rev <= current
         if truncated:
-            header_rev = events[-1].kv.mod_revision if events else next_rev - 1
+            header_rev = selected[-1].kv.mod_revision if selected else next_rev - 1
             self._next_rev = next_rev
         else:
             header_rev = current
             self._next_rev = max(self._next_rev, current + 1)
-        hub.stats["replayed_events"] += len(events)
-        selected = self._select(events, None)
         if selected:
-            self._queue_events(header_rev, selected, [_event_bytes(ev) for ev in selected])
+            self._queue_events(header_rev, tuple(selected), sizes)
         if not truncated:
             hub._set_synced(self)
+
+    def _drop_partial(self) -> None:
+        if self._partial:
+            self._hub._bury(self._partial)
+        self._partial, self._partial_sizes, self._partial_skip = [], [], 0
 
     def cancel_with_reason(self, reason: str) -> None:
         """Cancel this watcher from outside the hub (e.g. its user lost the permission to read
@@ -526,6 +568,7 @@ class Watcher:
         ``drop``)."""
         if self._state is _State.DONE:
             return
+        self._drop_partial()
         hub = self._hub
         hub._remove(self)
         self._state = _State.DONE

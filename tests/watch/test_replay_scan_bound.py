@@ -27,10 +27,10 @@ class CountingSource:
     def compact_revision(self) -> int:
         return self.store.compact_revision
 
-    def replay(self, *args, **kwargs):
+    def replay_part(self, *args, **kwargs):
         self.reads += 1
         assert kwargs["max_scanned"] == 50
-        return self.store.replay(*args, **kwargs)
+        return self.store.replay_part(*args, **kwargs)
 
 
 def test_a_sparse_replay_reads_in_bounded_chunks_and_loses_nothing():
