@@ -42,6 +42,30 @@ class Env:
         return self.apply(TxnRequest(success=ops), **kw)
 
 
+class CountingSource:
+    """The store as a hub's source, noting each history read: its keyword arguments and how
+    many events it returned."""
+
+    def __init__(self, store: MVCCStore) -> None:
+        self.store = store
+        self.reads: list[dict] = []
+        self.events_per_read: list[int] = []
+
+    @property
+    def revision(self) -> int:
+        return self.store.revision
+
+    @property
+    def compact_revision(self) -> int:
+        return self.store.compact_revision
+
+    def replay_part(self, *args, **kwargs):
+        events, next_rev, next_skip = self.store.replay_part(*args, **kwargs)
+        self.reads.append(kwargs)
+        self.events_per_read.append(len(events))
+        return events, next_rev, next_skip
+
+
 def drain(source: WatchStream, max_polls: int = 100_000) -> list[WatchResponse]:
     """Everything the stream (or one-watcher stream) can deliver now, replay included."""
     out = []

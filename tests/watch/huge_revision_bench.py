@@ -12,6 +12,11 @@ beyond the sleep it asked for. Each client checks that it got N DELETE events, a
 revision, in key order, exactly once, and reports its last receive time. The ticker runs
 until both clients are done, so the hold covers applying, matching, encoding and sending.
 
+With ``--replay`` the member deletes the prefix first and the clients then open their
+watches from the delete's revision: the events come from the store's history (a watcher
+catching up), not from the live notification. The hold is then measured from the clients'
+start.
+
 Also reported: the longest hold once the delete was applied (the watch's share), the longest
 single call of the hub's ``notify`` and ``poll`` and of the small-response encoders, with
 and without the cyclic GC passes that ran inside them, and the full GC passes meanwhile. The
@@ -53,7 +58,7 @@ def _check(keys: list[bytes], revs: set[int], n: int) -> dict:
     }
 
 
-async def grpc_client(target: str, n: int) -> dict:
+async def grpc_client(target: str, n: int, start_rev: int) -> dict:
     import grpc
 
     from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
@@ -63,7 +68,9 @@ async def grpc_client(target: str, n: int) -> dict:
         call = rpc_pb2_grpc.WatchStub(channel).Watch()
         await call.write(
             rpc_pb2.WatchRequest(
-                create_request=rpc_pb2.WatchCreateRequest(key=PREFIX, range_end=PREFIX_END)
+                create_request=rpc_pb2.WatchCreateRequest(
+                    key=PREFIX, range_end=PREFIX_END, start_revision=start_rev
+                )
             )
         )
         first = await call.read()
@@ -86,7 +93,7 @@ async def grpc_client(target: str, n: int) -> dict:
     return {**out, **_check(keys, revs, n)}
 
 
-async def http_client(url: str, n: int) -> dict:
+async def http_client(url: str, n: int, start_rev: int) -> dict:
     import aiohttp
 
     body = json.dumps(
@@ -94,6 +101,7 @@ async def http_client(url: str, n: int) -> dict:
             "create_request": {
                 "key": base64.b64encode(PREFIX).decode(),
                 "range_end": base64.b64encode(PREFIX_END).decode(),
+                "start_revision": start_rev,
             }
         }
     )
@@ -186,7 +194,9 @@ def _wrap_steps() -> None:
     _timed(grpc_watch, "encode_response", "grpc encode_response")
 
 
-async def member_run(n: int, batch: int, clients: list[str], warn_after_s: float) -> dict:
+async def member_run(
+    n: int, batch: int, clients: list[str], warn_after_s: float, replay: bool
+) -> dict:
     from kvserver.kvpb.kv import DeleteRangeRequest, PutRequest, RequestOp, TxnRequest
     from tests.support.grpc_members import target
     from tests.support.inprocess import configs, running, wait_leader
@@ -215,27 +225,11 @@ async def member_run(n: int, batch: int, clients: list[str], warn_after_s: float
                 await kv.txn(TxnRequest((), ops, ()))
             load_s = time.monotonic() - t0
             url = member.cfg.advertise_client_urls[0]
-            procs = []
-            for kind in clients:
-                where = target(member) if kind == "grpc" else url
-                procs.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "-m",
-                        "tests.watch.huge_revision_bench",
-                        "--client",
-                        kind,
-                        "--target",
-                        where,
-                        "--keys",
-                        str(n),
-                        stdout=subprocess.PIPE,
-                    )
-                )
-            for p in procs:
-                assert p.stdout is not None
-                line = await asyncio.wait_for(p.stdout.readline(), 60)
-                assert line.strip() == b"ready", line
+            start_rev = 0
+            if replay:  # the events are in history before any watcher asks for them
+                deleted = await kv.delete_range(DeleteRangeRequest(PREFIX, PREFIX_END))
+                assert deleted.deleted == n, deleted.deleted
+                start_rev = deleted.header.revision
 
             longest = 0.0
             worst_at = 0.0
@@ -260,12 +254,38 @@ async def member_run(n: int, batch: int, clients: list[str], warn_after_s: float
             gc.callbacks.append(_on_gc)
             tick = asyncio.create_task(ticker())
             await asyncio.sleep(0.2)
-            t_delete = time.monotonic()
+            t_delete = t_applied = time.monotonic()
             wall_delete = time.time()
-            resp = await kv.delete_range(DeleteRangeRequest(PREFIX, PREFIX_END))
-            t_applied = time.monotonic()
+            procs = []
+            for kind in clients:
+                where = target(member) if kind == "grpc" else url
+                procs.append(
+                    await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        "-m",
+                        "tests.watch.huge_revision_bench",
+                        "--client",
+                        kind,
+                        "--target",
+                        where,
+                        "--keys",
+                        str(n),
+                        "--start-revision",
+                        str(start_rev),
+                        stdout=subprocess.PIPE,
+                    )
+                )
+            for p in procs:
+                assert p.stdout is not None
+                line = await asyncio.wait_for(p.stdout.readline(), 60)
+                assert line.strip() == b"ready", line
+            if not replay:
+                t_delete = time.monotonic()
+                wall_delete = time.time()
+                resp = await kv.delete_range(DeleteRangeRequest(PREFIX, PREFIX_END))
+                t_applied = time.monotonic()
+                assert resp.deleted == n, resp.deleted
             applied_s = t_applied - t_delete
-            assert resp.deleted == n, resp.deleted
             reports = []
             for p in procs:
                 out, _ = await asyncio.wait_for(p.communicate(), 1200)
@@ -277,6 +297,7 @@ async def member_run(n: int, batch: int, clients: list[str], warn_after_s: float
             return {
                 "keys": n,
                 "clients": clients,
+                "events_from": "history (--replay)" if replay else "the live notification",
                 "load_s": round(load_s, 1),
                 "delete_applied_s": round(applied_s, 3),
                 "longest_loop_hold_ms": round(longest * 1000, 1),
@@ -315,18 +336,30 @@ def main() -> None:
         default=40.0,
         help="log the loop's stack for every hold longer than this (the loop monitor's watchdog)",
     )
+    ap.add_argument(
+        "--replay",
+        action="store_true",
+        help="delete first, then watch from the delete's revision (a catch-up from history)",
+    )
+    ap.add_argument("--start-revision", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--client", choices=("grpc", "http"), help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client == "grpc":
-        print(json.dumps(asyncio.run(grpc_client(args.target, args.keys))))
+        print(json.dumps(asyncio.run(grpc_client(args.target, args.keys, args.start_revision))))
     elif args.client == "http":
-        print(json.dumps(asyncio.run(http_client(args.target, args.keys))))
+        print(json.dumps(asyncio.run(http_client(args.target, args.keys, args.start_revision))))
     else:
         # the loop monitor's warnings name what held the loop (its stack), on stderr
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         report = asyncio.run(
-            member_run(args.keys, args.batch, args.clients.split(","), args.warn_after_ms / 1000)
+            member_run(
+                args.keys,
+                args.batch,
+                args.clients.split(","),
+                args.warn_after_ms / 1000,
+                args.replay,
+            )
         )
         print(json.dumps(report, indent=1))
 

@@ -12,34 +12,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvserver.mvcc import MVCCStore
 from kvserver.watch.hub import WatchHub, WatchLimits
 
-from .helpers import Env, drain, events_of
+from .helpers import CountingSource, Env, drain, events_of
 
 CHUNK = 500
 PREFIX_KEYS = 5_000
-
-
-class CountingSource:
-    """The store as the hub's source, noting how many events each history read returned."""
-
-    def __init__(self, store: MVCCStore) -> None:
-        self.store = store
-        self.events_per_read: list[int] = []
-
-    @property
-    def revision(self) -> int:
-        return self.store.revision
-
-    @property
-    def compact_revision(self) -> int:
-        return self.store.compact_revision
-
-    def replay_part(self, *args, **kwargs):
-        events, next_rev, next_skip = self.store.replay_part(*args, **kwargs)
-        self.events_per_read.append(len(events))
-        return events, next_rev, next_skip
 
 
 def _env_with_a_huge_delete(
