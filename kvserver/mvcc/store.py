@@ -1120,7 +1120,7 @@ class MVCCStore:
         """``replay``, able to stop inside a revision: ``(events, next_rev, next_skip)``.
 
         It starts ``skip`` records into ``revision``'s records in the log. With ``split``
-        and ``max_scanned > 0`` it stops after ``max_scanned`` records even inside a
+        it stops after ``max_scanned`` records, or ``max_events`` events, even inside a
         revision (one delete of a million keys is a million records of one revision):
         ``next_skip > 0`` then says it read the first ``next_skip`` records of ``next_rev``,
         and the next call continues with ``revision=next_rev, skip=next_skip``. The events
@@ -1156,8 +1156,11 @@ class MVCCStore:
                     continue
             elif k < key or (not open_ended and k >= range_end):
                 continue
-            if max_events and len(out) >= max_events and rev != last_rev:
-                return out, rev, 0
+            if max_events and len(out) >= max_events:
+                if rev != last_rev:
+                    return out, rev, 0
+                if split:  # log[i - 1] is the first record not read
+                    return out, rev, i - 1 - bisect_left(log, rev, lo=self._log_start, key=_MOD)
             tomb = kv.create_revision == 0
             if tomb and rev == compact_rev:
                 continue  # compacted away
