@@ -1145,10 +1145,11 @@ class MVCCStore:
         while i < end:
             kv = log[i]
             rev = kv.mod_revision
-            if i >= scan_end and i > 0 and rev == log[i - 1].mod_revision and split:
-                return out, rev, i - bisect_left(log, rev, lo=self._log_start, key=_MOD)
-            if i >= scan_end and rev != log[i - 1].mod_revision:
-                return out, rev, 0
+            if i >= scan_end:  # (i > start: log[i - 1] was read by this call)
+                if rev != log[i - 1].mod_revision:
+                    return out, rev, 0
+                if split:
+                    return out, rev, i - bisect_left(log, rev, lo=self._log_start, key=_MOD)
             i += 1
             k = kv.key
             if single:

@@ -122,10 +122,11 @@ Costs and known limits
 ``notify`` costs one dict lookup per event for single-key watchers and a scan of all synced
 range/prefix watchers per event (no interval tree yet), for revisions of at most
 ``BIG_REVISION_EVENTS`` events; for bigger ones O(1) per synced watcher (see above). A
-history replay reads at most ``replay_chunk_scanned`` records per chunk, inside a revision
-too; a watcher holds the selected events of the revision it is inside. A watcher from ``hub.create`` that is
-dropped without ``cancel()`` stays registered until its buffer overflows (CANCEL policy) or
-the hub closes; the HTTP layer must ``close()`` streams of disconnected clients.
+history replay reads at most ``replay_chunk_scanned`` records or ``replay_chunk_events``
+events per chunk, inside a revision too; a watcher inside a huge revision holds the
+selected events of it read so far. A watcher from ``hub.create`` that is dropped without
+``cancel()`` stays registered until its buffer overflows (CANCEL policy) or the hub closes;
+the HTTP layer must ``close()`` streams of disconnected clients.
 
 Consumer API (asyncio)
 ----------------------
