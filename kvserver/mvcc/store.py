@@ -127,6 +127,7 @@ _PUT = EventType.PUT
 _DELETE = EventType.DELETE
 _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
+_DEAD_LOG_STEP = 16_384  # references of a replaced log dropped per compact_step
 _IMMEDIATE_STEP_KEYS = 1 << 30  # compact_step budget of a compaction applied in one go
 # Bytes charged per stored record besides its key and value: roughly what etcd's bolt backend
 # spends per revision (a 17-byte revision key, the KeyValue protobuf's tags and varints, page
@@ -264,6 +265,7 @@ class MVCCStore:
         "_size_bytes",
         "_pending",
         "_pending_records",
+        "_dead_logs",
         "_compact_in_background",
         "_open_streams",
         "_wevents",
@@ -297,6 +299,10 @@ class MVCCStore:
         # compact revision whose keys compact_step has yet to visit, oldest first.
         self._pending: list[tuple[list[KeyValue], int, int]] = []
         self._pending_records = 0  # invariant: == sum(hi - lo) over _pending
+        # Replaced log lists that compact_step is done with. They may be the last holders of
+        # a million cut versions, so they are emptied _DEAD_LOG_STEP references per step:
+        # dropped at once, the versions would all be freed in one event-loop turn.
+        self._dead_logs: list[list[KeyValue]] = []
         # False: a compaction cuts the old versions before apply returns. True: the caller
         # runs compact_step until it returns False (RaftKV does, on its event loop).
         self._compact_in_background = compact_in_background
@@ -995,7 +1001,7 @@ class MVCCStore:
     @property
     def compaction_pending(self) -> bool:
         """Whether old versions below the compact revision still wait for ``compact_step``."""
-        return bool(self._pending)
+        return bool(self._pending or self._dead_logs)
 
     @property
     def compaction_backlog(self) -> int:
@@ -1015,9 +1021,11 @@ class MVCCStore:
         to cut. The cut always uses the current compact revision, so work left by an earlier
         compaction is done to the later one's revision.
 
-        While a snapshot stream is open nothing is cut (it returns whether work waits)."""
+        A log list the store has replaced is emptied ``_DEAD_LOG_STEP`` references per call
+        once no pending work reads it, so the versions it alone kept are freed a slice at a
+        time. While a snapshot stream is open nothing is cut (it returns whether work waits)."""
         pending = self._pending
-        if not pending:
+        if not pending and not self._dead_logs:
             return False
         if self._open_streams:
             return True
@@ -1049,11 +1057,25 @@ class MVCCStore:
             self._pending_records -= end - lo
             if end == hi:
                 pending.pop(0)
+                if log is not self._log and all(p[0] is not log for p in pending):
+                    self._dead_logs.append(log)
             else:
                 pending[0] = (log, end, hi)
         self._records -= dropped
         self._size_bytes -= dropped_bytes
-        return bool(pending)
+        self._empty_dead_logs()
+        return bool(pending or self._dead_logs)
+
+    def _empty_dead_logs(self) -> None:
+        dead_logs = self._dead_logs
+        budget = _DEAD_LOG_STEP
+        while dead_logs and budget:
+            dead = dead_logs[-1]
+            n = min(budget, len(dead))
+            del dead[len(dead) - n :]  # from the end: nothing left to move
+            budget -= n
+            if not dead:
+                dead_logs.pop()
 
     # -----------------------------------------------------------------------------------------
     # Watch support
