@@ -514,16 +514,15 @@ class Watcher:
             )
         except CompactedError as err:
             hub.stats["compacted"] += 1
-            self._drop_partial()
-            self._finish("", compact_revision=err.compact_revision)
+            self._finish("", compact_revision=err.compact_revision)  # drops any partial
             return
         hub.stats["replayed_events"] += len(events)
         resumed_rev = self._next_rev
-        selected = list(self._select(events, None))
+        selected: Sequence[Event] = self._select(events, None)
         sizes = [_event_bytes(ev) for ev in selected]
         if self._partial and (next_rev != resumed_rev or not next_skip):
             # The revision an earlier read stopped inside is whole now: its events lead.
-            selected = self._partial + selected
+            selected = [*self._partial, *selected]
             sizes = self._partial_sizes + sizes
             self._partial, self._partial_sizes = [], []
         if next_skip:
