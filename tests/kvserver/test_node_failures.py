@@ -16,29 +16,12 @@ import pytest
 
 from kvserver.kvpb import service_errors as errors
 from kvserver.server.node import Node, NodeHandlers, NodeOptions
-from raft import Config, ConfState, MemoryStorage, Message, MessageType, RawNode
+from raft import Config, ConfState, Message, MessageType, RawNode
 from raft.errors import CommitOutOfRangeError
+from tests.kvserver.fakes import MemoryNodeStorage
 from tests.support.wait import async_wait_for
 
 WAIT_S = 5.0
-
-
-class _Storage:
-    def __init__(self):
-        self.raft_storage = MemoryStorage()
-        self.spill_dir = None
-
-    async def persist(self, rd) -> None:
-        if rd.hard_state is not None:
-            self.raft_storage.set_hard_state(rd.hard_state)
-        if rd.entries:
-            self.raft_storage.append(rd.entries)
-
-    async def save_snapshot(self, metadata, data_parts):
-        return b"".join(data_parts)
-
-    def compact(self, index: int) -> None:
-        pass
 
 
 class _SM:
@@ -53,7 +36,7 @@ class _SM:
 
 
 def _follower() -> Node:
-    storage = _Storage()
+    storage = MemoryNodeStorage()
     raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000, heartbeat_tick=1))
     raw.bootstrap([1, 2, 3])  # log: indexes 1..3, committed
     return Node(

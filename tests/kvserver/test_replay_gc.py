@@ -13,27 +13,15 @@ from raft import (
     Entry,
     EntryType,
     HardState,
-    MemoryStorage,
     RawNode,
     Snapshot,
     SnapshotMetadata,
 )
+from tests.kvserver.fakes import MemoryNodeStorage
 from tests.support.wait import async_wait_for
 
 WAIT_S = 10.0
 COMMITTED = 200
-
-
-class _Storage:
-    def __init__(self) -> None:
-        self.raft_storage = MemoryStorage()
-        self.spill_dir = None
-
-    async def persist(self, rd) -> None:
-        if rd.hard_state is not None:
-            self.raft_storage.set_hard_state(rd.hard_state)
-        if rd.entries:
-            self.raft_storage.append(rd.entries)
 
 
 class _RecordingSM:
@@ -49,7 +37,7 @@ class _RecordingSM:
 def _restarted_node() -> Node:
     """A single-voter node restored from a snapshot at index 1, whose log then holds
     COMMITTED committed entries, none of them applied."""
-    storage = _Storage()
+    storage = MemoryNodeStorage()
     voters = ConfState(voters=(1,))
     storage.raft_storage.apply_snapshot(
         Snapshot(metadata=SnapshotMetadata(conf_state=voters, index=1, term=1))
