@@ -231,6 +231,27 @@ for _cls, _tag in TAGS.items():
     _DECODERS[_tag] = _class_decoder(_cls)
 
 
+def _put_op_decoder(generic: _Decoder) -> _Decoder:
+    """``RequestOp``'s decoder with its most common shape first: an op holding only a put
+    (a loaded store's log is mostly txns of puts, decoded by every follower and every
+    replay). The same result as ``generic``, a third of the calls; any other shape goes to
+    ``generic``."""
+    put_tag = TAGS[PutRequest]
+    put_fields = len(_FIELDS[PutRequest]) + 1
+
+    def dec_op(v: list) -> Any:
+        if len(v) == 5 and v[1] is None and v[3] is None and v[4] is None:
+            put = v[2]
+            if type(put) is list and len(put) == put_fields and put[0] == put_tag:
+                return RequestOp(None, PutRequest(*put[1:]), None, None)
+        return generic(v)
+
+    return dec_op
+
+
+_DECODERS[TAGS[RequestOp]] = _put_op_decoder(_DECODERS[TAGS[RequestOp]])
+
+
 def decode(data: bytes) -> Any:
     try:
         plain = msgpack.unpackb(data, raw=False)

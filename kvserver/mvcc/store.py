@@ -640,6 +640,11 @@ class MVCCStore:
 
     def _put(self, r: PutRequest) -> PutResponse:
         """One put inside the open write txn; checks before changing anything."""
+        prev = self._put_record(r)
+        return PutResponse(ResponseHeader(0, 0, self._rev + 1, 0), prev if r.prev_kv else None)
+
+    def _put_record(self, r: PutRequest) -> KeyValue | None:
+        """``_put`` without its response: the key's previous live version (or None)."""
         wrev = self._rev + 1
         key = r.key
         hist = self._index.get(key)
@@ -678,7 +683,7 @@ class MVCCStore:
         self._records += 1
         self._size_bytes += len(key) + len(value) + RECORD_OVERHEAD_BYTES
         self._wevents.append(Event(_PUT, kv, prev))  # type: ignore[union-attr]
-        return PutResponse(ResponseHeader(0, 0, wrev, 0), prev if r.prev_kv else None)
+        return prev
 
     def _delete_keys(self, keys: list[bytes]) -> int:
         """Tombstone the given live keys (sorted) inside the open write txn."""
@@ -952,9 +957,21 @@ class MVCCStore:
         ok, subs = plan
         nested = iter(subs)
         out = []
+        # Every put of the txn without prev_kv answers the same (frozen) response: one object
+        # for all of them instead of three per put, a fifth of applying a txn of puts.
+        bare_put = None
         for op in t.success if ok else t.failure:
             if op.request_put is not None:
-                out.append(ResponseOp(response_put=self._put(op.request_put)))
+                put = op.request_put
+                prev = self._put_record(put)
+                if put.prev_kv and prev is not None:
+                    header = ResponseHeader(0, 0, self._rev + 1, 0)
+                    out.append(ResponseOp(response_put=PutResponse(header, prev)))
+                else:
+                    if bare_put is None:
+                        header = ResponseHeader(0, 0, self._rev + 1, 0)
+                        bare_put = ResponseOp(response_put=PutResponse(header, None))
+                    out.append(bare_put)
             elif op.request_range is not None:
                 read_rev = self._rev + 1 if self._wevents else self._rev
                 out.append(ResponseOp(response_range=self._range(op.request_range, read_rev)))

@@ -6,6 +6,8 @@ import gc
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvserver.mvcc import (
     CodecError,
@@ -292,3 +294,43 @@ def test_decoded_key_values_are_what_the_constructor_makes():
     assert all(type(kv) is KeyValue for kv in built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built[0].key = b"other"  # type: ignore[misc]
+
+
+_PLAIN_PUT = st.lists(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 20), st.binary(max_size=3)),
+    min_size=0,
+    max_size=8,
+).map(lambda fields: [11, *fields])
+_PLAIN_FIELD = st.one_of(
+    st.none(),
+    _PLAIN_PUT,
+    st.builds(
+        lambda p: [11, *p],
+        st.tuples(
+            st.binary(), st.binary(), st.integers(), st.booleans(), st.booleans(), st.booleans()
+        ),
+    ),
+    st.builds(lambda k: [12, k, b"", False], st.binary(max_size=3)),
+    st.integers(0, 30),
+    st.binary(max_size=2),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PLAIN_FIELD, min_size=3, max_size=5))
+def test_the_put_op_shortcut_decodes_as_the_generic_decoder(fields):
+    """``RequestOp``'s decoder takes a shortcut for an op holding only a put: for any shape
+    it must give what the decoder derived from the dataclass gives, or the same error."""
+    from kvserver.mvcc import codec
+
+    plain = [codec.TAGS[RequestOp], *fields]
+    generic = codec._class_decoder(RequestOp)
+    try:
+        expected = generic(plain)
+    except Exception as err:  # noqa: BLE001 - the error type is what is compared
+        with pytest.raises(type(err)):
+            codec.from_plain(plain)
+        return
+    got = codec.from_plain(plain)
+    assert got == expected
+    assert type(got.request_put) is type(expected.request_put)
