@@ -54,6 +54,7 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.kvpb.quick import quick_constructor
 
 ENTRY_FORMAT_VERSION = 1
 ERROR_TAG = 99
@@ -238,12 +239,14 @@ def _put_op_decoder(generic: _Decoder) -> _Decoder:
     ``generic``."""
     put_tag = TAGS[PutRequest]
     put_fields = len(_FIELDS[PutRequest]) + 1
+    new_op = quick_constructor(RequestOp)
+    new_put = quick_constructor(PutRequest)
 
     def dec_op(v: list) -> Any:
         if len(v) == 5 and v[1] is None and v[3] is None and v[4] is None:
             put = v[2]
             if type(put) is list and len(put) == put_fields and put[0] == put_tag:
-                return RequestOp(None, PutRequest(*put[1:]), None, None)
+                return new_op(None, new_put(*put[1:]), None, None)
         return generic(v)
 
     return dec_op

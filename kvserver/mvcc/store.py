@@ -110,6 +110,7 @@ from kvserver.kvpb.kv import (
     TxnRequest,
     TxnResponse,
 )
+from kvserver.kvpb.quick import quick_constructor
 from kvserver.mvcc.codec import decode_entry
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 from kvserver.mvcc.snapshot import SnapshotLoader, SnapshotParts, SnapshotView, serialize
@@ -125,6 +126,9 @@ from kvserver.mvcc.validate import (
 _MOD = attrgetter("mod_revision")
 _PUT = EventType.PUT
 _DELETE = EventType.DELETE
+# The per-key records of a write, built by quick constructors (``kvserver.kvpb.quick``).
+_new_kv = quick_constructor(KeyValue)
+_new_event = quick_constructor(Event)
 _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
 _DEAD_LOG_STEP = 16_384  # references of a replaced log dropped per compact_step
@@ -666,14 +670,14 @@ class MVCCStore:
             if r.ignore_lease:
                 lease = prev.lease
         if prev is None:
-            kv = KeyValue(key, value, wrev, wrev, 1, lease)
+            kv = _new_kv(key, value, wrev, wrev, 1, lease)
             if hist is None:
                 self._index[key] = [kv]
             else:
                 hist.append(kv)
             self._live_keys.add(key)
         else:
-            kv = KeyValue(key, value, prev.create_revision, wrev, prev.version + 1, lease)
+            kv = _new_kv(key, value, prev.create_revision, wrev, prev.version + 1, lease)
             hist.append(kv)  # type: ignore[union-attr]
             if prev.lease and prev.lease != lease:
                 self._detach(prev.lease, key)
@@ -682,7 +686,7 @@ class MVCCStore:
         self._log.append(kv)
         self._records += 1
         self._size_bytes += len(key) + len(value) + RECORD_OVERHEAD_BYTES
-        self._wevents.append(Event(_PUT, kv, prev))  # type: ignore[union-attr]
+        self._wevents.append(_new_event(_PUT, kv, prev))  # type: ignore[union-attr]
         return prev
 
     def _delete_keys(self, keys: list[bytes]) -> int:
@@ -696,11 +700,11 @@ class MVCCStore:
             hist = index[k]
             prev = hist[-1]
             assert prev.mod_revision < wrev and prev.create_revision != 0
-            tomb = KeyValue(prev.key, b"", 0, wrev, 0, 0)
+            tomb = _new_kv(prev.key, b"", 0, wrev, 0, 0)
             hist.append(tomb)
             log.append(tomb)
             size += len(prev.key) + RECORD_OVERHEAD_BYTES
-            events.append(Event(_DELETE, tomb, prev))  # type: ignore[union-attr]
+            events.append(_new_event(_DELETE, tomb, prev))  # type: ignore[union-attr]
             if prev.lease:
                 self._detach(prev.lease, prev.key)
         live_keys = self._live_keys

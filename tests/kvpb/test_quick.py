@@ -1,0 +1,72 @@
+"""Quick constructors: indistinguishable from the frozen dataclass's own constructor."""
+
+import dataclasses
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvserver.kvpb import kv
+from kvserver.kvpb.quick import quick_constructor
+
+FROZEN_CLASSES = [
+    c
+    for c in vars(kv).values()
+    if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen
+]
+
+
+def test_every_frozen_message_gets_a_quick_constructor():
+    assert kv.KeyValue in FROZEN_CLASSES and kv.RequestOp in FROZEN_CLASSES
+    for cls in FROZEN_CLASSES:
+        assert quick_constructor(cls) is not cls, cls.__name__
+
+
+@given(
+    st.binary(max_size=8),
+    st.binary(max_size=8),
+    st.integers(0, 2**63),
+    st.integers(0, 2**63),
+    st.integers(0, 2**31),
+    st.integers(-(2**63), 2**63),
+)
+def test_a_quick_key_value_is_a_key_value(key, value, create, mod, version, lease):
+    quick = quick_constructor(kv.KeyValue)(key, value, create, mod, version, lease)
+    plain = kv.KeyValue(key, value, create, mod, version, lease)
+    assert type(quick) is kv.KeyValue
+    assert quick == plain and hash(quick) == hash(plain) and repr(quick) == repr(plain)
+    assert dataclasses.astuple(quick) == dataclasses.astuple(plain)
+    assert pickle.loads(pickle.dumps(quick)) == plain
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.value = b"changed"  # type: ignore[misc]
+
+
+def test_defaults_and_nested_messages():
+    put = quick_constructor(kv.PutRequest)(b"k")
+    assert put == kv.PutRequest(b"k")
+    op = quick_constructor(kv.RequestOp)(None, put, None, None)
+    assert op == kv.RequestOp(request_put=kv.PutRequest(b"k")) and op.request_put is put
+    event = quick_constructor(kv.Event)(kv.EventType.DELETE, kv.KeyValue(b"k"))
+    assert event == kv.Event(kv.EventType.DELETE, kv.KeyValue(b"k"), None)
+
+
+def test_classes_it_cannot_mirror_are_returned_as_they_are():
+    @dataclasses.dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self):
+            if self.a < 0:
+                raise ValueError("negative")
+
+    for cls in (Mutable, NoSlots, Checked, int):
+        assert quick_constructor(cls) is cls
