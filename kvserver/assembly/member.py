@@ -101,9 +101,17 @@ class Member:
         self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, boot.storage)
         kv = self._build_kv(node, membership)
         if boot.snapshot is not None:
+            started = time.monotonic()
             blob, rest = split_members_frame(boot.snapshot.data)
             kv.restore(boot.snapshot.data if blob is None else rest)
             drop_resident_pages(boot.snapshot.data)  # kept mapped for followers
+            log.info(
+                "restored snapshot %d (%d keys, revision %d) in %.2f s",
+                boot.snapshot.metadata.index,
+                kv.store.key_count,
+                kv.store.revision,
+                time.monotonic() - started,
+            )
         gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
         self.gc_pacer.start()
         self.loop_monitor.start()

@@ -332,6 +332,7 @@ class Node:
         if applied >= self.recovered_commit:
             self.recovered.set()
         self._gc_paused_for_replay = False
+        self._replay_started: tuple[float, int] | None = None  # (monotonic time, applied)
         # counters read by /metrics (kvserver.assembly.member.Member._stats)
         self.stats = {"proposals_applied": 0, "proposals_failed": 0}
 
@@ -427,6 +428,15 @@ class Node:
         if self.applied >= self.recovered_commit and not self.recovered.is_set():
             self.recovered.set()
             self._end_replay_gc_pause()
+            if self._replay_started is not None:
+                started, first = self._replay_started
+                log.info(
+                    "node %x: replayed the log up to %d (%d entries) in %.2f s",
+                    self.id,
+                    self.recovered_commit,
+                    self.applied - first,
+                    time.monotonic() - started,
+                )
 
     def _end_replay_gc_pause(self) -> None:
         if self._gc_paused_for_replay:
@@ -469,6 +479,8 @@ class Node:
             # done (_note_applied), then what it built is frozen.
             gc.disable()
             self._gc_paused_for_replay = True
+        if not self.recovered.is_set():
+            self._replay_started = (time.monotonic(), self.applied)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._guarded(self._run()), name=f"raft-{self.id:x}"),
