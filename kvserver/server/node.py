@@ -718,7 +718,10 @@ class Node:
             else:
                 await self._apply(item)
             self._after_apply()
-            if self._snapshot_task is None and self.snapshot_due():
+            # Not while replaying the log after a restart: the entries are in the WAL
+            # already, and a snapshot child's copy-on-write faults would slow the replay
+            # that keeps this member unhealthy. The first apply after it takes one if due.
+            if self._snapshot_task is None and self.recovered.is_set() and self.snapshot_due():
                 self._start_snapshot()
 
     def snapshot_due(self) -> bool:

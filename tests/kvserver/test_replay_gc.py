@@ -1,7 +1,7 @@
 """A member that restarts applies its WAL's committed entries again with the cyclic GC
 paused, as it restores its snapshot, and turns the GC back on (after freezing what the
-replay built) once it has caught up with the commit index it had, or when it stops
-(kvserver.server.node)."""
+replay built) once it has caught up with the commit index it had, or when it stops; it
+takes no snapshot before then (kvserver.server.node)."""
 
 import asyncio
 import gc
@@ -34,7 +34,7 @@ class _RecordingSM:
         self.gc_on.append(gc.isenabled())
 
 
-def _restarted_node() -> Node:
+def _restarted_node(snapshot_count: int = 100_000) -> Node:
     """A single-voter node restored from a snapshot at index 1, whose log then holds
     COMMITTED committed entries, none of them applied."""
     storage = MemoryNodeStorage()
@@ -48,12 +48,21 @@ def _restarted_node() -> Node:
         [Entry(term=1, index=i, type=EntryType.NORMAL, data=data) for i in range(2, last + 1)]
     )
     storage.raft_storage.set_hard_state(HardState(term=1, vote=1, commit=last))
-    raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000, heartbeat_tick=1))
+    config = Config(
+        id=1,
+        storage=storage.raft_storage,
+        election_tick=1000,
+        heartbeat_tick=1,
+        max_committed_size_per_ready_bytes=len(data) * 10,  # applied in batches, as at scale
+    )
+    raw = RawNode(config)
     return Node(
         raw=raw,
         node_id=1,
         storage=storage,  # type: ignore[arg-type]
-        options=NodeOptions(heartbeat_interval_s=0.05, snapshot_in_child=False),
+        options=NodeOptions(
+            heartbeat_interval_s=0.05, snapshot_in_child=False, snapshot_count=snapshot_count
+        ),
         applied=1,
         conf_state=voters,
     )
@@ -94,3 +103,18 @@ async def test_a_node_with_nothing_to_replay_leaves_the_gc_alone():
         assert gc.isenabled()
     finally:
         await node.stop()
+
+
+async def test_no_snapshot_is_taken_until_the_replay_is_done():
+    """The replayed entries are more than a snapshot's count, but a snapshot is started
+    only once the node has caught up with its commit index."""
+    node = _restarted_node(snapshot_count=COMMITTED // 4)
+    started: list[tuple[int, bool]] = []
+    node._start_snapshot = lambda: started.append((node.applied, node.recovered.is_set()))
+    node.start(NodeHandlers(state_machine=_RecordingSM(), send=lambda msgs: None))
+    try:
+        await async_wait_for(lambda: node.recovered.is_set(), WAIT_S, "the replay done")
+        assert started == [(1 + COMMITTED, True)]
+    finally:
+        await node.stop()
+        gc.unfreeze()
