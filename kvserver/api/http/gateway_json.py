@@ -94,6 +94,7 @@ from kvserver.kvpb.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
+from kvserver.kvpb.quick import quick_constructor
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.server.service import NodeStatus
 
@@ -321,6 +322,25 @@ def _enum(raw: Any, enum: type[IntEnum], path: str) -> int:
 
 
 def _decode(obj: Any, spec: _Message, path: str, depth: int) -> Any:
+    if spec.cls is RequestOp and type(obj) is dict and len(obj) == 1:
+        put = obj.get("request_put")
+        if type(put) is dict and len(put) == 2:
+            # The op a txn of puts repeats: a put of a key and a value, decoded in one step
+            # (the same answer and errors as the general path below, in a third of the time;
+            # the fields in the body's order, so a bad one is named as that path names it).
+            (name1, raw1), (name2, raw2) = put.items()
+            if type(raw1) is str and type(raw2) is str:
+                where = path + "request_put."
+                if name1 == "key" and name2 == "value":
+                    key = _bytes(raw1, where + "key")
+                    return _new_op(None, _new_put(key, _bytes(raw2, where + "value")), None, None)
+                if name1 == "value" and name2 == "key":
+                    value = _bytes(raw1, where + "value")
+                    return _new_op(None, _new_put(_bytes(raw2, where + "key"), value), None, None)
+    return _decode_fields(obj, spec, path, depth)
+
+
+def _decode_fields(obj: Any, spec: _Message, path: str, depth: int) -> Any:
     if obj is None:
         return spec.cls(**spec.required)
     if type(obj) is not dict:
@@ -376,6 +396,10 @@ def parse_json(body: bytes) -> Any:
         raise _invalid("invalid JSON body: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many int digits
         raise _invalid(f"invalid JSON body: {exc}") from None
+
+
+_new_op = quick_constructor(RequestOp)
+_new_put = quick_constructor(PutRequest)
 
 
 def _decoder(message: str) -> Any:
