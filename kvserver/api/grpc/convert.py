@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from kvserver.etcdpb import kv_pb2, rpc_pb2
 from kvserver.kvpb import kv as K
+from kvserver.kvpb.quick import quick_constructor
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 
 
@@ -49,15 +50,14 @@ def range_from_pb(m: rpc_pb2.RangeRequest) -> K.RangeRequest:
     )
 
 
+# A txn of puts converts two messages per put: built by quick constructors (positional,
+# in the fields' declared order), a third of what the frozen dataclasses' own cost.
+_new_put = quick_constructor(K.PutRequest)
+_new_op = quick_constructor(K.RequestOp)
+
+
 def put_from_pb(m: rpc_pb2.PutRequest) -> K.PutRequest:
-    return K.PutRequest(
-        key=m.key,
-        value=m.value,
-        lease=m.lease,
-        prev_kv=m.prev_kv,
-        ignore_value=m.ignore_value,
-        ignore_lease=m.ignore_lease,
-    )
+    return _new_put(m.key, m.value, m.lease, m.prev_kv, m.ignore_value, m.ignore_lease)
 
 
 def delete_from_pb(m: rpc_pb2.DeleteRangeRequest) -> K.DeleteRangeRequest:
@@ -94,7 +94,7 @@ def _op_from_pb(m: rpc_pb2.RequestOp) -> K.RequestOp:
     if which == "request_range":
         return K.RequestOp(request_range=range_from_pb(m.request_range))
     if which == "request_put":
-        return K.RequestOp(request_put=put_from_pb(m.request_put))
+        return _new_op(None, put_from_pb(m.request_put), None, None)
     if which == "request_delete_range":
         return K.RequestOp(request_delete_range=delete_from_pb(m.request_delete_range))
     if which == "request_txn":
