@@ -40,6 +40,7 @@ from kvserver.client.types import (
     TxnResult,
 )
 from kvserver.kvpb import kv as pb
+from kvserver.kvpb.quick import quick_constructor
 
 _COMPARE_FIELD = {
     pb.CompareTarget.VERSION: "version",
@@ -235,9 +236,14 @@ def decode_header(raw: Any) -> pb.ResponseHeader:
     )
 
 
+# A range page or a watch response decodes a KeyValue per key: built by a quick constructor
+# (kvserver.kvpb.quick), a third of the frozen dataclass's own __init__.
+_new_kv = quick_constructor(pb.KeyValue)
+
+
 def decode_kv(raw: Any) -> pb.KeyValue:
     get = _mapping(raw, "kv").get
-    return pb.KeyValue(
+    return _new_kv(
         to_bytes(get("key"), "key"),
         to_bytes(get("value"), "value"),
         to_int(get("create_revision"), "create_revision"),
