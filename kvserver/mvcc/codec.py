@@ -185,19 +185,20 @@ def _class_decoder(cls: type) -> _Decoder:
     names = _FIELDS[cls]
     decs = [_field_decoder(hints[n]) for n in names]
     n = len(names) + 1
+    new: Callable[..., Any] = quick_constructor(cls)  # every replayed entry: see kvpb.quick
     if all(d is None for d in decs):
 
         def dec_flat(v: list) -> Any:
             if len(v) != n:
                 raise CodecError(f"{cls.__name__}: expected {n - 1} fields")
-            return cls(*v[1:])
+            return new(*v[1:])
 
         return dec_flat
 
     def dec(v: list) -> Any:
         if len(v) != n:
             raise CodecError(f"{cls.__name__}: expected {n - 1} fields")
-        return cls(*[x if d is None else d(x) for d, x in zip(decs, v[1:], strict=True)])
+        return new(*[x if d is None else d(x) for d, x in zip(decs, v[1:], strict=True)])
 
     return dec
 
