@@ -20,6 +20,7 @@ caller is never wrong, at worst no quicker.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -57,9 +58,11 @@ def _twin(cls: type) -> type | None:
     return twin
 
 
+@functools.cache
 def quick_constructor(cls: type[T]) -> Callable[..., T]:
     """A positional constructor for ``cls`` that skips the frozen ``__init__``'s per-field
-    ``object.__setattr__`` (see the module docstring); ``cls`` itself when it cannot."""
+    ``object.__setattr__`` (see the module docstring); ``cls`` itself when it cannot. One
+    per class, however many modules ask for it."""
     twin = _twin(cls)
     if twin is None:
         return cls

@@ -329,14 +329,16 @@ def _decode(obj: Any, spec: _Message, path: str, depth: int) -> Any:
             # (the same answer and errors as the general path below, in a third of the time;
             # the fields in the body's order, so a bad one is named as that path names it).
             (name1, raw1), (name2, raw2) = put.items()
-            if type(raw1) is str and type(raw2) is str:
+            key_first = name1 == "key" and name2 == "value"
+            if (
+                (key_first or (name1 == "value" and name2 == "key"))
+                and type(raw1) is str
+                and type(raw2) is str
+            ):
                 where = path + "request_put."
-                if name1 == "key" and name2 == "value":
-                    key = _bytes(raw1, where + "key")
-                    return _new_op(None, _new_put(key, _bytes(raw2, where + "value")), None, None)
-                if name1 == "value" and name2 == "key":
-                    value = _bytes(raw1, where + "value")
-                    return _new_op(None, _new_put(_bytes(raw2, where + "key"), value), None, None)
+                first, second = _bytes(raw1, where + name1), _bytes(raw2, where + name2)
+                request = _new_put(first, second) if key_first else _new_put(second, first)
+                return _new_op(None, request, None, None)
     return _decode_fields(obj, spec, path, depth)
 
 
