@@ -7,7 +7,9 @@
   default (etcd's ``Verify``), reported with ``allow_torn_tail=False``.
 * ``valid_snapshot_entries(dir)``: the snapshot records of the whole log whose index is
   <= the last hard state's commit (etcd's ``ValidSnapshotEntries``): the snapshots a
-  snapshot file may be loaded for.
+  snapshot file may be loaded for. With ``locked=True`` (the owner of the directory, about
+  to open it) every segment is locked for the scan and mapped instead of read: no copy of
+  the whole log into fresh memory, LockedError when a WAL instance holds it.
 * ``repair(dir)``: if the last segment ends in a torn write, copy it to
   ``<name>.broken`` (on a disk without room for that copy: only the torn bytes, to
   ``<name>.broken-from-<offset>``), truncate it at the last good frame, fsync; every
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from raftpb import HardState, WalSnapshot
-from wal.decoder import BadRecord, ScanState, is_torn, scan
+from wal.decoder import BadRecord, ScanState, SegmentData, is_torn, scan
 from wal.errors import (
     DISK_FULL_ERRNOS,
     SegmentNotFoundError,
@@ -35,6 +38,7 @@ from wal.segment import (
     check_sequence,
     fsync_dir,
     list_segments,
+    map_whole,
     open_locked,
     pwrite_all,
     read_whole,
@@ -64,14 +68,22 @@ def _read_path(path: str) -> Callable[[], bytes]:
     return read
 
 
+def _map_path(path: str) -> Callable[[], SegmentData]:
+    return lambda: map_whole(path)
+
+
 def check_dir(
     dir_path: str | os.PathLike[str],
     snap: WalSnapshot | None = None,
     *,
     allow_torn_tail: bool = True,
     collect_snapshots: bool = False,
+    locked: bool = False,
 ) -> ScanState:
-    """Scan the WAL read-only (no locks); return the final ScanState (see ``verify``)."""
+    """Scan the WAL read-only; return the final ScanState (see ``verify``). Without locks,
+    reading each segment whole (a live writer may cut its tail meanwhile); with ``locked``,
+    holding every segment's lock for the scan, so the segments can be mapped: a mapped page
+    past a new end of file would raise SIGBUS, and nobody cuts a locked segment."""
     path = os.path.abspath(os.fspath(dir_path))
     if snap is None:
         names = _all_segments(path)
@@ -82,7 +94,12 @@ def check_dir(
             snap.index, snap.term, keep_entries=False, collect_snapshots=collect_snapshots
         )
     paths = [os.path.join(path, n.name) for n in names]
-    replay(paths, [_read_path(p) for p in paths], st, tolerate_torn=allow_torn_tail)
+    with ExitStack() as locks:
+        if locked:
+            for p in paths:
+                locks.callback(os.close, open_locked(p))
+        readers = [(_map_path if locked else _read_path)(p) for p in paths]
+        replay(paths, readers, st, tolerate_torn=allow_torn_tail)
     if snap is not None and not st.snap_matched:
         raise SnapshotNotFoundError(
             f"{path}: no snapshot record for index {snap.index} term {snap.term}"
@@ -99,8 +116,10 @@ def verify(
     return check_dir(dir_path, snap, allow_torn_tail=allow_torn_tail).hard_state()
 
 
-def valid_snapshot_entries(dir_path: str | os.PathLike[str]) -> list[WalSnapshot]:
-    st = check_dir(dir_path, None, allow_torn_tail=True, collect_snapshots=True)
+def valid_snapshot_entries(
+    dir_path: str | os.PathLike[str], *, locked: bool = False
+) -> list[WalSnapshot]:
+    st = check_dir(dir_path, None, allow_torn_tail=True, collect_snapshots=True, locked=locked)
     commit = st.hard_state().commit
     assert st.snapshots is not None  # collect_snapshots above
     return [s for s in st.snapshots if s.index <= commit]

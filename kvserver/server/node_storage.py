@@ -132,11 +132,13 @@ class NodeStorage:
             w = wal.create(cfg.wal_dir, metadata, sync_policy=cfg.wal_sync)
             return cls(cfg, w, snapshotter, MemoryStorage()), True
 
+        # Locked and mapped: this member owns the directory and opens it next, and the scan
+        # of every retained segment then copies none of them (a few hundred MB after a load).
         try:
-            walsnaps = wal.valid_snapshot_entries(cfg.wal_dir)
+            walsnaps = wal.valid_snapshot_entries(cfg.wal_dir, locked=True)
         except wal.CorruptError as exc:
             walsnaps = cls._repair_or_refuse(
-                cfg, exc, lambda: wal.valid_snapshot_entries(cfg.wal_dir)
+                cfg, exc, lambda: wal.valid_snapshot_entries(cfg.wal_dir, locked=True)
             )
         try:
             pb_snap = snapshotter.load_newest_available(walsnaps)

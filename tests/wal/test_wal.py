@@ -327,6 +327,25 @@ def test_valid_snapshot_entries_are_those_committed(tmp_path):
     assert wal.verify(tmp_path / "wal", WalSnapshot(index=5, term=1)) == HardState(term=1, commit=5)
 
 
+def test_valid_snapshot_entries_locked_maps_the_same_log_and_refuses_an_open_one(tmp_path):
+    w = make(tmp_path, segment_size_bytes=256)
+    w.save(HardState(term=1, commit=8), entries(1, 10))
+    w.save_snapshot(WalSnapshot(index=3, term=1))
+    w.save(HardState(term=1, commit=9), entries(11, 12))
+    w.save_snapshot(WalSnapshot(index=8, term=1, conf_state=ConfState(voters=(1,))))
+    assert len(segment_files(tmp_path / "wal")) >= 2  # more than one segment is mapped
+    with pytest.raises(wal.LockedError):  # the open WAL holds its tail segment
+        wal.valid_snapshot_entries(tmp_path / "wal", locked=True)
+    w.close()
+    unlocked = wal.valid_snapshot_entries(tmp_path / "wal")
+    assert wal.valid_snapshot_entries(tmp_path / "wal", locked=True) == unlocked
+    assert [s.index for s in unlocked] == [0, 3, 8]
+    # the locks went with the scan: the log opens for appending afterwards
+    w, (_, hs, ents) = reopen(tmp_path, WalSnapshot(index=8, term=1))
+    assert hs.commit == 9 and [e.index for e in ents] == [9, 10, 11, 12]
+    w.close()
+
+
 def test_entries_keep_type_and_absent_data(tmp_path):
     w = make(tmp_path)
     ents = [
