@@ -23,6 +23,11 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
   the archived snapshots, one every ``--snapshot-count`` entries); rate = events / the
   query's wall time (start to end, Spark's planning included). Once from the ``file://`` archive, once from a copy of it in S3
   (moto's server on 127.0.0.1; skipped when moto is missing).
+- ``--spark-floor``: no raftkv at all. Spark's own cost per micro-batch: a source whose
+  offsets advance with the clock at ``--rate`` rows/s and whose partitions carry a ready
+  Arrow batch (as the hot tier's do), into the same ``foreachBatch``; the cycle, its phases
+  and the driver JVM's CPU per batch. What is left of two cores for the member, the writers
+  and the source follows from it.
 - ``--only-cold``: no steady phase. One small changefeed query of ``bench/`` from the store
   starts Spark's Python workers (the steady phase does that in a full run), then
   ``--writers`` processes write ``--cold-events`` events as fast as they go (txns of
@@ -220,6 +225,108 @@ def steady(spark, endpoints, args) -> dict:
     }
 
 
+def spark_floor(spark, args) -> dict:
+    """``--spark-floor``: Spark's own cost per micro-batch, without raftkv. A Python streaming
+    source whose offsets advance at ``--rate`` rows/s with the clock and whose partitions
+    carry a ready Arrow batch of the changefeed's columns (as the hot tier's do), read into
+    the same ``foreachBatch`` as the steady phase, batches back to back (or every
+    ``--trigger-ms``), for ``--seconds``.
+    Reports the cycle, its phases, and the JVM's CPU per batch (``/proc`` of the driver JVM,
+    over the second half)."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    rate = args.rate
+    columns = ["type", "key", "value", "create_revision", "mod_revision", "version", "lease"]
+    value = os.urandom(args.value_size // 2).hex().encode()[: args.value_size]
+
+    class Carried(InputPartition):
+        def __init__(self, ipc: bytes) -> None:
+            self.ipc = ipc
+
+    class ClockReader(DataSourceStreamReader):
+        def __init__(self) -> None:
+            self.t0 = time.time()
+
+        def initialOffset(self) -> dict:
+            return {"revision": 0}
+
+        def latestOffset(self, start: dict, limit) -> dict:
+            return {"revision": int((time.time() - self.t0) * rate)}  # everything, no limit
+
+        def partitions(self, start: dict, end: dict) -> list:
+            s, n = start["revision"], end["revision"] - start["revision"]
+            revs = pa.array(range(s + 1, s + n + 1), pa.int64())
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array(["PUT"] * n),
+                    pa.array([f"feed/w0/{i % 50_000:06d}" for i in range(n)]),
+                    pa.array([value] * n, pa.binary()),
+                    revs,
+                    revs,
+                    pa.array([1] * n, pa.int64()),
+                    pa.array([0] * n, pa.int64()),
+                ],
+                names=columns,
+            )
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as w:
+                w.write_batch(batch)
+            return [Carried(sink.getvalue().to_pybytes())]
+
+        def read(self, partition):
+            yield from pa.ipc.open_stream(partition.ipc)
+
+    class ClockSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "raftkv_bench_clock"
+
+        def schema(self) -> str:
+            return (
+                "type string, key string, value binary, create_revision long, "
+                "mod_revision long, version long, lease long"
+            )
+
+        def streamReader(self, schema):
+            return ClockReader()
+
+    spark.dataSource.register(ClockSource)
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+    def jvm_cpu_s() -> float:
+        with open(f"/proc/{jvm_pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def record(df, batch_id):
+        df.select("mod_revision").toArrow()
+
+    writer_ = spark.readStream.format("raftkv_bench_clock").load().writeStream.foreachBatch(record)
+    if args.trigger_ms:
+        writer_ = writer_.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+    query = writer_.start()
+    try:
+        time.sleep(args.seconds / 2)  # the first batches start the Python workers
+        n0, c0, t0 = len(query.recentProgress), jvm_cpu_s(), time.time()
+        time.sleep(args.seconds / 2)
+        n1, c1, t1 = len(query.recentProgress), jvm_cpu_s(), time.time()
+        progress = [p for p in query.recentProgress[n0:n1] if p["numInputRows"]]
+    finally:
+        query.stop()
+    phases: dict[str, float] = {}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            phases[k] = phases.get(k, 0.0) + v / max(1, len(progress))
+    return {
+        "batches": n1 - n0,
+        "rows_per_batch": sum(p["numInputRows"] for p in progress) / max(1, len(progress)),
+        "jvm_cores": (c1 - c0) / (t1 - t0),
+        "jvm_ms_per_batch": 1000 * (c1 - c0) / max(1, n1 - n0),
+        "phases_ms": phases,
+    }
+
+
 def fill(endpoints, args) -> int:
     """``--only-cold``: ``--cold-events`` events written by ``--writers`` unpaced processes
     (txns of ``--txn-keys`` puts, the steady phase's keys); the events written."""
@@ -378,7 +485,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cold-events", type=int, default=500_000, help="events written for --only-cold"
     )
+    ap.add_argument(
+        "--spark-floor",
+        action="store_true",
+        help="Spark alone: a source of rows from nothing at --rate, no raftkv (see spark_floor)",
+    )
     args = ap.parse_args(argv)
+
+    if args.spark_floor:
+        spark = spark_session()
+        spark.range(10).count()  # warm the session
+        f = spark_floor(spark, args)
+        spark.stop()
+        print()
+        print(f"Spark alone, local[2]: rows from nothing at {args.rate:,.0f}/s, {args.seconds:g} s")
+        print(f"{'measure':44} {'value':>14}")
+        print(f"{'micro-batches (second half)':44} {f['batches']:>14,}")
+        print(f"{'rows per batch':44} {f['rows_per_batch']:>14,.0f}")
+        print(f"{'JVM CPU, cores':44} {f['jvm_cores']:>14.2f}")
+        print(f"{'JVM CPU per batch, ms':44} {f['jvm_ms_per_batch']:>14,.0f}")
+        for k, v in sorted(f["phases_ms"].items()):
+            print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
+        return 0
 
     root = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
     archive = f"file://{root}/archive"
