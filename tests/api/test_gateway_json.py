@@ -284,3 +284,38 @@ def test_the_put_op_shortcut_decodes_as_the_general_path(op):
         return
     got = gateway_json._decode(op, spec, "success[0].", 0)
     assert got == want and type(got) is type(want)
+
+
+_KVS = st.builds(
+    KeyValue,
+    st.binary(max_size=8),
+    st.binary(max_size=8),
+    st.integers(0, 99),
+    st.integers(0, 99),
+    st.integers(0, 9),
+    st.integers(0, 9),
+)
+_OPS = st.one_of(
+    st.builds(
+        lambda h, prev: ResponseOp(response_put=PutResponse(h, prev)),
+        st.builds(ResponseHeader, st.just(0), st.just(0), st.integers(0, 99), st.just(0)),
+        st.none() | _KVS,
+    ),
+    st.builds(
+        lambda kvs: ResponseOp(response_range=RangeResponse(ResponseHeader(0, 0, 7, 0), kvs)),
+        st.lists(_KVS, max_size=2).map(tuple),
+    ),
+)
+
+
+@settings(max_examples=200)
+@given(st.booleans(), _OPS, st.integers(0, 130), st.lists(_OPS, max_size=3))
+def test_a_txn_of_one_shared_response_encodes_as_the_general_path(succeeded, op, n, others):
+    """The store answers a txn's bare puts with one shared ResponseOp, which encode_txn writes
+    once; the body must be the general path's, byte for byte, shared or not."""
+    h = ResponseHeader(1, 2, 300, 4)
+    for responses in ((op,) * n, (op,) * n + tuple(others), tuple(others) + (op,) * n):
+        r = TxnResponse(h, succeeded, responses)
+        general = gateway_json._with_header(r.header, gateway_json._txn_fields(r))
+        assert gateway_json.encode_txn(r) == general
+        assert json.loads(general) == gateway_json.txn_response(r)

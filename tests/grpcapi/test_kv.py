@@ -86,6 +86,30 @@ async def test_kv_calls_over_grpc(tmp_path):
         assert follower.grpc is not None and follower.grpc.connections_accepted >= 1
 
 
+def test_a_txn_of_one_shared_response_converts_as_one_per_op():
+    """The store answers a txn's bare puts with one shared ResponseOp, converted once."""
+    h = K.ResponseHeader(1, 2, 300, 4)
+    put = K.ResponseOp(response_put=K.PutResponse(K.ResponseHeader(0, 0, 300, 0)))
+    prev = K.KeyValue(b"k", b"v", 2, 3, 1)
+    with_prev = K.ResponseOp(response_put=K.PutResponse(K.ResponseHeader(0, 0, 300, 0), prev))
+    for ops in ((put,) * 100, (with_prev,) * 3, (put, with_prev, put), (put,)):
+        r = K.TxnResponse(h, True, ops)
+        expected = rpc_pb2.TxnResponse(
+            header=convert.header_to_pb(h),
+            succeeded=True,
+            responses=[
+                rpc_pb2.ResponseOp(
+                    response_put=rpc_pb2.PutResponse(
+                        header=convert.header_to_pb(op.response_put.header),
+                        prev_kv=None if op.response_put.prev_kv is None else convert.kv_to_pb(prev),
+                    )
+                )
+                for op in ops
+            ],
+        )
+        assert convert.txn_to_pb(r) == expected
+
+
 def test_big_range_answer_in_pieces_equals_one_message():
     kvs = tuple(
         K.KeyValue(b"k%05d" % i, b"v" * (i % 7), i + 2, i + 2, 1 + i % 3, i % 2)

