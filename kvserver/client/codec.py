@@ -284,7 +284,14 @@ def decode_delete(raw: Any) -> DeleteResult:
 def decode_txn(raw: Any) -> TxnResult:
     doc = _mapping(raw, "txn response")
     responses: list[PutResult | RangeResult | DeleteResult | TxnResult] = []
+    last: Any = None
     for item in _list(doc.get("responses"), "responses"):
+        if item == last and responses:
+            # The puts of a txn answer alike (one header each, no prev_kv): an op equal to
+            # the one before decodes to the same (immutable) result.
+            responses.append(responses[-1])
+            continue
+        last = item
         op = _mapping(item, "txn response op")
         if "response_put" in op:
             responses.append(decode_put(op["response_put"]))

@@ -157,6 +157,39 @@ def test_decode_txn_nested_responses():
     assert not codec.decode_txn({"header": HEADER}).succeeded
 
 
+_TXN_OPS = st.sampled_from(
+    [
+        {"response_put": {"header": {"revision": "7"}}},
+        {"response_put": {"header": {"revision": "8"}}},
+        {"response_put": {"header": {"revision": "7"}, "prev_kv": {"key": "aw==", "value": ""}}},
+        {"response_range": {"header": {"revision": "7"}, "count": "1"}},
+        {"response_delete_range": {"header": {"revision": "7"}, "deleted": "2"}},
+        {"response_put": {"header": {"revision": "x"}}},  # bad: an error either way
+        {"response_nothing": {}},
+    ]
+)
+
+
+@given(st.lists(_TXN_OPS, max_size=12))
+def test_decode_txn_of_repeated_ops_decodes_each_as_alone(ops):
+    """Equal consecutive ops decode once (a txn's puts answer alike); the result must be what
+    decoding every op on its own gives, errors included."""
+    expected: list = []
+    error = None
+    for op in ops:
+        try:
+            expected.append(codec.decode_txn({"header": HEADER, "responses": [op]}).responses[0])
+        except ResponseFormatError as exc:
+            error = str(exc)
+            break
+    try:
+        got = codec.decode_txn({"header": HEADER, "responses": [dict(op) for op in ops]})
+    except ResponseFormatError as exc:
+        assert str(exc) == error
+    else:
+        assert error is None and list(got.responses) == expected
+
+
 def test_decode_status_accepts_etcd_camel_case_and_snake_case():
     etcd = codec.decode_status(
         {
