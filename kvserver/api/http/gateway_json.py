@@ -679,7 +679,7 @@ def encode_range(r: RangeResponse) -> bytes:
 
 # The usual KeyValue of a range answer (every field but the lease set), as bytes: ``%``
 # fills it in C from base64 bytes and ints, with no str made per field.
-_KV_BYTES = b'{"key":"%s","create_revision":"%d","mod_revision":"%d","version":"%d","value":"%s"}'
+KV_BYTES = b'{"key":"%s","create_revision":"%d","mod_revision":"%d","version":"%d","value":"%s"}'
 _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
 _CREATE = attrgetter("create_revision")
@@ -688,21 +688,28 @@ _VERSION = attrgetter("version")
 _LEASE = attrgetter("lease")
 
 
-def _key_values_json(kvs: Sequence[KeyValue]) -> bytes:
-    """``",".join(map(key_value_json, kvs))`` as ASCII bytes; a slice where every KeyValue
-    is the usual one (key, value, revisions and version set, no lease) is filled in column
-    by column (``key_value_json`` costs a dozen Python operations per KeyValue)."""
+def usual_key_values_json(kvs: Sequence[KeyValue], template: bytes = KV_BYTES) -> bytes | None:
+    """``template`` (``KV_BYTES`` or one holding it, with the same five ``%``s) filled in
+    for each KeyValue, joined by commas, as ASCII bytes: column by column, when every
+    KeyValue is the usual one (key, value, revisions and version set, no lease); else None
+    (``key_value_json`` costs a dozen Python operations per KeyValue)."""
     keys, values, versions = list(map(_KEY, kvs)), list(map(_VALUE, kvs)), list(map(_VERSION, kvs))
     creates, mods = list(map(_CREATE, kvs)), list(map(_MOD, kvs))
     if not (all(keys) and all(values) and all(creates) and all(mods) and all(versions)) or any(
         map(_LEASE, kvs)
     ):
-        return ",".join(map(key_value_json, kvs)).encode("ascii")
+        return None
     keys64 = [_b2a(k, newline=False) for k in keys]
     values64 = [_b2a(v, newline=False) for v in values]
     return b",".join(
-        map(_KV_BYTES.__mod__, zip(keys64, creates, mods, versions, values64, strict=True))
+        map(template.__mod__, zip(keys64, creates, mods, versions, values64, strict=True))
     )
+
+
+def _key_values_json(kvs: Sequence[KeyValue]) -> bytes:
+    """``",".join(map(key_value_json, kvs))`` as ASCII bytes, fast for the usual ones."""
+    usual = usual_key_values_json(kvs)
+    return ",".join(map(key_value_json, kvs)).encode("ascii") if usual is None else usual
 
 
 def encode_range_in_steps(r: RangeResponse, step: int = ENCODE_STEP_KVS) -> bytes:

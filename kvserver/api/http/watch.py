@@ -58,9 +58,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from http import HTTPStatus
+from operator import attrgetter
 from typing import Any
 
 from aiohttp import web
@@ -425,6 +426,24 @@ def watch_response_fields(resp: WatchResponse) -> dict[str, Any]:
     return out
 
 
+# A PUT event without prev_kv whose KeyValue is the usual one (gateway_json's).
+_PUT_EVENT_BYTES = b'{"kv":' + gateway_json.KV_BYTES + b"}"
+_KV_OF = attrgetter("kv")
+_PREV_KV = attrgetter("prev_kv")
+_TYPE = attrgetter("type")
+
+
+def events_json(events: Sequence[Event]) -> bytes:
+    """``dumps([event_json(ev) for ev in events])[1:-1]`` as ASCII bytes; column by column
+    when every event is a PUT without prev_kv of a usual KeyValue (what a load sends every
+    watcher: a dozen Python operations per event less)."""
+    if not any(map(_PREV_KV, events)) and EventType.DELETE not in map(_TYPE, events):
+        usual = gateway_json.usual_key_values_json(list(map(_KV_OF, events)), _PUT_EVENT_BYTES)
+        if usual is not None:
+            return usual
+    return dumps([event_json(ev) for ev in events])[1:-1].encode("ascii")
+
+
 def encode_watch_line(
     resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
 ) -> bytes:
@@ -432,6 +451,11 @@ def encode_watch_line(
     header = gateway_json.header_json(
         ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
     )
+    if resp.events:  # the last field: its text is made apart
+        fields = watch_response_fields(replace(resp, events=()))
+        rest = dumps(fields)[1:-1] + "," if fields else ""
+        head = '{"result":{"header":' + header + "," + rest + '"events":['
+        return head.encode("ascii") + events_json(resp.events) + b"]}}\n"
     fields = watch_response_fields(resp)
     text = '{"result":{"header":' + header + ("," + dumps(fields)[1:] if fields else "}")
     return (text + "}\n").encode("ascii")
@@ -458,8 +482,8 @@ def encode_line_pieces(
     rest = dumps(fields)[1:-1] + "," if fields else ""
     yield ('{"result":{"header":' + header + "," + rest + '"events":[').encode("ascii")
     for start in range(0, len(events), step):
-        piece = dumps([event_json(ev) for ev in events[start : start + step]])[1:-1]
-        yield (piece if start == 0 else "," + piece).encode("ascii")
+        piece = events_json(events[start : start + step])
+        yield piece if start == 0 else b"," + piece
     yield b"]}}\n"
 
 
