@@ -39,6 +39,7 @@ Not a timed test: the machine's load changes the numbers; compare rows of one ru
 from __future__ import annotations
 
 import argparse
+import datetime
 import multiprocessing as mp
 import os
 import shutil
@@ -65,12 +66,13 @@ def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
     raise SystemExit("the cluster did not become healthy")
 
 
-def spark_session():
+def spark_session(extra_conf: list[str] | None = None):
+    """The warm local session; ``extra_conf`` holds ``key=value`` settings (``--spark-conf``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("raftkv-changefeed-bench")
         .config("spark.ui.enabled", "false")
@@ -79,8 +81,13 @@ def spark_session():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-        .getOrCreate()
     )
+    for setting in extra_conf or ():
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--spark-conf {setting!r}: expected key=value")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from kvserver.spark import register
 
@@ -126,6 +133,11 @@ def writer(
 
 WARMUP_S = 3.0  # steady state is after it
 WARM_EVENTS = 10_000  # through the feed before the writers start: Spark's Python workers
+
+
+def _epoch(iso: str) -> float:
+    """A progress report's ``timestamp`` (ISO 8601, UTC) as seconds since the epoch."""
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -222,6 +234,11 @@ def steady(spark, endpoints, args) -> dict:
         "lag_all_p99_s": pct(lags, 0.99),
         "batches": len(arrived),
         "phases_ms": phases,
+        "batch_ms": [
+            p["durationMs"].get("triggerExecution", 0)
+            for p in progress
+            if _epoch(p["timestamp"]) >= t_start + WARMUP_S
+        ],
     }
 
 
@@ -486,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cold-events", type=int, default=500_000, help="events written for --only-cold"
     )
     ap.add_argument(
+        "--spark-conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeatable), e.g. to see what moves the floor",
+    )
+    ap.add_argument(
         "--spark-floor",
         action="store_true",
         help="Spark alone: a source of rows from nothing at --rate, no raftkv (see spark_floor)",
@@ -493,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.spark_floor:
-        spark = spark_session()
+        spark = spark_session(args.spark_conf)
         spark.range(10).count()  # warm the session
         f = spark_floor(spark, args)
         spark.stop()
@@ -527,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Client(c.endpoints, timeout_s=30) as cl:
             wait_healthy(cl)
-        spark = spark_session()
+        spark = spark_session(args.spark_conf)
         spark.range(10).count()  # warm the session
         s = None if args.only_cold else steady(spark, c.endpoints, args)
         written = 0
@@ -581,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'changefeed lag p99, warm-up included (s)':44} {s['lag_all_p99_s']:>14.3f}")
         print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
         print(f"{'micro-batches':44} {s['batches']:>14,}")
+        ms = s["batch_ms"]
+        spread = f"{pct(ms, 0.5):,.0f} / {pct(ms, 0.9):,.0f} / {max(ms, default=0):,.0f}"
+        print(f"{'  batch ms after the warm-up, p50 / p90 / max':44} {spread:>14}")
         for k, v in sorted(s["phases_ms"].items()):
             print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
     if cold_file is None:
