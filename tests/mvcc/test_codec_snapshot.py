@@ -217,6 +217,45 @@ def test_truncated_or_damaged_snapshots_are_rejected():
         )
 
 
+@pytest.mark.parametrize(
+    ("base", "log", "message"),
+    [
+        ([], [[b"a", b"v", 4, 4, 1, 0], [b"b", b"v", 3, 3, 1, 0]], "log versions out of"),
+        ([], [[b"a", b"v", 4, 4, 1, 0], [b"b", b"v", 9, 9, 1, 0]], "log versions out of"),
+        ([], [[b"a", b"v", 2, 2, 1, 0], [b"b", b"v", 4, 4, 1, 0]], "log versions out of"),
+        ([[b"a", b"v", 3, 3, 1, 0]], [], "base version at or above"),
+        ([[b"a", b"", 0, 2, 0, 0]], [], "base version at or above"),
+    ],
+    ids=[
+        "log-decreasing",
+        "log-past-revision",
+        "log-below-compact",
+        "base-at-compact",
+        "base-dead",
+    ],
+)
+def test_each_revision_rule_of_a_snapshot_is_checked(base, log, message):
+    """Revision 5, compact revision 3: base versions live and below 3, log versions from 3 to
+    5 in order (the first and last of the log are the ones the bounds are read from)."""
+    header = msgpack.packb(
+        {"magic": "raftkv-mvcc-snapshot", "version": 1, "revision": 5, "compact_revision": 3}
+    )
+    ok_log = [[b"c", b"v", 3, 3, 1, 0], [b"d", b"v", 5, 5, 1, 0]]
+    if log and log[0][3] >= 3:
+        log = [ok_log[0], *log]  # the bound that is not under test holds
+    end = {"base": len(base), "log": len(log), "dedup_clients": 0}
+    parts = [header, msgpack.packb(["base", base]), msgpack.packb(["log", log])]
+    with pytest.raises(SnapshotFormatError, match=message):
+        MVCCStore.restore([*parts, msgpack.packb(["end", end])])
+    good = [
+        header,
+        msgpack.packb(["base", [[b"z", b"v", 2, 2, 1, 0]]]),
+        msgpack.packb(["log", ok_log]),
+    ]
+    good_end = {"base": 1, "log": 2, "dedup_clients": 0}
+    assert MVCCStore.restore([*good, msgpack.packb(["end", good_end])]).revision == 5
+
+
 def test_a_key_twice_at_one_revision_is_rejected():
     header = msgpack.packb(
         {"magic": "raftkv-mvcc-snapshot", "version": 1, "revision": 5, "compact_revision": 0}
