@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import ExitStack
+from functools import partial
 
 from raftpb import HardState, WalSnapshot
 from wal.decoder import BadRecord, ScanState, SegmentData, is_torn, scan
@@ -68,10 +69,6 @@ def _read_path(path: str) -> Callable[[], bytes]:
     return read
 
 
-def _map_path(path: str) -> Callable[[], SegmentData]:
-    return lambda: map_whole(path)
-
-
 def check_dir(
     dir_path: str | os.PathLike[str],
     snap: WalSnapshot | None = None,
@@ -98,7 +95,9 @@ def check_dir(
         if locked:
             for p in paths:
                 locks.callback(os.close, open_locked(p))
-        readers = [(_map_path if locked else _read_path)(p) for p in paths]
+        readers: list[Callable[[], SegmentData]] = [
+            partial(map_whole, p) if locked else _read_path(p) for p in paths
+        ]
         replay(paths, readers, st, tolerate_torn=allow_torn_tail)
     if snap is not None and not st.snap_matched:
         raise SnapshotNotFoundError(

@@ -444,18 +444,26 @@ def events_json(events: Sequence[Event]) -> bytes:
     return dumps([event_json(ev) for ev in events])[1:-1].encode("ascii")
 
 
+def _header_json(resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int) -> str:
+    return gateway_json.header_json(
+        ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
+    )
+
+
+def _head_to_events(resp: WatchResponse, header: str) -> bytes:
+    """The line up to and including ``"events":[`` (``events`` is the last field)."""
+    fields = watch_response_fields(replace(resp, events=()))
+    rest = dumps(fields)[1:-1] + "," if fields else ""
+    return ('{"result":{"header":' + header + "," + rest + '"events":[').encode("ascii")
+
+
 def encode_watch_line(
     resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
 ) -> bytes:
     """``{"result": <WatchResponse>}`` and a newline, the header completed."""
-    header = gateway_json.header_json(
-        ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
-    )
-    if resp.events:  # the last field: its text is made apart
-        fields = watch_response_fields(replace(resp, events=()))
-        rest = dumps(fields)[1:-1] + "," if fields else ""
-        head = '{"result":{"header":' + header + "," + rest + '"events":['
-        return head.encode("ascii") + events_json(resp.events) + b"]}}\n"
+    header = _header_json(resp, cluster_id, member_id, raft_term)
+    if resp.events:  # made apart: the usual events are written column by column
+        return _head_to_events(resp, header) + events_json(resp.events) + b"]}}\n"
     fields = watch_response_fields(resp)
     text = '{"result":{"header":' + header + ("," + dumps(fields)[1:] if fields else "}")
     return (text + "}\n").encode("ascii")
@@ -475,12 +483,7 @@ def encode_line_pieces(
     if len(events) <= step:
         yield encode_watch_line(resp, cluster_id, member_id, raft_term)
         return
-    header = gateway_json.header_json(
-        ResponseHeader(cluster_id, member_id, resp.header.revision, raft_term)
-    )
-    fields = watch_response_fields(replace(resp, events=()))
-    rest = dumps(fields)[1:-1] + "," if fields else ""
-    yield ('{"result":{"header":' + header + "," + rest + '"events":[').encode("ascii")
+    yield _head_to_events(resp, _header_json(resp, cluster_id, member_id, raft_term))
     for start in range(0, len(events), step):
         piece = events_json(events[start : start + step])
         yield piece if start == 0 else b"," + piece
