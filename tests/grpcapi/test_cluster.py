@@ -179,6 +179,13 @@ async def test_member_calls_over_grpc(tmp_path):
                 await async_wait_for(
                     lambda: joiner.membership.removed.is_set(), WAIT_S, "the joiner to learn it"
                 )
+                # The stub's member answers from what it applied; the leader answered the
+                # removal, and this follower may apply it a moment later (a busy machine).
+                await async_wait_for(
+                    lambda: follower.membership.registry.get(new_id) is None,
+                    WAIT_S,
+                    "the follower to apply the removal",
+                )
                 listed = await cluster.MemberList(rpc_pb2.MemberListRequest())
                 assert [m.ID for m in listed.members] == sorted(m.member_id for m in members)
         finally:
