@@ -44,13 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import logging
 import time
 import zlib
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from . import h2
 from .h2 import FRAME, U32, ConnectionError_, HeaderDecoder
@@ -58,13 +56,12 @@ from .metrics import CallCounts
 from .rpc import (
     RESPONSE_HEADERS,
     STREAM_STREAM,
-    UNARY_UNARY,
     ClientIdentity,
     Method,
-    RpcAbort,
     RpcContext,
+    error_status,
     parse_timeout,
-    serialize,
+    run_handler,
     status_code,
     trailers,
     trailers_only,
@@ -530,27 +527,13 @@ class GrpcConnection(asyncio.Protocol):
         method = stream.method
         context = stream.context
         assert context is not None
+        request = Requests(stream) if method.kind == STREAM_STREAM else stream.messages.popleft()
         try:
-            if method.kind == UNARY_UNARY:
-                request = method.request_type.FromString(stream.messages.popleft())
-                response = await method.handler(request, context)
-                self.answer_unary(stream, serialize(response))
-                return
-            if method.kind == STREAM_STREAM:
-                result = method.handler(Requests(stream), context)
+            answer = await run_handler(method, context, request, stream.write_message)
+            if answer is None:
+                self.finish(stream, _OK)
             else:
-                request = method.request_type.FromString(stream.messages.popleft())
-                result = method.handler(request, context)
-            if inspect.isasyncgen(result):
-                async for message in result:
-                    await stream.write_message(serialize(message))
-            else:
-                await result
-            self.finish(stream, _OK)
-        except RpcAbort as abort:
-            self.finish(stream, status_code(abort.code), abort.details)
-        except DecodeError as exc:
-            self.finish(stream, status_code(grpc.StatusCode.INTERNAL), f"grpc: {exc}")
+                self.answer_unary(stream, answer)
         except asyncio.CancelledError:
             if stream.ended_with is not None:
                 self.finish(stream, *stream.ended_with)
@@ -561,12 +544,7 @@ class GrpcConnection(asyncio.Protocol):
             elif not stream.closed and stream.trailers is None:
                 self._reset(stream, h2.CANCEL)  # the server is stopping
         except Exception as exc:
-            log.exception("gRPC: %s failed", method.handler)
-            self.finish(
-                stream,
-                status_code(grpc.StatusCode.UNKNOWN),
-                f"Unexpected {type(exc).__name__}: {exc}",
-            )
+            self.finish(stream, *error_status(method, exc))
         finally:
             if stream.deadline is not None:
                 stream.deadline.cancel()

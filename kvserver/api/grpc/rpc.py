@@ -9,12 +9,18 @@
   streaming answer, and ``end(code, details)`` to end a call from outside its handler. ``identity`` is who is at the far end of
   the connection (the client's address and, with ``--client-cert-auth``, its verified
   certificate's common name).
+- ``run_handler(method, context, request, write)``: runs a call's handler to its end, the
+  same way for a client's own HTTP/2 connection and for a call a front-end process passed on
+  (``kvserver.api.grpc.frontend_link``); ``error_status(exc)`` is the status a call ends with
+  when its handler raised.
 - ``trailers(code, details)``: the header block that ends a call with a status. The text is
   percent-encoded as gRPC's wire format wants.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,8 +28,11 @@ from functools import lru_cache
 from typing import Any, NoReturn, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from .h2 import encode_headers
+
+log = logging.getLogger(__name__)
 
 UNARY_UNARY = "unary_unary"
 UNARY_STREAM = "unary_stream"
@@ -111,6 +120,40 @@ def first_metadata(metadata: tuple[tuple[str, str], ...], name: str) -> str | No
 
 
 Handler = Callable[[Any, RpcContext], Awaitable[Any]]
+
+
+async def run_handler(
+    method: Method,
+    context: RpcContext,
+    request: Any,
+    write: Callable[[bytes], Awaitable[None]],
+) -> bytes | None:
+    """Runs a call's handler to its end: a unary call's serialized answer, or None once a
+    streaming call has written its answers through ``write``. ``request`` is the serialized
+    request, or a bidirectional call's iterator of requests. Raises what the handler raises."""
+    if method.kind == UNARY_UNARY:
+        return serialize(await method.handler(method.request_type.FromString(request), context))
+    if method.kind == STREAM_STREAM:
+        result = method.handler(request, context)
+    else:
+        result = method.handler(method.request_type.FromString(request), context)
+    if inspect.isasyncgen(result):
+        async for message in result:
+            await write(serialize(message))
+    else:
+        await result
+    return None
+
+
+def error_status(method: Method, exc: Exception) -> tuple[int, str]:
+    """The status a call ends with when its handler raised ``exc``."""
+    if isinstance(exc, RpcAbort):
+        return status_code(exc.code), exc.details
+    if isinstance(exc, DecodeError):
+        return status_code(grpc.StatusCode.INTERNAL), f"grpc: {exc}"
+    log.error("gRPC: %s failed", method.handler, exc_info=exc)
+    return status_code(grpc.StatusCode.UNKNOWN), f"Unexpected {type(exc).__name__}: {exc}"
+
 
 # --- statuses on the wire ---------------------------------------------------------------------
 
