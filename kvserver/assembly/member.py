@@ -247,7 +247,9 @@ class Member:
             kv.auth,
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
+            frontends=cfg.grpc_frontends,
         )
+        await self.grpc.start()
         metrics.registry.register(self.grpc.collector())
         factory = client_port_factory(client_runner.server, self.grpc)
         loop = asyncio.get_running_loop()

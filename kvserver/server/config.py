@@ -18,6 +18,7 @@ from kvserver.server.quota import effective_quota
 
 DEFAULT_CLIENT_URL = "http://127.0.0.1:2379"
 DEFAULT_PEER_URL = "http://127.0.0.1:2380"
+MAX_GRPC_FRONTENDS = 64
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class ServerConfig:
     max_snapshots: int = 5
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
+    # processes that serve clients' gRPC connections (HTTP/2) on other cores; 0: the member
+    # serves them on its own loop (kvserver.api.grpc.frontends)
+    grpc_frontends: int = 0
     wal_sync: str = "always"
     pre_vote: bool = True
     auto_compaction_mode: str = "periodic"  # etcd's flags; retention "0" = disabled
@@ -175,6 +179,13 @@ _FLAGS = (
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),
     ("--max-request-bytes", "max_request_bytes", "int", "largest client request body"),
+    (
+        "--grpc-frontends",
+        "grpc_frontends",
+        "int",
+        "front-end processes that serve the gRPC connections of plain-TCP client URLs, so the "
+        "HTTP/2 work runs on other cores (0 = on the member's own loop)",
+    ),
     (
         "--wal-sync",
         "wal_sync",
@@ -340,6 +351,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         and not cfg.wal_sync.startswith("interval=")
     ):
         raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
+    if cfg.grpc_frontends > MAX_GRPC_FRONTENDS:
+        raise ClusterConfigError(f"--grpc-frontends: at most {MAX_GRPC_FRONTENDS}")
     try:
         _ = cfg.auto_compaction  # parse now: a bad flag stops the start with a message
     except ValueError as exc:

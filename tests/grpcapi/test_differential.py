@@ -28,6 +28,7 @@ from tests.etcd_process import etcd_process
 from tests.support.etcd_requests import EXPECTED_OUTCOMES, STEPS, Generator, normalize, outcomes
 from tests.support.grpc_members import dial
 from tests.support.inprocess import configs, running, wait_leader
+from tests.support.wait import async_wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
@@ -111,10 +112,18 @@ async def run_sequence(seed: int, etcd: grpc.aio.Channel, ours: list[grpc.aio.Ch
     assert sent > STEPS * 3 // 4, sent
 
 
-async def test_random_sequences_over_grpc_match_etcd(tmp_path):
+@pytest.mark.parametrize("frontends", [0, 1], ids=["on-the-member", "through-frontends"])
+async def test_random_sequences_over_grpc_match_etcd(tmp_path, frontends):
+    """With ``frontends``, every member hands its gRPC connections to a front-end process."""
     with etcd_process(str(tmp_path)) as etcd:
-        async with running(configs(tmp_path)) as members:
+        async with running(configs(tmp_path, grpc_frontends=frontends)) as members:
             await wait_leader(members)
+            if frontends:
+                await async_wait_for(
+                    lambda: all(m.grpc.frontends.ready == frontends for m in members),
+                    30.0,
+                    "the front ends ready",
+                )
             ours = [dial(m) for m in members]
             theirs = grpc.aio.insecure_channel(etcd.url.removeprefix("http://"))
             try:
@@ -122,3 +131,6 @@ async def test_random_sequences_over_grpc_match_etcd(tmp_path):
             finally:
                 for channel in (*ours, theirs):
                     await channel.close()
+            if frontends:
+                assert all(m.grpc.frontends.handed_off >= 1 for m in members)
+                assert all(m.grpc.connections_accepted == 0 for m in members)

@@ -11,16 +11,22 @@ collector that turns them into the two counter families at scrape time:
 - ``raftkv_grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}``
 
 ``grpc_type`` is ``unary``, ``server_stream`` or ``bidi_stream``; ``grpc_code`` is the
-status's name as gRPC spells it (``OK``, ``Unavailable``, ...).
+status's name as gRPC spells it (``OK``, ``Unavailable``, ...). A member with gRPC front-end
+processes (``kvserver.api.grpc.frontends``) also reports them:
+
+- ``raftkv_grpc_frontends_ready``: front ends up and taking connections;
+- ``raftkv_grpc_frontend_starts_total``: front-end processes started, restarts included;
+- ``raftkv_grpc_frontend_connections_total``: client connections handed to a front end.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import grpc
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .rpc import STREAM_STREAM, UNARY_STREAM, UNARY_UNARY
 
@@ -46,9 +52,10 @@ class CallCounts:
 
 
 class GrpcCollector:
-    def __init__(self, counts: CallCounts, kinds: Mapping[str, str]):
+    def __init__(self, counts: CallCounts, kinds: Mapping[str, str], frontends: Any = None):
         self.counts = counts
         self.kinds = kinds  # method path -> kind
+        self.frontends = frontends  # a FrontendPool, or None
 
     def describe(self) -> list[Metric]:
         return []
@@ -69,7 +76,26 @@ class GrpcCollector:
             started.add_metric(self._labels(path), n)
         for (path, code), n in sorted(self.counts.handled_calls.items()):
             handled.add_metric([*self._labels(path), _CODE_NAMES.get(code, str(code))], n)
-        return [started, handled]
+        if self.frontends is None:
+            return [started, handled]
+        pool = self.frontends
+        return [
+            started,
+            handled,
+            GaugeMetricFamily(
+                "raftkv_grpc_frontends_ready", "gRPC front ends taking connections.", pool.ready
+            ),
+            CounterMetricFamily(
+                "raftkv_grpc_frontend_starts",
+                "gRPC front-end processes started, restarts included.",
+                pool.started,
+            ),
+            CounterMetricFamily(
+                "raftkv_grpc_frontend_connections",
+                "Client connections handed to a gRPC front end.",
+                pool.handed_off,
+            ),
+        ]
 
     def _labels(self, path: str) -> list[str]:
         service, _, method = path.lstrip("/").partition("/")

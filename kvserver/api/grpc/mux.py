@@ -7,7 +7,9 @@ URL over gRPC; gateway clients use the same URLs over HTTP/1.1). raftkv does the
 looks at the first bytes the client sends (after TLS, on an https URL):
 
 - the HTTP/2 connection preface (``PRI * HTTP/2.0...``, what every gRPC client sends first)
-  hands the connection to this member's gRPC server: ``GrpcServer.connection(identity)``
+  hands the connection, with the bytes read so far, to one of the member's gRPC front-end
+  processes if it has them (``GrpcServer.hand_off``), or else to this member's gRPC server:
+  ``GrpcServer.connection(identity)``
   makes the protocol that replaces this one on the transport and serves the calls on this
   event loop (``kvserver.api.grpc.connection``). ``identity`` is the client's address and, on
   an https URL with ``--client-cert-auth``, its verified certificate's common name (etcd's
@@ -41,6 +43,8 @@ SNIFF_TIMEOUT_S = 10.0
 
 class GrpcConnections(Protocol):
     def connection(self, identity: ClientIdentity) -> asyncio.Protocol: ...
+
+    def hand_off(self, transport: asyncio.BaseTransport, first: bytes) -> bool: ...
 
 
 def advertise_alpn(ctx: ssl.SSLContext) -> ssl.SSLContext:
@@ -109,6 +113,10 @@ class ClientPortProtocol(asyncio.Protocol):
     def _become_grpc(self) -> None:
         transport = self.transport
         assert transport is not None and self.grpc_server is not None
+        if self.grpc_server.hand_off(transport, self.buffer):
+            self._cancel_timer()
+            self.buffer = b""
+            return
         who = ClientIdentity(_address(transport), peer_common_name(transport))
         self._hand_over(self.grpc_server.connection(who))
 

@@ -4,8 +4,11 @@
 services and the settings every connection shares. The client URLs' listeners hand it each
 connection that opens with the HTTP/2 preface (``kvserver.api.grpc.mux``), and
 ``connection(identity)`` makes the protocol that serves it (``GrpcConnection``) on this
-member's event loop. ``await stop()`` sends every connection GOAWAY, lets running calls end
-for a moment, then closes what is left.
+member's event loop, or ``hand_off(transport, first_bytes)`` passes it to one of the member's
+gRPC front-end processes (``frontends=N``, ``kvserver.api.grpc.frontends``), which serve the
+HTTP/2 side on other cores and send each call back to this method table. ``await start()``
+starts the front ends; ``await stop()`` sends every connection GOAWAY, lets running calls
+end for a moment, then closes what is left and stops the front ends.
 
 Settings, as etcd's server has them:
 
@@ -32,6 +35,7 @@ from .calls import Calls
 from .cluster import ClusterServicer
 from .connection import GrpcConnection, ServerSettings
 from .forward import LeaderForwarder
+from .frontends import FrontendPool
 from .kv import KVServicer
 from .learner import refuse_on_learner
 from .lease import LeaseServicer
@@ -55,6 +59,7 @@ class GrpcServer:
         *,
         max_request_bytes: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
+        frontends: int = 0,
     ):
         self.service = service
         self.calls = Calls(auth, max_request_bytes)
@@ -68,6 +73,13 @@ class GrpcServer:
             keepalive_interval=KEEPALIVE_INTERVAL_S,
             keepalive_timeout=KEEPALIVE_TIMEOUT_S,
         )
+        self.frontends = (
+            FrontendPool(frontends, self.settings.methods, self.settings) if frontends else None
+        )
+
+    async def start(self) -> None:
+        if self.frontends is not None:
+            await self.frontends.start()
 
     def methods(self) -> dict[str, Method]:
         service, calls, forwarder = self.service, self.calls, self.forwarder
@@ -98,11 +110,16 @@ class GrpcServer:
     def collector(self) -> GrpcCollector:
         """The call counters for this member's Prometheus registry."""
         kinds = {path: method.kind for path, method in self.settings.methods.items()}
-        return GrpcCollector(self.settings.calls, kinds)
+        return GrpcCollector(self.settings.calls, kinds, self.frontends)
 
     def connection(self, identity: ClientIdentity) -> GrpcConnection:
         """The protocol of a client connection that opened with the HTTP/2 preface."""
         return GrpcConnection(self.settings, identity)
+
+    def hand_off(self, transport: asyncio.BaseTransport, first: bytes) -> bool:
+        """Passes a client connection that opened with the HTTP/2 preface to a front-end
+        process; False when it is to be served here (``connection``)."""
+        return self.frontends is not None and self.frontends.hand_off(transport, first)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         connections = list(self.settings.connections)
@@ -113,4 +130,6 @@ class GrpcServer:
             await asyncio.sleep(STOP_POLL_S)
         for conn in connections:
             conn.abort()
+        if self.frontends is not None:
+            await self.frontends.stop()
         await self.forwarder.close()

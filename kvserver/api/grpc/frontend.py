@@ -1,0 +1,332 @@
+"""A gRPC front-end process: terminates clients' HTTP/2 connections, passes calls to its member.
+
+etcd's grpc-proxy puts stateless processes between clients and a cluster; a raftkv member can
+start such processes itself (``--grpc-frontends N``, ``kvserver.api.grpc.frontends``). Each
+one runs ``python -m kvserver.api.grpc.frontend --link-fd A --handoff-fd B`` with two Unix
+sockets from its member:
+
+- the **hand-off** socket brings it client connections: the member accepted the connection
+  on its client URL, saw the HTTP/2 preface, and sent the socket (``SCM_RIGHTS``) with the
+  bytes it had read. The connection is then served here by the same HTTP/2 protocol the
+  member uses (``GrpcConnection``): frames, header blocks, flow control, keepalive, limits;
+- the **link** (``kvserver.api.grpc.frontend_wire``) carries each call to the member and its
+  answers back. A request is passed on as the bytes the client sent; the member parses it
+  and runs the servicer. Nothing about a call is decided here except what HTTP/2 decides:
+  the method table, the message-size limit and keepalive come from the member's HELLO.
+
+So the member's loop keeps raft, applying and the requests themselves, and the protocol
+work, about a third of a put's CPU, runs on other cores.
+
+Lifetime: a front end serves until its link closes (the member stopped or died). Then it
+sends every connection GOAWAY, lets running calls end for ``STOP_GRACE_S`` and exits. Its
+clients' calls in flight when the member goes end with UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import time
+from collections import deque
+from typing import Any
+
+import grpc
+
+from . import frontend_wire as wire
+from .connection import GrpcConnection, ServerSettings
+from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext
+from .stream import STREAM_HIGH_WATER
+
+log = logging.getLogger(__name__)
+
+MAX_FIRST_BYTES = 1024 * 1024  # bytes a member read before handing a connection off
+STOP_GRACE_S = 1.0
+_STATUS = {int(code.value[0]): code for code in grpc.StatusCode}
+_OK = 0
+
+
+class RawMessage:
+    """A request passed on as the client sent it: the member parses it."""
+
+    @staticmethod
+    def FromString(data: bytes) -> bytes:  # noqa: N802 (the generated classes' name)
+        return data
+
+
+class ForwardedCall:
+    """A call passed on to the member, as this process waits for its answers."""
+
+    __slots__ = ("id", "answers", "queued_bytes", "paused", "waiter", "status")
+
+    def __init__(self, call_id: int):
+        self.id = call_id
+        self.answers: deque[bytes] = deque()
+        self.queued_bytes = 0
+        self.paused = False  # PAUSE sent
+        self.waiter: asyncio.Future[None] | None = None
+        self.status: tuple[int, str] | None = None  # how the member ended it
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class MemberLink(asyncio.Protocol):
+    """This process's end of the link: passes calls on and routes the answers back."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.writer = wire.EventWriter(loop)
+        self.unpacker = wire.unpacker()
+        self.calls: dict[int, ForwardedCall] = {}
+        self.next_id = 0
+        self.hello: asyncio.Future[tuple[Any, ...]] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.writer.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.unpacker.feed(data)
+        for event in self.unpacker:
+            kind = event[0]
+            if kind == wire.HELLO:
+                if not self.hello.done():
+                    self.hello.set_result(event[1:])
+                continue
+            call = self.calls.get(event[1])
+            if call is None:
+                continue  # canceled here meanwhile
+            if kind == wire.REPLY:
+                call.answers.append(event[2])
+                call.status = (_OK, "")
+            elif kind == wire.MSG:
+                call.answers.append(event[2])
+                call.queued_bytes += len(event[2])
+                if call.queued_bytes > STREAM_HIGH_WATER and not call.paused:
+                    call.paused = True
+                    self.writer.send((wire.PAUSE, call.id))
+            elif kind == wire.END:
+                call.status = (event[2], event[3])
+            call.wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.writer.transport = None
+        for call in self.calls.values():
+            if call.status is None:
+                call.status = (
+                    int(grpc.StatusCode.UNAVAILABLE.value[0]),
+                    "raftkv: the member behind this front end went away",
+                )
+            call.wake()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # --- the method table's handlers -------------------------------------------------------------
+
+    def methods(self, kinds: dict[str, str]) -> dict[str, Method]:
+        table = {}
+        for path, kind in kinds.items():
+            handler = self._unary(path) if kind == UNARY_UNARY else self._streaming(path)
+            table[path] = Method(handler, RawMessage, kind)
+        return table
+
+    def _unary(self, path: str) -> Any:
+        async def forward(request: bytes, context: RpcContext) -> bytes:
+            call = self._open(path, request, context)
+            try:
+                await self._wait(call)
+                if call.answers:
+                    return call.answers.popleft()
+                raise self._abort(call)
+            finally:
+                self._close(call)
+
+        return forward
+
+    def _streaming(self, path: str) -> Any:
+        async def forward(request: Any, context: RpcContext) -> Any:
+            bidirectional = not isinstance(request, bytes)
+            call = self._open(path, None if bidirectional else request, context)
+            pump = self.loop.create_task(self._pump(call, request)) if bidirectional else None
+            try:
+                while True:
+                    while call.answers:
+                        data = call.answers.popleft()
+                        call.queued_bytes -= len(data)
+                        if call.paused and call.queued_bytes <= STREAM_HIGH_WATER // 4:
+                            call.paused = False
+                            self.writer.send((wire.RESUME, call.id))
+                        yield data
+                    if call.status is not None:
+                        if call.status[0] != _OK:
+                            raise self._abort(call)
+                        return
+                    await self._wait(call)
+            finally:
+                if pump is not None:
+                    pump.cancel()
+                self._close(call)
+
+        return forward
+
+    async def _pump(self, call: ForwardedCall, requests: Any) -> None:
+        async for data in requests:
+            if call.status is not None:
+                return
+            self.writer.send((wire.MSG, call.id, data))
+        if call.status is None:
+            self.writer.send((wire.HALF_CLOSE, call.id))
+
+    def _open(self, path: str, request: bytes | None, context: RpcContext) -> ForwardedCall:
+        if self.writer.transport is None:
+            raise RpcAbort(grpc.StatusCode.UNAVAILABLE, "raftkv: the member went away")
+        self.next_id += 1
+        call = ForwardedCall(self.next_id)
+        self.calls[call.id] = call
+        metadata = [list(pair) for pair in context.invocation_metadata()]
+        self.writer.send(
+            (
+                wire.CALL,
+                call.id,
+                path,
+                metadata,
+                context.time_remaining(),
+                context.identity.address,
+                request,
+            )
+        )
+        return call
+
+    async def _wait(self, call: ForwardedCall) -> None:
+        if call.answers or call.status is not None:
+            return
+        call.waiter = self.loop.create_future()
+        try:
+            await call.waiter
+        finally:
+            call.waiter = None
+
+    def _close(self, call: ForwardedCall) -> None:
+        """The call ended here: if the member has not ended it, it is canceled there."""
+        if self.calls.pop(call.id, None) is not None and call.status is None:
+            self.writer.send((wire.CANCEL, call.id))
+
+    @staticmethod
+    def _abort(call: ForwardedCall) -> RpcAbort:
+        code, details = call.status or (int(grpc.StatusCode.UNKNOWN.value[0]), "")
+        return RpcAbort(_STATUS.get(code, grpc.StatusCode.UNKNOWN), details)
+
+
+class HandedOffConnection(GrpcConnection):
+    """A client connection the member accepted: it starts with the bytes the member read."""
+
+    def __init__(self, settings: ServerSettings, identity: ClientIdentity, first: bytes):
+        super().__init__(settings, identity)
+        self.first = first
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        first, self.first = self.first, b""
+        if first:
+            self.data_received(first)
+
+
+def _address(sock: socket.socket) -> str:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return ""
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
+class HandOffReceiver:
+    """Takes the connections the member sends over the hand-off socket."""
+
+    def __init__(self, sock: socket.socket, settings: ServerSettings):
+        self.sock = sock
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_FIRST_BYTES, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.stop()
+                return
+            if not fds:
+                if not data:
+                    self.stop()  # the member closed its end
+                    return
+                continue
+            client = socket.socket(fileno=fds[0])
+            client.setblocking(False)
+            identity = ClientIdentity(_address(client), None)
+            connection = HandedOffConnection(self.settings, identity, data)
+            task = self.loop.create_task(
+                self.loop.connect_accepted_socket(lambda c=connection: c, client)  # type: ignore[misc]
+            )
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def stop(self) -> None:
+        try:
+            self.loop.remove_reader(self.sock.fileno())
+        except (ValueError, OSError):
+            pass
+
+
+async def serve(link_fd: int, handoff_fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    link_sock = socket.socket(fileno=link_fd)
+    handoff_sock = socket.socket(fileno=handoff_fd)
+    _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
+    kinds, max_receive, min_time, interval, timeout = await member.hello
+    settings = ServerSettings(
+        member.methods(dict(kinds)),
+        max_receive=max_receive,
+        keepalive_min_time=min_time,
+        keepalive_interval=interval,
+        keepalive_timeout=timeout,
+    )
+    receiver = HandOffReceiver(handoff_sock, settings)
+    member.writer.send((wire.READY,))
+    await member.closed
+    receiver.stop()
+    connections = list(settings.connections)
+    for conn in connections:
+        conn.go_away()
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(conn.streams for conn in connections) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    for conn in connections:
+        conn.abort()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--link-fd", type=int, required=True)
+    parser.add_argument("--handoff-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s frontend %(message)s")
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
+        asyncio.run(serve(args.link_fd, args.handoff_fd))
+    else:
+        uvloop.run(serve(args.link_fd, args.handoff_fd))
+
+
+if __name__ == "__main__":
+    main()

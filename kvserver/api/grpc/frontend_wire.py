@@ -1,0 +1,85 @@
+"""The link between a member and one of its gRPC front-end processes: events and framing.
+
+A front end (``kvserver.api.grpc.frontend``) terminates clients' HTTP/2 connections and
+hands each gRPC call to its member over one Unix stream socket, the link. Both ends write
+events: msgpack arrays, one after another on the stream (``msgpack.Unpacker`` splits them),
+the events of one loop turn in one write, so the calls that arrive together reach the member's
+raft step together.
+
+From the front end to the member:
+
+- ``(CALL, id, path, metadata, timeout, address, request)``: a call opens. ``metadata`` is
+  a list of ``[name, value]`` pairs, ``timeout`` the seconds left to its deadline or None,
+  ``address`` the client's ``host:port``. ``request`` is the serialized request of a unary
+  or server-streaming call, or None for a bidirectional stream, whose requests follow.
+- ``(MSG, id, bytes)``: a bidirectional call's next request.
+- ``(HALF_CLOSE, id)``: the client sent its last request.
+- ``(CANCEL, id)``: the client reset the call, its deadline passed, or its connection went.
+- ``(PAUSE, id)`` / ``(RESUME, id)``: a streaming answer has too much unsent at the client;
+  the member's handler waits in its ``write`` until the resume.
+- ``(READY,)``: the front end is up and accepts connections.
+
+From the member to the front end:
+
+- ``(HELLO, methods, max_receive)``: the method table as ``{path: kind}`` and the biggest
+  request a client may send, the first event of a link.
+- ``(REPLY, id, bytes)``: a unary call's answer; the call ended with OK.
+- ``(MSG, id, bytes)``: a streaming call's next answer.
+- ``(END, id, code, details)``: the call ended with this status.
+
+Call ids are the front end's, unique per link. An event about an id the receiver does not
+know (a call that ended meanwhile) is ignored. Anything else malformed ends the link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+
+CALL = 1
+MSG = 2
+HALF_CLOSE = 3
+CANCEL = 4
+PAUSE = 5
+RESUME = 6
+READY = 7
+HELLO = 8
+REPLY = 9
+END = 10
+
+MAX_EVENT_BYTES = 64 * 1024 * 1024  # bigger than any request or answer the member allows
+
+
+def unpacker() -> msgpack.Unpacker:
+    """Splits a link's byte stream into events (feed it what arrives, iterate the events)."""
+    return msgpack.Unpacker(
+        use_list=False, raw=False, max_buffer_size=2 * MAX_EVENT_BYTES, strict_map_key=False
+    )
+
+
+class EventWriter:
+    """Packs events and writes those of one loop turn in one go."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        self.transport: asyncio.WriteTransport | None = None
+        self.scheduled = False
+
+    def send(self, event: tuple[Any, ...]) -> None:
+        self.packer.pack(event)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        data = self.packer.bytes()
+        if not data:
+            return
+        self.packer.reset()
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)

@@ -1,0 +1,324 @@
+"""gRPC front-end processes (``--grpc-frontends``): a member hands its clients' HTTP/2
+connections to them and serves the calls they pass back.
+
+Three in-process members, each with one front end (a real child process). Checks that:
+
+- every kind of call works through a front end as on the member itself (unary, a server
+  stream, bidirectional streams with several watchers, etcd's errors, auth's token), and the
+  member's own HTTP/2 server accepts none of those connections, while HTTP/1.1 on the same
+  URL still reaches the JSON gateway;
+- a watcher that reads slowly still gets every event, in order (the front end pauses the
+  member's writes and resumes them);
+- a client's cancel and its deadline end the call on the member too;
+- a front end killed with SIGKILL is replaced, and clients get through again;
+- stopping the member stops its front ends;
+- etcdctl works through a front end;
+- the member's end of a link closes on malformed events and nothing raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import aiohttp
+import grpc
+import msgpack
+import pytest
+
+from kvserver.api.grpc import frontend_wire as wire
+from kvserver.api.grpc.frontend_link import FrontendLink
+from kvserver.api.grpc.metrics import CallCounts
+from kvserver.api.grpc.rpc import UNARY_UNARY, Method
+from kvserver.assembly.member import Member
+from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
+from tests.support.auth_setup import caught_up, enable_auth
+from tests.support.etcdctl import AsyncEtcdctl
+from tests.support.grpc_members import dial, refused, target, token
+from tests.support.inprocess import configs, running, wait_leader
+from tests.support.wait import async_wait_for
+
+WAIT_S = 20.0
+
+
+async def frontends_ready(members: list[Member]) -> None:
+    def ready() -> bool:
+        return all(
+            m.grpc is not None and m.grpc.frontends is not None and m.grpc.frontends.ready == 1
+            for m in members
+        )
+
+    await async_wait_for(ready, WAIT_S, "every member's front end ready")
+
+
+def pool(member: Member) -> Any:
+    assert member.grpc is not None and member.grpc.frontends is not None
+    return member.grpc.frontends
+
+
+def frontend_pids(member: Member) -> list[int]:
+    return [f.process.pid for f in pool(member).frontends]
+
+
+def create(**fields: Any) -> rpc_pb2.WatchRequest:
+    return rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(**fields))
+
+
+async def read(call: Any) -> rpc_pb2.WatchResponse:
+    resp = await asyncio.wait_for(call.read(), WAIT_S)
+    assert resp is not grpc.aio.EOF
+    return resp
+
+
+async def test_calls_through_a_frontend(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        follower = next(m for m in members if m is not leader)
+        async with dial(follower) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            put = await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"1"))
+            assert put.header.member_id == follower.member_id
+            put = await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"2", prev_kv=True))
+            assert put.prev_kv.value == b"1"
+            got = await kv.Range(rpc_pb2.RangeRequest(key=b"a", range_end=b"c"))
+            assert [(x.key, x.value) for x in got.kvs] == [(b"a", b"2")]
+            assert await refused(kv.Put(rpc_pb2.PutRequest(key=b"", value=b"x"))) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "etcdserver: key is not provided",
+            )
+            await kv.Compact(rpc_pb2.CompactionRequest(revision=put.header.revision))
+            assert await refused(kv.Range(rpc_pb2.RangeRequest(key=b"a", revision=2))) == (
+                grpc.StatusCode.OUT_OF_RANGE,
+                "etcdserver: mvcc: required revision has been compacted",
+            )
+
+            # a bidirectional stream with two watchers, one with prev_kv
+            watch = rpc_pb2_grpc.WatchStub(channel).Watch()
+            await watch.write(create(key=b"a", watch_id=7, prev_kv=True))
+            await watch.write(create(key=b"b", range_end=b"c", watch_id=8))
+            assert {(await read(watch)).watch_id for _ in range(2)} == {7, 8}
+            await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"3"))
+            await kv.Put(rpc_pb2.PutRequest(key=b"b1", value=b"4"))
+            events = [await read(watch) for _ in range(2)]
+            assert [(e.watch_id, e.events[0].kv.value) for e in events] == [(7, b"3"), (8, b"4")]
+            assert events[0].events[0].prev_kv.value == b"2"
+            watch.cancel()
+
+            # a lease and its keep-alive stream
+            lease = rpc_pb2_grpc.LeaseStub(channel)
+            granted = await lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=30))
+            keepalive = lease.LeaseKeepAlive()
+            await keepalive.write(rpc_pb2.LeaseKeepAliveRequest(ID=granted.ID))
+            answer = await asyncio.wait_for(keepalive.read(), WAIT_S)
+            assert answer.ID == granted.ID and answer.TTL == 30
+            await keepalive.done_writing()
+            assert await asyncio.wait_for(keepalive.read(), WAIT_S) is grpc.aio.EOF
+
+            # a server stream: the snapshot of the member's store
+            maintenance = rpc_pb2_grpc.MaintenanceStub(channel)
+            chunks = [c async for c in maintenance.Snapshot(rpc_pb2.SnapshotRequest())]
+            assert chunks and chunks[-1].remaining_bytes == 0
+
+        url = follower.cfg.advertise_client_urls[0] + "/v3/kv/range"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={"key": "YQ=="}) as resp:  # "a"
+                assert (await resp.json())["count"] == "1"
+        assert pool(follower).handed_off >= 1
+        assert follower.grpc is not None and follower.grpc.connections_accepted == 0
+        link = pool(follower).frontends[0].link
+        assert link.calls_served >= 10 and not link.calls
+
+
+async def test_a_slow_watcher_gets_every_event(tmp_path):
+    value = b"v" * (256 * 1024)
+    puts = 24  # 6 MiB of events: several times what a stream may have unsent
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        async with dial(leader, [("grpc.http2.bdp_probe", 0)]) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            watch = rpc_pb2_grpc.WatchStub(channel).Watch()
+            await watch.write(create(key=b"big", watch_id=1))
+            assert (await read(watch)).created
+            revisions = []
+            for i in range(puts):
+                put = await kv.Put(rpc_pb2.PutRequest(key=b"big", value=value + str(i).encode()))
+                revisions.append(put.header.revision)
+            seen = []
+            while len(seen) < puts:
+                resp = await read(watch)
+                seen.extend((e.kv.mod_revision, e.kv.value[-2:]) for e in resp.events)
+            assert seen == [(r, (value + str(i).encode())[-2:]) for i, r in enumerate(revisions)]
+            watch.cancel()
+        assert pool(leader).frontends[0].link.pauses >= 1
+
+
+async def test_cancel_and_deadline_end_the_call_on_the_member(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        hub = leader.kv.watch_hub
+        link = pool(leader).frontends[0].link
+        async with dial(leader) as channel:
+            stub = rpc_pb2_grpc.WatchStub(channel)
+            watch = stub.Watch()
+            await watch.write(create(key=b"x"))
+            assert (await read(watch)).created
+            assert len(link.calls) == 1 and hub.watcher_count == 1
+            watch.cancel()
+            await async_wait_for(lambda: not link.calls, WAIT_S, "the canceled call gone")
+            await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "the watcher gone")
+
+            timed = stub.Watch(timeout=0.5)
+            await timed.write(create(key=b"y"))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                while True:
+                    assert await asyncio.wait_for(timed.read(), WAIT_S) is not grpc.aio.EOF
+            assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            await async_wait_for(lambda: not link.calls, WAIT_S, "the expired call gone")
+            await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "its watcher gone")
+
+
+async def test_auth_token_through_a_frontend(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        tokens = await enable_auth(leader)
+        await caught_up(leader, leader)
+        async with dial(leader) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            code, details = await refused(kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v")))
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert details == "etcdserver: user name is empty"
+            await kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v"), metadata=token(tokens.root))
+            got = await kv.Range(rpc_pb2.RangeRequest(key=b"k"), metadata=token(tokens.root))
+            assert got.kvs[0].value == b"v"
+        assert pool(leader).handed_off >= 1
+
+
+async def test_a_killed_frontend_is_replaced(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        (pid,) = frontend_pids(leader)
+        async with dial(leader) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"1"))
+            os.kill(pid, signal.SIGKILL)
+            await async_wait_for(
+                lambda: pool(leader).started == 2 and pool(leader).ready == 1,
+                WAIT_S,
+                "a new front end",
+            )
+            assert frontend_pids(leader) != [pid]
+
+            async def put_again() -> bool:
+                try:
+                    await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"2"), timeout=2.0)
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
+                    return False
+                return True
+
+            deadline = asyncio.get_running_loop().time() + WAIT_S
+            while not await put_again():
+                assert asyncio.get_running_loop().time() < deadline, "no put got through"
+                await asyncio.sleep(0.1)
+        assert pool(leader).handed_off >= 2
+
+
+async def test_stopping_the_member_stops_its_frontends(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        await wait_leader(members)
+        await frontends_ready(members)
+        processes = [f.process for m in members for f in pool(m).frontends]
+        assert len(processes) == 3 and all(p.poll() is None for p in processes)
+    assert all(p.poll() is not None for p in processes)
+
+
+async def test_etcdctl_through_a_frontend(tmp_path):
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        ctl = AsyncEtcdctl([target(leader)])
+        assert (await ctl.run("put", "foo", "bar")).strip() == "OK"
+        assert (await ctl.run("get", "foo")).split() == ["foo", "bar"]
+        status = await ctl.json("endpoint", "status")
+        assert status[0]["Status"]["header"]["member_id"] == leader.member_id
+        assert pool(leader).handed_off >= 3
+
+
+# --- the member's end of a link, fed bytes directly ----------------------------------------------
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def echo(request: Any, context: Any) -> bytes:
+    return bytes(request)
+
+
+class Raw:
+    @staticmethod
+    def FromString(data: bytes) -> bytes:  # noqa: N802
+        return data
+
+
+def new_link() -> tuple[FrontendLink, FakeTransport]:
+    methods = {"/t.T/Echo": Method(echo, Raw, UNARY_UNARY)}
+    link = FrontendLink(methods, CallCounts(), ({"/t.T/Echo": UNARY_UNARY}, 1 << 20, 5, 7200, 20))
+    transport = FakeTransport()
+    link.connection_made(transport)
+    return link, transport
+
+
+def events(transport: FakeTransport) -> list[tuple[Any, ...]]:
+    unpacker = wire.unpacker()
+    unpacker.feed(bytes(transport.written))
+    return list(unpacker)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xc1",  # never used in msgpack
+        msgpack.packb((99, 1)),  # an unknown event
+        msgpack.packb((wire.CALL, 1, "/t.T/Nope", [], None, "", b"")),  # an unknown method
+        msgpack.packb((wire.CALL, 1, "/t.T/Echo")),  # too short
+        msgpack.packb("not an event"),
+    ],
+)
+async def test_a_link_closes_on_malformed_events(garbage):
+    link, transport = new_link()
+    link.data_received(garbage)
+    assert transport.closed
+
+
+async def test_a_link_serves_calls_and_ignores_events_of_ended_ones():
+    link, transport = new_link()
+    call = (wire.CALL, 1, "/t.T/Echo", [["k", "v"]], 5.0, "127.0.0.1:1", b"hi")
+    link.data_received(msgpack.packb(call) + msgpack.packb((wire.CANCEL, 42)))
+    await async_wait_for(lambda: len(events(transport)) == 2, WAIT_S, "HELLO and the reply")
+    assert events(transport)[1] == (wire.REPLY, 1, b"hi")
+    assert not transport.closed and not link.calls
+    link.data_received(msgpack.packb((wire.MSG, 1, b"late")))  # the call has ended
+    assert not transport.closed
