@@ -9,6 +9,10 @@ prints puts/s at ``--clients`` clients and the CPU per put of the member and of 
 generator, so the table shows both whether throughput grows with cores and where a member's
 ceiling is (raftkv serves and runs raft on one event loop; its fsyncs run in a thread).
 
+``--grpc-frontends N`` starts each raftkv member with N gRPC front-end processes
+(``raftkv serve --grpc-frontends``); the CPU per put then counts them with the member, and
+``member loop`` is the member's own process alone, the part that cannot spread over cores.
+
 Options: ``--systems raftkv,etcd``, ``--duration`` s per cell, ``--json PATH``.
 """
 
@@ -34,6 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--grpc-frontends", type=int, default=0, help="per raftkv member")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     # the fields compare.bench reads
@@ -45,9 +50,13 @@ def measure(system_name: str, cpus: set[int], args: argparse.Namespace, root: st
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)  # the member and the load processes inherit it
     try:
-        with SYSTEMS[system_name](
-            os.path.join(root, f"{system_name}-{len(cpus)}"), size=1
-        ) as system:
+        path = os.path.join(root, f"{system_name}-{len(cpus)}")
+        if system_name == "raftkv" and args.grpc_frontends:
+            frontends = ["--grpc-frontends", str(args.grpc_frontends)]
+            store = RaftkvSystem(path, extra_args=frontends, size=args.members)
+        else:
+            store = SYSTEMS[system_name](path, size=args.members)
+        with store as system:
             leader = system.wait_ready()
             if args.warmup:
                 bench_with_cpu(system, leader, "put", args.clients, _for(args, args.warmup))

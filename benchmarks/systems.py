@@ -34,6 +34,24 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def frontend_pids(member_pid: int) -> list[int]:
+    """A raftkv member's gRPC front-end processes (its children that run the front end)."""
+    found = []
+    try:
+        with open(f"/proc/{member_pid}/task/{member_pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"kvserver.api.grpc.frontend" in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
 class _Processes:
     """Child processes with logs; stopped with SIGTERM, then SIGKILL."""
 
@@ -182,7 +200,13 @@ class RaftkvSystem(System):
         self.cluster.stop()
 
     def pids(self) -> list[int]:
-        return [n.proc.pid for n in self.cluster.nodes if n.proc is not None]
+        """The members' processes, each followed by its gRPC front ends (if it has any)."""
+        pids = []
+        for n in self.cluster.nodes:
+            if n.proc is not None:
+                pids.append(n.proc.pid)
+                pids.extend(frontend_pids(n.proc.pid))
+        return pids
 
     def data_dirs(self) -> list[str]:
         return [n.data_dir for n in self.cluster.nodes]
