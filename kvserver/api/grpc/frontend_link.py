@@ -45,6 +45,7 @@ from .rpc import (
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_REQUESTS = 1024
+MAX_IDENTITIES = 4096
 _OK = status_code(grpc.StatusCode.OK)
 _CANCELLED = status_code(grpc.StatusCode.CANCELLED)
 _EXHAUSTED = status_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -157,6 +158,7 @@ class FrontendLink(asyncio.Protocol):
         self.on_ready: Any = None  # called once with this link (the pool's)
         self.on_lost: Any = None  # called once with this link when it closes
         self.calls_served = 0
+        self.identities: dict[str, ClientIdentity] = {}  # by client address: one per connection
         self.pauses = 0  # PAUSE events: a front end's client read slower than calls wrote
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
@@ -241,13 +243,17 @@ class FrontendLink(asyncio.Protocol):
         request: bytes | None,
     ) -> None:
         method = self.methods.get(path)
-        if method is None or call_id in self.calls:
-            raise ValueError(f"a call to an unknown method or a reused id: {path!r}")
+        if method is None or call_id in self.calls or type(metadata) is not tuple:
+            raise ValueError(f"a call to an unknown method, a reused id or bad metadata: {path!r}")
         call = LinkedCall(call_id, self, path, method)
         deadline = None if timeout is None else time.monotonic() + timeout
-        identity = ClientIdentity(address, None)
-        pairs = tuple((str(name), str(value)) for name, value in metadata)
-        call.context = RpcContext(identity, pairs, deadline, call)
+        identity = self.identities.get(address)
+        if identity is None:
+            if len(self.identities) >= MAX_IDENTITIES:
+                self.identities.clear()
+            identity = self.identities[address] = ClientIdentity(address, None)
+        # (the unpacker gives tuples of str: the metadata as the front end read it)
+        call.context = RpcContext(identity, metadata, deadline, call)
         call.request = LinkedRequests(call) if method.kind == STREAM_STREAM else request
         self.calls[call_id] = call
         self.counts.started(path)
