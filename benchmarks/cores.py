@@ -39,10 +39,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--grpc-frontends", type=int, default=0, help="per raftkv member")
+    ap.add_argument(
+        "--protocol",
+        choices=("grpc", "grpc-lean"),
+        default="grpc",
+        help="the load generator's client: grpc.aio, or the lean one that leaves the server "
+        "more of the machine",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     # the fields compare.bench reads
-    args.protocol, args.procs, args.val_size, args.key_space_size = "grpc", 2, 256, 10000
+    args.procs, args.val_size, args.key_space_size = 2, 256, 10000
     return args
 
 

@@ -17,7 +17,8 @@ How a request travels is the ``Transport``'s business, the loop above is the sam
 ``HttpTransport`` (pipelined HTTP/1.1; a request unanswered after ``--timeout`` fails its
 whole connection, which is reopened) and, with ``--protocol grpc``, ``GrpcTransport``
 (``kvserver.bench.grpc_client``: one gRPC channel per connection, calls multiplexed on it,
-``--timeout`` as each call's deadline).
+``--timeout`` as each call's deadline) or, with ``--protocol grpc-lean``,
+``LeanGrpcTransport`` (``kvserver.bench.h2_client``: the same calls, framed by hand).
 
 ``progress`` (a shared array with one completed-request counter per process) is what the
 CLI's progress bar reads.
@@ -163,6 +164,10 @@ def transport_for(opts: BenchOptions, share: Share, endpoints: list[str]) -> Tra
         from kvserver.bench.grpc_client import GrpcTransport
 
         return GrpcTransport(opts, share.index, share.procs, share.conns, endpoints)
+    if opts.protocol == "grpc-lean":
+        from kvserver.bench.h2_client import LeanGrpcTransport
+
+        return LeanGrpcTransport(opts, share.index, share.procs, share.conns, endpoints)
     return HttpTransport(opts, share, endpoints)
 
 

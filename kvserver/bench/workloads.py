@@ -36,7 +36,7 @@ from kvserver.tls import TLSConfigError, client_context
 
 OPS = ("put", "range", "txn-put", "watch-latency", "mixed")
 DIALECTS = ("v3", "rest")
-PROTOCOLS = ("http", "grpc")
+PROTOCOLS = ("http", "grpc", "grpc-lean")
 
 
 class BenchUsageError(ValueError):
@@ -59,7 +59,7 @@ class BenchOptions:
     consistency: str = "l"  # l: linearizable reads; s: serializable
     target_leader: bool = False
     dialect: str = "v3"
-    protocol: str = "http"  # grpc: etcd's KV calls instead of HTTP requests
+    protocol: str = "http"  # grpc, grpc-lean: etcd's KV calls instead of HTTP requests
     procs: int = 1
     txn_ops: int = 1  # txn-put: puts per transaction
     read_ratio: float = 0.5  # mixed: fraction of reads
@@ -93,7 +93,7 @@ class BenchOptions:
         need(self.op in OPS, f"unknown workload {self.op!r} (one of {', '.join(OPS)})")
         need(self.dialect in DIALECTS, f"--dialect must be one of {', '.join(DIALECTS)}")
         need(self.protocol in PROTOCOLS, f"--protocol must be one of {', '.join(PROTOCOLS)}")
-        if self.protocol == "grpc":
+        if self.protocol != "http":
             need(self.dialect == "v3", "--dialect rest is HTTP only (--protocol http)")
             need(self.op != "watch-latency", "watch-latency runs over HTTP only (--protocol http)")
         need(bool(self.endpoints), "--endpoints: at least one endpoint")

@@ -5,7 +5,9 @@ PySyncObj comparison server) or raftkv's ``/v1`` REST dialect, with ``--clients`
 requests over ``--conns`` persistent, pipelining HTTP/1.1 connections, from ``--procs``
 processes whose measurements are merged exactly. ``--protocol grpc`` sends the same
 workloads (not ``watch-latency``) as etcd's KV gRPC calls instead, ``--clients`` concurrent
-calls over ``--conns`` channels, to raftkv or etcd alike. Prints etcd's report (summary, response time
+calls over ``--conns`` channels, to raftkv or etcd alike; ``--protocol grpc-lean`` sends
+those calls through a lean HTTP/2 client of ours (``kvserver.bench.h2_client``) that costs
+far less CPU than grpc.aio, so a small machine's cores go to the server. Prints etcd's report (summary, response time
 histogram, latency distribution 10%..99.9%, error distribution) or ``--json``; a progress
 bar on stderr when it is a terminal. See ``kvserver.bench`` for the parts.
 
@@ -137,10 +139,11 @@ def _add_common(b: argparse.ArgumentParser) -> None:
     )
     b.add_argument(
         "--protocol",
-        choices=("http", "grpc"),
+        choices=("http", "grpc", "grpc-lean"),
         default="http",
         help="http: the --dialect's HTTP requests (default); grpc: etcd's KV gRPC calls "
-        "through the generated stubs, on the same client URLs",
+        "through the generated stubs, on the same client URLs; grpc-lean: the same calls "
+        "framed by a lean HTTP/2 client that costs the load generator less CPU",
     )
     b.add_argument(
         "--procs",

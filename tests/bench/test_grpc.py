@@ -1,5 +1,6 @@
-"""``raftkv bench --protocol grpc``: the same workloads as etcd's KV gRPC calls, against an
-in-process raftkv cluster and a real etcd, through the same stubs. Counts, never timings."""
+"""``raftkv bench --protocol grpc`` and ``grpc-lean``: the same workloads as etcd's KV gRPC
+calls, through grpc.aio with the generated stubs or through the lean HTTP/2 client, against
+an in-process raftkv cluster and a real etcd. Counts, never timings."""
 
 import pytest
 
@@ -9,13 +10,17 @@ from kvserver.bench.workloads import BenchOptions
 from tests.etcd_process import etcd_process
 from tests.support.bench_cli import bench_json, put_200_through_the_cli
 
-
-def test_grpc_puts_through_the_cli_are_counted_and_applied_once(capsys, inproc_cluster):
-    doc = put_200_through_the_cli(capsys, inproc_cluster, protocol="grpc")
-    assert doc["options"]["protocol"] == "grpc"
+CLIENTS = pytest.mark.parametrize("protocol", ["grpc", "grpc-lean"])
 
 
-def test_every_grpc_workload_counts_its_calls(inproc_cluster):
+@CLIENTS
+def test_grpc_puts_through_the_cli_are_counted_and_applied_once(capsys, inproc_cluster, protocol):
+    doc = put_200_through_the_cli(capsys, inproc_cluster, protocol=protocol)
+    assert doc["options"]["protocol"] == protocol
+
+
+@CLIENTS
+def test_every_grpc_workload_counts_its_calls(inproc_cluster, protocol):
     eps = inproc_cluster.endpoints
     cases = [
         dict(op="range", consistency="l"),
@@ -26,7 +31,7 @@ def test_every_grpc_workload_counts_its_calls(inproc_cluster):
     ]
     for case in cases:
         opts = BenchOptions(
-            **{"endpoints": eps, "clients": 4, "total": 60, "protocol": "grpc", **case}
+            **{"endpoints": eps, "clients": 4, "total": 60, "protocol": protocol, **case}
         ).validate()
         r = run(opts)
         assert (r.stats.count, r.stats.error_count) == (60, 0), (case, r.stats.errors)
@@ -41,7 +46,7 @@ def test_every_grpc_workload_counts_its_calls(inproc_cluster):
             txn_ops=3,
             key_space_size=10,
             target_leader=True,
-            protocol="grpc",
+            protocol=protocol,
         ).validate()
     )
     assert r.endpoints_used == [leader]
@@ -66,8 +71,30 @@ def test_grpc_errors_are_counted_by_status(inproc_cluster):
     assert dict(r.stats.errors) == {"gRPC INVALID_ARGUMENT: etcdserver: request is too large": 6}
 
 
+def test_the_lean_client_counts_errors_by_status(inproc_cluster):
+    """A txn over --max-txn-ops: every call fails with etcd's status and text, as through
+    grpc.aio (the lean client sends messages up to one frame, so not a too-large request)."""
+    r = run(
+        BenchOptions(
+            op="txn-put",
+            txn_ops=200,
+            key_space_size=400,
+            val_size=8,
+            endpoints=inproc_cluster.endpoints,
+            clients=2,
+            total=6,
+            protocol="grpc-lean",
+        ).validate()
+    )
+    assert r.stats.count == 0
+    assert dict(r.stats.errors) == {
+        "gRPC INVALID_ARGUMENT: etcdserver: too many operations in txn request": 6
+    }
+
+
 @pytest.mark.external
-def test_the_same_grpc_load_generator_drives_a_real_etcd(tmp_path, capsys):
+@CLIENTS
+def test_the_same_grpc_load_generator_drives_a_real_etcd(tmp_path, capsys, protocol):
     with etcd_process(str(tmp_path)) as etcd:
         code, doc, err = bench_json(
             capsys,
@@ -85,7 +112,7 @@ def test_the_same_grpc_load_generator_drives_a_real_etcd(tmp_path, capsys):
             "--sequential-keys",
             "--endpoints",
             etcd.url,
-            protocol="grpc",
+            protocol=protocol,
         )
         assert code == 0, err
         assert doc["count"] == 300 and doc["errors"] == 0
@@ -94,7 +121,7 @@ def test_the_same_grpc_load_generator_drives_a_real_etcd(tmp_path, capsys):
         assert int(got["header"]["revision"]) == 1 + 300  # each put applied once
         r = run(
             BenchOptions(
-                op="range", endpoints=[etcd.url], clients=4, total=50, protocol="grpc"
+                op="range", endpoints=[etcd.url], clients=4, total=50, protocol=protocol
             ).validate()
         )
         assert (r.stats.count, r.stats.error_count) == (50, 0)
