@@ -31,6 +31,10 @@ written by hand from ``compare-grpc.md``)::
 
     .venv/bin/python benchmarks/compare.py --protocol grpc    # raftkv vs etcd through gRPC
 
+``--protocol grpc-lean`` sends those calls through the lean HTTP/2 client instead
+(``kvserver.bench.h2_client``), which leaves the servers more of a small machine
+(``compare-grpc-lean.*``).
+
 Not a test: numbers depend on the machine and on whatever else runs on it.
 """
 
@@ -69,10 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--protocol",
-        choices=("http", "grpc"),
+        choices=("http", "grpc", "grpc-lean"),
         default="http",
         help="http: etcd's JSON gateway (default); grpc: etcd's KV gRPC calls "
-        "(raftkv and etcd only)",
+        "(raftkv and etcd only); grpc-lean: the same calls from the lean HTTP/2 client",
     )
     ap.add_argument(
         "--systems", default=None, help="default: raftkv,etcd,pysyncobj (http), raftkv,etcd (grpc)"
@@ -89,16 +93,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--raftkv-args", default="", help="extra `raftkv serve` flags")
     args = ap.parse_args(argv)
     if args.systems is None:
-        args.systems = ",".join(GRPC_SYSTEMS) if args.protocol == "grpc" else ",".join(SYSTEMS)
+        args.systems = ",".join(GRPC_SYSTEMS) if args.protocol != "http" else ",".join(SYSTEMS)
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:
         ap.error(f"unknown systems {sorted(unknown)} (known: {', '.join(SYSTEMS)})")
-    if args.protocol == "grpc":
+    if args.protocol != "http":
         no_grpc = set(args.systems.split(",")) - set(GRPC_SYSTEMS)
         if no_grpc:
-            ap.error(f"--protocol grpc: {', '.join(sorted(no_grpc))} does not serve gRPC")
+            ap.error(f"--protocol {args.protocol}: {', '.join(sorted(no_grpc))} does not serve gRPC")
         if args.doc:
-            ap.error("--protocol grpc: no --doc (the doc's gRPC section is written by hand)")
+            ap.error(f"--protocol {args.protocol}: no --doc (the doc's gRPC section is by hand)")
     return args
 
 
@@ -395,7 +399,7 @@ def plot(results: dict, systems: list[str], path: str, protocol: str = "http") -
     ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("requests/s")
-    how = "etcd gRPC API" if protocol == "grpc" else "etcd JSON gateway"
+    how = "etcd JSON gateway" if protocol == "http" else "etcd gRPC API"
     ax.set_title(f"Three nodes on loopback, {how}, 256-byte values")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
