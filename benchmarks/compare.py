@@ -100,7 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.protocol != "http":
         no_grpc = set(args.systems.split(",")) - set(GRPC_SYSTEMS)
         if no_grpc:
-            ap.error(f"--protocol {args.protocol}: {', '.join(sorted(no_grpc))} does not serve gRPC")
+            ap.error(
+                f"--protocol {args.protocol}: {', '.join(sorted(no_grpc))} does not serve gRPC"
+            )
         if args.doc:
             ap.error(f"--protocol {args.protocol}: no --doc (the doc's gRPC section is by hand)")
     return args

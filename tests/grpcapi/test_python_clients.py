@@ -22,6 +22,7 @@ from tests.etcd_process import etcd_process
 from tests.support import async_procs
 from tests.support.grpc_members import target
 from tests.support.inprocess import configs, running, wait_leader
+from tests.support.wait import async_wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
@@ -51,12 +52,23 @@ async def answers_of_etcd(tmp_path) -> dict[str, dict]:
         return {client: await run_scenario(client, host, int(port)) for client in SCENARIOS}
 
 
-async def test_python_clients_see_what_they_see_against_etcd(tmp_path):
+@pytest.mark.parametrize("frontends", [0, 1], ids=["on-the-member", "through-frontends"])
+async def test_python_clients_see_what_they_see_against_etcd(tmp_path, frontends):
+    """With ``frontends``, each member hands its gRPC connections to a front-end process."""
     expected = await answers_of_etcd(tmp_path)
-    async with running(configs(tmp_path)) as members:
+    async with running(configs(tmp_path, grpc_frontends=frontends)) as members:
         await wait_leader(members)
+        if frontends:
+            await async_wait_for(
+                lambda: all(m.grpc.frontends.ready == frontends for m in members),
+                30.0,
+                "the front ends ready",
+            )
         for client in SCENARIOS:
             member = members[len(client) % 3]  # not always the leader
             host, port = target(member).split(":")
             got = await run_scenario(client, host, int(port))
             assert got == expected[client], client
+        if frontends:
+            assert all(m.grpc.connections_accepted == 0 for m in members)
+            assert sum(m.grpc.frontends.handed_off for m in members) >= len(SCENARIOS)
