@@ -178,3 +178,30 @@ def test_every_nemesis_keeps_every_safety_property(tmp_path):
     assert report["cleanup"] == {"errors": [], "leftovers": []}
     assert report["problems"] == [] and report["ok"]
     assert os.path.getsize(report["png"]) > 10_000
+
+
+def test_grpc_through_front_ends_keeps_the_register_linearizable(tmp_path):
+    """The register workload over gRPC with every member handing its gRPC connections to a
+    front-end process (``--grpc-frontends 1``), while members are killed, paused, restarted
+    and partitioned, their front ends with them."""
+    _need_netns()
+    cfg = ChaosConfig(
+        duration_s=40,
+        nemesis="kill,pause,restart,partition",
+        out_dir=str(tmp_path / "chaos"),
+        seed=11,
+        hold_s=3.0,
+        gap_s=1.0,
+        register_over_grpc=True,
+        extra_args=["--grpc-frontends", "1"],
+    )
+    report = run(cfg)
+    logs = [tmp_path / "chaos" / "data" / f"node{i}.log" for i in (1, 2, 3)]
+    ready = sum(log.read_text(errors="replace").count("gRPC front end") for log in logs)
+    print(json.dumps({k: report.get(k) for k in ("rounds", "ops", "acked_writes")}, default=str))
+    assert report["network"]["mode"] == "netns"
+    assert ready >= 3, "the members started no front end"
+    assert report["lost_writes"] == 0, report["lost_examples"]
+    lin = report["linearizability"]
+    assert lin["verdict"] == "OK" and lin["violations"] == 0, lin.get("explanation")
+    assert lin["operations"] >= 300

@@ -106,6 +106,7 @@ class FrontendPool:
             lambda: FrontendLink(self.methods, self.settings.calls, self.hello()), sock=link_here
         )
         frontend = FrontendProcess(process, link, handoff_here)
+        link.on_ready = lambda _link: log.info("gRPC front end %d ready", process.pid)
         link.on_lost = lambda _link: self._lost(frontend)
         self.frontends.append(frontend)
         self.started += 1
