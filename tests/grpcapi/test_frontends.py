@@ -95,6 +95,17 @@ async def test_calls_through_a_frontend(tmp_path):
                 "etcdserver: mvcc: required revision has been compacted",
             )
 
+            # an answer of 3 MiB: many frames, through the front end's flow control
+            big = b"b" * (1024 * 1024)
+            for name in (b"big1", b"big2", b"big3"):
+                await kv.Put(rpc_pb2.PutRequest(key=name, value=big))
+            got = await kv.Range(rpc_pb2.RangeRequest(key=b"big", range_end=b"bih"))
+            assert [(x.key, x.value == big) for x in got.kvs] == [
+                (b"big1", True),
+                (b"big2", True),
+                (b"big3", True),
+            ]
+
             # a bidirectional stream with two watchers, one with prev_kv
             watch = rpc_pb2_grpc.WatchStub(channel).Watch()
             await watch.write(create(key=b"a", watch_id=7, prev_kv=True))

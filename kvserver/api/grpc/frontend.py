@@ -92,6 +92,14 @@ class MemberLink(asyncio.Protocol):
         self.writer.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._events(data)
+        except Exception:
+            log.exception("gRPC front end: a malformed event from the member; closing the link")
+            if self.writer.transport is not None:
+                self.writer.transport.close()
+
+    def _events(self, data: bytes) -> None:
         self.unpacker.feed(data)
         for event in self.unpacker:
             kind = event[0]

@@ -49,13 +49,15 @@ HELLO = 8
 REPLY = 9
 END = 10
 
-MAX_EVENT_BYTES = 64 * 1024 * 1024  # bigger than any request or answer the member allows
+# A unary answer travels whole in one event, and a member answers a range of any size (as
+# etcd does); msgpack's own ceiling for one bin is 4 GiB, its Unpacker's default 100 MiB.
+MAX_BUFFER_BYTES = 2**32 - 1
 
 
 def unpacker() -> msgpack.Unpacker:
     """Splits a link's byte stream into events (feed it what arrives, iterate the events)."""
     return msgpack.Unpacker(
-        use_list=False, raw=False, max_buffer_size=2 * MAX_EVENT_BYTES, strict_map_key=False
+        use_list=False, raw=False, max_buffer_size=MAX_BUFFER_BYTES, strict_map_key=False
     )
 
 
