@@ -41,6 +41,7 @@ from .rpc import (
     run_handler,
     status_code,
 )
+from .stream import Requests
 
 log = logging.getLogger(__name__)
 
@@ -107,35 +108,18 @@ class LinkedCall:
         else:
             self.link.finish(self, code, details)
 
+    def requests_ended(self) -> bool:
+        return self.half_closed or self.done
+
+    def requests_read(self) -> None:
+        pass  # the front end bounds nothing by it: MAX_QUEUED_REQUESTS does
+
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
         if self.resumed is not None:
             self.resumed.set()
-
-
-class LinkedRequests:
-    """A bidirectional call's requests, as its handler iterates them."""
-
-    def __init__(self, call: LinkedCall):
-        self.call = call
-        self.parse = call.method.request_type.FromString
-
-    def __aiter__(self) -> LinkedRequests:
-        return self
-
-    async def __anext__(self) -> Any:
-        call = self.call
-        while not call.messages:
-            if call.half_closed or call.done:
-                raise StopAsyncIteration
-            call.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await call.waiter
-            finally:
-                call.waiter = None
-        return self.parse(call.messages.popleft())
 
 
 class FrontendLink(asyncio.Protocol):
@@ -254,7 +238,7 @@ class FrontendLink(asyncio.Protocol):
             identity = self.identities[address] = ClientIdentity(address, None)
         # (the unpacker gives tuples of str: the metadata as the front end read it)
         call.context = RpcContext(identity, metadata, deadline, call)
-        call.request = LinkedRequests(call) if method.kind == STREAM_STREAM else request
+        call.request = Requests(call) if method.kind == STREAM_STREAM else request
         self.calls[call_id] = call
         self.counts.started(path)
         self.calls_served += 1

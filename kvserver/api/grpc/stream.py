@@ -9,7 +9,7 @@ queues a message and waits while more than ``STREAM_HIGH_WATER`` bytes of the an
 unsent, or while the socket's buffer is full. ``Requests`` is a streaming handler's request
 iterator: it waits for the next complete message and credits the stream's window back to
 the client as the handler reads (so a client cannot queue more than one window ahead of a
-slow handler).
+slow handler); a front end's passed-on call feeds the same iterator (``RequestSource``).
 """
 
 from __future__ import annotations
@@ -95,6 +95,13 @@ class Stream:
         else:
             self.conn.finish(self, code, details)
 
+    def requests_ended(self) -> bool:
+        return self.remote_closed or self.closed
+
+    def requests_read(self) -> None:
+        """Every request received so far was read: credit the client's window back."""
+        self.conn.credit_stream(self)
+
     def wake_reader(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
@@ -123,27 +130,40 @@ class Stream:
         self.outbound_bytes += 5 + len(data)
 
 
+class RequestSource(Protocol):
+    """Where a bidirectional call's requests arrive: a client's HTTP/2 stream (``Stream``),
+    or a call a front-end process passed on (``kvserver.api.grpc.frontend_link``)."""
+
+    method: Method
+    messages: deque[bytes]
+    waiter: asyncio.Future[None] | None
+
+    def requests_ended(self) -> bool: ...
+
+    def requests_read(self) -> None: ...
+
+
 class Requests:
     """A streaming method's requests, as its handler iterates them."""
 
-    def __init__(self, stream: Stream):
-        self.stream = stream
-        self.parse = stream.method.request_type.FromString
+    def __init__(self, source: RequestSource):
+        self.source = source
+        self.parse = source.method.request_type.FromString
 
     def __aiter__(self) -> Requests:
         return self
 
     async def __anext__(self) -> Any:
-        stream = self.stream
-        while not stream.messages:
-            if stream.remote_closed or stream.closed:
+        source = self.source
+        while not source.messages:
+            if source.requests_ended():
                 raise StopAsyncIteration
-            stream.waiter = asyncio.get_running_loop().create_future()
+            source.waiter = asyncio.get_running_loop().create_future()
             try:
-                await stream.waiter
+                await source.waiter
             finally:
-                stream.waiter = None
-        data = stream.messages.popleft()
-        if not stream.messages:
-            stream.conn.credit_stream(stream)
+                source.waiter = None
+        data = source.messages.popleft()
+        if not source.messages:
+            source.requests_read()
         return self.parse(data)
