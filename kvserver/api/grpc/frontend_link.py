@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -128,10 +129,15 @@ class FrontendLink(asyncio.Protocol):
         methods: dict[str, Method],
         counts: CallCounts,
         hello: tuple[Any, ...],
+        *,
+        on_ready: Callable[[], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
     ):
         self.methods = methods
         self.counts = counts
         self.hello = hello
+        self.on_ready = on_ready  # called once the front end says READY
+        self.on_lost = on_lost  # called once the link has closed
         self.loop = asyncio.get_running_loop()
         self.writer = wire.EventWriter(self.loop)
         self.unpacker = wire.unpacker()
@@ -139,11 +145,9 @@ class FrontendLink(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.write_paused = False
         self.ready = False  # the front end said READY
-        self.on_ready: Any = None  # called once with this link (the pool's)
-        self.on_lost: Any = None  # called once with this link when it closes
         self.calls_served = 0
-        self.identities: dict[str, ClientIdentity] = {}  # by client address: one per connection
         self.pauses = 0  # PAUSE events: a front end's client read slower than calls wrote
+        self.identities: dict[str, ClientIdentity] = {}  # by client address: one per connection
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class FrontendLink(asyncio.Protocol):
             self._cancel(call)
         self.calls.clear()
         if self.on_lost is not None:
-            self.on_lost(self)
+            self.on_lost()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -191,7 +195,7 @@ class FrontendLink(asyncio.Protocol):
         if kind == wire.READY:
             self.ready = True
             if self.on_ready is not None:
-                self.on_ready(self)
+                self.on_ready()
             return
         call = self.calls.get(event[1])
         if call is None:

@@ -28,7 +28,6 @@ from typing import Any
 
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
-from .rpc import Method
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +48,8 @@ class FrontendProcess:
 
 
 class FrontendPool:
-    def __init__(
-        self,
-        count: int,
-        methods: dict[str, Method],
-        settings: ServerSettings,
-    ):
+    def __init__(self, count: int, settings: ServerSettings):
         self.count = count
-        self.methods = methods
         self.settings = settings
         self.frontends: list[FrontendProcess] = []
         self.turn = 0
@@ -66,7 +59,7 @@ class FrontendPool:
         self.restart_tasks: set[asyncio.Task[None]] = set()
 
     def hello(self) -> tuple[Any, ...]:
-        kinds = {path: method.kind for path, method in self.methods.items()}
+        kinds = {path: method.kind for path, method in self.settings.methods.items()}
         s = self.settings
         return (
             kinds,
@@ -102,13 +95,16 @@ class FrontendPool:
         finally:
             link_there.close()
             handoff_there.close()
-        _, link = await loop.create_unix_connection(
-            lambda: FrontendLink(self.methods, self.settings.calls, self.hello()), sock=link_here
+        link = FrontendLink(
+            self.settings.methods,
+            self.settings.calls,
+            self.hello(),
+            on_ready=lambda: log.info("gRPC front end %d ready", process.pid),
+            on_lost=lambda: self._lost(frontend),
         )
         frontend = FrontendProcess(process, link, handoff_here)
-        link.on_ready = lambda _link: log.info("gRPC front end %d ready", process.pid)
-        link.on_lost = lambda _link: self._lost(frontend)
         self.frontends.append(frontend)
+        await loop.create_unix_connection(lambda: link, sock=link_here)
         self.started += 1
 
     def _lost(self, frontend: FrontendProcess) -> None:

@@ -73,9 +73,7 @@ class GrpcServer:
             keepalive_interval=KEEPALIVE_INTERVAL_S,
             keepalive_timeout=KEEPALIVE_TIMEOUT_S,
         )
-        self.frontends = (
-            FrontendPool(frontends, self.settings.methods, self.settings) if frontends else None
-        )
+        self.frontends = FrontendPool(frontends, self.settings) if frontends else None
 
     async def start(self) -> None:
         if self.frontends is not None:
