@@ -129,6 +129,9 @@ _DELETE = EventType.DELETE
 # The per-key records of a write, built by quick constructors (``kvserver.kvpb.quick``).
 _new_kv = quick_constructor(KeyValue)
 _new_event = quick_constructor(Event)
+_new_result = quick_constructor(ApplyResult)
+_new_put_response = quick_constructor(PutResponse)
+_new_header = quick_constructor(ResponseHeader)
 _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero KeyValue)
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
 _DEAD_LOG_STEP = 16_384  # references of a replaced log dropped per compact_step
@@ -366,8 +369,8 @@ class MVCCStore:
             try:
                 response, events = self._execute(request)
             except EtcdError as err:
-                return ApplyResult(None, err, (), False, self._rev)
-            return ApplyResult(response, None, events, False, self._rev)
+                return _new_result(None, err, (), False, self._rev)
+            return _new_result(response, None, events, False, self._rev)
         seen = self._seen(client_id, request_id)
         if seen is not None:
             return seen
@@ -383,8 +386,8 @@ class MVCCStore:
         if seen is MISS:
             return None
         if isinstance(seen, EtcdError):
-            return ApplyResult(None, seen, (), True, self._rev)
-        return ApplyResult(seen, None, (), True, self._rev)
+            return _new_result(None, seen, (), True, self._rev)
+        return _new_result(seen, None, (), True, self._rev)
 
     def _remember(
         self, client_id: int, request_id: int, response: Any, events: tuple[Event, ...] | None
@@ -396,8 +399,8 @@ class MVCCStore:
         if len(ids) > self._dedup.ids_per_client:
             ids.popitem(last=False)
         if events is None:
-            return ApplyResult(None, response, (), False, self._rev)
-        return ApplyResult(response, None, events, False, self._rev)
+            return _new_result(None, response, (), False, self._rev)
+        return _new_result(response, None, events, False, self._rev)
 
     # -----------------------------------------------------------------------------------------
     # Large writes in steps (a caller on an event loop runs other work between them)
@@ -460,14 +463,14 @@ class MVCCStore:
         except EtcdError as err:
             if client_id:
                 return self._remember(client_id, request_id, err, None)
-            return ApplyResult(None, err, (), False, self._rev)
+            return _new_result(None, err, (), False, self._rev)
         lo, hi = self._live_span(request.key, request.range_end)
         keys = list(self._live_keys.islice(lo, hi))
         prev_kvs, events = yield from self._delete_in_steps(keys, request.prev_kv)
         response = DeleteRangeResponse(_header(self._rev), len(keys), prev_kvs)
         if client_id:
             return self._remember(client_id, request_id, response, events)
-        return ApplyResult(response, None, events, False, self._rev)
+        return _new_result(response, None, events, False, self._rev)
 
     def _delete_in_steps(
         self, keys: list[bytes], want_prev: bool
@@ -645,7 +648,8 @@ class MVCCStore:
     def _put(self, r: PutRequest) -> PutResponse:
         """One put inside the open write txn; checks before changing anything."""
         prev = self._put_record(r)
-        return PutResponse(ResponseHeader(0, 0, self._rev + 1, 0), prev if r.prev_kv else None)
+        header = _new_header(0, 0, self._rev + 1, 0)
+        return _new_put_response(header, prev if r.prev_kv else None)
 
     def _put_record(self, r: PutRequest) -> KeyValue | None:
         """``_put`` without its response: the key's previous live version (or None)."""
