@@ -11,6 +11,7 @@ Three in-process members, each with one front end (a real child process). Checks
   member's writes and resumes them);
 - a client's cancel and its deadline end the call on the member too;
 - a front end killed with SIGKILL is replaced, and clients get through again;
+- TLS connections stay on the member;
 - stopping the member stops its front ends;
 - etcdctl works through a front end;
 - the member's end of a link closes on malformed events and nothing raises.
@@ -39,6 +40,7 @@ from tests.support.etcdctl import AsyncEtcdctl
 from tests.support.grpc_members import dial, refused, target, token
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
+from tests.tls.conftest import PKI, cluster_configs
 
 WAIT_S = 20.0
 
@@ -242,6 +244,34 @@ async def test_a_killed_frontend_is_replaced(tmp_path):
                 assert asyncio.get_running_loop().time() < deadline, "no put got through"
                 await asyncio.sleep(0.1)
         assert pool(leader).handed_off >= 2
+
+
+async def test_tls_connections_stay_on_the_member(tmp_path):
+    """A TLS session cannot move to another process: on an https client URL the member
+    serves gRPC itself, front ends or not."""
+    pki = PKI(tmp_path / "pki")
+    server = pki.pair("member")
+    cfgs = cluster_configs(
+        tmp_path,
+        client="https",
+        cert_file=server.cert,
+        key_file=server.key,
+        trusted_ca_file=pki.ca_file,
+        grpc_frontends=1,
+    )
+    url = cfgs[0].advertise_client_urls[0]
+    async with running(cfgs) as members:
+        await wait_leader(members)
+        await frontends_ready(members)
+        with open(pki.ca_file, "rb") as ca:
+            creds = grpc.ssl_channel_credentials(ca.read())
+        async with grpc.aio.secure_channel(url.removeprefix("https://"), creds) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.Put(rpc_pb2.PutRequest(key=b"t", value=b"1"))
+            assert (await kv.Range(rpc_pb2.RangeRequest(key=b"t"))).kvs[0].value == b"1"
+        member = next(m for m in members if m.cfg.advertise_client_urls[0] == url)
+        assert member.grpc is not None and member.grpc.connections_accepted >= 1
+        assert all(pool(m).handed_off == 0 for m in members)
 
 
 async def test_stopping_the_member_stops_its_frontends(tmp_path):
