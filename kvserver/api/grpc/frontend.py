@@ -14,8 +14,9 @@ sockets from its member:
   and runs the servicer. Nothing about a call is decided here except what HTTP/2 decides:
   the method table, the message-size limit and keepalive come from the member's HELLO.
 
-So the member's loop keeps raft, applying and the requests themselves, and the protocol
-work, about a third of a put's CPU, runs on other cores.
+So the member's loop keeps raft, applying and the requests themselves, and the HTTP/2 work
+runs on other cores (what that saves depends on how many connections the member has:
+``docs/performance.md``, "gRPC front ends").
 
 Lifetime: a front end serves until its link closes (the member stopped or died). Then it
 sends every connection GOAWAY, lets running calls end for ``STOP_GRACE_S`` and exits. Its
@@ -36,14 +37,14 @@ import grpc
 
 from . import frontend_wire as wire
 from .connection import GrpcConnection, ServerSettings
-from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext
+from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
 from .stream import STREAM_HIGH_WATER
 
 log = logging.getLogger(__name__)
 
 MAX_FIRST_BYTES = 1024 * 1024  # bytes a member read before handing a connection off
 STOP_GRACE_S = 1.0
-_STATUS = {int(code.value[0]): code for code in grpc.StatusCode}
+_STATUS = {status_code(code): code for code in grpc.StatusCode}
 _OK = 0
 
 
@@ -128,7 +129,7 @@ class MemberLink(asyncio.Protocol):
         for call in self.calls.values():
             if call.status is None:
                 call.status = (
-                    int(grpc.StatusCode.UNAVAILABLE.value[0]),
+                    status_code(grpc.StatusCode.UNAVAILABLE),
                     "raftkv: the member behind this front end went away",
                 )
             call.wake()
@@ -227,7 +228,7 @@ class MemberLink(asyncio.Protocol):
 
     @staticmethod
     def _abort(call: ForwardedCall) -> RpcAbort:
-        code, details = call.status or (int(grpc.StatusCode.UNKNOWN.value[0]), "")
+        code, details = call.status or (status_code(grpc.StatusCode.UNKNOWN), "")
         return RpcAbort(_STATUS.get(code, grpc.StatusCode.UNKNOWN), details)
 
 
