@@ -49,6 +49,11 @@ Data layout (memory ~ live data + uncompacted history)
   serves watch replay (``events_since``) and snapshots; compaction advances ``_log_start``.
   Tombstones at exactly the compact revision stay in ``_log`` but are not part of the state
   (etcd drops them at compaction); readers skip them.
+- ``_live_keys``: the keys whose current record is not a tombstone, in order.
+- Both ordered structures are properties over ``_histories`` / ``_live_sorted``: during
+  ``defer_key_order`` (a restart's replay) keys new to the store wait in ``_new_histories`` /
+  ``_new_live`` and are merged in by the first reader that needs order. Point lookups
+  (``_put_record``) look in both and need no merge.
 - ``_leases``: lease id -> set of live keys attached to it.
 - ``_records`` / ``_size_bytes``: running totals over every record in ``_index`` (tombstones
   included) — the count and ``sum(record_size_bytes(kv))`` — kept up to date by put, delete,
@@ -136,6 +141,10 @@ _EMPTY_KV = KeyValue(b"")  # what a compare sees for a missing key (etcd: zero K
 _LOG_REBUILD_MIN = 4096  # rebuild _log once this many dead slots lead it and they are > half
 _DEAD_LOG_STEP = 16_384  # references of a replaced log dropped per compact_step
 _IMMEDIATE_STEP_KEYS = 1 << 30  # compact_step budget of a compaction applied in one go
+# Keys made live while key order was deferred are merged by one sort once they are more than
+# 1/_MERGE_AT_FRACTION of the live keys (fewer: inserted one by one, 2-3 us each at a million
+# keys, so a merge never holds the loop much longer than a sort of the keys, ~0.1 s there).
+_MERGE_AT_FRACTION = 64
 # Bytes charged per stored record besides its key and value: roughly what etcd's bolt backend
 # spends per revision (a 17-byte revision key, the KeyValue protobuf's tags and varints, page
 # overhead). An estimate: the figure only has to grow and shrink with the data.
@@ -261,13 +270,16 @@ class MVCCStore:
     """etcd-compatible multi-version key-value state machine (see the module docstring)."""
 
     __slots__ = (
-        "_index",
+        "_histories",
         "_rev",
         "_compact_rev",
         "_log",
         "_log_start",
         "_leases",
-        "_live_keys",
+        "_live_sorted",
+        "_new_histories",
+        "_new_live",
+        "_defer_order",
         "_records",
         "_size_bytes",
         "_pending",
@@ -290,7 +302,7 @@ class MVCCStore:
         dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
         compact_in_background: bool = False,
     ) -> None:
-        self._index: SortedDict = SortedDict()
+        self._histories: SortedDict = SortedDict()  # read through _index (see there)
         self._rev = 1  # etcd: a new store is at revision 1
         self._compact_rev = -1  # etcd: compactMainRev of a never-compacted store
         self._log: list[KeyValue] = []
@@ -299,7 +311,12 @@ class MVCCStore:
         # The keys whose current record is not a tombstone, in order: an order-statistics
         # index, so a range at the current revision counts in O(log N) and pages in
         # O(log N + limit) (etcd's count with a limit).
-        self._live_keys: SortedList = SortedList()
+        self._live_sorted: SortedList = SortedList()  # read through _live_keys
+        # While key order is deferred (defer_key_order): the histories of keys new to the
+        # store, and the keys that became live, not yet in the two ordered structures.
+        self._new_histories: dict[bytes, list[KeyValue]] = {}
+        self._new_live: list[bytes] = []
+        self._defer_order = False
         self._records = 0  # invariant: == sum(len(h) for h in _index.values())
         self._size_bytes = 0  # invariant: == sum of record_size_bytes over those records
         # Physical compaction still to do: (log list, lo, hi) slices of log records below the
@@ -323,6 +340,75 @@ class MVCCStore:
         self.max_txn_ops = max_txn_ops
 
     # -----------------------------------------------------------------------------------------
+    # Key order, and deferring it during a bulk apply
+
+    @property
+    def _index(self) -> SortedDict:
+        """The history index, in key order (see the module docstring): keys put while key
+        order was deferred are merged in first, so every reader sees a whole, ordered index."""
+        if self._new_histories:
+            self._merge_new_histories()
+        return self._histories
+
+    @_index.setter
+    def _index(self, index: SortedDict) -> None:
+        self._histories = index
+        self._new_histories = {}
+
+    @property
+    def _live_keys(self) -> SortedList:
+        """The live keys in order; keys made live while key order was deferred merged in."""
+        if self._new_live:
+            self._merge_new_live()
+        return self._live_sorted
+
+    @_live_keys.setter
+    def _live_keys(self, live: SortedList) -> None:
+        self._live_sorted = live
+        self._new_live = []
+
+    def defer_key_order(self) -> None:
+        """Keep keys new to the store out of the two ordered structures until something reads
+        them in order, or until ``settle_key_order``.
+
+        For a bulk apply nobody reads while it runs, a member replaying its log after a
+        restart: an ordered insert costs a bisection of the whole index per new key, twice
+        (the history index and the live keys), a third of replaying a load of new keys; one
+        merge at the end costs about as much as a few dozen of them per thousand keys. A
+        point lookup (a put, a compare) needs no order and finds the new keys at once; any
+        reader that does (a range, a delete, a compaction, a snapshot) merges them first,
+        so what every read returns is unchanged."""
+        self._defer_order = True
+
+    def settle_key_order(self) -> None:
+        """End ``defer_key_order``: merge what it kept out (one sort of the keys, O(N) at
+        most) and insert new keys in order again from now on."""
+        self._defer_order = False
+        if self._new_histories:
+            self._merge_new_histories()
+        if self._new_live:
+            self._merge_new_live()
+
+    def _merge_new_histories(self) -> None:
+        new = self._new_histories
+        self._new_histories = {}
+        # SortedDict.update inserts a few keys one by one, and re-sorts its keys once when
+        # they are many (more than a tenth of the index).
+        self._histories.update(new)
+
+    def _merge_new_live(self) -> None:
+        new = self._new_live
+        self._new_live = []
+        live = self._live_sorted
+        if len(new) * _MERGE_AT_FRACTION < len(live):
+            live.update(new)  # few: one ordered insert each
+            return
+        merged = list(live)
+        merged += new
+        live.clear()
+        live.update(merged)  # sorts them: timsort merges the sorted run with the new keys
+
+    # -----------------------------------------------------------------------------------------
     # Introspection
 
     @property
@@ -338,7 +424,7 @@ class MVCCStore:
     @property
     def key_count(self) -> int:
         """Number of live keys at the current revision."""
-        return len(self._live_keys)
+        return len(self._live_sorted) + len(self._new_live)
 
     @property
     def history_size(self) -> int:
@@ -655,7 +741,9 @@ class MVCCStore:
         """``_put`` without its response: the key's previous live version (or None)."""
         wrev = self._rev + 1
         key = r.key
-        hist = self._index.get(key)
+        hist = self._histories.get(key)
+        if hist is None and self._new_histories:
+            hist = self._new_histories.get(key)
         prev = None
         if hist is not None:
             last = hist[-1]
@@ -676,10 +764,16 @@ class MVCCStore:
         if prev is None:
             kv = _new_kv(key, value, wrev, wrev, 1, lease)
             if hist is None:
-                self._index[key] = [kv]
+                if self._defer_order:
+                    self._new_histories[key] = [kv]
+                else:
+                    self._histories[key] = [kv]
             else:
                 hist.append(kv)
-            self._live_keys.add(key)
+            if self._defer_order:
+                self._new_live.append(key)
+            else:
+                self._live_sorted.add(key)
         else:
             kv = _new_kv(key, value, prev.create_revision, wrev, prev.version + 1, lease)
             hist.append(kv)  # type: ignore[union-attr]

@@ -111,8 +111,10 @@ class StateMachine(Protocol):
 
     Optional hooks, called from the raft task if the state machine has them:
     ``on_leader_start()`` when this member, as leader, applies the empty entry of its term
-    (everything of earlier terms is applied: the lessor is promoted there) and
-    ``on_leader_stop()`` when it stops being leader."""
+    (everything of earlier terms is applied: the lessor is promoted there),
+    ``on_leader_stop()`` when it stops being leader, and ``on_replay_start()`` /
+    ``on_replay_end()`` around the replay of the log after a restart (no client reads until
+    it ends: a bulk apply)."""
 
     def apply(self, index: int, payload: bytes) -> object:
         """Apply one committed proposal; the result goes to the proposer's caller (or an
@@ -428,6 +430,9 @@ class Node:
         if self.applied >= self.recovered_commit and not self.recovered.is_set():
             self.recovered.set()
             self._end_replay_gc_pause()
+            hook = getattr(self.sm, "on_replay_end", None)  # optional StateMachine hook
+            if hook is not None:
+                hook()
             if self._replay_started is not None:
                 started, first = self._replay_started
                 log.info(
@@ -481,6 +486,9 @@ class Node:
             self._gc_paused_for_replay = True
         if not self.recovered.is_set():
             self._replay_started = (time.monotonic(), self.applied)
+            hook = getattr(self.sm, "on_replay_start", None)  # optional StateMachine hook
+            if hook is not None:
+                hook()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._guarded(self._run()), name=f"raft-{self.id:x}"),

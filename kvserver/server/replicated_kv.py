@@ -407,6 +407,14 @@ class RaftKV:
     def on_leader_stop(self) -> None:
         self.lessor.demote()
 
+    def on_replay_start(self) -> None:
+        """The node replays its log after a restart: no client reads the store until it is
+        done, so new keys may wait to be put in order (``MVCCStore.defer_key_order``)."""
+        self.store.defer_key_order()
+
+    def on_replay_end(self) -> None:
+        self.store.settle_key_order()
+
     def start(self, auto_compaction: AutoCompaction | None = None) -> None:
         self._lease_task = asyncio.get_running_loop().create_task(
             self._lease_loop(), name=f"lessor-{self.member_id:x}"
