@@ -157,7 +157,7 @@ def _field_decoder(hint: Any) -> _Decoder | None:
 
         return dec_enum
     if hint in TAGS:
-        return lambda v: from_plain(v)
+        return from_plain
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -174,7 +174,7 @@ def _field_decoder(hint: Any) -> _Decoder | None:
         def dec_tuple(v: Any) -> tuple:
             if type(v) is not list:
                 raise CodecError("expected an array")
-            return tuple(v) if sub is None else tuple(sub(x) for x in v)
+            return tuple(v) if sub is None else tuple(map(sub, v))
 
         return dec_tuple
     raise TypeError(f"codec: unsupported field type {hint!r}")
