@@ -103,6 +103,10 @@ PROPOSAL_HEADER_BYTES = 16  # origin | sequence, in front of every proposal
 # member replaying its WAL at start-up, a follower catching up on txns of 128 puts) would
 # otherwise hold heartbeats, reads and the GC pacer's freeze for the whole batch.
 _APPLY_SLICE_S = 0.01
+# A snapshot's end (on the loop: its WAL record, the log cut; then the heap trim in a thread)
+# and the next snapshot's fork each hold up a member's writes for 10-50 ms at a million keys;
+# the next one starts this long after the last one was kept, so that the two do not add up.
+SNAPSHOT_SPACING_S = 0.5
 STEP_ERROR_UNHEALTHY_S = 10.0  # /health is false this long after a peer message failed
 
 
@@ -314,6 +318,7 @@ class Node:
         self._apply_wake = asyncio.Event()
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []  # (index, woken at it)
         self._snapshot_task: asyncio.Task | None = None  # writing this member's own snapshot
+        self._next_snapshot_at = 0.0  # monotonic time: no snapshot starts before it
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.failed = asyncio.Event()  # set if the raft loop dies: the member exits
@@ -729,8 +734,19 @@ class Node:
             # Not while replaying the log after a restart: the entries are in the WAL
             # already, and a snapshot child's copy-on-write faults would slow the replay
             # that keeps this member unhealthy. The first apply after it takes one if due.
-            if self._snapshot_task is None and self.recovered.is_set() and self.snapshot_due():
+            if self.snapshot_may_start(time.monotonic()):
                 self._start_snapshot()
+
+    def snapshot_may_start(self, now: float) -> bool:
+        """Whether to start the next snapshot at monotonic time ``now``: one is due, none is
+        being made, the last one was kept ``SNAPSHOT_SPACING_S`` ago, and the log replayed
+        after a restart has been applied."""
+        return (
+            self._snapshot_task is None
+            and self.recovered.is_set()
+            and now >= self._next_snapshot_at
+            and self.snapshot_due()
+        )
 
     def snapshot_due(self) -> bool:
         """Whether enough was applied since the newest snapshot to take the next one: more
@@ -966,6 +982,7 @@ class Node:
             log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
             return
         self.snapshot_index = max(self.snapshot_index, index)
+        self._next_snapshot_at = time.monotonic() + SNAPSHOT_SPACING_S
         started_index, started_bytes = self._snapshot_started
         if started_index == index:
             self._applied_bytes_at_snapshot = max(self._applied_bytes_at_snapshot, started_bytes)
