@@ -52,8 +52,8 @@ Data layout (memory ~ live data + uncompacted history)
 - ``_live_keys``: the keys whose current record is not a tombstone, in order.
 - Both ordered structures are properties over ``_histories`` / ``_live_sorted``: during
   ``defer_key_order`` (a restart's replay) keys new to the store wait in ``_new_histories`` /
-  ``_new_live`` and are merged in by the first reader that needs order. Point lookups
-  (``_put_record``) look in both and need no merge.
+  ``_new_live`` and are merged in by the first reader of ``_index`` / ``_live_keys``. A put
+  (``_put_record``) looks its key up in both and needs no merge.
 - ``_leases``: lease id -> set of live keys attached to it.
 - ``_records`` / ``_size_bytes``: running totals over every record in ``_index`` (tombstones
   included) — the count and ``sum(record_size_bytes(kv))`` — kept up to date by put, delete,
@@ -373,11 +373,11 @@ class MVCCStore:
 
         For a bulk apply nobody reads while it runs, a member replaying its log after a
         restart: an ordered insert costs a bisection of the whole index per new key, twice
-        (the history index and the live keys), a third of replaying a load of new keys; one
-        merge at the end costs about as much as a few dozen of them per thousand keys. A
-        point lookup (a put, a compare) needs no order and finds the new keys at once; any
-        reader that does (a range, a delete, a compaction, a snapshot) merges them first,
-        so what every read returns is unchanged."""
+        (the history index and the live keys), an eighth of replaying a load of new keys
+        (measured); one merge at the end costs about 0.1 s at a million keys. A put looks
+        its key up by hash and finds the new keys at once; everything else reads through
+        ``_index`` / ``_live_keys``, which merge them first (a range, a compare, a delete,
+        a compaction, a snapshot), so what every read returns is unchanged."""
         self._defer_order = True
 
     def settle_key_order(self) -> None:
