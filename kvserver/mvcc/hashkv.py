@@ -41,11 +41,11 @@ import msgpack
 
 from kvserver.kvpb.errors import CompactedError, FutureRevisionError, SnapshotFormatError
 from kvserver.kvpb.kv import ResponseHeader
-from kvserver.mvcc.snapshot import MAGIC
+from kvserver.mvcc.snapshot import MAGIC, batch_rows
 from kvserver.mvcc.store import MVCCStore
 
 CHUNK_BYTES = 64 * 1024  # snapshot bytes decoded and hashed per step
-_MOD_REVISION = 3  # a record is [key, value, create_revision, mod_revision, version, lease]
+_MOD_REVISION = 3  # a record is (key, value, create_revision, mod_revision, version, lease)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +87,13 @@ def hash_kv_steps(
                     _check_header(obj, current, compact_rev)
                     header_seen = True
                     continue
-                section, records = obj
+                section, body = obj
                 if section == "base":
-                    crc = zlib.crc32(b"".join(map(packer.pack, records)), crc)
+                    crc = zlib.crc32(b"".join(map(packer.pack, batch_rows(body))), crc)
                     continue
                 if section != "log":  # the deduplication table and the trailer: not hashed
                     return _response(crc, current, compact_rev, rev)
+                records = batch_rows(body)
                 wanted = [r for r in records if r[_MOD_REVISION] <= rev]
                 crc = zlib.crc32(b"".join(map(packer.pack, wanted)), crc)
                 if len(wanted) < len(records):  # the log is in revision order: past R
