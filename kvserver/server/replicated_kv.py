@@ -120,6 +120,7 @@ from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.service import MembershipService
 from kvserver.mvcc.codec import decode_entry, encode_entry
 from kvserver.mvcc.hashkv import HashKVResponse, hash_kv_steps
+from kvserver.mvcc.snapshot import DEFAULT_CHUNK_SIZE_BYTES
 from kvserver.mvcc.store import WRITE_STEP_KEYS, MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.server.alarms import (
@@ -351,7 +352,7 @@ class RaftKV:
             )
         return AlarmResponse(ResponseHeader(revision=self.store.revision), changed)
 
-    def snapshot_chunks(self) -> Iterator[bytes]:
+    def snapshot_chunks(self, chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES) -> Iterator[bytes]:
         """The image at the applied index of the call: every part is taken now (the store's
         stream fixes its view now too), so applies may go on while the chunks are read."""
         frames = [
@@ -359,7 +360,7 @@ class RaftKV:
             self.auth.snapshot_frame(),  # b"" when auth was never used
             frame_snapshot(self.lessor.snapshot()),
         ]
-        return itertools.chain([f for f in frames if f], self.store.serialize())
+        return itertools.chain([f for f in frames if f], self.store.serialize(chunk_size_bytes))
 
     def restore(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image at once (a member starting up)."""

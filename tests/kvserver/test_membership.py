@@ -133,8 +133,8 @@ class _SM:
         self.store = MVCCStore()
         self.restored = None
 
-    def snapshot_chunks(self):
-        yield from self.store.serialize()
+    def snapshot_chunks(self, chunk_size_bytes=64 * 1024):
+        yield from self.store.serialize(chunk_size_bytes)
 
     async def install_snapshot(self, data):
         self.restored = bytes(data)

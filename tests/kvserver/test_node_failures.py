@@ -28,7 +28,7 @@ class _SM:
     def apply(self, index, payload):
         return None
 
-    def snapshot_chunks(self):
+    def snapshot_chunks(self, chunk_size_bytes=0):
         return iter(())
 
     async def install_snapshot(self, data):
