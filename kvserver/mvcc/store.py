@@ -1279,8 +1279,8 @@ class MVCCStore:
         # A write in steps may have put records of the next revision in the log already.
         end = len(log) if self._wevents is None else bisect_right(log, self._rev, key=_MOD)
         start = bisect_left(log, revision, lo=self._log_start, key=_MOD)
-        if skip:
-            start = min(start + skip, end)
+        if skip:  # never past the records of ``revision`` itself
+            start = min(start + skip, bisect_right(log, revision, lo=start, hi=end, key=_MOD))
         scan_end = end if max_scanned <= 0 else min(end, start + max_scanned)
         i = start
         while i < end:

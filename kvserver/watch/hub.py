@@ -1165,9 +1165,17 @@ class WatchHub:
 
     def reset(self, source: WatchSource) -> None:
         """The store was replaced (snapshot restore): every watcher continues from its next
-        revision by reading the new store's history."""
+        revision by reading the new store's history.
+
+        A watcher stopped inside a revision (``_partial``) reads that revision again from
+        its first record: its position counted the old store's records, and a restored store
+        may hold fewer of them (a snapshot leaves out the deletions at exactly the compact
+        revision), so continuing at that position would skip the events after them. The
+        held events were never sent, so nothing is delivered twice."""
         old = self._rev
         self._source = source
+        for w in self._watchers:
+            w._drop_partial()
         self._resync_all(old + 1)
         self._rev = source.revision
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvserver.mvcc import MVCCStore, PutRequest
 from kvserver.watch.hub import WatchHub, WatchLimits
 
 from .helpers import CountingSource, Env, drain, events_of
@@ -160,3 +161,14 @@ def test_reading_in_parts_gives_what_one_read_gives(
     else:
         raise AssertionError("the parts never reached the end of the history")
     assert parts == whole
+
+
+def test_a_skip_never_reaches_past_its_own_revision():
+    # a position counted in another copy of the log (one with more records at that
+    # revision) must not make the read skip the records of the next revision
+    store = MVCCStore()
+    store.txn((), [PutRequest(b"a", b"1"), PutRequest(b"b", b"1")])  # rev 2: two records
+    store.put(b"c", b"1")  # rev 3
+    events, next_rev, next_skip = store.replay_part(2, b"\0", b"\0", skip=5)
+    assert [(e.kv.key, e.kv.mod_revision) for e in events] == [(b"c", 3)]
+    assert (next_rev, next_skip) == (4, 0)

@@ -11,7 +11,16 @@ import pytest
 
 from kvserver.kvpb.errors import MSG_COMPACTED
 from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter
-from kvserver.mvcc import EventType, KeyValue, MVCCStore, prefix_range_end
+from kvserver.mvcc import (
+    DeleteRangeRequest,
+    EventType,
+    KeyValue,
+    MVCCStore,
+    PutRequest,
+    RequestOp,
+    TxnRequest,
+    prefix_range_end,
+)
 from kvserver.watch.hub import (
     MSG_DUPLICATE_WATCH_ID,
     MSG_EMPTY_WATCHER_RANGE,
@@ -483,6 +492,46 @@ def test_reset_to_a_restored_store_continues_from_its_history():
     ]
     assert evs[1].prev_kv == KeyValue(b"k", b"1", 2, 2, 1)
     assert w.synced and env.hub.revision == 5
+
+
+def test_reset_inside_a_revision_reads_that_revision_again_from_the_new_store():
+    """A watcher catching up stopped inside a revision, just after a deletion at what became
+    the compact revision; the restored store has no record of that deletion (a snapshot
+    leaves it out), so its position inside the revision means nothing there. It must still
+    get the put after the deletion, and the next revision, once each."""
+    env = Env(WatchLimits(max_buffered_events=1, replay_chunk_events=1))
+    env.put(b"y", b"1")  # rev 2
+    w = env.hub.create(b"a", b"\0", start_revision=2)
+    txn = TxnRequest(
+        success=(
+            RequestOp.of(PutRequest(b"x", b"2")),
+            RequestOp.of(DeleteRangeRequest(b"y")),
+            RequestOp.of(PutRequest(b"z", b"2")),
+        )
+    )
+    env.apply(txn)  # rev 3: put x, delete y, put z
+    env.put(b"x", b"3")  # rev 4
+    got = []
+    for _ in range(20):  # one chunk of history per poll: stop after the deletion
+        resp = w.poll()
+        if resp is not None:
+            got.append(resp)
+        if w._partial_skip == 2:  # read x and the deletion of y inside rev 3
+            break
+    else:
+        raise AssertionError("the watcher never stopped inside revision 3")
+    env.store.compact(3)
+    restored = MVCCStore.restore(env.store.serialize())
+    env.hub.reset(restored)
+    env.store = restored
+    got += drain(w)
+    events = [e for e in events_of(got) if e != (int(EventType.DELETE), b"y", 3)]
+    assert events == [
+        (int(EventType.PUT), b"y", 2),
+        (int(EventType.PUT), b"x", 3),
+        (int(EventType.PUT), b"z", 3),
+        (int(EventType.PUT), b"x", 4),
+    ]
 
 
 def test_close_cancels_every_watcher_and_ends_streams():
