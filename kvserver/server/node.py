@@ -106,7 +106,10 @@ _APPLY_SLICE_S = 0.01
 # A snapshot's end (on the loop: its WAL record, the log cut; then the heap trim in a thread)
 # and the next snapshot's fork each hold up a member's writes for 10-50 ms at a million keys;
 # the next one starts this long after the last one was kept, so that the two do not add up.
+# Both grow with the state: below SNAPSHOT_SPACING_MIN_BYTES of snapshot they take a
+# millisecond or two, and snapshots follow each other as soon as they are due.
 SNAPSHOT_SPACING_S = 0.5
+SNAPSHOT_SPACING_MIN_BYTES = 32 * 1024 * 1024
 # A snapshot child holds no event loop, so it serializes in chunks of this size: the store's
 # batches then hold up to a thousand records (a 64 KiB chunk holds about a hundred), and
 # restoring a million keys from them took 1.33 s instead of 1.47 s.
@@ -744,7 +747,7 @@ class Node:
 
     def snapshot_may_start(self, now: float) -> bool:
         """Whether to start the next snapshot at monotonic time ``now``: one is due, none is
-        being made, the last one was kept ``SNAPSHOT_SPACING_S`` ago, and the log replayed
+        being made, the last one (if big) was kept ``SNAPSHOT_SPACING_S`` ago, and the log replayed
         after a restart has been applied."""
         return (
             self._snapshot_task is None
@@ -988,7 +991,8 @@ class Node:
             log.info("node %x: snapshot at %d dropped: a newer one was installed", self.id, index)
             return
         self.snapshot_index = max(self.snapshot_index, index)
-        self._next_snapshot_at = time.monotonic() + SNAPSHOT_SPACING_S
+        if len(data) >= SNAPSHOT_SPACING_MIN_BYTES:
+            self._next_snapshot_at = time.monotonic() + SNAPSHOT_SPACING_S
         started_index, started_bytes = self._snapshot_started
         if started_index == index:
             self._applied_bytes_at_snapshot = max(self._applied_bytes_at_snapshot, started_bytes)

@@ -11,8 +11,11 @@ entries, so heartbeats go out while a member replays its WAL.
 import asyncio
 import time
 
+import pytest
+
 from kvserver.server.node import (
     PROPOSAL_HEADER_BYTES,
+    SNAPSHOT_SPACING_MIN_BYTES,
     SNAPSHOT_SPACING_S,
     Node,
     NodeOptions,
@@ -136,8 +139,9 @@ def test_applying_big_entries_yields_to_the_loop_every_few_milliseconds():
     assert turns >= 8
 
 
-def test_the_next_snapshot_waits_a_little_after_the_last_one_was_kept():
-    # a snapshot's end and the next one's fork each hold up writes: not at once
+@pytest.mark.parametrize("big", [True, False])
+def test_the_next_snapshot_waits_a_little_after_a_big_one_was_kept(big):
+    # a big snapshot's end and the next one's fork each hold up writes: not at once
     entries = _entries(100, 1000)
     node = _node(
         entries, snapshot_count=10**9, snapshot_bytes=20_000, snapshot_catchup_entries=10**6
@@ -147,10 +151,11 @@ def test_the_next_snapshot_waits_a_little_after_the_last_one_was_kept():
     assert node.snapshot_may_start(time.monotonic())
     node._snapshot_started = (60, node.applied_bytes)
     metadata = SnapshotMetadata(conf_state=node.conf_state, index=60, term=1)
-    node._keep_snapshot(metadata, b"image", "made in a test")
+    image = bytes(SNAPSHOT_SPACING_MIN_BYTES if big else 1000)
+    node._keep_snapshot(metadata, image, "made in a test")
     kept = time.monotonic()
     asyncio.run(_apply(node, entries[60:]))
     assert node.snapshot_due()  # 40 more entries: due again at once
-    assert not node.snapshot_may_start(kept)
-    assert not node.snapshot_may_start(kept + SNAPSHOT_SPACING_S / 2)
+    assert node.snapshot_may_start(kept) is not big
+    assert node.snapshot_may_start(kept + SNAPSHOT_SPACING_S / 2) is not big
     assert node.snapshot_may_start(kept + SNAPSHOT_SPACING_S + 0.01)
