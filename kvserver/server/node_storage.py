@@ -350,7 +350,10 @@ class NodeStorage:
         ``--max-wals`` in the purge thread; the caller does not wait. Both purges are safe
         beside the writers: the newest snapshots are kept, and a segment the WAL still
         holds is locked (``wal.purge`` skips it)."""
-        future = self._purger.submit(self._purge_blocking)
+        try:
+            future = self._purger.submit(self._purge_blocking)
+        except RuntimeError:  # closed meanwhile (the member stops): the next snapshot purges
+            return
         future.add_done_callback(_log_purge_failure)
 
     def _purge_blocking(self) -> None:
