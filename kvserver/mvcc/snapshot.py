@@ -6,7 +6,7 @@ The stream is a sequence of msgpack objects, cut into chunks of about ``chunk_si
 (a chunk boundary may fall anywhere inside an object; concatenating the chunks gives the
 stream):
 
-1. header map ``{"magic": "raftkv-mvcc-snapshot", "version": 1, "revision": R,
+1. header map ``{"magic": "raftkv-mvcc-snapshot", "version": 2, "revision": R,
    "compact_revision": C}``
 2. ``["base", batch]`` zero or more times: for each key (in key order) whose oldest
    retained version is below ``C``, that version. (After a compaction at ``C`` a key keeps at
@@ -26,11 +26,10 @@ format version 2, written now, a batch is its columns: ``[[key, ...], [value, ..
 mods, versions, leases]``, each integer column one msgpack binary of little-endian signed
 integers, all of one width: 2, 4 or 8 bytes, the narrowest that holds the column (every such
 field is validated to int64 on its way in; the width is the binary's length divided by the
-number of keys). A million records
-then decode as a few thousand binaries and lists instead of a million six-field arrays: a
-restart restores its snapshot sooner. Version 1, whose batch is a list of records
-``[key, value, create_revision, mod_revision, version, lease]``, is still read (snapshot
-files written before).
+number of keys). A million records then decode as a few thousand binaries and lists instead
+of a million six-field arrays: a restart restores its snapshot sooner. Version 1, whose
+batch is a list of records ``[key, value, create_revision, mod_revision, version, lease]``,
+is still read (snapshot files written before).
 
 Serializing while the store applies
 ------------------------------------
