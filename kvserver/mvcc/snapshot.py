@@ -74,7 +74,7 @@ class SnapshotView:
 
     revision: int
     compact_revision: int
-    index: Any  # the store's SortedDict key -> history list (read, never written)
+    index: Any  # the store's KeyIndex: key -> history list (read, never written)
     log: list[KeyValue]
     log_start: int
     log_end: int
@@ -223,8 +223,7 @@ def _base_records(view: SnapshotView) -> Iterator[KeyValue | None]:
         if not keys:
             return
         last = keys[-1]
-        for k in keys:
-            hist = index[k]
+        for hist in index.values_of(keys):
             kv = hist[0]
             if kv.mod_revision >= compact_rev:
                 continue

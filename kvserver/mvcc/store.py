@@ -40,7 +40,8 @@ Errors raised by an operation leave the store unchanged. ``apply`` turns them in
 
 Data layout (memory ~ live data + uncompacted history)
 ------------------------------------------------------
-- ``_index``: SortedDict key -> history list of ``KeyValue`` records in revision order,
+- ``_index``: ``KeyIndex`` (keyindex.py: a SortedDict whose hash part never rehashes every
+  key at once) key -> history list of ``KeyValue`` records in revision order,
   tombstones included (``create_revision == 0``). invariant: a key has at most one record per
   main revision (validation rejects txns that write a key twice), and a key whose history is
   empty is not in the index. The current state of a key is ``history[-1]``.
@@ -79,7 +80,7 @@ from itertools import compress, filterfalse, islice
 from operator import attrgetter, is_not, itemgetter, not_
 from typing import Any
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from kvserver.kvpb.errors import (
     CodecError,
@@ -118,6 +119,7 @@ from kvserver.kvpb.kv import (
 from kvserver.kvpb.quick import quick_constructor
 from kvserver.mvcc.codec import decode_entry
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
+from kvserver.mvcc.keyindex import KeyIndex
 from kvserver.mvcc.snapshot import SnapshotLoader, SnapshotParts, SnapshotView, serialize
 from kvserver.mvcc.validate import (
     DEFAULT_MAX_TXN_OPS,
@@ -226,9 +228,7 @@ def _key_only(kv: KeyValue) -> KeyValue:
     return KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
 
-def _key_batches(
-    index: SortedDict, key: bytes, range_end: bytes, step: int
-) -> Iterator[list[bytes]]:
+def _key_batches(index: KeyIndex, key: bytes, range_end: bytes, step: int) -> Iterator[list[bytes]]:
     """The index's keys in [key, range_end) (one key if range_end is empty), in lists of at
     most ``step``; a fresh ``irange`` per list, so keys added in between are
     harmless."""
@@ -302,7 +302,7 @@ class MVCCStore:
         dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
         compact_in_background: bool = False,
     ) -> None:
-        self._histories: SortedDict = SortedDict()  # read through _index (see there)
+        self._histories = KeyIndex()  # read through _index (see there)
         self._rev = 1  # etcd: a new store is at revision 1
         self._compact_rev = -1  # etcd: compactMainRev of a never-compacted store
         self._log: list[KeyValue] = []
@@ -343,7 +343,7 @@ class MVCCStore:
     # Key order, and deferring it during a bulk apply
 
     @property
-    def _index(self) -> SortedDict:
+    def _index(self) -> KeyIndex:
         """The history index, in key order (see the module docstring): keys put while key
         order was deferred are merged in first, so every reader sees a whole, ordered index."""
         if self._new_histories:
@@ -351,7 +351,7 @@ class MVCCStore:
         return self._histories
 
     @_index.setter
-    def _index(self, index: SortedDict) -> None:
+    def _index(self, index: KeyIndex) -> None:
         self._histories = index
         self._new_histories = {}
 
@@ -392,8 +392,9 @@ class MVCCStore:
     def _merge_new_histories(self) -> None:
         new = self._new_histories
         self._new_histories = {}
-        # SortedDict.update inserts a few keys one by one, and re-sorts its keys once when
-        # they are many (more than a tenth of the index).
+        # KeyIndex.update inserts a few keys one by one, and re-sorts its keys once when
+        # they are many (more than a tenth of the index); into an empty index, the dict
+        # becomes its base as it is.
         self._histories.update(new)
 
     def _merge_new_live(self) -> None:
@@ -874,8 +875,8 @@ class MVCCStore:
         if count_only or count == 0:
             return [], count
         stop = hi if limit <= 0 else min(hi, lo + limit)
-        index = self._index
-        return [index[k][-1] for k in self._live_keys.islice(lo, stop)], count
+        hists = self._index.values_of(list(self._live_keys.islice(lo, stop)))
+        return list(map(_LAST, hists)), count
 
     def _range(self, r: RangeRequest, cur_rev: int) -> RangeResponse:
         """etcd's applierV3backend.Range + mvcc rangeKeys, at read revision ``cur_rev``."""
@@ -949,8 +950,8 @@ class MVCCStore:
             count = 0
             index = self._index
             for batch in _key_batches(index, r.key, r.range_end, step_keys):
-                for k in batch:
-                    kv = _visible(index[k], rev)
+                for hist in index.values_of(batch):
+                    kv = _visible(hist, rev)
                     if kv is None:
                         continue
                     count += 1
@@ -1428,10 +1429,10 @@ class MVCCStore:
         histories.update(zip(log_keys, map(list, zip(log)), strict=True))
         if len(histories) != len(base) + len(log):
             _rebuild_shared_histories(histories, base, log, log_keys)
-        # One sort of the keys (the SortedDict's), whose order the live keys then take. The
+        # One sort of the keys (the KeyIndex's), whose order the live keys then take. The
         # histories are otherwise read in the dict's own order (a lookup per key in key order
         # would visit a million hash slots at random), and the totals are summed in C.
-        index = store._index = SortedDict(histories)
+        index = store._index = KeyIndex(histories)
         store._rev = revision
         store._compact_rev = compact_revision
         store._log = log
@@ -1508,7 +1509,7 @@ class _SnapshotStream(Iterator[bytes]):
         self.close()
 
 
-def _visible_now(index: SortedDict, key: bytes) -> KeyValue | None:
+def _visible_now(index: KeyIndex, key: bytes) -> KeyValue | None:
     hist = index.get(key)
     if hist is None:
         return None
