@@ -7,7 +7,8 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
     .venv/bin/python benchmarks/changefeed_bench.py [--seconds 20] [--rate 25000] [--writers 3]
 
 - steady: ``--writers`` processes write txns of ``--txn-keys`` puts of ``--value-size``-byte
-  values under ``feed/``, paced to ``--rate`` events/s in total, for ``--seconds``. A
+  values under ``feed/`` (``--writer lean``, the default: pre-encoded over plain HTTP, a load
+  generator's cost; ``client``: through ``kvserver.client``), paced to ``--rate`` events/s in total, for ``--seconds``. A
   streaming query (``numPartitions`` ``--partitions``, default 2; batches back to back, or
   every ``--trigger-ms``) reads the changefeed of ``feed/`` into ``foreachBatch``, which
   collects each batch's ``mod_revision`` column in the driver (as Arrow). The query is warm
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -131,6 +133,65 @@ def writer(
     q.put(acks)
 
 
+def lean_writer(
+    endpoints,
+    w: int,
+    rate: float,
+    txn_keys: int,
+    value_size: int,
+    seconds: float,
+    q,
+    events: int = 0,
+):
+    """``writer`` with a load generator's cost instead of a client library's: the same txns
+    (the same keys and values, encoded by ``kvserver.client.codec`` once, before the clock
+    starts), posted over one keep-alive HTTP/1.1 connection to the first endpoint (a follower
+    forwards them to the leader). The member does the same work per txn; the writer process spends about a
+    tenth of the CPU (``writer`` goes through the sync client's event-loop thread and
+    encodes every op again), CPU that the two cores then leave to the member and Spark."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    from kvserver.client import codec
+
+    value = os.urandom(value_size // 2).hex().encode()[:value_size]
+    bodies = []  # one period of ``writer``'s txns: n-th txn at key base n * txn_keys % 50,000
+    for n in range(50_000 // math.gcd(50_000, txn_keys)):
+        base = (n * txn_keys) % 50_000
+        txn = Txn().then(*(Op.put(f"feed/w{w}/{base + i:06d}", value) for i in range(txn_keys)))
+        bodies.append(json.dumps(codec.encode_txn(txn.to_request())).encode())
+    url = urlsplit(endpoints[0])
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    acks = []
+    t0 = time.time()
+    n = 0
+    while True:
+        now = time.time()
+        if events and n * txn_keys >= events:
+            break
+        if not events and now - t0 >= seconds:
+            break
+        due = t0 + n * txn_keys / rate if rate else now
+        if due > now:
+            time.sleep(due - now)
+        conn.request("POST", "/v3/kv/txn", bodies[n % len(bodies)], headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise SystemExit(f"writer {w}: txn answered {resp.status}: {data[:200]!r}")
+        acks.append((int(json.loads(data)["header"]["revision"]), time.time(), txn_keys))
+        n += 1
+    conn.close()
+    q.put(acks)
+
+
+WRITERS = {"lean": lean_writer, "client": writer}
+# A snapshot every 500 entries gives the cold catch-up's archive many time slices; it also
+# makes the member snapshot every few seconds under the steady load, which a steady-only run
+# (--no-cold) leaves to the member's default.
+COLD_SNAPSHOT_COUNT = 500
 WARMUP_S = 3.0  # steady state is after it
 WARM_EVENTS = 10_000  # through the feed before the writers start: Spark's Python workers
 
@@ -186,7 +247,7 @@ def steady(spark, endpoints, args) -> dict:
         per = args.rate / args.writers
         procs = [
             ctx.Process(
-                target=writer,
+                target=WRITERS[args.writer],
                 args=(endpoints, w, per, args.txn_keys, args.value_size, args.seconds, q),
             )
             for w in range(args.writers)
@@ -352,7 +413,7 @@ def fill(endpoints, args) -> int:
     per = -(-args.cold_events // args.writers)
     procs = [
         ctx.Process(
-            target=writer,
+            target=WRITERS[args.writer],
             args=(endpoints, w, 0, args.txn_keys, args.value_size, 0, q, per),
         )
         for w in range(args.writers)
@@ -483,6 +544,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writers", type=int, default=3)
     ap.add_argument("--txn-keys", type=int, default=100)
     ap.add_argument("--value-size", type=int, default=256)
+    ap.add_argument(
+        "--writer",
+        choices=sorted(WRITERS),
+        default="lean",
+        help="lean: pre-encoded txns over plain HTTP (the default); client: kvserver.client",
+    )
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--no-cold", action="store_true", help="the steady part only")
@@ -490,7 +557,13 @@ def main(argv: list[str] | None = None) -> int:
         "--trigger-ms", type=int, default=0, help="the steady query's trigger (0: back to back)"
     )
     ap.add_argument("--partitions", type=int, default=2, help="the steady query's numPartitions")
-    ap.add_argument("--snapshot-count", type=int, default=500)
+    ap.add_argument(
+        "--snapshot-count",
+        type=int,
+        default=None,
+        help="the member's --snapshot-count; default: 500 when the cold catch-up runs (its time "
+        "slices are cut at the archived snapshots), else the member's own (100,000, as etcd)",
+    )
     ap.add_argument(
         "--cold-partitions", type=int, default=2, help="coldPartitions of the catch-up runs"
     )
@@ -533,6 +606,10 @@ def main(argv: list[str] | None = None) -> int:
 
     root = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
     archive = f"file://{root}/archive"
+    snapshot_count = args.snapshot_count
+    if snapshot_count is None and not args.no_cold:
+        snapshot_count = COLD_SNAPSHOT_COUNT
+    snapshot_args = [] if snapshot_count is None else ["--snapshot-count", str(snapshot_count)]
     c = LocalCluster(
         os.path.join(root, "cluster"),
         size=args.nodes,
@@ -541,8 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             archive,
             "--archive-interval",
             "200",
-            "--snapshot-count",
-            str(args.snapshot_count),
+            *snapshot_args,
         ],
     )
     c.start()
@@ -593,8 +669,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'measure':44} {'value':>14}")
     else:
         print(
-            f"changefeed, {args.nodes} node(s), local[2], {args.writers} writers, txns of "
-            f"{args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s"
+            f"changefeed, {args.nodes} node(s), local[2], {args.writers} {args.writer} writers, "
+            f"txns of {args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s, "
+            f"snapshot count {snapshot_count or 'default'}"
         )
         print(f"{'measure':44} {'value':>14}")
         print(f"{'written (events/s)':44} {s['write_rate']:>14,.0f}")
