@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -97,6 +98,31 @@ def spark_session(extra_conf: list[str] | None = None):
     return spark
 
 
+def paced(rate: float, txn_keys: int, seconds: float, events: int) -> Iterator[int]:
+    """The numbers of a writer's txns, each when it is due: ``rate`` events/s (unpaced when
+    0), for ``seconds`` or, with ``events``, until that many were written."""
+    t0 = time.time()
+    n = 0
+    while True:
+        now = time.time()
+        if events and n * txn_keys >= events:
+            return
+        if not events and now - t0 >= seconds:
+            return
+        due = t0 + n * txn_keys / rate if rate else now
+        if due > now:
+            time.sleep(due - now)
+        yield n
+        n += 1
+
+
+def feed_txn(w: int, n: int, txn_keys: int, value: bytes) -> Txn:
+    """Writer ``w``'s ``n``-th txn: ``txn_keys`` puts of ``value`` from key base
+    ``n * txn_keys % 50,000`` under ``feed/w<w>/``."""
+    base = (n * txn_keys) % 50_000
+    return Txn().then(*(Op.put(f"feed/w{w}/{base + i:06d}", value) for i in range(txn_keys)))
+
+
 def writer(
     endpoints,
     w: int,
@@ -107,29 +133,14 @@ def writer(
     q,
     events: int = 0,
 ):
-    """One writer process: paced txns (unpaced when ``rate`` is 0), for ``seconds`` or,
-    with ``events``, until it wrote that many; sends back (revision, ack time, keys) per
-    txn."""
+    """One writer process: paced txns (``paced``) through ``kvserver.client``; sends back
+    (revision, ack time, keys) per txn."""
     value = os.urandom(value_size // 2).hex().encode()[:value_size]
     acks = []
     with Client(endpoints, timeout_s=30) as c:
-        t0 = time.time()
-        n = 0
-        while True:
-            now = time.time()
-            if events and n * txn_keys >= events:
-                break
-            if not events and now - t0 >= seconds:
-                break
-            due = t0 + n * txn_keys / rate if rate else now
-            if due > now:
-                time.sleep(due - now)
-            base = (n * txn_keys) % 50_000
-            res = c.txn(
-                Txn().then(*(Op.put(f"feed/w{w}/{base + i:06d}", value) for i in range(txn_keys)))
-            )
+        for n in paced(rate, txn_keys, seconds, events):
+            res = c.txn(feed_txn(w, n, txn_keys, value))
             acks.append((res.header.revision, time.time(), txn_keys))
-            n += 1
     q.put(acks)
 
 
@@ -146,9 +157,10 @@ def lean_writer(
     """``writer`` with a load generator's cost instead of a client library's: the same txns
     (the same keys and values, encoded by ``kvserver.client.codec`` once, before the clock
     starts), posted over one keep-alive HTTP/1.1 connection to the first endpoint (a follower
-    forwards them to the leader). The member does the same work per txn; the writer process spends about a
-    tenth of the CPU (``writer`` goes through the sync client's event-loop thread and
-    encodes every op again), CPU that the two cores then leave to the member and Spark."""
+    forwards them to the leader). The member does the same work per txn; the writer process
+    spends a fraction of the CPU (``writer`` goes through the sync client's event-loop
+    thread and encodes every op again), which the two cores then leave to the member and
+    Spark."""
     import http.client
     import json
     from urllib.parse import urlsplit
@@ -156,33 +168,22 @@ def lean_writer(
     from kvserver.client import codec
 
     value = os.urandom(value_size // 2).hex().encode()[:value_size]
-    bodies = []  # one period of ``writer``'s txns: n-th txn at key base n * txn_keys % 50,000
-    for n in range(50_000 // math.gcd(50_000, txn_keys)):
-        base = (n * txn_keys) % 50_000
-        txn = Txn().then(*(Op.put(f"feed/w{w}/{base + i:06d}", value) for i in range(txn_keys)))
-        bodies.append(json.dumps(codec.encode_txn(txn.to_request())).encode())
+    period = 50_000 // math.gcd(50_000, txn_keys)  # feed_txn repeats after this many
+    bodies = [
+        json.dumps(codec.encode_txn(feed_txn(w, n, txn_keys, value).to_request())).encode()
+        for n in range(period)
+    ]
     url = urlsplit(endpoints[0])
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     headers = {"Content-Type": "application/json"}
     acks = []
-    t0 = time.time()
-    n = 0
-    while True:
-        now = time.time()
-        if events and n * txn_keys >= events:
-            break
-        if not events and now - t0 >= seconds:
-            break
-        due = t0 + n * txn_keys / rate if rate else now
-        if due > now:
-            time.sleep(due - now)
-        conn.request("POST", "/v3/kv/txn", bodies[n % len(bodies)], headers)
+    for n in paced(rate, txn_keys, seconds, events):
+        conn.request("POST", "/v3/kv/txn", bodies[n % period], headers)
         resp = conn.getresponse()
         data = resp.read()
         if resp.status != 200:
             raise SystemExit(f"writer {w}: txn answered {resp.status}: {data[:200]!r}")
         acks.append((int(json.loads(data)["header"]["revision"]), time.time(), txn_keys))
-        n += 1
     conn.close()
     q.put(acks)
 
