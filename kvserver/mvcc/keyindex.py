@@ -13,9 +13,10 @@ Why not a SortedDict: a dict grows its hash table in one step, rehashing every k
 million keys that step took 63 ms in a quiet process and 0.3-0.6 s on a loaded member, all
 on the loop that runs raft. Here the hash part is split:
 
-- ``_base``: the dict the index was built from in bulk (a snapshot restore, or a replay's
-  keys merged into an empty index). It never gets a key it did not have, so it never grows;
-  a key deleted from it and put again goes to a shard.
+- ``_base``: the dict the index was built from in bulk (a snapshot restore), grown only by
+  a bulk ``update`` (a replay's keys merged at its end, which also re-sorts every key). A
+  key put one at a time never goes into it, so it never grows under writes; a key deleted
+  from it and put again goes to a shard.
 - ``_shards``: ``SHARDS`` dicts, a key's shard chosen by its hash, for every other key. One
   shard's growth rehashes about 1/``SHARDS`` of the keys (a dict of a few thousand: well
   under a millisecond).
@@ -30,12 +31,14 @@ bytes object (cached by CPython).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from itertools import filterfalse
 from typing import Any
 
 from sortedcontainers import SortedList
 
 SHARDS = 1024  # a power of two: a key's shard is hash(key) & (SHARDS - 1)
 _MASK = SHARDS - 1
+_BULK_FRACTION = 10  # an update of at least 1/10 of the index is a bulk update
 
 
 class KeyIndex:
@@ -105,16 +108,28 @@ class KeyIndex:
         self._keys.remove(key)
 
     def update(self, other: Mapping[bytes, Any]) -> None:
-        """Add or replace every item of ``other``. Into an empty index ``other``'s items come
-        as one dict, which becomes the base (no rehash by shard); new keys are sorted in with
-        one sort when they are many (SortedList.update's rule)."""
-        if not self._base and not self._sharded:
-            self._base = dict(other)
-            self._keys = SortedList(self._base)
+        """Add or replace every item of ``other``.
+
+        A bulk update (``other`` at least a tenth of the index: a replay's keys merged at its
+        end) folds the shards and ``other`` into the base in C loops, and the new keys are
+        sorted in with one sort; that is SortedList.update's rule, whose re-sort is O(N)
+        anyway. Such an update is the one place where the base grows and rehashes every
+        key in one step, as the one sort does. A smaller update inserts key by key, into
+        the shards."""
+        if len(other) * _BULK_FRACTION >= len(self._keys):
+            base = self._base
+            for shard in self._shards:
+                if shard:
+                    base.update(shard)
+                    shard.clear()
+            self._sharded = 0
+            new = list(filterfalse(base.__contains__, other))
+            base.update(other)
+            self._keys.update(new)
             return
         base = self._base
         shards = self._shards
-        new: list[bytes] = []
+        new = []
         for key, value in other.items():
             if key in base:
                 base[key] = value

@@ -89,9 +89,14 @@ def test_keys_added_after_a_bulk_build_spread_over_the_shards() -> None:
     assert len(index) == 10_000 + n
 
 
-def test_an_update_into_an_empty_index_becomes_its_base() -> None:
-    index = KeyIndex()
-    index.update({b"b": [2], b"a": [1]})
-    assert index._sharded == 0 and list(index) == [b"a", b"b"]
-    index.update({b"c": [3], b"a": [9]})
-    assert index._sharded == 1 and index[b"a"] == [9] and list(index) == [b"a", b"b", b"c"]
+def test_a_bulk_update_folds_the_shards_into_the_base_and_a_small_one_does_not() -> None:
+    index = KeyIndex({b"k%03d" % i: [i] for i in range(100)})
+    index[b"new"] = [0]  # into a shard
+    index.update({b"k%03d" % i: [i] for i in range(100, 105)})  # 5 < 101 / 10: key by key
+    assert index._sharded == 6 and len(index._base) == 100
+    bulk = {b"b%03d" % i: [i] for i in range(20)}
+    bulk[b"new"] = [1]
+    index.update(bulk)  # 21 >= 106 / 10: one fold into the base
+    assert index._sharded == 0 and not any(index._shards)
+    assert len(index._base) == len(index) == 126
+    assert index[b"new"] == [1] and list(index) == sorted(index._base)
