@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kvserver.localcluster.bytecode import compile_member_packages
 from kvserver.tls import ClusterPKI, make_cluster_pki
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -220,6 +221,7 @@ class LocalCluster:
             f"{node.command_line()}\n".encode()
         )
         log.flush()
+        compile_member_packages()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # Each node in its own session: a Ctrl-C in the launcher's terminal reaches only the
         # launcher, which stops the nodes in order.
