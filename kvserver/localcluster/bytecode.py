@@ -1,9 +1,9 @@
 """Bytecode for the members a local cluster starts, written before they start.
 
-Contract: ``compile_member_packages(packages)`` writes the ``__pycache__`` bytecode of every module of
-the given packages (by default ``MEMBER_PACKAGES``, those a member imports) where it is missing or older than its
-source, and never raises: a package that is not found, or a tree it may not write, is
-left as it is.
+Contract: ``compile_member_packages(packages)`` writes the ``__pycache__`` bytecode of every
+module of the given packages (by default ``MEMBER_PACKAGES``, those a member imports) where
+it is missing or older than its source, and never raises: a package that is not found, or a
+tree it may not write, is left as it is.
 
 Why: a member started from a source tree (an editable install, as ``make`` makes) compiles
 each of its modules at start unless Python may write ``__pycache__``; under

@@ -392,9 +392,8 @@ class MVCCStore:
     def _merge_new_histories(self) -> None:
         new = self._new_histories
         self._new_histories = {}
-        # KeyIndex.update inserts a few keys one by one, and re-sorts its keys once when
-        # they are many (more than a tenth of the index); into an empty index, the dict
-        # becomes its base as it is.
+        # KeyIndex.update inserts a few keys one by one, and folds many (a tenth of the
+        # index or more) into its base with one re-sort of its keys.
         self._histories.update(new)
 
     def _merge_new_live(self) -> None:
