@@ -7,13 +7,13 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
     .venv/bin/python benchmarks/changefeed_bench.py [--seconds 20] [--rate 25000] [--writers 3]
 
 - steady: ``--writers`` processes write txns of ``--txn-keys`` puts of ``--value-size``-byte
-  values under ``feed/`` (``--writer lean``, the default: pre-encoded over plain HTTP, a load
-  generator's cost; ``client``: through ``kvserver.client``), paced to ``--rate`` events/s in total, for ``--seconds``. A
-  streaming query (``numPartitions`` ``--partitions``, default 2; batches back to back, or
-  every ``--trigger-ms``) reads the changefeed of ``feed/`` into ``foreachBatch``, which
-  collects each batch's ``mod_revision`` column in the driver (as Arrow). The query is warm
-  before the writers start: ``WARM_EVENTS`` events went through it, which started Spark's
-  Python workers.
+  values under ``feed/`` (``--writer lean``, the default: pre-encoded over plain HTTP, a
+  load generator's cost; ``client``: through ``kvserver.client``), paced to ``--rate``
+  events/s in total, for ``--seconds``. A streaming query (``numPartitions``
+  ``--partitions``, default 2; batches back to back, or every ``--trigger-ms``) reads the
+  changefeed of ``feed/`` into ``foreachBatch``, which collects each batch's
+  ``mod_revision`` column in the driver (as Arrow). The query is warm before the writers
+  start: ``WARM_EVENTS`` events went through it, which started Spark's Python workers.
   Throughput: events delivered during the writing window / its length, after ``WARMUP_S``.
   Lag of an event: when its batch reached ``foreachBatch`` - when the writer's txn was
   acknowledged (both on this machine's clock); p50 and p99 over the events acknowledged
