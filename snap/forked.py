@@ -40,6 +40,7 @@ import gc
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 
@@ -71,8 +72,9 @@ def available() -> bool:
 
 
 class ForkedChild:
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, fork_s: float = 0.0) -> None:
         self.pid = pid
+        self.fork_s = fork_s  # how long the parent spent in the fork itself
         self._reaped = False
 
     @classmethod
@@ -85,10 +87,11 @@ class ForkedChild:
         # (measured with a store of a million keys, none of it frozen, putting on a loop:
         # a 0.7 s step after the fork; frozen first, no step longer than without a fork).
         gc.freeze()
+        started = time.monotonic()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _run_child(work, parent, niceness)
-        return cls(pid)
+        return cls(pid, time.monotonic() - started)
 
     async def wait(self, timeout_s: float | None = None) -> None:
         try:

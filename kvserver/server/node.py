@@ -942,7 +942,7 @@ class Node:
         data = await self.storage.record_snapshot_file(metadata)
         made = (
             f"{len(data) / 2**20:.1f} MiB serialized and written by child {child.pid} "
-            f"in {time.monotonic() - started:.2f} s"
+            f"in {time.monotonic() - started:.2f} s (the fork took {child.fork_s * 1000:.0f} ms)"
         )
         self._keep_snapshot(metadata, data, made)
 

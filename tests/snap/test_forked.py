@@ -30,6 +30,7 @@ def test_the_child_writes_what_the_state_was_at_the_fork(tmp_path):
         child = ForkedChild.start(work)
         state.append(b"c")  # the parent goes on changing its state at once
         state[0] = b"z"
+        assert 0 < child.fork_s < 30  # how long the parent spent in the fork, for its log
         await child.wait(30)
 
     asyncio.run(main())
