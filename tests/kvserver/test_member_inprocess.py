@@ -109,9 +109,10 @@ async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_p
         for member in (leader, members[down]):
             kept = member.storage.raft_storage.snapshot()
             assert kept.metadata.index > 0 and isinstance(kept.data, memoryview)
-        # what the log cut and the replaced state freed is handed back to the OS
-        assert leader.heap_trimmer.requested["log-cut"] >= 1
+        # the replaced state is handed back to the OS; a log cut of entries this small is
+        # not worth a trim (tests/kvserver/test_log_cut.py has the cuts that are)
         assert members[down].heap_trimmer.requested["snapshot-installed"] == 1
+        assert leader.heap_trimmer.requested["log-cut"] == 0
     finally:
         await stop_all(members)
 
