@@ -39,9 +39,7 @@ def test_a_mapped_read_checks_and_returns_what_a_read_does(tmp_path):
     assert isinstance(mapped.data, memoryview) and not isinstance(read.data, memoryview)
     assert bytes(mapped.data) == read.data == shot.data
     assert mapped.metadata == read.metadata == shot.metadata
-    loaded = snap.Snapshotter(str(tmp_path)).load_newest_available(
-        [shot.metadata], mapped=True
-    )
+    loaded = snap.Snapshotter(str(tmp_path)).load_newest_available([shot.metadata], mapped=True)
     assert isinstance(loaded.data, memoryview) and bytes(loaded.data) == shot.data
 
 
