@@ -44,6 +44,9 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
+SLOW_TRIM_S = 0.05  # a trim this long is logged at INFO (the loop may have waited on it)
+
+
 class HeapTrimmer:
     def __init__(self, malloc_trim: Callable[[int], int] | None = None):
         self._malloc_trim = malloc_trim if malloc_trim is not None else _find_malloc_trim()
@@ -82,7 +85,9 @@ class HeapTrimmer:
                 took = time.perf_counter() - started
                 self.trims += 1
                 self.seconds_total += took
-                log.debug("malloc_trim took %.1f ms", took * 1e3)
+                # The loop waits on the allocator's lock while a trim runs: say so when long.
+                level = logging.INFO if took >= SLOW_TRIM_S else logging.DEBUG
+                log.log(level, "malloc_trim took %.1f ms", took * 1e3)
                 if not self._again:
                     return
         finally:
