@@ -41,6 +41,11 @@ on each. Every request, wait and process stop is bounded in time.
    follower a snapshot. (The new snapshot files in the follower's data dir are reported,
    whether received or its own.)
 
+``--storm-repeats N`` runs each storm N times back to back. A storm's put max is one sample
+and moves a lot from run to run on a machine this small (for both systems); with N > 1 the
+table also has each storm's put max and their median, the figure to compare, while the
+"put max" row stays the slowest put of all N (counts are summed, rates averaged).
+
 ``--phases`` picks which of 2-5 run (the load always does; the rows of the others show
 "-"), e.g. ``--phases scan`` or ``--phases snapshot-storm,restart`` to measure one thing
 again without the whole run; the phases keep the order above.
@@ -537,6 +542,29 @@ async def storm(
     return out
 
 
+_SUMMED = ("puts", "put_errors", "term_changes", "leader_changes", "status_polls_failed")
+
+
+def combine_storms(runs: list[dict]) -> dict:
+    """One storm's results from ``runs`` of it: the first run's fields, with the counts
+    summed, the rates and p99 averaged, the slowest put of all, and each run's slowest put
+    with their median (the figure that compares two systems; one max is one sample)."""
+    out = dict(runs[0])
+    if len(runs) == 1:
+        return out
+    for k in _SUMMED:
+        out[k] = sum(r[k] for r in runs)
+    out["seconds"] = sum(r["seconds"] for r in runs)
+    for k in ("puts_per_s", "put_p99_ms", "reads_per_s"):
+        if k in out:
+            out[k] = statistics.fmean(r[k] for r in runs)
+    out["put_max_ms_runs"] = [r["put_max_ms"] for r in runs]
+    out["put_max_ms_median"] = statistics.median(out["put_max_ms_runs"])
+    out["put_max_ms"] = max(out["put_max_ms_runs"])
+    out["runs"] = len(runs)
+    return out
+
+
 def compaction_action(leader: str) -> Callable[[], Awaitable[dict]]:
     async def compact() -> dict:
         gw = Gateway(leader)
@@ -694,40 +722,59 @@ async def measure_running(system: System, args: argparse.Namespace) -> dict:
         res["count_only"] = await count_only(leader)
         log(f"  count_only: {res['count_only']['median_s'] * 1e3:.1f} ms (median)")
 
+    repeats = range(args.storm_repeats)
     if "read-storm" in phases:
-        leader = await find_leader(system.urls)
-        log(f"  read storm ({READ_CLIENTS} readers, 1 putter)")
-        res["read_storm"] = await storm(
-            system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
-        )
+        runs = []
+        for _ in repeats:
+            leader = await find_leader(system.urls)
+            log(f"  read storm ({READ_CLIENTS} readers, 1 putter)")
+            runs.append(
+                await storm(
+                    system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
+                )
+            )
+        res["read_storm"] = combine_storms(runs)
     if "compaction-storm" in phases:
-        leader = await find_leader(system.urls)
-        log(f"  compaction storm ({STORM_PUTTERS} putters)")
-        res["compaction_storm"] = await storm(
-            system,
-            leader,
-            args,
-            putters=STORM_PUTTERS,
-            action=compaction_action(leader),
-            what="compaction storm",
-        )
+        runs = []
+        for _ in repeats:
+            leader = await find_leader(system.urls)
+            log(f"  compaction storm ({STORM_PUTTERS} putters)")
+            runs.append(
+                await storm(
+                    system,
+                    leader,
+                    args,
+                    putters=STORM_PUTTERS,
+                    action=compaction_action(leader),
+                    what="compaction storm",
+                )
+            )
+        res["compaction_storm"] = combine_storms(runs)
     if "snapshot-storm" in phases:
-        leader = await find_leader(system.urls)
-        before = [snap_files(d) for d in system.data_dirs()]
+        runs = []
+        for _ in repeats:
+            leader = await find_leader(system.urls)
+            before = [snap_files(d) for d in system.data_dirs()]
 
-        def new_snapshots() -> list[int]:
-            return [len(snap_files(d) - b) for d, b in zip(system.data_dirs(), before, strict=True)]
+            def new_snapshots(before: list[set[str]] = before) -> list[int]:
+                dirs = system.data_dirs()
+                return [len(snap_files(d) - b) for d, b in zip(dirs, before, strict=True)]
 
-        log(f"  snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)")
-        res["snapshot_storm"] = await storm(
-            system,
-            leader,
-            args,
-            putters=STORM_PUTTERS,
-            until=lambda: min(new_snapshots()) > 0,
-            what="snapshot storm",
-        )
-        res["snapshot_storm"]["new_snapshot_files"] = new_snapshots()  # per member
+            log(f"  snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)")
+            run = await storm(
+                system,
+                leader,
+                args,
+                putters=STORM_PUTTERS,
+                until=lambda: min(new_snapshots()) > 0,
+                what="snapshot storm",
+            )
+            run["new_snapshot_files"] = new_snapshots()  # per member
+            runs.append(run)
+        res["snapshot_storm"] = combine_storms(runs)
+        res["snapshot_storm"]["new_snapshot_files"] = [
+            sum(files) for files in zip(*(r["new_snapshot_files"] for r in runs), strict=True)
+        ]
 
     if "restart" in phases:
         log("  restart-to-healthy")
@@ -794,12 +841,19 @@ def _get(r: dict, path: str) -> Any:
 Spec = tuple[str, str, Callable[[Any], str]]  # (label, path in one system's results, format)
 
 
-def _storm_rows(label: str, k: str, clients: str, first: list[Spec]) -> list[Spec]:
+def _storm_rows(
+    label: str, k: str, clients: str, first: list[Spec], repeats: int = 1
+) -> list[Spec]:
+    each: list[Spec] = [
+        (f"{label}: put max of each storm, ms", f"{k}.put_max_ms_runs", _list(",.1f")),
+        (f"{label}: median of those, ms", f"{k}.put_max_ms_median", _f(",.1f")),
+    ]
     return [
         *first,
         (f"{label}: puts/s ({clients})", f"{k}.puts_per_s", _f(",.0f")),
         (f"{label}: put p99, ms", f"{k}.put_p99_ms", _f(",.1f")),
         (f"{label}: put max, ms", f"{k}.put_max_ms", _f(",.1f")),
+        *(each if repeats > 1 else []),
         (f"{label}: put errors", f"{k}.put_errors", _f("d")),
         (f"{label}: raft term changes", f"{k}.term_changes", _f("d")),
         (f"{label}: leader changes seen", f"{k}.leader_changes", _f("d")),
@@ -837,6 +891,7 @@ def row_specs(args: argparse.Namespace) -> list[Spec]:
                     _f(",.1f"),
                 )
             ],
+            args.storm_repeats,
         ),
         *_storm_rows(
             "compaction storm",
@@ -849,6 +904,7 @@ def row_specs(args: argparse.Namespace) -> list[Spec]:
                     _f(".3f"),
                 )
             ],
+            args.storm_repeats,
         ),
         *_storm_rows(
             "snapshot storm",
@@ -866,6 +922,7 @@ def row_specs(args: argparse.Namespace) -> list[Spec]:
                     _list("d"),
                 ),
             ],
+            args.storm_repeats,
         ),
         ("restart (SIGKILL follower) to /health 200, s", "restart.seconds", _f(".2f")),
         (f"catch-up after {args.catchup_keys:,} puts, s", "catch_up.seconds", _f(".2f")),
@@ -907,6 +964,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="--snapshot-count given to both systems (their default: 100,000)",
     )
     ap.add_argument("--catchup-keys", type=int, default=20_000)
+    ap.add_argument(
+        "--storm-repeats",
+        type=int,
+        default=1,
+        help="run each storm this many times (the table adds each one's put max and the median)",
+    )
     ap.add_argument("--json", metavar="PATH", help="write options, machine and results here")
     ap.add_argument("--out-md", metavar="PATH", help="write the table as markdown here")
     ap.add_argument("--keep", metavar="DIR", help="keep data dirs and logs in DIR")
@@ -921,8 +984,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(names) - {"raftkv", "etcd"}
     if unknown or not names:
         ap.error(f"--systems: raftkv and/or etcd, not {sorted(unknown)}")
-    if args.keys < 1 or args.value_bytes < 1 or args.storm_seconds <= 0 or args.catchup_keys < 1:
-        ap.error("--keys, --value-bytes, --catchup-keys and --storm-seconds must be positive")
+    if (
+        args.keys < 1
+        or args.value_bytes < 1
+        or args.storm_seconds <= 0
+        or args.catchup_keys < 1
+        or args.storm_repeats < 1
+    ):
+        ap.error(
+            "--keys, --value-bytes, --catchup-keys, --storm-seconds and --storm-repeats "
+            "must be positive"
+        )
     args.system_list = names
     args.phase_set = {p for p in args.phases.split(",") if p}
     if args.phase_set - set(PHASES):
@@ -938,9 +1010,10 @@ def header(mach: dict, args: argparse.Namespace) -> list[str]:
         f"kernel {mach.get('kernel')}, fdatasync {mach.get('fdatasync_ms', 0):.2f} ms",
         f"versions: raftkv {mach.get('raftkv_commit')} (Python {mach.get('python')}), "
         f"{mach.get('etcd')}",
-        f"{args.keys:,} keys of {args.value_bytes} B; storms {args.storm_seconds:g} s; "
-        f"--snapshot-count {args.snapshot_count:,} for both systems (their default: 100,000); "
-        f"catch-up {args.catchup_keys:,} puts",
+        f"{args.keys:,} keys of {args.value_bytes} B; storms {args.storm_seconds:g} s"
+        + (f", each run {args.storm_repeats} times" if args.storm_repeats > 1 else "")
+        + f"; --snapshot-count {args.snapshot_count:,} for both systems (their default: "
+        f"100,000); catch-up {args.catchup_keys:,} puts",
     ]
 
 

@@ -35,10 +35,39 @@ def test_phases_pick_what_follows_the_load():
         scale.parse_args(["--phases", "scan,nap"])
 
 
+def test_repeated_storms_combine_into_one_result():
+    def run(puts: int, errors: int, p99: float, top: float) -> dict:
+        return {
+            "seconds": 15.0,
+            "puts": puts,
+            "puts_per_s": puts / 15,
+            "put_errors": errors,
+            "put_p99_ms": p99,
+            "put_max_ms": top,
+            "term_changes": 0,
+            "leader_changes": 0,
+            "status_polls_failed": 1,
+            "compaction_s": 0.5,
+        }
+
+    assert scale.combine_storms([run(300, 0, 10.0, 40.0)]) == run(300, 0, 10.0, 40.0)
+    both = scale.combine_storms(
+        [run(300, 0, 10.0, 40.0), run(600, 2, 20.0, 90.0), run(900, 1, 30.0, 50.0)]
+    )
+    assert both["puts"] == 1800 and both["put_errors"] == 3 and both["status_polls_failed"] == 3
+    assert both["seconds"] == 45.0 and both["puts_per_s"] == 40.0 and both["put_p99_ms"] == 20.0
+    assert both["put_max_ms_runs"] == [40.0, 90.0, 50.0]
+    assert both["put_max_ms"] == 90.0 and both["put_max_ms_median"] == 50.0
+    assert both["compaction_s"] == 0.5 and both["runs"] == 3  # the first run's own fields
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--storm-repeats", "0"])
+
+
 @pytest.mark.slow
 def test_tiny_raftkv_run_fills_every_row(tmp_path, capsys):
     out_json, out_md = tmp_path / "scale.json", tmp_path / "scale.md"
     argv = ["--systems", "raftkv", "--keys", str(KEYS), "--storm-seconds", "1"]
+    argv += ["--storm-repeats", "2"]
     argv += ["--snapshot-count", "500", "--catchup-keys", str(CATCHUP)]
     argv += ["--json", str(out_json), "--out-md", str(out_md), "--keep", str(tmp_path / "data")]
     assert scale.main(argv) == 0, capsys.readouterr().err[-3000:]
@@ -73,6 +102,7 @@ def test_tiny_raftkv_run_fills_every_row(tmp_path, capsys):
         assert st["put_errors"] <= st["puts"] // 20, (name, st["put_error_kinds"])
         assert st["term_changes"] >= 0 and st["leader_changes"] >= 0
         assert st["put_max_ms"] >= st["put_p99_ms"] > 0
+        assert st["runs"] == 2 and max(st["put_max_ms_runs"]) == st["put_max_ms"]
     assert r["read_storm"]["reads_served"] > 0
     assert r["compaction_storm"]["compacted_revision"] > KEYS // scale.TXN_OPS
     assert min(r["snapshot_storm"]["new_snapshot_files"]) >= 1  # every 500 entries, each member
