@@ -57,7 +57,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice, repeat
-from operator import attrgetter
+from operator import attrgetter, le, lt
 from typing import Any
 
 import msgpack
@@ -87,7 +87,9 @@ class SnapshotParts:
 
     revision: int
     compact_revision: int
-    base: dict[bytes, KeyValue]  # each key's retained version below the compact revision
+    # each key's retained version below the compact revision, in key order (a list: a dict
+    # of two million keys took 0.5 s to build, and the store builds its own index)
+    base: list[KeyValue]
     log: list[KeyValue]  # every record from the compact revision on, in revision order
     dedup: list[tuple[int, list[tuple[int, Any]]]]
 
@@ -104,6 +106,7 @@ _MAX_BUFFER_BYTES = 256 * 1024 * 1024  # one msgpack object (a batch) never exce
 
 
 _KEY = attrgetter("key")
+_CREATE = attrgetter("create_revision")
 _VALUE = attrgetter("value")
 _INT_FIELDS = tuple(
     attrgetter(name) for name in ("create_revision", "mod_revision", "version", "lease")
@@ -340,7 +343,8 @@ class SnapshotLoader:
         self._header: dict | None = None
         self._decode_batch = _kvs_from_columns
         self._stage = -1
-        self._base: dict[bytes, KeyValue] = {}
+        self._base: list[KeyValue] = []
+        self._base_ordered = True  # each key above the one before (always, as written now)
         self._log: list[KeyValue] = []
         self._dedup: list[tuple[int, list[tuple[int, Any]]]] = []
         self._end: dict | None = None
@@ -389,12 +393,14 @@ class SnapshotLoader:
         if type(body) is not list:
             raise SnapshotFormatError(f"malformed {section} section")
         if section == "base":
-            base = self._base
-            before = len(base)
             kvs = self._decode_batch(body)
-            base.update(zip(map(_KEY, kvs), kvs, strict=True))
-            if len(base) != before + len(kvs):
-                raise SnapshotFormatError("key repeated in the base section")
+            if kvs and self._base_ordered:
+                keys = list(map(_KEY, kvs))
+                if self._base and not self._base[-1].key < keys[0]:
+                    self._base_ordered = False
+                elif not all(map(lt, keys, islice(keys, 1, None))):
+                    self._base_ordered = False
+            self._base.extend(kvs)
         elif section == "log":
             self._log.extend(self._decode_batch(body))
         else:
@@ -413,8 +419,14 @@ class SnapshotLoader:
             raise SnapshotFormatError("snapshot is truncated")
         if self._unpacker.tell() != self._fed_bytes:
             raise SnapshotFormatError("trailing bytes after the snapshot")
+        base = self._base
+        if not self._base_ordered:  # not as this module writes it: sort it, refuse repeats
+            base.sort(key=_KEY)
+            keys = list(map(_KEY, base))
+            if not all(map(lt, keys, islice(keys, 1, None))):
+                raise SnapshotFormatError("key repeated in the base section")
         expected = {
-            "base": len(self._base),
+            "base": len(base),
             "log": len(self._log),
             "dedup_clients": len(self._dedup),
         }
@@ -424,13 +436,15 @@ class SnapshotLoader:
         compact_rev = self._header["compact_revision"]
         if revision < 1 or compact_rev > revision:
             raise SnapshotFormatError("snapshot revisions are inconsistent")
-        if any(
-            kv.mod_revision >= compact_rev or not kv.create_revision for kv in self._base.values()
-        ):
+        # Checked with C loops over the columns: a generator per record was 0.17 s at two
+        # million keys.
+        if base and (max(map(_MOD, base)) >= compact_rev or not all(map(_CREATE, base))):
             raise SnapshotFormatError("base version at or above the compact revision")
-        prev = compact_rev
-        for kv in self._log:
-            if kv.mod_revision < prev or kv.mod_revision > revision:
-                raise SnapshotFormatError("log versions out of revision order")
-            prev = kv.mod_revision
-        return SnapshotParts(revision, compact_rev, self._base, self._log, self._dedup)
+        mods = list(map(_MOD, self._log))
+        if mods and (
+            mods[0] < compact_rev
+            or mods[-1] > revision
+            or not all(map(le, mods, islice(mods, 1, None)))
+        ):
+            raise SnapshotFormatError("log versions out of revision order")
+        return SnapshotParts(revision, compact_rev, base, self._log, self._dedup)

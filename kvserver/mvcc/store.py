@@ -1423,11 +1423,16 @@ class MVCCStore:
         # one, for a key with several); the keys with several records are then rebuilt.
         log_keys = list(map(_KEY, log))
         histories: dict[bytes, list[KeyValue]] = dict(
-            zip(base, map(list, zip(base.values())), strict=True)
+            zip(map(_KEY, base), map(list, zip(base)), strict=True)
         )
+        # the base records of the keys the log has too (an intersection in C), before the
+        # log's records replace their histories below
+        in_base = {k: histories[k][0] for k in histories.keys() & set(log_keys)}
         histories.update(zip(log_keys, map(list, zip(log)), strict=True))
         if len(histories) != len(base) + len(log):
-            _rebuild_shared_histories(histories, base, log, log_keys)
+            _rebuild_shared_histories(histories, in_base, log, log_keys)
+            if sum(map(len, histories.values())) != len(base) + len(log):  # a record twice
+                raise SnapshotFormatError("snapshot history out of order")
         # One sort of the keys (the KeyIndex's), whose order the live keys then take. The
         # histories are otherwise read in the dict's own order (a lookup per key in key order
         # would visit a million hash slots at random), and the totals are summed in C.
@@ -1436,7 +1441,7 @@ class MVCCStore:
         store._compact_rev = compact_revision
         store._log = log
         store._log_start = 0
-        records = [*base.values(), *log]
+        records = [*base, *log]
         store._records = len(records)
         store._size_bytes = (
             sum(map(len, map(_KEY, records)))
@@ -1466,7 +1471,8 @@ def _rebuild_shared_histories(
     some in the log, or several in the log): the base record, then the log's in log order,
     checked to be in revision order. ``histories`` holds each key's last record alone, so a
     log record that is not the one its key's history holds names a shared key, and so does
-    a key in both the base and the log; only those keys' records are visited in Python."""
+    a key in both the base and the log (``base`` holds the base records of at least those
+    keys); only those keys' records are visited in Python."""
     held = map(_FIRST, map(histories.__getitem__, log_keys))
     shared = set(compress(log_keys, map(is_not, log, held)))
     if base:
@@ -1479,8 +1485,6 @@ def _rebuild_shared_histories(
         if hist and hist[-1].mod_revision >= kv.mod_revision:
             raise SnapshotFormatError("snapshot history out of order")
         hist.append(kv)
-    if sum(map(len, histories.values())) != len(base) + len(log):  # one record given twice
-        raise SnapshotFormatError("snapshot history out of order")
 
 
 class _SnapshotStream(Iterator[bytes]):

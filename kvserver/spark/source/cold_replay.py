@@ -154,7 +154,7 @@ class LatestState:
             loader.feed(bytes(view[start : start + (1 << 20)]))
         parts = loader.finish()
         state = cls(matches, max_txn_ops=max_txn_ops)
-        cur = dict(parts.base)
+        cur = dict(zip(map(_KEY, parts.base), parts.base, strict=True))
         log = parts.log
         cur.update(zip(map(_KEY, log), log, strict=True))  # the last record of each key
         state._cur = {k: kv for k, kv in cur.items() if kv.create_revision != 0}
