@@ -137,6 +137,13 @@ class NodeStorage:
             w = wal.create(cfg.wal_dir, metadata, sync_policy=cfg.wal_sync)
             return cls(cfg, w, snapshotter, MemoryStorage()), True
 
+        opened = cls._open_at_newest_snapshot(cfg, snapshotter)
+        if opened is not None:
+            w, (meta, hs, ents), pb_snap = opened
+            return cls._recovered(
+                cfg, w, snapshotter, meta, hs, ents, pb_snap, member_id, cluster_id
+            )
+
         # Locked and mapped: this member owns the directory and opens it next, and the scan
         # of every retained segment then copies none of them (a few hundred MB after a load).
         try:
@@ -169,6 +176,45 @@ class NodeStorage:
             w, (meta, hs, ents) = read()
         except wal.CorruptError as exc:
             w, (meta, hs, ents) = cls._repair_or_refuse(cfg, exc, read)
+        return cls._recovered(cfg, w, snapshotter, meta, hs, ents, pb_snap, member_id, cluster_id)
+
+    @staticmethod
+    def _open_at_newest_snapshot(cfg, snapshotter):
+        """The usual start, reading only the WAL from the newest snapshot on: (the WAL,
+        ``read_all``'s result, the snapshot), or None when the newest snapshot file is not
+        one to start from (none at all, no record of it in the WAL from its segment on, an
+        index past the WAL's commit, a damaged file or WAL); the caller then reads every
+        retained segment for the snapshots they record, as etcd does, and starts from the
+        newest of those that has a file. Both ways pick the same snapshot. This way reads
+        nothing of the segments before the snapshot's (up to ``--max-wals`` of them, 0.5-0.8
+        s of a restart at a million keys), and so no longer notices damage there: recovery
+        never reads those entries."""
+        names = snapshotter.snap_names()
+        newest = snap.parse_snap_name(names[0]) if names else None
+        if newest is None:
+            return None
+        ws = raftpb.WalSnapshot(newest.index, newest.term)
+        try:
+            w = wal.open(cfg.wal_dir, ws, sync_policy=cfg.wal_sync)
+        except wal.WalError as exc:
+            log.info("starting from the WAL's snapshot records (%s)", exc)
+            return None
+        try:
+            got = w.read_all()
+            if ws.index > got[1].commit:
+                raise wal.SnapshotNotFoundError(f"snapshot {ws.index} is past the WAL's commit")
+            pb_snap = snapshotter.load_newest_available([ws], mapped=True)
+        except (wal.WalError, snap.NoSnapshotError) as exc:
+            log.info("starting from the WAL's snapshot records (%s)", exc)
+            w.close()
+            return None
+        except BaseException:
+            w.close()
+            raise
+        return w, got, pb_snap
+
+    @classmethod
+    def _recovered(cls, cfg, w, snapshotter, meta, hs, ents, pb_snap, member_id, cluster_id):
         got_member, got_cluster = decode_metadata(meta)
         if (got_member, got_cluster) != (member_id, cluster_id):
             w.close()
@@ -179,6 +225,7 @@ class NodeStorage:
             )
 
         ms = MemoryStorage()
+        snap_index = pb_snap.metadata.index if pb_snap is not None else 0
         if pb_snap is not None:
             # Kept for followers mapped from its file (the page cache, not the heap): read
             # mapped already, or mapped now if it had to be read.
@@ -194,7 +241,7 @@ class NodeStorage:
         log.info(
             "recovered %d entries after snapshot %d (hard state %s/%s/%s)",
             len(ents),
-            ws.index,
+            snap_index,
             hs.term,
             hs.vote,
             hs.commit,
