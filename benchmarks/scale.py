@@ -547,8 +547,9 @@ _SUMMED = ("puts", "put_errors", "term_changes", "leader_changes", "status_polls
 
 def combine_storms(runs: list[dict]) -> dict:
     """One storm's results from ``runs`` of it: the first run's fields, with the counts
-    summed, the rates and p99 averaged, the slowest put of all, and each run's slowest put
-    with their median (the figure that compares two systems; one max is one sample)."""
+    summed (new snapshot files member by member), the rates and p99 averaged, the slowest
+    put of all, and each run's slowest put with their median (the figure that compares two
+    systems; one max is one sample)."""
     out = dict(runs[0])
     if len(runs) == 1:
         return out
@@ -562,7 +563,27 @@ def combine_storms(runs: list[dict]) -> dict:
     out["put_max_ms_median"] = statistics.median(out["put_max_ms_runs"])
     out["put_max_ms"] = max(out["put_max_ms_runs"])
     out["runs"] = len(runs)
+    if "new_snapshot_files" in out:  # per member, over all the runs
+        out["new_snapshot_files"] = [
+            sum(files) for files in zip(*(r["new_snapshot_files"] for r in runs), strict=True)
+        ]
     return out
+
+
+async def repeated_storm(
+    system: System,
+    args: argparse.Namespace,
+    banner: str,
+    one: Callable[[str], Awaitable[dict]],
+) -> dict:
+    """``one(leader)``, a storm on the leader of the moment, ``--storm-repeats`` times,
+    combined (``combine_storms``)."""
+    runs = []
+    for _ in range(args.storm_repeats):
+        leader = await find_leader(system.urls)
+        log(f"  {banner}")
+        runs.append(await one(leader))
+    return combine_storms(runs)
 
 
 def compaction_action(leader: str) -> Callable[[], Awaitable[dict]]:
@@ -722,45 +743,38 @@ async def measure_running(system: System, args: argparse.Namespace) -> dict:
         res["count_only"] = await count_only(leader)
         log(f"  count_only: {res['count_only']['median_s'] * 1e3:.1f} ms (median)")
 
-    repeats = range(args.storm_repeats)
     if "read-storm" in phases:
-        runs = []
-        for _ in repeats:
-            leader = await find_leader(system.urls)
-            log(f"  read storm ({READ_CLIENTS} readers, 1 putter)")
-            runs.append(
-                await storm(
-                    system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
-                )
-            )
-        res["read_storm"] = combine_storms(runs)
+        res["read_storm"] = await repeated_storm(
+            system,
+            args,
+            f"read storm ({READ_CLIENTS} readers, 1 putter)",
+            lambda leader: storm(
+                system, leader, args, putters=1, readers=READ_CLIENTS, what="read storm"
+            ),
+        )
     if "compaction-storm" in phases:
-        runs = []
-        for _ in repeats:
-            leader = await find_leader(system.urls)
-            log(f"  compaction storm ({STORM_PUTTERS} putters)")
-            runs.append(
-                await storm(
-                    system,
-                    leader,
-                    args,
-                    putters=STORM_PUTTERS,
-                    action=compaction_action(leader),
-                    what="compaction storm",
-                )
-            )
-        res["compaction_storm"] = combine_storms(runs)
+        res["compaction_storm"] = await repeated_storm(
+            system,
+            args,
+            f"compaction storm ({STORM_PUTTERS} putters)",
+            lambda leader: storm(
+                system,
+                leader,
+                args,
+                putters=STORM_PUTTERS,
+                action=compaction_action(leader),
+                what="compaction storm",
+            ),
+        )
     if "snapshot-storm" in phases:
-        runs = []
-        for _ in repeats:
-            leader = await find_leader(system.urls)
+
+        async def snapshot_storm(leader: str) -> dict:
             before = [snap_files(d) for d in system.data_dirs()]
 
-            def new_snapshots(before: list[set[str]] = before) -> list[int]:
+            def new_snapshots() -> list[int]:
                 dirs = system.data_dirs()
                 return [len(snap_files(d) - b) for d, b in zip(dirs, before, strict=True)]
 
-            log(f"  snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)")
             run = await storm(
                 system,
                 leader,
@@ -770,11 +784,14 @@ async def measure_running(system: System, args: argparse.Namespace) -> dict:
                 what="snapshot storm",
             )
             run["new_snapshot_files"] = new_snapshots()  # per member
-            runs.append(run)
-        res["snapshot_storm"] = combine_storms(runs)
-        res["snapshot_storm"]["new_snapshot_files"] = [
-            sum(files) for files in zip(*(r["new_snapshot_files"] for r in runs), strict=True)
-        ]
+            return run
+
+        res["snapshot_storm"] = await repeated_storm(
+            system,
+            args,
+            f"snapshot storm ({STORM_PUTTERS} putters, until every member wrote a snapshot)",
+            snapshot_storm,
+        )
 
     if "restart" in phases:
         log("  restart-to-healthy")

@@ -59,6 +59,8 @@ def test_repeated_storms_combine_into_one_result():
     assert both["put_max_ms_runs"] == [40.0, 90.0, 50.0]
     assert both["put_max_ms"] == 90.0 and both["put_max_ms_median"] == 50.0
     assert both["compaction_s"] == 0.5 and both["runs"] == 3  # the first run's own fields
+    snapshots = [run(1, 0, 1.0, 1.0) | {"new_snapshot_files": files} for files in ([1, 1], [2, 0])]
+    assert scale.combine_storms(snapshots)["new_snapshot_files"] == [3, 1]
     with pytest.raises(SystemExit):
         scale.parse_args(["--storm-repeats", "0"])
 
