@@ -288,7 +288,8 @@ def _read_etcd_layout(f: BinaryIO, size: int, path: str, mapped: bool) -> Snapsh
         raise SnapshotDecodeError(path, f"raft snapshot: {exc}") from exc
     if tail.data is not None:  # a repeated field 1: protobuf says the last one wins
         data = tail.data
-    return Snapshot(data=data, metadata=tail.metadata)
+    # mapped: a memoryview of the file, which a caller that asked for it reads as bytes
+    return Snapshot(data=data, metadata=tail.metadata)  # type: ignore[arg-type]
 
 
 def _decode_any_layout(buf: bytes, path: str) -> Snapshot:
