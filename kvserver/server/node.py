@@ -240,7 +240,7 @@ class NodeOptions:
     # Snapshots made by a forked child where the platform allows (snap.forked).
     snapshot_in_child: bool = True
     # A log cut asks for a heap trim only when it freed at least this much entry data. The
-    # trim locks the allocator's main arena, so the loop waits for it (20-80 ms at one to two
+    # trim locks the allocator's main arena, so the loop waits for it (17-86 ms at two
     # million keys); entries of a few hundred bytes (single puts) are not in that heap at
     # all (CPython's own allocator holds them and unmaps its arenas itself), so a cut of
     # 10,000 of them gave nothing back for the stall. A cut after a load of txns of 128
