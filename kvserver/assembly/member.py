@@ -308,6 +308,7 @@ class Member:
             "peer_send_failures": {
                 f"{peer:x}": count for peer, count in transport.failures_by_peer.items()
             },
+            "snapshot_fork_seconds": node.snapshot_fork_seconds,
             "store_revision": kv.store.revision,
             "store_db_size_bytes": kv.store.db_size_bytes,
             "store_compaction_pending_versions": kv.store.compaction_backlog,

@@ -201,6 +201,11 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
         "a compaction or an installed snapshot dropped much data (kvserver.server.heap_trim).",
     ),
     "heap_trim_seconds": NodeMetricSpec(C, "Time spent in those trims, in a worker thread."),
+    "snapshot_fork_seconds": NodeMetricSpec(
+        H,
+        "How long each snapshot's fork took: the event loop waits while the page tables of "
+        "the whole process are copied (it grows with the member's memory).",
+    ),
 }
 
 
@@ -287,6 +292,7 @@ class NodeStats(TypedDict, total=False):
     gc_longest_full_pass_seconds: float
     heap_trims: int
     heap_trim_seconds: float
+    snapshot_fork_seconds: DurationHistogram
 
 
 class AppendCounter:

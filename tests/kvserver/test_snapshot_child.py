@@ -2,6 +2,10 @@
 the member restarts from them with exactly its data; a child that fails leaves the member
 running and its next snapshots are made on the loop."""
 
+import asyncio
+import re
+import urllib.request
+
 import pytest
 
 from kvserver.assembly.member import Member
@@ -75,3 +79,24 @@ async def test_a_failed_child_leaves_the_member_up_and_snapshots_move_to_the_loo
     assert snapshot_index > 0  # made on the loop after the failures
     # each member tried once, then stopped forking (the restarted member once more at most)
     assert 1 <= len(started) <= 4
+
+
+async def test_each_fork_is_timed_in_the_metrics(tmp_path):
+    """A snapshot's fork holds the loop for as long as the page tables take to copy:
+    ``raftkv_snapshot_fork_seconds`` counts one observation per child started."""
+    cfgs = configs(tmp_path, snapshot_count=40, snapshot_catchup_entries=5)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        for i in range(150):
+            await members[i % 3].node.sm.put(PutRequest(b"f%03d" % i, b"v"))
+        member = next(m for m in members if m.node.snapshot_index > 0)
+        buckets, total = member.node.snapshot_fork_seconds.snapshot()
+        forks = buckets[-1][1]
+        assert forks >= 1 and total > 0
+        url = member.cfg.listen_client_urls[0] + "/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        scraped = re.search(r"^raftkv_snapshot_fork_seconds_count (\S+)$", text.decode(), re.M)
+        assert scraped is not None and float(scraped.group(1)) >= forks  # (one more may start)
+    finally:
+        await stop_all(members)
