@@ -1426,8 +1426,11 @@ class MVCCStore:
             zip(map(_KEY, base), map(list, zip(base)), strict=True)
         )
         # the base records of the keys the log has too (an intersection in C), before the
-        # log's records replace their histories below
-        in_base = {k: histories[k][0] for k in histories.keys() & set(log_keys)}
+        # log's records replace their histories below; none to look for when either is empty
+        # (a snapshot of a store never compacted has a log of every record and no base)
+        in_base = (
+            {k: histories[k][0] for k in histories.keys() & set(log_keys)} if base and log else {}
+        )
         histories.update(zip(log_keys, map(list, zip(log)), strict=True))
         if len(histories) != len(base) + len(log):
             _rebuild_shared_histories(histories, in_base, log, log_keys)
