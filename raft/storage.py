@@ -9,10 +9,19 @@ is answerable for ``first_index() - 1 <= i <= last_index()``; below that it rais
 ``CompactedError``, above it ``UnavailableError``. ``entries(lo, hi)`` returns entries
 ``lo .. hi-1``, raises ``CompactedError`` when ``lo < first_index()``, and returns at least
 one entry even when that entry alone exceeds ``max_size_bytes``.
+
+``MemoryStorage`` also knows how many bytes of entry data lie between two indexes
+(``data_bytes``) and where a log holding at most some number of bytes would start
+(``first_index_within``), both without walking the entries: a member decides where to cut
+its log after each snapshot, and a log of small entries kept for slow followers holds
+hundreds of thousands of them.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate, islice
+from operator import attrgetter
 from typing import Protocol
 
 from raft.errors import (
@@ -38,6 +47,9 @@ class Storage(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
+_DATA = attrgetter("data")
+
+
 class MemoryStorage:
     """An in-memory Storage (for tests, the simulator, and as the driver's log cache).
 
@@ -49,6 +61,10 @@ class MemoryStorage:
         self._snapshot = Snapshot()
         # invariant: _ents[0].index == _snapshot.metadata.index; indexes are consecutive
         self._ents: list[Entry] = [Entry(term=0, index=0)]
+        # invariant: len(_data_ends) == len(_ents), and _data_ends[k] - _data_ends[j] is the
+        # size of the data of _ents[j+1 .. k] (running totals; only differences are used,
+        # so a compaction keeps them as they are)
+        self._data_ends: list[int] = [0]
 
     # --- Storage protocol ---
 
@@ -82,6 +98,28 @@ class MemoryStorage:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
+    # --- sizes (not part of the Storage protocol) ---
+
+    def data_bytes(self, lo: int, hi: int) -> int:
+        """The size of the data of entries ``lo .. hi-1``, in O(1); ``lo`` and ``hi`` are
+        clamped to the entries held."""
+        offset = self._ents[0].index
+        last = len(self._ents) - 1
+        lo_at = min(max(lo - offset - 1, 0), last)
+        hi_at = min(max(hi - offset - 1, 0), last)
+        return max(0, self._data_ends[hi_at] - self._data_ends[lo_at])
+
+    def first_index_within(self, hi: int, max_bytes: int) -> int:
+        """The smallest index ``i >= first_index()`` such that entries ``i .. hi-1`` hold at
+        most ``max_bytes`` of data (``hi`` when even the entry before it alone holds more),
+        in O(log n)."""
+        offset = self._ents[0].index
+        hi_at = min(max(hi - offset - 1, 0), len(self._ents) - 1)
+        # the smallest j with _data_ends[hi_at] - _data_ends[j] <= max_bytes; entries after
+        # position j (index offset + j + 1) are then within the budget
+        j = bisect_left(self._data_ends, self._data_ends[hi_at] - max_bytes, 0, hi_at + 1)
+        return offset + j + 1
+
     # --- writes (the caller's side) ---
 
     def hard_state(self) -> HardState:
@@ -98,6 +136,7 @@ class MemoryStorage:
             )
         self._snapshot = snap
         self._ents = [Entry(term=snap.metadata.term, index=snap.metadata.index)]
+        self._data_ends = [0]
 
     def create_snapshot(self, index: int, conf_state: ConfState | None, data: bytes) -> Snapshot:
         """Record a snapshot of the state machine at ``index`` (does not compact)."""
@@ -132,6 +171,7 @@ class MemoryStorage:
         i = compact_index - offset
         dummy = Entry(term=self._ents[i].term, index=self._ents[i].index)
         self._ents = [dummy] + self._ents[i + 1 :]
+        self._data_ends = self._data_ends[i:]
 
     def append(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
         """Append, replacing any conflicting suffix (entries at or after entries[0].index)."""
@@ -150,3 +190,6 @@ class MemoryStorage:
             )
         del self._ents[offset:]
         self._ents.extend(entries)
+        del self._data_ends[offset:]
+        totals = accumulate(map(len, map(_DATA, entries)), initial=self._data_ends[-1])
+        self._data_ends.extend(islice(totals, 1, None))  # (the initial total is there)

@@ -1,6 +1,8 @@
 """MemoryStorage: the Storage contract (indexes, compaction, snapshots), as etcd's storage_test."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raft import (
     CompactedError,
@@ -139,3 +141,78 @@ def test_hard_state():
     s = MemoryStorage()
     s.set_hard_state(HardState(3, 2, 1))
     assert s.initial_state()[0] == HardState(3, 2, 1)
+
+
+# --- data sizes: checked against a model that keeps (index, size) pairs and walks them ---
+
+
+class _SizeModel:
+    """The log as a dict index -> data size, and its first index; sums by walking."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {}
+        self.first = 1
+
+    def append(self, start: int, sizes: list[int]) -> None:
+        if not sizes:  # nothing to append: nothing is replaced either
+            return
+        for i in [i for i in self.sizes if i >= start]:
+            del self.sizes[i]
+        for k, size in enumerate(sizes):
+            if start + k >= self.first:
+                self.sizes[start + k] = size
+
+    def compact(self, index: int) -> None:
+        self.sizes = {i: s for i, s in self.sizes.items() if i > index}
+        self.first = index + 1
+
+    def restart_at(self, index: int) -> None:
+        self.sizes, self.first = {}, index + 1
+
+    def data_bytes(self, lo: int, hi: int) -> int:
+        return sum(s for i, s in self.sizes.items() if lo <= i < hi)
+
+    def first_index_within(self, hi: int, budget: int) -> int:
+        i = min(hi, max(self.sizes, default=self.first - 1) + 1)
+        while i - 1 >= self.first and self.data_bytes(i - 1, hi) <= budget:
+            i -= 1
+        return i
+
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 6), st.lists(st.integers(0, 50), max_size=8)),
+        st.tuples(st.just("compact"), st.integers(0, 10)),
+        st.tuples(st.just("snapshot"), st.integers(1, 5)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops, st.integers(0, 120))
+def test_data_sizes_match_a_walk_over_the_entries(ops, budget):
+    s, model = MemoryStorage(), _SizeModel()
+    term = 1
+    for op in ops:
+        if op[0] == "append":
+            _, back, sizes = op
+            start = max(s.first_index(), s.last_index() + 1 - back)
+            term += 1
+            s.append([Entry(term, start + k, data=b"x" * n) for k, n in enumerate(sizes)])
+            model.append(start, sizes)
+        elif op[0] == "compact":
+            index = s.first_index() + op[1]
+            if index <= s.last_index():
+                s.compact(index)
+                model.compact(index)
+        else:
+            index = s.last_index() + op[1]
+            s.apply_snapshot(Snapshot(metadata=SnapshotMetadata(ConfState(), index, term)))
+            model.restart_at(index)
+        first, last = s.first_index(), s.last_index()
+        for lo in range(first, last + 2):
+            for hi in range(lo, last + 2):
+                assert s.data_bytes(lo, hi) == model.data_bytes(lo, hi), (lo, hi)
+        for hi in range(first, last + 2):
+            assert s.first_index_within(hi, budget) == model.first_index_within(hi, budget)
