@@ -13,6 +13,7 @@ from kvserver.kvpb.kv import PutRequest, RangeRequest
 from snap import forked
 from snap.forked import ForkedChild
 from tests.support.inprocess import configs, start_all, stop_all, wait_leader
+from tests.support.wait import async_wait_for
 
 pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork and pidfd")
 
@@ -45,7 +46,9 @@ async def _write_and_restart(tmp_path, **overrides):
         for i in range(150):
             await members[i % 3].node.sm.put(PutRequest(b"s%03d" % i, b"v%d" % i))
         victim = members[2]
-        assert victim.node.snapshot_index > 0, "no snapshot was taken"
+        # a snapshot started during the puts (on the loop, after a failed child) may still
+        # be in the making on a loaded machine
+        await async_wait_for(lambda: victim.node.snapshot_index > 0, 30, "a snapshot taken")
         await victim.stop()
         members[2] = Member(cfgs[2])
         await members[2].start()
