@@ -1048,8 +1048,8 @@ class Node:
         first = storage.first_index()
         if cut <= first:
             return cut
-        within = storage.first_index_within(index + 1, self.opts.snapshot_catchup_bytes)
-        return min(cut, max(first, within))
+        # (never below the first entry: first_index_within answers from first_index() on)
+        return min(cut, storage.first_index_within(index + 1, self.opts.snapshot_catchup_bytes))
 
     @property
     def raw_storage(self):
