@@ -120,7 +120,14 @@ from kvserver.kvpb.quick import quick_constructor
 from kvserver.mvcc.codec import decode_entry
 from kvserver.mvcc.dedup import DEFAULT_IDS_PER_CLIENT, DEFAULT_MAX_CLIENTS, MISS, DedupTable
 from kvserver.mvcc.keyindex import KeyIndex
-from kvserver.mvcc.snapshot import SnapshotLoader, SnapshotParts, SnapshotView, serialize
+from kvserver.mvcc.snapshot import (
+    SnapshotLoader,
+    SnapshotParts,
+    SnapshotView,
+    StreamLayout,
+    serialize,
+    serialize_after,
+)
 from kvserver.mvcc.validate import (
     DEFAULT_MAX_TXN_OPS,
     check_compaction,
@@ -1369,7 +1376,25 @@ class MVCCStore:
         of the state now; the store may keep applying while the chunks are consumed. Until
         the stream is exhausted or closed, old versions are not cut (``compact_step``): in
         the default mode a compaction applied meanwhile cuts them when the stream ends."""
-        view = SnapshotView(
+        return _SnapshotStream(self, serialize(self._snapshot_view(), chunk_size_bytes))
+
+    def serialize_after(
+        self,
+        prev_stream: bytes | memoryview,
+        prev: StreamLayout,
+        chunk_size_bytes: int = 64 * 1024,
+    ) -> Iterator[bytes | memoryview] | None:
+        """``serialize`` as a continuation of ``prev_stream``, an earlier snapshot of this
+        store's history with layout ``prev`` (``snapshot.serialize_after``: its cost is
+        that of the versions applied since). None when that cannot be: a compaction since
+        changed the base section (the caller then serializes the whole store)."""
+        if prev.compact_revision != self._compact_rev or prev.revision > self._rev:
+            return None
+        chunks = serialize_after(self._snapshot_view(), prev_stream, prev, chunk_size_bytes)
+        return _SnapshotStream(self, chunks)
+
+    def _snapshot_view(self) -> SnapshotView:
+        return SnapshotView(
             revision=self._rev,
             compact_revision=self._compact_rev,
             index=self._index,
@@ -1379,7 +1404,6 @@ class MVCCStore:
             log_end=bisect_right(self._log, self._rev, lo=self._log_start, key=_MOD),
             dedup=self._dedup.export(),
         )
-        return _SnapshotStream(self, serialize(view, chunk_size_bytes))
 
     def _stream_closed(self) -> None:
         self._open_streams -= 1
@@ -1490,16 +1514,16 @@ def _rebuild_shared_histories(
         hist.append(kv)
 
 
-class _SnapshotStream(Iterator[bytes]):
-    """The chunks of one ``MVCCStore.serialize``; holds physical compaction off from its
-    creation until it is exhausted, closed or collected."""
+class _SnapshotStream(Iterator[Any]):
+    """The chunks of one ``MVCCStore.serialize`` or ``serialize_after``; holds physical
+    compaction off from its creation until it is exhausted, closed or collected."""
 
-    def __init__(self, store: MVCCStore, chunks: Iterator[bytes]) -> None:
+    def __init__(self, store: MVCCStore, chunks: Iterator[Any]) -> None:
         self._store: MVCCStore | None = store
         self._chunks = chunks
         store._open_streams += 1
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Any:
         try:
             return next(self._chunks)
         except BaseException:
