@@ -153,6 +153,7 @@ class Member:
                 snapshot_catchup_entries=cfg.snapshot_catchup_entries,
                 snapshot_catchup_bytes=cfg.snapshot_catchup_bytes,
                 snapshot_in_child=cfg.snapshot_in_child,
+                snapshot_incremental=cfg.snapshot_incremental,
             ),
             applied=boot.applied,
             conf_state=boot.conf_state,
@@ -309,6 +310,7 @@ class Member:
                 f"{peer:x}": count for peer, count in transport.failures_by_peer.items()
             },
             "snapshot_fork_seconds": node.snapshot_fork_seconds,
+            "snapshots_made": dict(node.snapshots_made),
             "store_revision": kv.store.revision,
             "store_db_size_bytes": kv.store.db_size_bytes,
             "store_compaction_pending_versions": kv.store.compaction_backlog,

@@ -43,6 +43,7 @@ class ServerConfig:
     # while then catches up from the log, not through a snapshot of the whole store)
     snapshot_catchup_bytes: int = 64 * 1024 * 1024
     snapshot_in_child: bool = True  # snapshots made by a forked child (snap.forked)
+    snapshot_incremental: bool = True  # continue the previous snapshot when no compaction ran
     max_snapshots: int = 5
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
@@ -175,6 +176,13 @@ _FLAGS = (
         "bool",
         "make snapshots in a forked child, in the background, while the member goes on "
         "(Linux only); false: on the member's event loop, a step at a time",
+    ),
+    (
+        "--snapshot-incremental",
+        "snapshot_incremental",
+        "bool",
+        "when no compaction ran since the previous snapshot, make the next one from its file "
+        "and the changes since, without a fork; false: every snapshot serializes the store",
     ),
     ("--max-snapshots", "max_snapshots", "int", "snapshot files kept (0 = unlimited)"),
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),

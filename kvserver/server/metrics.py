@@ -206,6 +206,13 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
         "How long each snapshot's fork took: the event loop waits while the page tables of "
         "the whole process are copied (it grows with the member's memory).",
     ),
+    "snapshots_made": NodeMetricSpec(
+        C,
+        "Snapshots this member made and kept, by how: continued (the previous snapshot's "
+        "file copied and the changes since appended, no fork), child (a forked child), loop "
+        "(on the event loop).",
+        label="how",
+    ),
 }
 
 
@@ -293,6 +300,7 @@ class NodeStats(TypedDict, total=False):
     heap_trims: int
     heap_trim_seconds: float
     snapshot_fork_seconds: DurationHistogram
+    snapshots_made: Mapping[str, int]
 
 
 class AppendCounter:

@@ -84,6 +84,7 @@ from kvserver.kvpb.errors import (
     CompactedError,
     InvalidArgumentError,
     LeaseNotFoundError,
+    SnapshotFormatError,
 )
 from kvserver.kvpb.kv import (
     ApplyResult,
@@ -120,7 +121,7 @@ from kvserver.lease.snapshot import frame_snapshot, split_snapshot
 from kvserver.membership.service import MembershipService
 from kvserver.mvcc.codec import decode_entry, encode_entry
 from kvserver.mvcc.hashkv import HashKVResponse, hash_kv_steps
-from kvserver.mvcc.snapshot import DEFAULT_CHUNK_SIZE_BYTES
+from kvserver.mvcc.snapshot import DEFAULT_CHUNK_SIZE_BYTES, StreamLayout, read_layout
 from kvserver.mvcc.store import WRITE_STEP_KEYS, MVCCStore
 from kvserver.mvcc.validate import check_delete, check_put, check_range, check_txn
 from kvserver.server.alarms import (
@@ -153,8 +154,20 @@ COMPACTION_BATCH_KEYS = 1000  # etcd's CompactionBatchLimit
 # member's loop, and at a million keys puts waited 264 ms at p99 while they ran. The pause
 # stretches the time the old versions stay in memory (about 10 s more per million keys).
 DEFAULT_COMPACTION_PAUSE_S = 0.01
+# A snapshot continued from the previous one builds the lease frame on the loop: above this
+# many leases that frame is itself a step of milliseconds, and the whole image is made instead.
+INCREMENTAL_SNAPSHOT_MAX_LEASES = 10_000
 # etcd fragments a watch response over maxRequestBytes + gRPC overhead (1.5 MiB + 512 KiB).
 WATCH_FRAGMENT_BYTES = 1536 * 1024 + 512 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ImageLayout:
+    """Where the store's stream starts in a snapshot image (after the alarm, auth and lease
+    frames), and the stream's own layout."""
+
+    stream_offset: int
+    stream: StreamLayout
 
 
 def not_leader() -> errors.ServiceError:
@@ -361,6 +374,44 @@ class RaftKV:
             frame_snapshot(self.lessor.snapshot()),
         ]
         return itertools.chain([f for f in frames if f], self.store.serialize(chunk_size_bytes))
+
+    def snapshot_chunks_after(
+        self,
+        prev_image: bytes | memoryview,
+        prev: ImageLayout,
+        chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES,
+    ) -> Iterator[bytes | memoryview] | None:
+        """``snapshot_chunks`` made from ``prev_image``, an earlier image of this member's
+        history whose layout is ``prev`` (``snapshot_layout``): new frames, then the store's
+        stream continued from the earlier one (``MVCCStore.serialize_after``), so the work
+        on the caller's side is that of the changes since. None when that cannot be (a
+        compaction since, or so many leases that their frame is itself a big step): the
+        caller then makes the whole image."""
+        if len(self.lessor) > INCREMENTAL_SNAPSHOT_MAX_LEASES:
+            return None
+        stream = memoryview(prev_image)[prev.stream_offset :]
+        continued = self.store.serialize_after(stream, prev.stream, chunk_size_bytes)
+        if continued is None:
+            return None
+        frames = [
+            self.alarms.snapshot_frame(),
+            self.auth.snapshot_frame(),
+            frame_snapshot(self.lessor.snapshot()),
+        ]
+        return itertools.chain([f for f in frames if f], continued)
+
+    @staticmethod
+    def snapshot_layout(image: bytes | memoryview) -> ImageLayout | None:
+        """Where the store's stream lies in a snapshot image, and its layout; None for an
+        image that ``snapshot_chunks_after`` cannot continue (an older stream format).
+        Touches nothing of the member's, so it may run in a worker thread."""
+        try:
+            _, after_alarms = split_alarm_frame(image)
+            _, after_auth = split_auth_frame(after_alarms)
+            _, rest = split_snapshot(after_auth)
+            return ImageLayout(len(image) - len(rest), read_layout(rest))
+        except SnapshotFormatError:
+            return None
 
     def restore(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image at once (a member starting up)."""

@@ -64,7 +64,7 @@ def _trims_after_snapshot(node: Node, index: int) -> list[str]:
     asked: list[str] = []
     node._on_memory_freed = asked.append
     metadata = SnapshotMetadata(conf_state=ConfState(voters=(1,)), index=index, term=1)
-    node._keep_snapshot(metadata, b"state", "made by the test")
+    node._keep_snapshot(metadata, b"state", "made by the test", "loop")
     return asked
 
 

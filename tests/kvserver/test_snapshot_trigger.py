@@ -102,7 +102,7 @@ def test_a_kept_snapshot_counts_the_bytes_again_from_its_index():
     # what _start_snapshot records at index 60, then the file is kept
     node._snapshot_started = (60, node.applied_bytes)
     metadata = SnapshotMetadata(conf_state=node.conf_state, index=60, term=1)
-    node._keep_snapshot(metadata, b"image", "made in a test")
+    node._keep_snapshot(metadata, b"image", "made in a test", "loop")
     assert node.snapshot_index == 60
     assert not node.snapshot_due()
     asyncio.run(_apply(node, entries[60:]))
@@ -152,7 +152,7 @@ def test_the_next_snapshot_waits_a_little_after_a_big_one_was_kept(big):
     node._snapshot_started = (60, node.applied_bytes)
     metadata = SnapshotMetadata(conf_state=node.conf_state, index=60, term=1)
     image = bytes(SNAPSHOT_SPACING_MIN_BYTES if big else 1000)
-    node._keep_snapshot(metadata, image, "made in a test")
+    node._keep_snapshot(metadata, image, "made in a test", "loop")
     kept = time.monotonic()
     asyncio.run(_apply(node, entries[60:]))
     assert node.snapshot_due()  # 40 more entries: due again at once

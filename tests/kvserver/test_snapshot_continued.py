@@ -1,0 +1,123 @@
+"""A snapshot continued from the previous one (no fork: the previous file's body copied, the
+changes since appended) is a snapshot like any other: a member restarts from it with exactly
+its keys, values and revisions; a compaction makes the next snapshot whole again, after
+which they continue; ``raftkv_snapshots_made_total`` says how each was made."""
+
+import asyncio
+import re
+import urllib.request
+
+import pytest
+
+from kvserver.assembly.member import Member
+from kvserver.kvpb.errors import CompactedError
+from kvserver.kvpb.kv import CompactionRequest, PutRequest, RangeRequest
+from snap import forked
+from tests.support.inprocess import configs, start_all, stop_all, wait_leader
+from tests.support.wait import async_wait_for
+
+pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork and pidfd")
+
+
+def _cfgs(tmp_path, **overrides):
+    return configs(
+        tmp_path,
+        snapshot_count=40,
+        snapshot_catchup_entries=5,
+        snapshot_catchup_bytes=0,
+        **overrides,
+    )
+
+
+async def _put(members, keys: range, tag: str) -> None:
+    for i in keys:  # ten keys, written over and over: the history outgrows the keys
+        await members[i % 3].node.sm.put(
+            PutRequest(b"c%02d" % (i % 10), b"%s%d" % (tag.encode(), i))
+        )
+
+
+async def _view(member, revision: int = 0) -> list[tuple]:
+    got = await member.node.sm.range(RangeRequest(b"c", b"d", revision=revision))
+    return [(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version) for kv in got.kvs]
+
+
+async def _restart(members, cfgs, i: int) -> Member:
+    await members[i].stop()
+    members[i] = Member(cfgs[i])
+    await members[i].start()
+    await async_wait_for(lambda: members[i].node.recovered.is_set(), 30, "replay done")
+    return members[i]
+
+
+async def test_a_member_restarts_from_a_continued_snapshot_with_its_history(tmp_path):
+    cfgs = _cfgs(tmp_path)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        await _put(members, range(300), "v")
+        victim = members[2]
+        made = victim.node.snapshots_made
+        # the first snapshot forks; the ones after it continue
+        await async_wait_for(lambda: made["continued"] >= 2, 30, "continued snapshots")
+        assert made["child"] >= 1 and made["loop"] == 0
+        index = victim.node.snapshot_index
+        expected = {rev: await _view(members[0], rev) for rev in (0, 150, 290)}
+        restarted = await _restart(members, cfgs, 2)
+        assert restarted.node.snapshot_index >= index  # it started from a continued one
+        for rev, rows in expected.items():
+            assert await _view(restarted, rev) == rows
+        assert len(expected[0]) == 10 and expected[0] != expected[290]
+    finally:
+        await stop_all(members)
+
+
+async def test_a_compaction_makes_the_next_snapshot_whole_then_they_continue(tmp_path):
+    cfgs = _cfgs(tmp_path)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        await _put(members, range(150), "a")
+        made = [m.node.snapshots_made for m in members]
+        await async_wait_for(lambda: all(m["continued"] >= 1 for m in made), 30, "continued")
+        compact_at = members[0].node.sm.store.revision - 20
+        await members[0].node.sm.compact(CompactionRequest(compact_at))
+        children = [m["child"] for m in made]
+        continued = [m["continued"] for m in made]
+        await _put(members, range(150, 300), "b")
+        await async_wait_for(
+            lambda: all(m["child"] > c for m, c in zip(made, children, strict=True)),
+            30,
+            "a whole snapshot on every member after the compaction",
+        )
+        await async_wait_for(
+            lambda: all(m["continued"] > c + 1 for m, c in zip(made, continued, strict=True)),
+            30,
+            "continued snapshots again",
+        )
+        expected = await _view(members[0])
+        restarted = await _restart(members, cfgs, 1)
+        assert await _view(restarted) == expected
+        with pytest.raises(CompactedError):
+            await _view(restarted, compact_at - 1)
+
+        url = restarted.cfg.listen_client_urls[0] + "/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        series = dict(
+            re.findall(r'^raftkv_snapshots_made_total\{how="(\w+)"\} (\S+)$', text.decode(), re.M)
+        )
+        assert set(series) == {"continued", "child", "loop"}
+    finally:
+        await stop_all(members)
+
+
+async def test_with_continuation_off_every_snapshot_forks(tmp_path):
+    cfgs = _cfgs(tmp_path, snapshot_incremental=False)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        await _put(members, range(200), "v")
+        made = members[0].node.snapshots_made
+        await async_wait_for(lambda: made["child"] >= 2, 30, "snapshots")
+        assert made["continued"] == 0
+    finally:
+        await stop_all(members)
