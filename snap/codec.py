@@ -234,6 +234,13 @@ def _etcd_layout(head: bytes, size: int) -> _Layout | None:
     return _Layout(stored_crc, inner_start, data_start, data_start + data_len)
 
 
+def data_bounds(whole_file: bytes | mmap.mmap) -> tuple[int, int] | None:
+    """Where the raft snapshot data lies in the bytes of a whole ``.snap`` file, if the file
+    is in the layout ``encode_pieces`` writes, else None."""
+    layout = _etcd_layout(whole_file[:_HEAD_BYTES], len(whole_file))
+    return None if layout is None else (layout.data_start, layout.data_end)
+
+
 def map_data(path: str) -> memoryview | None:
     """The raft snapshot data of a ``.snap`` file, mapped read-only instead of read: the
     bytes live in the page cache (clean, shared, reclaimable), not in the process's heap.

@@ -26,7 +26,7 @@ The child is careful about what it inherited:
   an orphan child ran would otherwise find its port or its WAL still held); ``work`` opens
   what it needs itself;
 - it asks the kernel to kill it when the parent dies (``PR_SET_PDEATHSIG``);
-- it runs ``nice``d by ``CHILD_NICENESS``, in a session of its own (see ``_background``),
+- it runs ``nice``d by ``CHILD_NICENESS``, in a session of its own (see ``run_in_background``),
   with the cyclic GC off (a collection would touch
   every object, and copy every page), and leaves by ``os._exit``: no ``atexit`` handler,
   no buffered-file flush and no event-loop code of the parent's runs in it;
@@ -151,8 +151,8 @@ def _run_child(work: Callable[[], object], parent: int, niceness: int) -> None:
     try:
         gc.disable()
         os.closerange(3, 1 << 20)
-        _die_with(parent)
-        _background(niceness)
+        die_with(parent)
+        run_in_background(niceness)
         work()
         code = _OK
     except BaseException:
@@ -164,7 +164,7 @@ def _run_child(work: Callable[[], object], parent: int, niceness: int) -> None:
         os._exit(code)
 
 
-def _background(niceness: int) -> None:
+def run_in_background(niceness: int) -> None:
     """Run below every process of the machine's regular work, not only below the parent.
 
     Where the kernel groups processes by session for scheduling (autogroup), a ``nice``
@@ -182,7 +182,7 @@ def _background(niceness: int) -> None:
     os.nice(niceness)
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """Have the kernel kill this child when its parent dies; exit now if it already has."""
     if _LIBC is not None and hasattr(_LIBC, "prctl"):
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -73,6 +73,46 @@ def _make_dirs_durably(dir_path: str) -> None:
         _fsync_dir(os.path.dirname(path))
 
 
+def save_snap_file(
+    dir_path: str,
+    snapshot: Snapshot,
+    data_parts: Sequence[bytes | memoryview] | None,
+    writeback_step_bytes: int = WRITEBACK_STEP_BYTES,
+    max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+) -> str | None:
+    """``Snapshotter.save_snap`` without a ``Snapshotter``: no lock, and the directory is not
+    opened (no leftover temp file is removed), so a process other than the directory's
+    owner may write one file into it (``snap.continued``)."""
+    md = snapshot.metadata
+    if md.index == 0:
+        return None
+    name = SnapName(term=md.term, index=md.index)  # validates the uint64 range
+    encoded = encode_pieces(snapshot, data_parts)
+    if encoded.size_bytes > max_snapshot_bytes:
+        raise SnapshotTooLargeError(name.file_name, encoded.size_bytes, max_snapshot_bytes)
+    final_path = os.path.join(dir_path, name.file_name)
+    tmp_path = os.path.join(dir_path, name.tmp_name)
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+    try:
+        try:
+            write_pieces(fd, encoded, writeback_step_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp_path, final_path)
+    except BaseException:
+        # Not a crash: we are still running, so do not leave the temp file behind.
+        try:
+            os.unlink(tmp_path)
+        except OSError:
+            pass
+        raise
+    # The rename is durable only once the directory entry is; until this returns the
+    # caller must not write the WAL record (a lost file without a record is harmless).
+    _fsync_dir(dir_path)
+    return final_path
+
+
 class Snapshotter:
     """The snapshot files of one node, in ``dir_path`` (created if missing)."""
 
@@ -129,36 +169,9 @@ class Snapshotter:
         data_parts: Sequence[bytes | memoryview] | None,
         writeback_step_bytes: int,
     ) -> str | None:
-        md = snapshot.metadata
-        if md.index == 0:
-            return None
-        name = SnapName(term=md.term, index=md.index)  # validates the uint64 range
-        encoded = encode_pieces(snapshot, data_parts)
-        if encoded.size_bytes > self._max_snapshot_bytes:
-            raise SnapshotTooLargeError(
-                name.file_name, encoded.size_bytes, self._max_snapshot_bytes
-            )
-        final_path = os.path.join(self._dir, name.file_name)
-        tmp_path = os.path.join(self._dir, name.tmp_name)
-        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
-        try:
-            try:
-                write_pieces(fd, encoded, writeback_step_bytes)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp_path, final_path)
-        except BaseException:
-            # Not a crash: we are still running, so do not leave the temp file behind.
-            try:
-                os.unlink(tmp_path)
-            except OSError:
-                pass
-            raise
-        # The rename is durable only once the directory entry is; until this returns the
-        # caller must not write the WAL record (a lost file without a record is harmless).
-        _fsync_dir(self._dir)
-        return final_path
+        return save_snap_file(
+            self._dir, snapshot, data_parts, writeback_step_bytes, self._max_snapshot_bytes
+        )
 
     # --- reading ---------------------------------------------------------------------------
 

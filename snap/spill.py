@@ -58,6 +58,11 @@ class SpillFile:
                     views[i] = views[i][written:]
                     written = 0
 
+    def fileno(self) -> int:
+        """The file's descriptor (valid until ``map`` or ``close``): to hand the file to
+        another process (``snap.continued``)."""
+        return self._file.fileno()
+
     def map(self) -> memoryview:
         """Everything appended, mapped read-only; the file is closed (its pages stay mapped)."""
         try:
@@ -78,33 +83,43 @@ class SpillFile:
 
 
 async def spill_chunks(
-    chunks: Iterable[bytes] | AsyncIterable[bytes], directory: str | None = None
+    chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview],
+    directory: str | None = None,
 ) -> memoryview:
     """All of ``chunks`` in a ``SpillFile`` in ``directory``, mapped (see the module doc)."""
-    loop = asyncio.get_running_loop()
     with SpillFile(directory) as spill:
-        batch: list[bytes] = []
-        batch_bytes = 0
-        writing: asyncio.Future[None] | None = None
-        try:
-            async for chunk in _one_per_turn(chunks):
-                batch.append(chunk)
-                batch_bytes += len(chunk)
-                if batch_bytes >= SPILL_BATCH_BYTES:
-                    if writing is not None:
-                        await writing
-                    writing = loop.run_in_executor(None, spill.append, batch)
-                    batch, batch_bytes = [], 0
-        finally:
-            if writing is not None:  # never close the file under a running write
-                await asyncio.shield(writing)
-        await loop.run_in_executor(None, spill.append, batch)
+        await fill(spill, chunks)
         return spill.map()
 
 
+async def fill(
+    spill: SpillFile,
+    chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview],
+) -> None:
+    """Append ``chunks`` to ``spill`` as ``spill_chunks`` does (a chunk per loop turn, the
+    writes in a worker thread a batch at a time)."""
+    loop = asyncio.get_running_loop()
+    batch: list[bytes | memoryview] = []
+    batch_bytes = 0
+    writing: asyncio.Future[None] | None = None
+    try:
+        async for chunk in _one_per_turn(chunks):
+            batch.append(chunk)
+            batch_bytes += len(chunk)
+            if batch_bytes >= SPILL_BATCH_BYTES:
+                if writing is not None:
+                    await writing
+                writing = loop.run_in_executor(None, spill.append, batch)
+                batch, batch_bytes = [], 0
+    finally:
+        if writing is not None:  # never close the file under a running write
+            await asyncio.shield(writing)
+    await loop.run_in_executor(None, spill.append, batch)
+
+
 async def _one_per_turn(
-    chunks: Iterable[bytes] | AsyncIterable[bytes],
-) -> AsyncIterator[bytes]:
+    chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview],
+) -> AsyncIterator[bytes | memoryview]:
     if isinstance(chunks, AsyncIterable):
         async for chunk in chunks:
             yield chunk

@@ -92,7 +92,8 @@ from raft.errors import (
 )
 from snap import forked
 from snap.forked import ChildFailedError, ForkedChild
-from snap.spill import drop_resident_pages, spill_chunks
+from snap.spill import SpillFile, drop_resident_pages, spill_chunks
+from snap.spill import fill as spill_into
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,17 @@ CHILD_SNAPSHOT_CHUNK_BYTES = 1 << 20
 # 1 ms .. ~0.5 s: a fork copies the page tables, 20-30 ms per GiB of heap on a quiet machine.
 FORK_BUCKETS_SECONDS = tuple(0.001 * 2**i for i in range(10))
 STEP_ERROR_UNHEALTHY_S = 10.0  # /health is false this long after a peer message failed
+
+
+@dataclass(frozen=True)
+class _Continuation:
+    """A snapshot image that continues the raft storage's snapshot ``source``: ``chunks``
+    give the new parts and, in their place, the source's body as a view (never read here),
+    which lies at ``source_range`` in the source's data."""
+
+    source: SnapshotMetadata
+    source_range: tuple[int, int]
+    chunks: Iterator[bytes | memoryview]
 
 
 class StateMachine(Protocol):
@@ -193,6 +205,15 @@ class DurableStorage(Protocol):
     def write_snapshot_file_in_child(
         self, metadata: SnapshotMetadata, data_parts: list[bytes | memoryview]
     ) -> str: ...
+
+    def continue_snapshot_file(
+        self,
+        metadata: SnapshotMetadata,
+        source: SnapshotMetadata,
+        source_range: tuple[int, int],
+        parts: SpillFile,
+        head_bytes: int,
+    ) -> ForkedChild: ...
 
     async def record_snapshot_file(self, metadata: SnapshotMetadata) -> bytes | memoryview: ...
 
@@ -924,7 +945,7 @@ class Node:
         body: Awaitable[None] | None = None
         continued = self._continued_chunks()
         if continued is not None:
-            body = self._snapshot_continued(metadata, itertools.chain(head, continued))
+            body = self._snapshot_continued(metadata, head, continued)
         elif self._snapshot_in_child:
 
             def work() -> None:  # in the child, whose memory goes when it exits: no spill
@@ -955,7 +976,7 @@ class Node:
         if task in self._tasks:
             self._tasks.remove(task)
 
-    def _continued_chunks(self) -> Iterator[bytes | memoryview] | None:
+    def _continued_chunks(self) -> _Continuation | None:
         """The state machine's image as a continuation of the raft storage's snapshot
         (``snapshot_chunks_after``), or None when it cannot be one: its layout is not known
         (yet), a compaction ran since, or the state machine cannot continue images.
@@ -963,9 +984,9 @@ class Node:
         Why: at a million keys a fork of the member holds its loop for 25-45 ms (the page
         tables) and the first turns after it pay for copy-on-write faults, which is what
         writes crossing a snapshot waited for. Continued, a snapshot costs the loop the
-        encoding of the versions since the last one, a step per turn, and a thread copies
-        the earlier file's body into the new file; only the first snapshot after a
-        compaction (or after a restart, until the layout is found) forks."""
+        encoding of the versions since the last one, a step per turn, and a spawned process
+        (no fork) copies the earlier file's body into the new file; only the first snapshot
+        after a compaction (or after a restart, until the layout is found) forks."""
         found = self._snapshot_layout
         continue_after = getattr(self.sm, "snapshot_chunks_after", None)  # optional
         if found is None or continue_after is None or not self._snapshot_incremental:
@@ -974,7 +995,11 @@ class Node:
         snapshot = self.raw_storage.snapshot()
         if snapshot.metadata.index != index or not snapshot.data:
             return None
-        return continue_after(memoryview(snapshot.data)[offset:], layout)
+        chunks = continue_after(memoryview(snapshot.data)[offset:], layout)
+        if chunks is None:
+            return None
+        start, end = layout.body_range
+        return _Continuation(snapshot.metadata, (offset + start, offset + end), chunks)
 
     def _learn_snapshot_layout(self) -> None:
         """Find the layout of the raft storage's snapshot (now its newest) in a thread, for
@@ -988,6 +1013,7 @@ class Node:
         def find() -> tuple[int, Any] | None:
             _, rest = split_members_frame(data)
             layout = layout_of(rest)
+            drop_resident_pages(data)  # read through the mapping: out of the RSS again
             return None if layout is None else (len(data) - len(rest), layout)
 
         async def learn() -> None:
@@ -1004,36 +1030,64 @@ class Node:
         task.add_done_callback(self._forget_task)
 
     async def _snapshot_continued(
-        self, metadata: SnapshotMetadata, chunks: Iterator[bytes | memoryview]
+        self, metadata: SnapshotMetadata, head: tuple[bytes, ...], continued: _Continuation
     ) -> None:
-        # The parts: the new frames and header, the earlier file's body (a view of its
-        # mapping, kept mapped by the list even if a purge unlinks the file meanwhile) and
-        # the versions since, encoded here a batch per turn and held in the heap until
-        # written (the entries since the last snapshot, which the raft log holds anyway).
-        # The storage's snapshot thread computes the CRC and writes the file.
+        # The new parts (the frames and the stream's header, then the versions since,
+        # encoded here a batch per turn) go to an anonymous file, as a whole snapshot's image
+        # does; a process of its own then writes the new file from that and from the
+        # previous file's body, which the chunks hold as a view of its mapping and this
+        # member never reads. A failure anywhere but the disk turns continuation off.
         started = time.monotonic()
-        parts: list[bytes | memoryview] = []
+        parts = SpillFile(self.storage.spill_dir)
         try:
-            for part in chunks:
-                parts.append(part)
-                await asyncio.sleep(0)
+            new: list[bytes] = list(head)
+            body = None
+            for part in continued.chunks:  # the frames and the header, made in one step
+                if isinstance(part, memoryview):
+                    body = part
+                    break
+                new.append(part)
+            start, end = continued.source_range
+            if body is None or len(body) != end - start:
+                raise ValueError("the continued image does not hold the previous body")
+            await spill_into(parts, new)
+            head_bytes = parts.size
+            await spill_into(parts, continued.chunks)
+            encoded = time.monotonic()
+            child = self.storage.continue_snapshot_file(
+                metadata, continued.source, continued.source_range, parts, head_bytes
+            )
+        except OSError:
+            raise
         except Exception:
             log.exception(
                 "node %x: continuing the snapshot failed; snapshots are now made whole", self.id
             )
             self._snapshot_incremental = False
             return
+        finally:
+            parts.close()  # the writer has its own descriptor
+        new_bytes = parts.size
+        try:
+            await child.wait(SNAPSHOT_CHILD_TIMEOUT_S)
+        except ChildFailedError as exc:
+            log.error(
+                "node %x: continued snapshot at %d failed: %s; snapshots are now made whole",
+                self.id,
+                metadata.index,
+                exc,
+            )
+            self._snapshot_incremental = False
+            return
         if not self._still_newest(metadata.index):
             return
-        encoded = time.monotonic()
-        data = await self.storage.save_snapshot(metadata, parts)
-        copied = sum(len(p) for p in parts if isinstance(p, memoryview))
+        data = await self.storage.record_snapshot_file(metadata)
         made = (
-            f"{len(data) / 2**20:.1f} MiB continued from the previous snapshot "
-            f"({(len(data) - copied) / 2**20:.1f} MiB new, encoded in {encoded - started:.2f} s), "
-            f"written in {time.monotonic() - encoded:.2f} s"
+            f"{len(data) / 2**20:.1f} MiB continued from the snapshot at "
+            f"{continued.source.index} ({new_bytes / 2**20:.1f} MiB new, encoded in "
+            f"{encoded - started:.2f} s), written by process {child.pid} in "
+            f"{time.monotonic() - encoded:.2f} s"
         )
-        del parts
         self._keep_snapshot(metadata, data, made, "continued")
         self._learn_snapshot_layout()
 

@@ -40,6 +40,9 @@ from raft import (
     Snapshot,
     SnapshotMetadata,
 )
+from snap import continued
+from snap.forked import ForkedChild
+from snap.spill import SpillFile
 from wal.errors import os_error_at
 
 log = logging.getLogger(__name__)
@@ -378,6 +381,29 @@ class NodeStorage:
         path = self._write_snapshot_file(Snapshot(metadata=metadata), data_parts, in_child=True)
         assert path is not None  # a member's own snapshot is never at index 0
         return path
+
+    def continue_snapshot_file(
+        self,
+        metadata: SnapshotMetadata,
+        source: SnapshotMetadata,
+        source_range: tuple[int, int],
+        parts: SpillFile,
+        head_bytes: int,
+    ) -> ForkedChild:
+        """Start a process (``snap.continued``) that writes the ``.snap`` file of
+        ``metadata``: its data is ``parts``' first ``head_bytes`` bytes, then the bytes
+        ``source_range`` of the data of this member's snapshot file ``source``, then the rest
+        of ``parts``. When it has exited cleanly the file is durable but not recorded in the
+        WAL (``record_snapshot_file``), as a forked child's. Raises ``OSError`` when the
+        source file cannot be opened or no process started."""
+        pb = dataclasses.replace(_to_pb_snapshot(Snapshot(metadata=metadata)), data=None)
+        fd = os.open(self._snap_path(source), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return continued.spawn(
+                self.cfg.snap_dir, pb, fd, source_range, parts.fileno(), head_bytes
+            )
+        finally:
+            os.close(fd)
 
     async def record_snapshot_file(self, metadata: SnapshotMetadata) -> bytes | memoryview:
         """Record a snapshot file written by ``write_snapshot_file_in_child`` in the WAL,

@@ -169,6 +169,15 @@ class ImageLayout:
     stream_offset: int
     stream: StreamLayout
 
+    @property
+    def body_range(self) -> tuple[int, int]:
+        """Where the stream's body (its base and log batches) lies in the image: the part a
+        continued image copies from this one."""
+        return (
+            self.stream_offset + self.stream.body_start,
+            self.stream_offset + self.stream.body_end,
+        )
+
 
 def not_leader() -> errors.ServiceError:
     """etcd's ErrGRPCNotLeader as a retryable Unavailable: the client tries another member."""
