@@ -108,30 +108,22 @@ def write(
         parts_size = os.fstat(parts_fd).st_size
         if head_bytes > parts_size:
             raise ValueError(f"head of {head_bytes} bytes in parts of {parts_size}")
-        with mmap.mmap(parts_fd, 0, access=mmap.ACCESS_READ) if parts_size else _Empty() as parts:
-            pieces = [
-                memoryview(parts)[:head_bytes],
-                memoryview(source)[data_start + start : data_start + end],
-                memoryview(parts)[head_bytes:],
-            ]
-            try:
-                path = save_snap_file(dir_path, snapshot, pieces, WRITEBACK_STEP_BYTES)
-            finally:
-                for piece in pieces:
-                    piece.release()
+        # (an empty file cannot be mapped)
+        parts = mmap.mmap(parts_fd, 0, access=mmap.ACCESS_READ) if parts_size else b""
+        pieces = [
+            memoryview(parts)[:head_bytes],
+            memoryview(source)[data_start + start : data_start + end],
+            memoryview(parts)[head_bytes:],
+        ]
+        try:
+            path = save_snap_file(dir_path, snapshot, pieces, WRITEBACK_STEP_BYTES)
+        finally:
+            for piece in pieces:
+                piece.release()
+            if isinstance(parts, mmap.mmap):
+                parts.close()
     assert path is not None  # a snapshot at index 0 is never continued
     return path
-
-
-class _Empty(bytes):
-    """An empty buffer that is a context manager, as an mmap is (an empty file cannot be
-    mapped)."""
-
-    def __enter__(self) -> _Empty:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 def main(argv: list[str]) -> int:

@@ -339,6 +339,7 @@ class Node:
         # storage's snapshot, found in a thread after it changed: what the next snapshot
         # continues from (``_continued_chunks``).
         self._snapshot_layout: tuple[int, int, Any] | None = None
+        self._layout_task: asyncio.Task | None = None
         self._snapshot_incremental = options.snapshot_incremental
         self.conf_state = conf_state
         hard_state, _ = storage.raft_storage.initial_state()
@@ -791,10 +792,13 @@ class Node:
 
     def snapshot_may_start(self, now: float) -> bool:
         """Whether to start the next snapshot at monotonic time ``now``: one is due, none is
-        being made, the last one (if big) was kept ``SNAPSHOT_SPACING_S`` ago, and the log replayed
-        after a restart has been applied."""
+        being made, the last one (if big) was kept ``SNAPSHOT_SPACING_S`` ago, the log replayed
+        after a restart has been applied, and the layout of the raft storage's snapshot is
+        not being looked for (``_learn_snapshot_layout``, tens of milliseconds at most: the
+        snapshot waits for it rather than fork)."""
         return (
             self._snapshot_task is None
+            and (self._layout_task is None or self._layout_task.done())
             and self.recovered.is_set()
             and now >= self._next_snapshot_at
             and self.snapshot_due()
@@ -1028,6 +1032,7 @@ class Node:
         task = asyncio.get_running_loop().create_task(learn(), name=f"snapshot-layout-{self.id:x}")
         self._tasks.append(task)
         task.add_done_callback(self._forget_task)
+        self._layout_task = task
 
     async def _snapshot_continued(
         self, metadata: SnapshotMetadata, head: tuple[bytes, ...], continued: _Continuation

@@ -67,6 +67,14 @@ async def test_a_member_restarts_from_a_continued_snapshot_with_its_history(tmp_
         for rev, rows in expected.items():
             assert await _view(restarted, rev) == rows
         assert len(expected[0]) == 10 and expected[0] != expected[290]
+        # the layout of the snapshot it started from is found at start: no fork after it
+        await async_wait_for(
+            lambda: restarted.node._snapshot_layout is not None, 30, "the layout found"
+        )
+        await _put(members, range(300, 400), "w")
+        made = restarted.node.snapshots_made
+        await async_wait_for(lambda: made["continued"] >= 1, 30, "a continued snapshot")
+        assert made["child"] == 0
     finally:
         await stop_all(members)
 
@@ -82,15 +90,17 @@ async def test_a_compaction_makes_the_next_snapshot_whole_then_they_continue(tmp
         compact_at = members[0].node.sm.store.revision - 20
         await members[0].node.sm.compact(CompactionRequest(compact_at))
         children = [m["child"] for m in made]
-        continued = [m["continued"] for m in made]
-        await _put(members, range(150, 300), "b")
+        await _put(members, range(150, 250), "b")
         await async_wait_for(
             lambda: all(m["child"] > c for m, c in zip(made, children, strict=True)),
             30,
             "a whole snapshot on every member after the compaction",
         )
+        # one snapshot at a time: what is continued from now on comes after the whole one
+        continued = [m["continued"] for m in made]
+        await _put(members, range(250, 350), "c")
         await async_wait_for(
-            lambda: all(m["continued"] > c + 1 for m, c in zip(made, continued, strict=True)),
+            lambda: all(m["continued"] > c for m, c in zip(made, continued, strict=True)),
             30,
             "continued snapshots again",
         )
