@@ -20,10 +20,13 @@ pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork and p
 
 
 def _cfgs(tmp_path, **overrides):
+    # Every member snapshots every 40 entries or so and keeps its whole log: a follower
+    # that falls behind on a loaded machine then catches up from the log, never by the
+    # leader's snapshot, so each member's snapshots are its own to count.
     return configs(
         tmp_path,
         snapshot_count=40,
-        snapshot_catchup_entries=5,
+        snapshot_catchup_entries=100_000,
         snapshot_catchup_bytes=0,
         **overrides,
     )
@@ -34,6 +37,18 @@ async def _put(members, keys: range, tag: str) -> None:
         await members[i % 3].node.sm.put(
             PutRequest(b"c%02d" % (i % 10), b"%s%d" % (tag.encode(), i))
         )
+
+
+async def _put_until(members, done, what: str, start: int, tag: str) -> int:
+    """Put batches of ten until ``done()`` (a snapshot starts only after an apply, so a
+    condition on snapshots needs writes that go on); the next key number."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while not done():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"still no {what} after 60 s of puts")
+        await _put(members, range(start, start + 10), tag)
+        start += 10
+    return start
 
 
 async def _view(member, revision: int = 0) -> list[tuple]:
@@ -58,8 +73,9 @@ async def test_a_member_restarts_from_a_continued_snapshot_with_its_history(tmp_
         victim = members[2]
         made = victim.node.snapshots_made
         # the first snapshot forks; the ones after it continue
-        await async_wait_for(lambda: made["continued"] >= 2, 30, "continued snapshots")
+        await _put_until(members, lambda: made["continued"] >= 2, "continued snapshots", 300, "x")
         assert made["child"] >= 1 and made["loop"] == 0
+        await async_wait_for(lambda: victim.node._snapshot_task is None, 60, "snapshot kept")
         index = victim.node.snapshot_index
         expected = {rev: await _view(members[0], rev) for rev in (0, 150, 290)}
         restarted = await _restart(members, cfgs, 2)
@@ -71,9 +87,8 @@ async def test_a_member_restarts_from_a_continued_snapshot_with_its_history(tmp_
         await async_wait_for(
             lambda: restarted.node._snapshot_layout is not None, 30, "the layout found"
         )
-        await _put(members, range(300, 400), "w")
         made = restarted.node.snapshots_made
-        await async_wait_for(lambda: made["continued"] >= 1, 30, "a continued snapshot")
+        await _put_until(members, lambda: made["continued"] >= 1, "continued snapshot", 0, "w")
         assert made["child"] == 0
     finally:
         await stop_all(members)
@@ -86,23 +101,27 @@ async def test_a_compaction_makes_the_next_snapshot_whole_then_they_continue(tmp
         await wait_leader(members)
         await _put(members, range(150), "a")
         made = [m.node.snapshots_made for m in members]
-        await async_wait_for(lambda: all(m["continued"] >= 1 for m in made), 30, "continued")
+        after = await _put_until(
+            members, lambda: all(m["continued"] >= 1 for m in made), "continued", 150, "a"
+        )
         compact_at = members[0].node.sm.store.revision - 20
         await members[0].node.sm.compact(CompactionRequest(compact_at))
         children = [m["child"] for m in made]
-        await _put(members, range(150, 250), "b")
-        await async_wait_for(
+        after = await _put_until(
+            members,
             lambda: all(m["child"] > c for m, c in zip(made, children, strict=True)),
-            30,
-            "a whole snapshot on every member after the compaction",
+            "whole snapshot on every member after the compaction",
+            after,
+            "b",
         )
         # one snapshot at a time: what is continued from now on comes after the whole one
         continued = [m["continued"] for m in made]
-        await _put(members, range(250, 350), "c")
-        await async_wait_for(
+        await _put_until(
+            members,
             lambda: all(m["continued"] > c for m, c in zip(made, continued, strict=True)),
-            30,
-            "continued snapshots again",
+            "continued snapshot again",
+            after,
+            "c",
         )
         expected = await _view(members[0])
         restarted = await _restart(members, cfgs, 1)
@@ -125,9 +144,8 @@ async def test_with_continuation_off_every_snapshot_forks(tmp_path):
     members = await start_all(cfgs)
     try:
         await wait_leader(members)
-        await _put(members, range(200), "v")
         made = members[0].node.snapshots_made
-        await async_wait_for(lambda: made["child"] >= 2, 30, "snapshots")
+        await _put_until(members, lambda: made["child"] >= 2, "snapshots", 0, "v")
         assert made["continued"] == 0
     finally:
         await stop_all(members)
