@@ -990,7 +990,7 @@ class Node:
         writes crossing a snapshot waited for. Continued, a snapshot costs the loop the
         encoding of the versions since the last one, a step per turn, and a spawned process
         (no fork) copies the earlier file's body into the new file; only the first snapshot
-        after a compaction (or after a restart, until the layout is found) forks."""
+        after a compaction (or the first at all) forks."""
         found = self._snapshot_layout
         continue_after = getattr(self.sm, "snapshot_chunks_after", None)  # optional
         if found is None or continue_after is None or not self._snapshot_incremental:
