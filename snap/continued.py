@@ -63,6 +63,7 @@ def spawn(
         raise ValueError(f"bad ranges: source {source_range}, head {head_bytes}")
     argv = [
         sys.executable,
+        "-P",  # not the working directory first on the path: this package, as installed
         "-m",
         "snap.continued",
         dir_path,

@@ -333,7 +333,7 @@ class Node:
         self._snapshot_in_child = options.snapshot_in_child and forked.available()
         # How long each snapshot's fork held the loop (``raftkv_snapshot_fork_seconds``).
         self.snapshot_fork_seconds = DurationHistogram(FORK_BUCKETS_SECONDS)
-        # Snapshots kept, by how they were made (``raftkv_snapshots_total``).
+        # Snapshots kept, by how they were made (``raftkv_snapshots_made_total``).
         self.snapshots_made = {"continued": 0, "child": 0, "loop": 0}
         # (snapshot index, offset of the state machine's image, its layout) of the raft
         # storage's snapshot, found in a thread after it changed: what the next snapshot
@@ -1041,7 +1041,8 @@ class Node:
         # encoded here a batch per turn) go to an anonymous file, as a whole snapshot's image
         # does; a process of its own then writes the new file from that and from the
         # previous file's body, which the chunks hold as a view of its mapping and this
-        # member never reads. A failure anywhere but the disk turns continuation off.
+        # member never reads. Any failure turns continuation off: the next snapshot is made
+        # whole, the way that does not depend on the previous file.
         started = time.monotonic()
         parts = SpillFile(self.storage.spill_dir)
         try:
@@ -1062,8 +1063,6 @@ class Node:
             child = self.storage.continue_snapshot_file(
                 metadata, continued.source, continued.source_range, parts, head_bytes
             )
-        except OSError:
-            raise
         except Exception:
             log.exception(
                 "node %x: continuing the snapshot failed; snapshots are now made whole", self.id

@@ -12,6 +12,7 @@ import pytest
 from kvserver.assembly.member import Member
 from kvserver.kvpb.errors import CompactedError
 from kvserver.kvpb.kv import CompactionRequest, PutRequest, RangeRequest
+from kvserver.server.node_storage import NodeStorage
 from snap import forked
 from tests.support.inprocess import configs, start_all, stop_all, wait_leader
 from tests.support.wait import async_wait_for
@@ -147,5 +148,27 @@ async def test_with_continuation_off_every_snapshot_forks(tmp_path):
         made = members[0].node.snapshots_made
         await _put_until(members, lambda: made["child"] >= 2, "snapshots", 0, "v")
         assert made["continued"] == 0
+    finally:
+        await stop_all(members)
+
+
+async def test_a_failed_writer_leaves_the_member_up_and_snapshots_whole(tmp_path, monkeypatch):
+    original = NodeStorage.continue_snapshot_file
+
+    def out_of_range(self, metadata, source, source_range, parts, head_bytes):
+        # a range past the source's data: the writer process refuses it and exits 3
+        return original(self, metadata, source, (0, 1 << 40), parts, head_bytes)
+
+    monkeypatch.setattr(NodeStorage, "continue_snapshot_file", out_of_range)
+    cfgs = _cfgs(tmp_path)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        made = members[0].node.snapshots_made
+        await _put_until(members, lambda: made["child"] >= 2, "whole snapshots", 0, "v")
+        assert made["continued"] == 0
+        assert members[0].node._snapshot_incremental is False  # tried, failed, turned off
+        assert not members[0].node.failed.is_set()
+        assert len(await _view(members[0])) == 10
     finally:
         await stop_all(members)
