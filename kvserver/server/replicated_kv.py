@@ -377,12 +377,17 @@ class RaftKV:
     def snapshot_chunks(self, chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES) -> Iterator[bytes]:
         """The image at the applied index of the call: every part is taken now (the store's
         stream fixes its view now too), so applies may go on while the chunks are read."""
+        return itertools.chain(self._snapshot_frames(), self.store.serialize(chunk_size_bytes))
+
+    def _snapshot_frames(self) -> list[bytes]:
+        """The alarm, auth and lease frames that come before the store's stream in an image,
+        taken now (an empty alarm or auth frame is left out)."""
         frames = [
             self.alarms.snapshot_frame(),  # b"" when no alarm is raised
             self.auth.snapshot_frame(),  # b"" when auth was never used
             frame_snapshot(self.lessor.snapshot()),
         ]
-        return itertools.chain([f for f in frames if f], self.store.serialize(chunk_size_bytes))
+        return [f for f in frames if f]
 
     def snapshot_chunks_after(
         self,
@@ -402,12 +407,7 @@ class RaftKV:
         continued = self.store.serialize_after(stream, prev.stream, chunk_size_bytes)
         if continued is None:
             return None
-        frames = [
-            self.alarms.snapshot_frame(),
-            self.auth.snapshot_frame(),
-            frame_snapshot(self.lessor.snapshot()),
-        ]
-        return itertools.chain([f for f in frames if f], continued)
+        return itertools.chain(self._snapshot_frames(), continued)
 
     @staticmethod
     def snapshot_layout(image: bytes | memoryview) -> ImageLayout | None:
