@@ -54,7 +54,7 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter, le, lt
@@ -157,6 +157,7 @@ def serialize_after(
     prev_stream: bytes | memoryview,
     prev: StreamLayout,
     chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES,
+    on_layout: Callable[[StreamLayout], None] | None = None,
 ) -> Iterator[bytes | memoryview]:
     """The snapshot of ``view`` as a continuation of ``prev_stream``, an earlier snapshot of
     the same store whose layout is ``prev`` (``read_layout``): a new header, then the earlier
@@ -167,16 +168,35 @@ def serialize_after(
     Only valid while no compaction has run since (``view.compact_revision`` equals
     ``prev.compact_revision``): the base section and the log's start are then unchanged, and
     every version since is in the log after the ones ``prev_stream`` holds. Decoded, the
-    result equals ``serialize(view)`` (its batches may be cut at other records)."""
+    result equals ``serialize(view)`` (its batches may be cut at other records).
+
+    ``on_layout``, if given, is called with the new stream's layout once the last chunk
+    has been handed out: what ``read_layout`` would find in it, known here without reading
+    the stream back (at a million keys that read is tens of milliseconds of the interpreter
+    lock after every snapshot)."""
     if view.compact_revision != prev.compact_revision or view.revision < prev.revision:
         raise ValueError("the earlier stream is not a prefix of this view's")
     out = _StreamWriter(view, chunk_size_bytes)
+    body_start = out.written
     yield bytes(out.buf)
     out.buf = bytearray()
     yield memoryview(prev_stream)[prev.body_start : prev.body_end]
     since = bisect_right(view.log, prev.revision, lo=view.log_start, hi=view.log_end, key=_MOD)
     yield from out.batches("log", _log_records(view, since))
+    # the body: the header's end, the earlier body, the new log batches packed after it
+    body_end = out.written + (prev.body_end - prev.body_start)
     yield from out.tail(base=prev.base_count, log=prev.log_count)
+    if on_layout is not None:
+        on_layout(
+            StreamLayout(
+                view.revision,
+                view.compact_revision,
+                body_start,
+                body_end,
+                prev.base_count + out.counts["base"],
+                prev.log_count + out.counts["log"],
+            )
+        )
 
 
 class _StreamWriter:
@@ -190,6 +210,7 @@ class _StreamWriter:
         self.batch_budget = max(1, chunk_size_bytes // 2)
         self.packer = msgpack.Packer(use_bin_type=True)
         self.counts = {"base": 0, "log": 0, "dedup_clients": 0}
+        self.written = 0  # bytes packed so far, the header's included
         self.buf = bytearray(
             self.packer.pack(
                 {
@@ -200,6 +221,7 @@ class _StreamWriter:
                 }
             )
         )
+        self.written = len(self.buf)
 
     def batches(self, section: str, records: Iterator[KeyValue | None]) -> Iterator[bytes]:
         batch: list[KeyValue] = []
@@ -239,12 +261,16 @@ class _StreamWriter:
         counts = dict(self.counts)
         counts["base"] += base
         counts["log"] += log
-        self.buf += self.packer.pack(["end", counts])
+        self._append(self.packer.pack(["end", counts]))
         yield bytes(self.buf)
 
     def _pack(self, section: str, body: list, n: int, counted_as: str = "") -> None:
         self.counts[counted_as or section] += n
-        self.buf += self.packer.pack([section, body])
+        self._append(self.packer.pack([section, body]))
+
+    def _append(self, packed: bytes) -> None:
+        self.buf += packed
+        self.written += len(packed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1383,14 +1383,18 @@ class MVCCStore:
         prev_stream: bytes | memoryview,
         prev: StreamLayout,
         chunk_size_bytes: int = 64 * 1024,
+        on_layout: Callable[[StreamLayout], None] | None = None,
     ) -> Iterator[bytes | memoryview] | None:
         """``serialize`` as a continuation of ``prev_stream``, an earlier snapshot of this
         store's history with layout ``prev`` (``snapshot.serialize_after``: its cost is
-        that of the versions applied since). None when that cannot be: a compaction since
-        changed the base section (the caller then serializes the whole store)."""
+        that of the versions applied since; ``on_layout`` gets the new stream's layout after
+        its last chunk). None when that cannot be: a compaction since changed the base
+        section (the caller then serializes the whole store)."""
         if prev.compact_revision != self._compact_rev or prev.revision > self._rev:
             return None
-        chunks = serialize_after(self._snapshot_view(), prev_stream, prev, chunk_size_bytes)
+        chunks = serialize_after(
+            self._snapshot_view(), prev_stream, prev, chunk_size_bytes, on_layout
+        )
         return _SnapshotStream(self, chunks)
 
     def _snapshot_view(self) -> SnapshotView:

@@ -394,20 +394,29 @@ class RaftKV:
         prev_image: bytes | memoryview,
         prev: ImageLayout,
         chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES,
+        on_layout: Callable[[ImageLayout], None] | None = None,
     ) -> Iterator[bytes | memoryview] | None:
         """``snapshot_chunks`` made from ``prev_image``, an earlier image of this member's
         history whose layout is ``prev`` (``snapshot_layout``): new frames, then the store's
         stream continued from the earlier one (``MVCCStore.serialize_after``), so the work
-        on the caller's side is that of the changes since. None when that cannot be (a
-        compaction since, or so many leases that their frame is itself a big step): the
-        caller then makes the whole image."""
+        on the caller's side is that of the changes since. ``on_layout`` gets the new
+        image's layout after its last chunk: what ``snapshot_layout`` would read from it.
+        None when that cannot be (a compaction since, or so many leases that their frame is
+        itself a big step): the caller then makes the whole image."""
         if len(self.lessor) > INCREMENTAL_SNAPSHOT_MAX_LEASES:
             return None
+        frames = self._snapshot_frames()
+        stream_offset = sum(map(len, frames))
+
+        def stream_layout(layout: StreamLayout) -> None:
+            if on_layout is not None:
+                on_layout(ImageLayout(stream_offset, layout))
+
         stream = memoryview(prev_image)[prev.stream_offset :]
-        continued = self.store.serialize_after(stream, prev.stream, chunk_size_bytes)
+        continued = self.store.serialize_after(stream, prev.stream, chunk_size_bytes, stream_layout)
         if continued is None:
             return None
-        return itertools.chain(self._snapshot_frames(), continued)
+        return itertools.chain(frames, continued)
 
     @staticmethod
     def snapshot_layout(image: bytes | memoryview) -> ImageLayout | None:

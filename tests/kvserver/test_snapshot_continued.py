@@ -76,6 +76,9 @@ async def test_a_member_restarts_from_a_continued_snapshot_with_its_history(tmp_
         # the first snapshot forks; the ones after it continue
         await _put_until(members, lambda: made["continued"] >= 2, "continued snapshots", 300, "x")
         assert made["child"] >= 1 and made["loop"] == 0
+        # a continued snapshot's layout is known from making it: only whole ones are read
+        # back (the next continuation then starts from the layout it adopted)
+        assert victim.node.snapshot_layout_reads <= made["child"]
         await async_wait_for(lambda: victim.node._snapshot_task is None, 60, "snapshot kept")
         index = victim.node.snapshot_index
         expected = {rev: await _view(members[0], rev) for rev in (0, 150, 290)}

@@ -23,7 +23,7 @@ from kvserver.mvcc import (
     SnapshotFormatError,
     SnapshotLoader,
 )
-from kvserver.mvcc.snapshot import FORMAT_VERSION, MAGIC, read_layout
+from kvserver.mvcc.snapshot import FORMAT_VERSION, MAGIC, StreamLayout, read_layout
 
 _KEYS = st.binary(min_size=1, max_size=3)
 _OPS = st.lists(
@@ -71,15 +71,21 @@ def test_a_continued_stream_decodes_as_a_whole_one(before, compact, rounds, chun
     if compact:
         store.apply(CompactionRequest(store.revision))
     prev = b"".join(store.serialize(chunk))
+    layout = read_layout(prev)
     for ops in rounds:
         _apply(store, ops, request_ids)
-        continued = store.serialize_after(prev, read_layout(prev), chunk)
+        reported: list[StreamLayout] = []
+        continued = store.serialize_after(prev, layout, chunk, reported.append)
         assert continued is not None
         parts = list(continued)
         assert any(isinstance(p, memoryview) for p in parts)  # the earlier body, not copied
         whole = b"".join(store.serialize(chunk))
         assert _decoded(parts) == _decoded([whole])
-        prev = b"".join(parts)  # the next round continues the continuation
+        prev = b"".join(parts)
+        # the layout reported from making the stream is the one read back from it, and the
+        # next round continues from the reported one
+        assert reported == [read_layout(prev)]
+        layout = reported[0]
 
 
 def test_the_layout_names_the_body_and_the_counts():
