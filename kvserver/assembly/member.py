@@ -15,7 +15,6 @@ SIGTERM / SIGINT stop the member cleanly (HTTP first, then the raft loop, then t
 
 import asyncio
 import functools
-import gc
 import logging
 import os
 import signal
@@ -41,7 +40,7 @@ from kvserver.membership.registry import split_members_frame
 from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
-from kvserver.server.gc_pacer import GCPacer
+from kvserver.server.gc_pacer import GCPacer, freeze_heap
 from kvserver.server.heap_trim import HeapTrimmer
 from kvserver.server.loop_monitor import LoopMonitor
 from kvserver.server.metrics import AppendCounter, Metrics
@@ -112,7 +111,7 @@ class Member:
                 kv.store.revision,
                 time.monotonic() - started,
             )
-        gc.freeze()  # recovered log and store are long-lived: keep them out of GC passes
+        freeze_heap()  # recovered log and store are long-lived: keep them out of GC passes
         self.gc_pacer.start()
         self.loop_monitor.start()
         await transport.start()

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 
 from kvserver.kvpb import service_errors as errors
 from kvserver.membership.registry import frame_members, split_members_frame
+from kvserver.server.gc_pacer import freeze_heap
 from kvserver.server.metrics import DurationHistogram
 from raft import (
     ConfChange,
@@ -508,7 +509,7 @@ class Node:
     def _end_replay_gc_pause(self) -> None:
         if self._gc_paused_for_replay:
             self._gc_paused_for_replay = False
-            gc.freeze()
+            freeze_heap()
             gc.enable()
 
     async def read_barrier(self, timeout_s: float | None = None) -> int:

@@ -132,6 +132,7 @@ from kvserver.server.alarms import (
     split_alarm_frame,
 )
 from kvserver.server.compactor import AutoCompaction, Compactor
+from kvserver.server.gc_pacer import freeze_heap
 from kvserver.server.node import ApplyInSteps, NodeOptions
 from kvserver.server.quota import (
     DEFAULT_QUOTA_BACKEND_BYTES,
@@ -436,7 +437,7 @@ class RaftKV:
         self._install(_decode_image(data))
         # The restored store is long-lived: keep the cyclic GC from walking it again and
         # again (a full collection over a large store stalls the loop for tens of ms).
-        gc.freeze()
+        freeze_heap()
 
     async def install_snapshot(self, data: bytes | memoryview) -> None:
         """Replace the state with a snapshot image from the leader while the member runs.
@@ -454,7 +455,7 @@ class RaftKV:
             image = await asyncio.to_thread(_decode_image, data)
             self._install(image)
         finally:
-            gc.freeze()
+            freeze_heap()
             if was_enabled:
                 gc.enable()
 
