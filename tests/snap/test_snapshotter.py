@@ -8,6 +8,7 @@
 * purge keeps the newest N and never the newest one; temp files are never snapshots.
 """
 
+import mmap
 import os
 import threading
 
@@ -24,6 +25,7 @@ from snap import (
     Snapshotter,
     SnapshotTooLargeError,
     read_snap,
+    snapshotter,
 )
 from tests.snap.helpers import make_snapshot
 
@@ -343,6 +345,61 @@ def test_purge_keeps_the_newest_n(snapper):
     assert snapper.purge(keep=3) == []
     assert snapper.purge(keep=1) == [f"0000000000000001-{i:016x}.snap" for i in (5, 6)]
     assert snapper.load().metadata.index == 7
+
+
+def _truncations(monkeypatch, fail_after: int | None = None) -> list[int]:
+    """Record the sizes ``os.ftruncate`` is called with; raise after ``fail_after`` calls."""
+    sizes: list[int] = []
+    real = os.ftruncate
+
+    def recording(fd, size):
+        if fail_after is not None and len(sizes) >= fail_after:
+            raise OSError("injected: the process died here")
+        sizes.append(size)
+        real(fd, size)
+
+    monkeypatch.setattr(os, "ftruncate", recording)
+    return sizes
+
+
+def test_a_big_file_is_purged_a_step_at_a_time(snapper, monkeypatch):
+    for i in (1, 2):
+        snapper.save_snap(make_snapshot(index=i, data=os.urandom(10_000)))
+    path = os.path.join(snapper.dir_path, "0000000000000001-0000000000000001.snap")
+    size = os.path.getsize(path)
+    sizes = _truncations(monkeypatch)
+    monkeypatch.setattr(snapshotter, "REMOVE_STEP_BYTES", 4096)
+    monkeypatch.setattr(snapshotter, "REMOVE_PAUSE_S", 0.0)
+    assert snapper.purge(keep=1) == ["0000000000000001-0000000000000001.snap"]
+    assert sizes == [max(0, size - 4096 * k) for k in range(1, -(-size // 4096) + 1)]
+    assert sorted(os.listdir(snapper.dir_path)) == ["0000000000000001-0000000000000002.snap"]
+
+
+def test_a_purge_cut_short_leaves_no_truncated_snapshot_under_its_name(snapper, monkeypatch):
+    for i in (1, 2):
+        snapper.save_snap(make_snapshot(index=i, data=os.urandom(10_000)))
+    _truncations(monkeypatch, fail_after=1)
+    monkeypatch.setattr(snapshotter, "REMOVE_STEP_BYTES", 4096)
+    with pytest.raises(OSError, match="injected"):
+        snapper.purge(keep=1)
+    # the half-removed file is a temp leftover, which the next opening removes
+    assert snapper.snap_names() == ["0000000000000001-0000000000000002.snap"]
+    reopened = Snapshotter(snapper.dir_path)
+    assert os.listdir(snapper.dir_path) == ["0000000000000001-0000000000000002.snap"]
+    assert reopened.load().metadata.index == 2
+
+
+def test_a_mapped_file_is_unlinked_at_once_and_stays_readable(tmp_path, monkeypatch):
+    path = str(tmp_path / "big")
+    with open(path, "wb") as f:
+        f.write(b"x" * 20_000)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    sizes = _truncations(monkeypatch)
+    snapshotter.remove_gradually(path, step_bytes=4096, pause_s=0.0)
+    assert sizes == [] and not os.path.exists(path)
+    assert mapped[-1:] == b"x"  # truncated instead, this read would be a SIGBUS
+    mapped.close()
 
 
 def test_purge_default_is_five_and_zero_means_unlimited(snapper):
