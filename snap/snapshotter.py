@@ -73,17 +73,31 @@ def remove_gradually(
     own name. A file no bigger than one step, or one this process has mapped (truncating
     would turn reads of the mapping into SIGBUS; unlinked, it stays readable), is unlinked
     at once. ``step_bytes`` and ``pause_s`` default to ``REMOVE_STEP_BYTES`` and
-    ``REMOVE_PAUSE_S``."""
+    ``REMOVE_PAUSE_S``. (``Snapshotter.purge`` does the two halves, ``_stage_removal`` and
+    ``_truncate_away``, apart: only the first under its lock.)"""
+    staged = _stage_removal(path, step_bytes)
+    if staged is not None:
+        _truncate_away(staged, step_bytes, pause_s)
+
+
+def _stage_removal(path: str, step_bytes: int | None = None) -> str | None:
+    """Unlink a small or mapped file now (None), or rename it to its temp name and return
+    that, for ``_truncate_away``."""
     step_bytes = REMOVE_STEP_BYTES if step_bytes is None else step_bytes
-    pause_s = REMOVE_PAUSE_S if pause_s is None else pause_s
-    size = os.stat(path).st_size
-    if size <= step_bytes or _mapped_here(path):
+    if os.stat(path).st_size <= step_bytes or _mapped_here(path):
         os.unlink(path)
-        return
+        return None
     doomed = path + ".tmp"
     os.rename(path, doomed)
-    fd = os.open(doomed, os.O_WRONLY)
+    return doomed
+
+
+def _truncate_away(path: str, step_bytes: int | None = None, pause_s: float | None = None) -> None:
+    step_bytes = REMOVE_STEP_BYTES if step_bytes is None else step_bytes
+    pause_s = REMOVE_PAUSE_S if pause_s is None else pause_s
+    fd = os.open(path, os.O_WRONLY)
     try:
+        size = os.fstat(fd).st_size
         while size > 0:
             size = max(0, size - step_bytes)
             os.ftruncate(fd, size)
@@ -91,7 +105,7 @@ def remove_gradually(
                 time.sleep(pause_s)
     finally:
         os.close(fd)
-    os.unlink(doomed)
+    os.unlink(path)
 
 
 def _mapped_here(path: str) -> bool:
@@ -298,10 +312,14 @@ class Snapshotter:
         with self._lock:
             doomed = self.snap_names()[keep:]
             doomed.reverse()  # oldest first: an interrupted purge leaves the newer ones
-            for file_name in doomed:
-                remove_gradually(os.path.join(self._dir, file_name))
+            staged = [_stage_removal(os.path.join(self._dir, name)) for name in doomed]
             if doomed:
                 _fsync_dir(self._dir)
+        # The slow half outside the lock: a save (a leader's snapshot, in the WAL writer)
+        # does not wait for it. The files are temp names now, which nothing else touches.
+        for path in staged:
+            if path is not None:
+                _truncate_away(path)
         return doomed
 
     def _remove_tmp_leftovers(self) -> None:
