@@ -210,7 +210,6 @@ class _StreamWriter:
         self.batch_budget = max(1, chunk_size_bytes // 2)
         self.packer = msgpack.Packer(use_bin_type=True)
         self.counts = {"base": 0, "log": 0, "dedup_clients": 0}
-        self.written = 0  # bytes packed so far, the header's included
         self.buf = bytearray(
             self.packer.pack(
                 {
@@ -221,7 +220,7 @@ class _StreamWriter:
                 }
             )
         )
-        self.written = len(self.buf)
+        self.written = len(self.buf)  # bytes packed so far, the header's included
 
     def batches(self, section: str, records: Iterator[KeyValue | None]) -> Iterator[bytes]:
         batch: list[KeyValue] = []
