@@ -109,9 +109,11 @@ async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_p
         for member in (leader, members[down]):
             kept = member.storage.raft_storage.snapshot()
             assert kept.metadata.index > 0 and isinstance(kept.data, memoryview)
-        # the replaced state is handed back to the OS; a log cut of entries this small is
-        # not worth a trim (tests/kvserver/test_log_cut.py has the cuts that are)
-        assert members[down].heap_trimmer.requested["snapshot-installed"] == 1
+        # the replaced state is handed back to the OS, once per installed snapshot (a second
+        # install is raft doing its job: the leader may snapshot and cut its five-entry
+        # window again while this member installs the first); a log cut of entries this
+        # small is not worth a trim (tests/kvserver/test_log_cut.py has the cuts that are)
+        assert members[down].heap_trimmer.requested["snapshot-installed"] >= 1
         assert leader.heap_trimmer.requested["log-cut"] == 0
     finally:
         await stop_all(members)
