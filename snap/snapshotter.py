@@ -57,10 +57,9 @@ REMOVE_STEP_BYTES = 8 << 20
 REMOVE_PAUSE_S = 0.005
 
 
-def remove_gradually(
-    path: str, step_bytes: int | None = None, pause_s: float | None = None
-) -> None:
-    """Delete the file at ``path``, freeing its blocks ``step_bytes`` at a time.
+def remove_gradually(path: str) -> None:
+    """Delete the file at ``path``, freeing its blocks ``REMOVE_STEP_BYTES`` at a time with
+    ``REMOVE_PAUSE_S`` between steps.
 
     Why: the file system frees a file's blocks in one journal transaction when it is
     unlinked, and an fsync of another file on the disk waits for that transaction. Deleting
@@ -72,19 +71,17 @@ def remove_gradually(
     leaves a leftover the next ``Snapshotter`` removes, never a truncated snapshot under its
     own name. A file no bigger than one step, or one this process has mapped (truncating
     would turn reads of the mapping into SIGBUS; unlinked, it stays readable), is unlinked
-    at once. ``step_bytes`` and ``pause_s`` default to ``REMOVE_STEP_BYTES`` and
-    ``REMOVE_PAUSE_S``. (``Snapshotter.purge`` does the two halves, ``_stage_removal`` and
+    at once. (``Snapshotter.purge`` does the two halves, ``_stage_removal`` and
     ``_truncate_away``, apart: only the first under its lock.)"""
-    staged = _stage_removal(path, step_bytes)
+    staged = _stage_removal(path)
     if staged is not None:
-        _truncate_away(staged, step_bytes, pause_s)
+        _truncate_away(staged)
 
 
-def _stage_removal(path: str, step_bytes: int | None = None) -> str | None:
+def _stage_removal(path: str) -> str | None:
     """Unlink a small or mapped file now (None), or rename it to its temp name and return
     that, for ``_truncate_away``."""
-    step_bytes = REMOVE_STEP_BYTES if step_bytes is None else step_bytes
-    if os.stat(path).st_size <= step_bytes or _mapped_here(path):
+    if os.stat(path).st_size <= REMOVE_STEP_BYTES or _mapped_here(path):
         os.unlink(path)
         return None
     doomed = path + ".tmp"
@@ -92,17 +89,15 @@ def _stage_removal(path: str, step_bytes: int | None = None) -> str | None:
     return doomed
 
 
-def _truncate_away(path: str, step_bytes: int | None = None, pause_s: float | None = None) -> None:
-    step_bytes = REMOVE_STEP_BYTES if step_bytes is None else step_bytes
-    pause_s = REMOVE_PAUSE_S if pause_s is None else pause_s
+def _truncate_away(path: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
         size = os.fstat(fd).st_size
         while size > 0:
-            size = max(0, size - step_bytes)
+            size = max(0, size - REMOVE_STEP_BYTES)
             os.ftruncate(fd, size)
             if size:
-                time.sleep(pause_s)
+                time.sleep(REMOVE_PAUSE_S)
     finally:
         os.close(fd)
     os.unlink(path)

@@ -396,7 +396,8 @@ def test_a_mapped_file_is_unlinked_at_once_and_stays_readable(tmp_path, monkeypa
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     sizes = _truncations(monkeypatch)
-    snapshotter.remove_gradually(path, step_bytes=4096, pause_s=0.0)
+    monkeypatch.setattr(snapshotter, "REMOVE_STEP_BYTES", 4096)
+    snapshotter.remove_gradually(path)
     assert sizes == [] and not os.path.exists(path)
     assert mapped[-1:] == b"x"  # truncated instead, this read would be a SIGBUS
     mapped.close()
