@@ -34,6 +34,7 @@ from kvserver.api.grpc.rpc import (
     percent_encode,
 )
 from kvserver.etcdpb import rpc_pb2
+from tests.support.h2frames import frames, goaway_code
 
 MAX_RECEIVE = 64 * 1024
 WAIT_S = 10.0
@@ -158,9 +159,7 @@ async def test_unary_answers_statuses_and_metadata():
             2: 1,
             8: 1,
         }  # OK, FAILED_PRECONDITION, UNKNOWN, RESOURCE_EXHAUSTED
-        families = {
-            f.name: f for f in GrpcCollector(conf.calls, {put_path: "unary_unary"}).collect()
-        }
+        families = {f.name: f for f in GrpcCollector(conf, {put_path: "unary_unary"}).collect()}
         handled = {
             (s.labels["grpc_method"], s.labels["grpc_code"]): s.value
             for s in families["raftkv_grpc_server_handled"].samples
@@ -236,23 +235,6 @@ def read_until_closed(sock: socket.socket) -> bytes:
         data += chunk
 
 
-def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    out, i = [], 0
-    while len(data) - i >= 9:
-        length_type, flags, sid = struct.unpack_from(">IBI", data, i)
-        n = length_type >> 8
-        out.append((length_type & 0xFF, flags, sid, data[i + 9 : i + 9 + n]))
-        i += 9 + n
-    return out
-
-
-def goaway_code(data: bytes) -> int | None:
-    for kind, _, _, payload in frames(data):
-        if kind == h2.GOAWAY:
-            return struct.unpack(">I", payload[4:8])[0]
-    return None
-
-
 BROKEN = {
     "bad preface": (b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", h2.PROTOCOL_ERROR),
     "headers on stream 0": (h2.PREFACE + h2.frame(h2.HEADERS, 4, 0, b"\x82"), h2.PROTOCOL_ERROR),
@@ -321,6 +303,15 @@ class FakeTransport:
 
     def get_extra_info(self, name, default=None):
         return default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
 @settings(max_examples=300, deadline=None)

@@ -24,8 +24,23 @@ What it implements, as a gRPC server needs (RFC 9113):
   ``STREAM_HIGH_WATER`` bytes unsent, or while the socket's buffer is full (a call's own
   state and its request reader: ``kvserver.api.grpc.stream``).
 - Limits: messages up to ``max_receive`` bytes (bigger: ``RESOURCE_EXHAUSTED``, as grpc-go
-  says it), at most ``MAX_CONCURRENT_STREAMS`` calls at once (more: REFUSED_STREAM, which
-  clients retry), header lists up to ``MAX_HEADER_LIST`` bytes.
+  says it), and the budgets of ``kvserver.api.grpc.budgets`` (``ServerSettings.limits``):
+  concurrent streams (more: REFUSED_STREAM, which clients retry; a reset stream keeps its
+  slot until its handler ends), stream resets a second, header block and header list
+  bytes, table size updates, the decode cache, control answers the client does not read,
+  answer bytes buffered, request bytes buffered, idle time and a default deadline for
+  unary calls. Each time a client meets one, ``ServerSettings.budgets`` counts it.
+- Buffered answers: above ``max_output_bytes`` queued for the client (windows closed, or
+  a socket it does not read), no new call starts; when the socket's own buffer is over
+  it, nothing more is read either (so unread SETTINGS and PING answers stop piling up).
+  A connection that makes no progress for ``drain_timeout_s`` while over ends with
+  GOAWAY ENHANCE_YOUR_CALM.
+- Buffered requests: the connection's window is credited back as bytes arrive, and the
+  bytes calls have not taken yet (partial messages and unread ones) are bounded by
+  ``max_input_bytes``; the call whose bytes cross it ends with RESOURCE_EXHAUSTED.
+  Crediting only as calls take their bytes would bound the same memory, but a client
+  with several big requests half-sent would then wait for window that only completing
+  one of them frees: a deadlock of honest clients.
 - Keepalive, as etcd's gRPC server enforces it: a client may ping every
   ``keepalive_min_time`` s; more often than that three times without an answer in between
   ends the connection with GOAWAY ``too_many_pings``. The server pings a connection idle for
@@ -47,15 +62,18 @@ import base64
 import logging
 import time
 import zlib
+from collections import deque
 
 import grpc
 
 from . import h2
+from .budgets import BudgetCounts, Http2Limits, ResetBucket
 from .h2 import FRAME, U32, ConnectionError_, HeaderDecoder
 from .metrics import CallCounts
 from .rpc import (
     RESPONSE_HEADERS,
     STREAM_STREAM,
+    UNARY_UNARY,
     ClientIdentity,
     Method,
     RpcContext,
@@ -70,11 +88,7 @@ from .stream import STREAM_HIGH_WATER, Requests, Stream
 
 log = logging.getLogger(__name__)
 
-CONN_WINDOW = 16 * 1024 * 1024
 STREAM_WINDOW = 1024 * 1024
-MAX_CONCURRENT_STREAMS = 1000
-MAX_HEADER_LIST = 64 * 1024
-MAX_HEADER_BLOCK = 256 * 1024  # a header block plus CONTINUATIONs, before decoding
 MAX_PING_STRIKES = 2
 
 _OK = status_code(grpc.StatusCode.OK)
@@ -93,8 +107,11 @@ class ServerSettings:
         keepalive_min_time: float,
         keepalive_interval: float,
         keepalive_timeout: float,
+        limits: Http2Limits | None = None,
     ):
         self.methods = methods
+        self.limits = limits or Http2Limits()
+        self.budgets = BudgetCounts()  # clients that met a budget, by budget
         self.max_receive = max_receive
         self.keepalive_min_time = keepalive_min_time
         self.keepalive_interval = keepalive_interval
@@ -107,12 +124,28 @@ class ServerSettings:
 class GrpcConnection(asyncio.Protocol):
     def __init__(self, settings: ServerSettings, identity: ClientIdentity):
         self.settings = settings
+        self.limits = limits = settings.limits
         self.identity = identity
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
         self.buffer = bytearray()
         self.preface_seen = False
-        self.decoder = HeaderDecoder(MAX_HEADER_LIST)
+        self.decoder = HeaderDecoder(
+            limits.max_header_list_bytes,
+            table_size=limits.header_table_bytes,
+            cache_bytes=limits.decode_cache_bytes,
+        )
+        self.resets = ResetBucket(limits.max_resets_per_s)
+        self.handlers = 0  # handler tasks still running, a reset stream's included
+        self.deferred: deque[Stream] = deque()  # calls waiting for the output budget
+        self.output_bytes = 0  # answer bytes queued in streams, not yet written
+        self.input_bytes = 0  # request bytes received that no call has taken yet
+        self.control_answers = 0  # SETTINGS/PING answers queued while writing is paused
+        self.reading_paused = False  # the socket's buffer is over the output budget
+        self.drain_timer: asyncio.TimerHandle | None = None
+        self.drain_mark = 0  # output_bytes when the drain timer was armed
+        self.last_active = time.monotonic()  # when a call last opened or ended
+        self.idle_timer: asyncio.TimerHandle | None = None
         self.streams: dict[int, Stream] = {}
         self.last_sid = 0  # the highest stream the client opened
         self.pending_headers: tuple[int, int, bytearray] | None = None  # sid, flags, block
@@ -138,20 +171,27 @@ class GrpcConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.settings.connections.add(self)
         self.settings.accepted += 1
+        limits = self.limits
         self.out.append(
             h2.settings_frame(
                 {
-                    h2.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+                    h2.SETTINGS_HEADER_TABLE_SIZE: limits.header_table_bytes,
+                    h2.SETTINGS_MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
                     h2.SETTINGS_INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                    h2.SETTINGS_MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+                    h2.SETTINGS_MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes,
                 }
             )
         )
-        self.out.append(h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW))
+        self.out.append(h2.window_update(0, self._conn_window - h2.DEFAULT_WINDOW))
         self.schedule_flush()
         self.keepalive = self.loop.call_later(
             self.settings.keepalive_interval, self._keepalive_check
         )
+        self.idle_timer = self.loop.call_later(limits.idle_timeout_s, self._idle_check)
+
+    @property
+    def _conn_window(self) -> int:
+        return max(h2.DEFAULT_WINDOW, self.limits.max_input_bytes)
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
@@ -167,13 +207,15 @@ class GrpcConnection(asyncio.Protocol):
                 self.preface_seen = True
             self._read_frames()
         except ConnectionError_ as exc:
+            if exc.budget is not None:
+                self.settings.budgets[exc.budget] += 1
             self._fail(exc.code, str(exc))
             return
         except Exception:
             log.exception("gRPC: a connection's frames could not be handled")
             self._fail(h2.INTERNAL_ERROR, "internal error")
             return
-        if self.recv_unacked >= CONN_WINDOW // 4:
+        if self.recv_unacked >= self._conn_window // 4:
             self.out.append(h2.window_update(0, self.recv_unacked))
             self.recv_unacked = 0
         self.flush()
@@ -183,9 +225,10 @@ class GrpcConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.settings.connections.discard(self)
-        for handle in (self.keepalive, self.ping_timeout):
+        for handle in (self.keepalive, self.ping_timeout, self.idle_timer, self.drain_timer):
             if handle is not None:
                 handle.cancel()
+        self.deferred.clear()
         for stream in list(self.streams.values()):
             self._drop(stream)
         self.streams.clear()
@@ -196,9 +239,14 @@ class GrpcConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        self.control_answers = 0
+        for stream in list(self.blocked):
+            self.flush_stream(stream, schedule=False)
+        self._output_progress()
         for stream in list(self.streams.values()):
             if stream.drained is not None:
                 stream.drained.set()
+        self.schedule_flush()
 
     # --- reading frames ------------------------------------------------------------------------
 
@@ -242,6 +290,10 @@ class GrpcConnection(asyncio.Protocol):
                 raise ConnectionError_(h2.PROTOCOL_ERROR, "bad RST_STREAM")
             stream = self.streams.get(sid)
             if stream is not None:
+                if not self.resets.take():
+                    raise ConnectionError_(
+                        h2.ENHANCE_YOUR_CALM, "too many stream resets", budget="resets"
+                    )
                 self._drop(stream)
         elif kind == h2.GOAWAY:
             if sid != 0:
@@ -278,7 +330,7 @@ class GrpcConnection(asyncio.Protocol):
                 self.peer_max_frame = value
             elif key == h2.SETTINGS_ENABLE_PUSH and value > 1:
                 raise ConnectionError_(h2.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
-        self.out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        self._control_answer(h2.frame(h2.SETTINGS, h2.ACK, 0))
         for stream in list(self.blocked):
             self.flush_stream(stream, schedule=False)
 
@@ -323,7 +375,18 @@ class GrpcConnection(asyncio.Protocol):
             if self.ping_strikes > MAX_PING_STRIKES:
                 raise ConnectionError_(h2.ENHANCE_YOUR_CALM, "too_many_pings")
         self.last_ping = now
-        self.out.append(h2.frame(h2.PING, h2.ACK, 0, payload))
+        self._control_answer(h2.frame(h2.PING, h2.ACK, 0, payload))
+
+    def _control_answer(self, frame: bytes) -> None:
+        """Queues a SETTINGS or PING answer; a client that keeps asking while it does not
+        read them meets the control-frame budget."""
+        if self.paused:
+            self.control_answers += 1
+            if self.control_answers > self.limits.max_control_answers:
+                raise ConnectionError_(
+                    h2.ENHANCE_YOUR_CALM, "too many control frames unread", "control_frames"
+                )
+        self.out.append(frame)
 
     def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
         if sid == 0:
@@ -349,8 +412,8 @@ class GrpcConnection(asyncio.Protocol):
             raise ConnectionError_(h2.PROTOCOL_ERROR, "unexpected CONTINUATION")
         block = pending[2]
         block += payload
-        if len(block) > MAX_HEADER_BLOCK:
-            raise ConnectionError_(h2.ENHANCE_YOUR_CALM, "header block too large")
+        if len(block) > self.limits.max_header_block_bytes:
+            raise ConnectionError_(h2.ENHANCE_YOUR_CALM, "header block too large", "header_block")
         if flags & h2.END_HEADERS:
             self.pending_headers = None
             self._on_header_block(sid, pending[1], bytes(block))
@@ -367,7 +430,11 @@ class GrpcConnection(asyncio.Protocol):
                 raise ConnectionError_(h2.STREAM_CLOSED, "HEADERS on a closed stream")
             raise ConnectionError_(h2.PROTOCOL_ERROR, "a client stream id must be odd")
         self.last_sid = sid
-        if self.closing or len(self.streams) >= MAX_CONCURRENT_STREAMS:
+        if self.closing:
+            self.out.append(h2.rst_stream(sid, h2.REFUSED_STREAM))
+            return
+        if max(len(self.streams), self.handlers) >= self.limits.max_concurrent_streams:
+            self.settings.budgets["streams"] += 1
             self.out.append(h2.rst_stream(sid, h2.REFUSED_STREAM))
             return
         self._open(sid, flags, headers)
@@ -404,15 +471,19 @@ class GrpcConnection(asyncio.Protocol):
         assert path is not None
         stream = Stream(sid, self, path, method, self.peer_initial_window)
         self.settings.calls.started(path)
+        self.last_active = time.monotonic()
         stream.encoding = encoding if encoding not in (None, "identity") else None
         deadline = None
+        if timeout is None and method.kind == UNARY_UNARY:
+            timeout = self.limits.default_call_timeout_s
+            stream.default_deadline = True
         if timeout is not None:
             deadline = time.monotonic() + timeout
             stream.deadline = self.loop.call_later(timeout, self._deadline_passed, stream)
         stream.context = RpcContext(self.identity, tuple(metadata), deadline, stream)
         self.streams[sid] = stream
         if method.kind == STREAM_STREAM:
-            stream.task = self.loop.create_task(self._serve(stream))
+            self._start(stream)
         if flags & h2.END_STREAM:
             self._end_of_requests(stream)
 
@@ -420,8 +491,10 @@ class GrpcConnection(asyncio.Protocol):
         if sid == 0:
             raise ConnectionError_(h2.PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)
-        if self.recv_unacked + size > CONN_WINDOW:
-            raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "the connection's window is exceeded")
+        if self.recv_unacked + size > self._conn_window:
+            raise ConnectionError_(
+                h2.FLOW_CONTROL_ERROR, "the connection's window is exceeded", "input"
+            )
         self.recv_unacked += size  # credited back when a quarter of the window is used
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
@@ -452,6 +525,16 @@ class GrpcConnection(asyncio.Protocol):
             self.credit_stream(stream)
 
     def _add_request_bytes(self, stream: Stream, payload: bytes) -> None:
+        if self.input_bytes + len(payload) > self.limits.max_input_bytes:
+            self.settings.budgets["input"] += 1
+            self._finish_early(
+                stream,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "raftkv: too many request bytes waiting on this connection",
+            )
+            return
+        stream.held += len(payload)
+        self.input_bytes += len(payload)
         body = stream.body
         body += payload
         max_receive = self.settings.max_receive
@@ -519,6 +602,17 @@ class GrpcConnection(asyncio.Protocol):
                 "grpc: a unary call needs exactly one request message",
             )
             return
+        self._start(stream)
+
+    def _start(self, stream: Stream) -> None:
+        """Runs the call's handler now, or once the answers buffered for this client are
+        back under the output budget."""
+        if self._over_output():
+            self.settings.budgets["output"] += 1
+            self.deferred.append(stream)
+            self._arm_drain_timer()
+            return
+        self.handlers += 1
         stream.task = self.loop.create_task(self._serve(stream))
 
     # --- running a call ------------------------------------------------------------------------
@@ -527,7 +621,11 @@ class GrpcConnection(asyncio.Protocol):
         method = stream.method
         context = stream.context
         assert context is not None
-        request = Requests(stream) if method.kind == STREAM_STREAM else stream.messages.popleft()
+        if method.kind == STREAM_STREAM:
+            request: object = Requests(stream)
+        else:
+            request = stream.messages.popleft()
+            self._release_input(stream, stream.held)
         try:
             answer = await run_handler(method, context, request, stream.write_message)
             if answer is None:
@@ -546,6 +644,7 @@ class GrpcConnection(asyncio.Protocol):
         except Exception as exc:
             self.finish(stream, *error_status(method, exc))
         finally:
+            self.handlers -= 1
             if stream.deadline is not None:
                 stream.deadline.cancel()
 
@@ -608,6 +707,8 @@ class GrpcConnection(asyncio.Protocol):
     def _deadline_passed(self, stream: Stream) -> None:
         stream.deadline = None
         stream.deadline_hit = True
+        if stream.default_deadline:
+            self.settings.budgets["deadline"] += 1
         if stream.task is not None and not stream.task.done():
             stream.task.cancel()
         else:
@@ -642,9 +743,10 @@ class GrpcConnection(asyncio.Protocol):
             self._send_headers(stream.sid, RESPONSE_HEADERS, end_stream=False)
         outbound = stream.outbound
         sid = stream.sid
+        socket_full = self.reading_paused
         while outbound:
             allowed = min(stream.send_window, self.send_window, self.peer_max_frame)
-            if allowed <= 0:
+            if allowed <= 0 or socket_full:
                 self.blocked.add(stream)
                 break
             chunk = outbound[0]
@@ -657,6 +759,7 @@ class GrpcConnection(asyncio.Protocol):
             stream.send_window -= size
             self.send_window -= size
             stream.outbound_bytes -= size
+            self.output_bytes -= size
             out.append(FRAME.pack((size << 8) | h2.DATA, 0, sid))
             out.append(chunk)
             self.reset_ping_strikes = True
@@ -666,6 +769,8 @@ class GrpcConnection(asyncio.Protocol):
                 self._send_trailers(stream, stream.trailers)
         if stream.drained is not None and stream.outbound_bytes <= STREAM_HIGH_WATER:
             stream.drained.set()
+        if self.deferred or self.drain_timer is not None:
+            self._output_progress()
         if schedule:
             self.schedule_flush()
 
@@ -674,6 +779,77 @@ class GrpcConnection(asyncio.Protocol):
             self.out.append(h2.window_update(stream.sid, stream.recv_unacked))
             self.schedule_flush()
         stream.recv_unacked = 0
+        if stream.method.kind == STREAM_STREAM:
+            # the messages its handler took no longer wait here; a partial one still does
+            # (a unary call's request is taken when the call starts)
+            self._release_input(stream, stream.held - len(stream.body))
+
+    def _release_input(self, stream: Stream, size: int) -> None:
+        if size > 0:
+            stream.held -= size
+            self.input_bytes -= size
+
+    # --- the output budget ---------------------------------------------------------------------
+
+    @property
+    def congested(self) -> bool:
+        """Over the output budget: streaming handlers wait in ``write``."""
+        return self._over_output()
+
+    def _over_output(self) -> bool:
+        buffered = self.output_bytes
+        if self.transport is not None:
+            buffered += self.transport.get_write_buffer_size()
+        return buffered > self.limits.max_output_bytes
+
+    def _arm_drain_timer(self) -> None:
+        if self.drain_timer is None:
+            self.drain_mark = self._buffered_output()
+            self.drain_timer = self.loop.call_later(self.limits.drain_timeout_s, self._drain_check)
+
+    def _buffered_output(self) -> int:
+        written = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return self.output_bytes + written
+
+    def _drain_check(self) -> None:
+        """Over the output budget for a whole drain timeout: ends the connection if the
+        client read nothing meanwhile, else waits another timeout."""
+        self.drain_timer = None
+        if not self._over_output() and not self.reading_paused:
+            self._output_progress()
+            return
+        if self._buffered_output() >= self.drain_mark:
+            self.settings.budgets["output"] += 1
+            self._fail(h2.ENHANCE_YOUR_CALM, "answers not read in time")
+            return
+        self._arm_drain_timer()
+
+    def _output_progress(self) -> None:
+        """Answers were written: read again once the socket's buffer is under budget (the
+        client's window updates must get through even while answers wait for them), and
+        start waiting calls once everything buffered is."""
+        transport = self.transport
+        if (
+            self.reading_paused
+            and transport is not None
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() <= self.limits.max_output_bytes
+        ):
+            self.reading_paused = False
+            transport.resume_reading()
+        if self._over_output():
+            return
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
+        while self.deferred and not self._over_output():
+            stream = self.deferred.popleft()
+            if not stream.closed:
+                self.handlers += 1
+                stream.task = self.loop.create_task(self._serve(stream))
+        for stream in list(self.streams.values()):
+            if stream.drained is not None:
+                stream.drained.set()
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -690,6 +866,14 @@ class GrpcConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(b"".join(out))
+            if (
+                not self.reading_paused
+                and transport.get_write_buffer_size() > self.limits.max_output_bytes
+            ):  # the client does not read: stop reading it too, until it does
+                self.settings.budgets["output"] += 1
+                self.reading_paused = True
+                transport.pause_reading()
+                self._arm_drain_timer()
         if self.closing and not self.streams and transport is not None:
             transport.close()
 
@@ -699,6 +883,12 @@ class GrpcConnection(asyncio.Protocol):
         stream.closed = True
         self.streams.pop(stream.sid, None)
         self.blocked.discard(stream)
+        self.last_active = time.monotonic()
+        if stream.outbound_bytes:
+            self.output_bytes -= stream.outbound_bytes
+            stream.outbound_bytes = 0
+            stream.outbound.clear()
+        self._release_input(stream, stream.held)
         if stream.deadline is not None:
             stream.deadline.cancel()
             stream.deadline = None
@@ -763,6 +953,19 @@ class GrpcConnection(asyncio.Protocol):
             )
             idle = 0.0
         self.keepalive = self.loop.call_later(max(1.0, interval - idle), self._keepalive_check)
+
+    def _idle_check(self) -> None:
+        """No call open for ``idle_timeout_s``: GOAWAY, as grpc-go's MaxConnectionIdle."""
+        timeout = self.limits.idle_timeout_s
+        idle = time.monotonic() - self.last_active
+        if self.streams or self.handlers or idle < timeout:
+            wait = timeout if (self.streams or self.handlers) else timeout - idle
+            self.idle_timer = self.loop.call_later(max(0.1, wait), self._idle_check)
+            return
+        self.idle_timer = None
+        self.settings.budgets["idle"] += 1
+        self.go_away()
+        self.schedule_flush()
 
 
 class _BadMessage(Exception):

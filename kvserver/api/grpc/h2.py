@@ -7,8 +7,9 @@ Only what a server of gRPC calls uses (RFC 9113, RFC 7541):
 - ``HeaderDecoder`` decodes header blocks with ``hpack``'s decoder (the peer's dynamic table
   is state the connection must keep in step). A block made only of references to entries
   already in the table decodes to the same headers every time, and gRPC clients send exactly
-  such blocks once their first call has filled the table, so those answers are cached until
-  a block changes the table.
+  such blocks once their first call has filled the table, so those answers are cached (up
+  to a byte budget) until a block changes the table. A block that opens with more table
+  size updates than RFC 7541 allows is refused from its bytes, before any decoding.
 - ``encode_headers`` writes header blocks as literals that are never indexed: our answers
   never touch the peer's decoder table, so a block can be built once and sent on any
   connection (the answers' headers and the trailers of each status are constants).
@@ -20,7 +21,7 @@ import struct
 from typing import Final
 
 from hpack import Decoder
-from hpack.exceptions import HPACKError
+from hpack.exceptions import HPACKError, OversizedHeaderListError
 
 # Frame types
 DATA: Final = 0x0
@@ -73,11 +74,16 @@ U32 = struct.Struct(">I")
 
 
 class ConnectionError_(Exception):
-    """The peer broke the protocol: the connection ends with GOAWAY and this code."""
+    """The peer broke the protocol or a budget: the connection ends with GOAWAY and this
+    code (``budget``: which of ``kvserver.api.grpc.budgets.BUDGETS`` it met, if any)."""
 
-    def __init__(self, code: int, message: str):
+    budget: str | None = None
+
+    def __init__(self, code: int, message: str, budget: str | None = None):
         super().__init__(message)
         self.code = code
+        if budget is not None:
+            self.budget = budget
 
 
 def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -142,31 +148,83 @@ def encode_headers(headers: list[tuple[str, str]]) -> bytes:
     return b"".join(out)
 
 
+MAX_TABLE_SIZE_UPDATES: Final = 2  # at the start of a block (RFC 7541 4.2)
+
+
+class HeaderListTooLarge(ConnectionError_):
+    """A block that decodes to more than the header-list budget."""
+
+    budget = "header_list"
+
+
+class TooManyTableUpdates(ConnectionError_):
+    """A block that starts with more dynamic-table size updates than RFC 7541 allows."""
+
+    budget = "table_updates"
+
+
+def leading_table_updates(block: bytes | bytearray, stop_after: int) -> int:
+    """How many dynamic-table size updates start ``block`` (counting stops past
+    ``stop_after``): the count is read from the bytes alone, so a block of nothing but
+    updates costs a scan, not a decode."""
+    count = pos = 0
+    end = len(block)
+    while pos < end and block[pos] & 0xE0 == 0x20 and count <= stop_after:
+        count += 1
+        if block[pos] & 0x1F == 0x1F:  # a multi-byte integer: skip its continuation bytes
+            pos += 1
+            while pos < end and block[pos] & 0x80:
+                pos += 1
+        pos += 1
+    return count
+
+
 class HeaderDecoder:
-    """The peer's header blocks, decoded in the order they arrive (see the module doc)."""
+    """The peer's header blocks, decoded in the order they arrive (see the module doc).
 
-    CACHE_LIMIT = 256
+    Bounds: the decoded list (``max_header_list_size``, RFC 7541's accounting), the dynamic
+    table the peer may ask for (``table_size``), the leading size updates of a block (two),
+    and the answers cached for blocks of table references (``cache_bytes``, counted as the
+    blocks' bytes plus the decoded headers' RFC 7541 size)."""
 
-    def __init__(self, max_header_list_size: int):
+    def __init__(
+        self, max_header_list_size: int, *, table_size: int = 4096, cache_bytes: int = 64 * 1024
+    ):
         self._decoder = Decoder()
         self._decoder.max_header_list_size = max_header_list_size
+        self._decoder.max_allowed_table_size = table_size
         self._cache: dict[bytes, list[tuple[str, str]]] = {}
+        self._cache_bytes = 0
+        self.cache_limit = cache_bytes
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache_bytes
 
     def decode(self, block: bytes) -> list[tuple[str, str]]:
         cached = self._cache.get(block)
         if cached is not None:
             return cached
+        if leading_table_updates(block, MAX_TABLE_SIZE_UPDATES) > MAX_TABLE_SIZE_UPDATES:
+            raise TooManyTableUpdates(COMPRESSION_ERROR, "too many table size updates")
         table = self._decoder.header_table.dynamic_entries
         size_before = len(table)
         first_before = table[0] if table else None
         try:
             headers: list[tuple[str, str]] = list(self._decoder.decode(block))  # type: ignore[arg-type]
+        except OversizedHeaderListError:
+            raise HeaderListTooLarge(COMPRESSION_ERROR, "header list too large") from None
         except HPACKError as exc:
             raise ConnectionError_(COMPRESSION_ERROR, f"bad header block: {exc}") from None
         if len(table) == size_before and (table[0] if table else None) is first_before:
-            if len(self._cache) >= self.CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[block] = headers  # only table references: the same answer next time
-        else:
+            cost = len(block) + sum(len(n) + len(v) + 32 for n, v in headers)
+            if cost <= self.cache_limit:
+                if self._cache_bytes + cost > self.cache_limit:
+                    self._cache.clear()
+                    self._cache_bytes = 0
+                self._cache[block] = headers  # only table references: the same answer next time
+                self._cache_bytes += cost
+        elif self._cache:
             self._cache.clear()  # the table changed: references may now mean other headers
+            self._cache_bytes = 0
         return headers

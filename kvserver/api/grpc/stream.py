@@ -26,6 +26,10 @@ STREAM_HIGH_WATER = 1024 * 1024
 
 class StreamOwner(Protocol):
     paused: bool  # the socket's buffer is full
+    output_bytes: int  # answer bytes queued in the connection's streams
+
+    @property
+    def congested(self) -> bool: ...  # over the connection's output budget
 
     def flush_stream(self, stream: Stream, *, schedule: bool = True) -> None: ...
 
@@ -59,7 +63,9 @@ class Stream:
         "drained",
         "deadline",
         "deadline_hit",
+        "default_deadline",
         "ended_with",
+        "held",
     )
 
     def __init__(self, sid: int, conn: StreamOwner, path: str, method: Method, send_window: int):
@@ -84,6 +90,8 @@ class Stream:
         self.drained: asyncio.Event | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.deadline_hit = False
+        self.default_deadline = False  # the deadline is the server's, not the client's
+        self.held = 0  # request bytes received that the handler has not taken
         self.ended_with: tuple[int, str] | None = None  # a status set by ``end``
 
     def end(self, code: int, details: str) -> None:
@@ -114,7 +122,9 @@ class Stream:
         conn = self.conn
         self.queue_message(data)
         conn.flush_stream(self)
-        while (self.outbound_bytes > STREAM_HIGH_WATER or conn.paused) and not self.closed:
+        while (
+            self.outbound_bytes > STREAM_HIGH_WATER or conn.paused or conn.congested
+        ) and not self.closed:
             if self.drained is None:
                 self.drained = asyncio.Event()
             self.drained.clear()
@@ -128,6 +138,7 @@ class Stream:
             self.outbound.append(memoryview(prefix))
             self.outbound.append(memoryview(data))
         self.outbound_bytes += 5 + len(data)
+        self.conn.output_bytes += 5 + len(data)
 
 
 class RequestSource(Protocol):

@@ -1,0 +1,106 @@
+"""What one client connection may make a member hold: the HTTP/2 server's budgets.
+
+Every resource a client can make the server keep has a bound here (``Http2Limits``, one
+flag each in ``kvserver.server.config``), and every time a client meets one, a counter in
+``BudgetCounts`` moves (``raftkv_client_budget_exceeded_total{budget=...}`` in /metrics).
+Over a bound the client gets HTTP/2's or gRPC's own answer and nobody else notices:
+
+=========================  ==================================================================
+budget                     over it
+=========================  ==================================================================
+``streams``                a new stream is refused (RST_STREAM REFUSED_STREAM). A stream the
+                           client reset keeps its slot until its handler has ended.
+``resets``                 GOAWAY ENHANCE_YOUR_CALM: more stream resets than
+                           ``max_resets_per_s`` (a bucket of two seconds' worth), the answer
+                           grpc-go and nginx give to rapid reset
+``header_block``           GOAWAY ENHANCE_YOUR_CALM: a header block (with its CONTINUATIONs)
+                           longer than ``max_header_block_bytes`` before decoding
+``header_list``            GOAWAY COMPRESSION_ERROR: a block that decodes to more than
+                           ``max_header_list_bytes`` (RFC 7541's size: name + value + 32)
+``table_updates``          GOAWAY COMPRESSION_ERROR: a block that starts with more than two
+                           dynamic-table size updates (RFC 7541 4.2 allows two)
+``control_frames``         GOAWAY ENHANCE_YOUR_CALM: more than ``max_control_answers`` SETTINGS
+                           or PING answers queued while the client does not read
+``output``                 more than ``max_output_bytes`` of answers buffered for the client:
+                           no new call starts and, when the socket's buffer is what is full,
+                           nothing more is read; a connection still over it after
+                           ``drain_timeout_s`` ends with GOAWAY ENHANCE_YOUR_CALM
+``input``                  the connection's receive window: a client's request bytes are
+                           credited back as calls take them, so at most ``max_input_bytes``
+                           of unfinished requests wait per connection (more: GOAWAY
+                           FLOW_CONTROL_ERROR, the client broke the window)
+``idle``                   GOAWAY NO_ERROR after ``idle_timeout_s`` with no call open (clients
+                           reconnect when they next need to)
+``deadline``               a unary call sent without a deadline gets ``default_call_timeout_s``
+                           (DEADLINE_EXCEEDED after it)
+=========================  ==================================================================
+
+The connection caps (per listener and per client address) live where connections are
+accepted (``kvserver.api.grpc.mux``), and the calls a front end may have in flight at its
+member where the member reads the link (``kvserver.api.grpc.frontend_link``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Http2Limits:
+    max_concurrent_streams: int = 1000  # etcd's --max-concurrent-streams
+    max_resets_per_s: float = 200.0
+    max_header_block_bytes: int = 256 * 1024
+    max_header_list_bytes: int = 64 * 1024
+    header_table_bytes: int = 4096  # the HPACK table we keep for the client (RFC 7541's default)
+    decode_cache_bytes: int = 64 * 1024
+    max_control_answers: int = 1000
+    max_output_bytes: int = 8 * 1024 * 1024
+    drain_timeout_s: float = 30.0
+    max_input_bytes: int = 16 * 1024 * 1024
+    idle_timeout_s: float = 300.0
+    default_call_timeout_s: float = 60.0
+
+
+BUDGETS = (
+    "streams",
+    "resets",
+    "header_block",
+    "header_list",
+    "table_updates",
+    "control_frames",
+    "output",
+    "input",
+    "idle",
+    "deadline",
+    "connections",
+    "connections_per_address",
+    "calls_in_flight",
+)
+
+
+class BudgetCounts(Counter[str]):
+    """How often clients met each budget (keys from ``BUDGETS``)."""
+
+
+class ResetBucket:
+    """A token bucket of stream resets: ``rate`` a second, up to two seconds' worth saved."""
+
+    __slots__ = ("rate", "capacity", "tokens", "stamp")
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.capacity = max(1.0, 2 * rate)
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+
+    def take(self) -> bool:
+        """One reset; False once the client has reset more than its budget."""
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
