@@ -423,7 +423,12 @@ class Node:
         self.receive([Message(type=MessageType.MsgTransferLeader, to=self.id, frm=transferee)])
 
     async def propose(self, payload: bytes, timeout_s: float | None = None) -> object:
-        """Replicate ``payload``; return the state machine's result once applied here."""
+        """Replicate ``payload``; return the state machine's result once applied here.
+
+        A proposal counts against ``max_pending_proposals`` until it is applied, fails or
+        times out, even when its caller went away first (a client that resets its calls
+        must not queue proposals past the bound): a canceled caller leaves its waiter in
+        place, and the waiter goes when the proposal's fate is known or its time is up."""
         if self._stopped:
             raise errors.stopping()
         if len(self._proposal_waiters) >= self.opts.max_pending_proposals:
@@ -432,18 +437,47 @@ class Node:
             )
         self._seq += 1
         seq = self._seq
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._proposal_waiters[seq] = fut
         self._proposals.append(self._origin + seq.to_bytes(8, "big") + payload)
         self._wake.set()
+        timeout = timeout_s or self.opts.request_timeout_s
+        abandoned = False
         try:
-            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
+            async with asyncio.timeout(timeout):
                 return await fut
         except TimeoutError:
             self.stats["proposals_failed"] += 1
             raise errors.timed_out() from None
+        except asyncio.CancelledError:
+            # the caller's cancellation canceled the waiter too, unless the answer came first
+            abandoned = fut.cancelled() and self._proposal_waiters.get(seq) is fut
+            raise
         finally:
-            self._proposal_waiters.pop(seq, None)
+            if abandoned:
+                self._abandon(seq, timeout)
+            else:
+                self._proposal_waiters.pop(seq, None)
+
+    def _abandon(self, seq: int, timeout_s: float) -> None:
+        """Keeps a canceled caller's proposal counted, under a waiter nobody awaits, until it
+        is applied or fails, or for at most ``timeout_s`` (a proposal a leader dropped is
+        never answered)."""
+        waiters = self._proposal_waiters
+        loop = asyncio.get_running_loop()
+        fut = waiters[seq] = loop.create_future()
+
+        def forget(_: object = None) -> None:
+            if waiters.get(seq) is fut:
+                del waiters[seq]
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+        fut.add_done_callback(forget)
+        loop.call_later(timeout_s, forget)
 
     async def propose_conf_change(
         self, cc: ConfChange, timeout_s: float | None = None

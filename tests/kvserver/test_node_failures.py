@@ -35,7 +35,7 @@ class _SM:
         pass
 
 
-def _follower() -> Node:
+def _follower(**options) -> Node:
     storage = MemoryNodeStorage()
     raw = RawNode(Config(id=1, storage=storage.raft_storage, election_tick=1000, heartbeat_tick=1))
     raw.bootstrap([1, 2, 3])  # log: indexes 1..3, committed
@@ -44,7 +44,7 @@ def _follower() -> Node:
         node_id=1,
         storage=storage,
         # the fake storage writes no files: snapshots on the loop
-        options=NodeOptions(heartbeat_interval_s=10, snapshot_in_child=False),
+        options=NodeOptions(heartbeat_interval_s=10, snapshot_in_child=False, **options),
         applied=0,
         conf_state=ConfState(voters=(1, 2, 3)),
     )
@@ -161,3 +161,25 @@ def test_failure_message_of_a_full_disk_names_the_file_and_what_to_free():
     assert "--max-snapshots/--max-wals" in message
     lost = failure_message(cfg, 0xAB, CommitOutOfRangeError(9, 8))
     assert "lost raft log entries" in lost and "/data/n1" in lost
+
+
+async def test_a_canceled_proposal_counts_until_its_time_is_up():
+    """A caller that goes away (a client resetting its call) does not free its proposal's
+    place in ``max_pending_proposals``: the proposal is still on its way through raft."""
+    node = _follower(max_pending_proposals=3)
+    node.start(NodeHandlers(state_machine=_SM(), send=lambda msgs: None))
+    try:
+        node.receive([_heartbeat(3)])
+        await async_wait_for(lambda: node.leader == 2, WAIT_S, "the leader known")
+        callers = [asyncio.ensure_future(node.propose(b"x", timeout_s=0.5)) for _ in range(3)]
+        await asyncio.sleep(0)
+        for caller in callers:
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        assert node.pending_proposals == 3  # forwarded to the leader, never answered
+        with pytest.raises(errors.ServiceError) as refused:
+            await node.propose(b"y", timeout_s=0.5)
+        assert refused.value.code == errors.GrpcCode.RESOURCE_EXHAUSTED
+        await async_wait_for(lambda: node.pending_proposals == 0, WAIT_S, "their time up")
+    finally:
+        await node.stop()
