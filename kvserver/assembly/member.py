@@ -24,6 +24,7 @@ import time
 import grpc
 from aiohttp import web
 
+from kvserver.api.grpc.budgets import Http2Limits
 from kvserver.api.grpc.mux import advertise_alpn, client_port_factory
 from kvserver.api.grpc.server import GrpcServer
 from kvserver.api.http.app import build_client_app
@@ -248,6 +249,8 @@ class Member:
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
             frontends=cfg.grpc_frontends,
+            limits=client_limits(cfg),
+            frontend_max_calls=cfg.frontend_max_calls,
         )
         await self.grpc.start()
         metrics.registry.register(self.grpc.collector())
@@ -349,6 +352,23 @@ class Member:
         archive_member.stop(self.archive)  # a last pass, before the WAL closes
         if self.storage is not None:
             self.storage.close()
+
+
+def client_limits(cfg: ServerConfig) -> Http2Limits:
+    """The budgets of one client connection, from the member's flags."""
+    return Http2Limits(
+        max_concurrent_streams=cfg.max_concurrent_streams,
+        max_resets_per_s=float(cfg.client_max_resets_per_second),
+        max_header_block_bytes=cfg.client_max_header_block_bytes,
+        max_header_list_bytes=cfg.client_max_header_list_bytes,
+        decode_cache_bytes=cfg.client_decode_cache_bytes,
+        max_control_answers=cfg.client_max_control_answers,
+        max_output_bytes=cfg.client_max_output_bytes,
+        drain_timeout_s=cfg.client_drain_timeout_ms / 1000,
+        max_input_bytes=cfg.client_max_input_bytes,
+        idle_timeout_s=cfg.client_idle_timeout_ms / 1000,
+        default_call_timeout_s=cfg.client_default_call_timeout_ms / 1000,
+    )
 
 
 def grpc_client_credentials(cfg: ServerConfig) -> grpc.ChannelCredentials | None:

@@ -48,8 +48,23 @@ class ServerConfig:
     max_wals: int = 5
     max_request_bytes: int = 1536 * 1024
     # processes that serve clients' gRPC connections (HTTP/2) on other cores; 0: the member
-    # serves them on its own loop (kvserver.api.grpc.frontends)
+    # serves them on its own loop (kvserver.api.grpc.frontends). `raftkv serve` defaults to
+    # "auto" (CLIENT_FRONTENDS_AUTO: one per core beyond the first, at least one); a config
+    # built in code (embedding, in-process tests) keeps the one-process member.
     grpc_frontends: int = 0
+    # What one client may make a member hold (kvserver.api.grpc.budgets, docs/operations.md)
+    max_concurrent_streams: int = 1000
+    client_max_resets_per_second: int = 200
+    client_max_header_block_bytes: int = 256 * 1024
+    client_max_header_list_bytes: int = 64 * 1024
+    client_decode_cache_bytes: int = 64 * 1024
+    client_max_control_answers: int = 1000
+    client_max_output_bytes: int = 8 * 1024 * 1024
+    client_drain_timeout_ms: int = 30_000
+    client_max_input_bytes: int = 16 * 1024 * 1024
+    client_idle_timeout_ms: int = 300_000
+    client_default_call_timeout_ms: int = 60_000
+    frontend_max_calls: int = 4096
     wal_sync: str = "always"
     pre_vote: bool = True
     auto_compaction_mode: str = "periodic"  # etcd's flags; retention "0" = disabled
@@ -188,11 +203,86 @@ _FLAGS = (
     ("--max-wals", "max_wals", "int", "released WAL files kept (0 = unlimited)"),
     ("--max-request-bytes", "max_request_bytes", "int", "largest client request body"),
     (
-        "--grpc-frontends",
+        "--client-frontends",
         "grpc_frontends",
-        "int",
+        "frontends",
         "front-end processes that serve the gRPC connections of plain-TCP client URLs, so the "
-        "HTTP/2 work runs on other cores (0 = on the member's own loop)",
+        "HTTP/2 work runs on other cores: N, or auto (one per core beyond the first, at least "
+        "one; what `raftkv serve` uses); 0 = on the member's own loop",
+    ),
+    ("--grpc-frontends", "grpc_frontends", "frontends", "the old name of --client-frontends"),
+    (
+        "--max-concurrent-streams",
+        "max_concurrent_streams",
+        "int",
+        "HTTP/2 streams (gRPC calls) one client connection may have open",
+    ),
+    (
+        "--client-max-resets-per-second",
+        "client_max_resets_per_second",
+        "int",
+        "stream resets a second one connection may send (rapid reset: GOAWAY)",
+    ),
+    (
+        "--client-max-header-block-bytes",
+        "client_max_header_block_bytes",
+        "int",
+        "bytes of one HTTP/2 header block with its CONTINUATIONs, before decoding",
+    ),
+    (
+        "--client-max-header-list-bytes",
+        "client_max_header_list_bytes",
+        "int",
+        "decoded bytes of one header list (RFC 7541's size)",
+    ),
+    (
+        "--client-decode-cache-bytes",
+        "client_decode_cache_bytes",
+        "int",
+        "bytes of decoded header blocks cached per connection",
+    ),
+    (
+        "--client-max-control-answers",
+        "client_max_control_answers",
+        "int",
+        "SETTINGS and PING answers queued for a client that does not read them",
+    ),
+    (
+        "--client-max-output-bytes",
+        "client_max_output_bytes",
+        "int",
+        "answer bytes buffered per connection: above it no call starts and, if the socket "
+        "is full, nothing is read",
+    ),
+    (
+        "--client-drain-timeout-ms",
+        "client_drain_timeout_ms",
+        "int",
+        "a connection over its output budget that reads nothing this long is closed",
+    ),
+    (
+        "--client-max-input-bytes",
+        "client_max_input_bytes",
+        "int",
+        "request bytes buffered per connection (its HTTP/2 receive window)",
+    ),
+    (
+        "--client-idle-timeout-ms",
+        "client_idle_timeout_ms",
+        "int",
+        "a gRPC connection with no call open this long gets GOAWAY",
+    ),
+    (
+        "--client-default-call-timeout-ms",
+        "client_default_call_timeout_ms",
+        "int",
+        "the deadline of a unary gRPC call sent without one",
+    ),
+    (
+        "--frontend-max-calls",
+        "frontend_max_calls",
+        "int",
+        "calls one front end may have in flight at its member (more: RESOURCE_EXHAUSTED)",
     ),
     (
         "--wal-sync",
@@ -314,7 +404,17 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def client_frontends_auto() -> int:
+    """``--client-frontends auto``: one front end per core beyond the first, at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_GRPC_FRONTENDS, (cores or 1) - 1))
+
+
 def _convert(kind: str, flag: str, raw: str):
+    if kind == "frontends":
+        if raw.strip().lower() == "auto":
+            return client_frontends_auto()
+        kind = "int"
     if kind == "int":
         try:
             value = int(raw)
@@ -360,7 +460,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     ):
         raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
     if cfg.grpc_frontends > MAX_GRPC_FRONTENDS:
-        raise ClusterConfigError(f"--grpc-frontends: at most {MAX_GRPC_FRONTENDS}")
+        raise ClusterConfigError(f"--client-frontends: at most {MAX_GRPC_FRONTENDS}")
     try:
         _ = cfg.auto_compaction  # parse now: a bad flag stops the start with a message
     except ValueError as exc:

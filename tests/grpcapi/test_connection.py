@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvserver.api.grpc import h2
+from kvserver.api.grpc.budgets import BUDGETS
 from kvserver.api.grpc.connection import GrpcConnection, ServerSettings
 from kvserver.api.grpc.h2 import HeaderDecoder, encode_headers
 from kvserver.api.grpc.metrics import GrpcCollector
@@ -167,6 +168,16 @@ async def test_unary_answers_statuses_and_metadata():
         assert handled[("Put", "OK")] == 203
         assert handled[("Put", "ResourceExhausted")] == 1
         assert families["raftkv_grpc_server_started"].samples[0].labels["grpc_type"] == "unary"
+        conf.budgets["resets"] += 2
+        exceeded = {
+            s.labels["budget"]: s.value
+            for s in families["raftkv_client_budget_exceeded"].samples
+            if s.name.endswith("_total")
+        }
+        assert set(exceeded) == set(BUDGETS) and not any(exceeded.values())
+        families = {f.name: f for f in GrpcCollector(conf, {put_path: "unary_unary"}).collect()}
+        samples = families["raftkv_client_budget_exceeded"].samples
+        assert [s.value for s in samples if s.labels["budget"] == "resets"][0] == 2
 
 
 async def test_deadline_and_cancel_end_the_handler():

@@ -30,6 +30,7 @@ import msgpack
 import pytest
 
 from kvserver.api.grpc import frontend_wire as wire
+from kvserver.api.grpc.budgets import BudgetCounts
 from kvserver.api.grpc.frontend_link import FrontendLink
 from kvserver.api.grpc.metrics import CallCounts
 from kvserver.api.grpc.rpc import UNARY_UNARY, Method
@@ -363,3 +364,40 @@ async def test_a_link_serves_calls_and_ignores_events_of_ended_ones():
     assert not transport.closed and not link.calls
     link.data_received(msgpack.packb((wire.MSG, 1, b"late")))  # the call has ended
     assert not transport.closed
+
+
+async def test_a_frontend_has_a_budget_of_calls_in_flight_at_its_member():
+    """Calls past ``max_calls`` end at once with RESOURCE_EXHAUSTED; a canceled call keeps
+    its place until its handler has ended."""
+    release = asyncio.Event()
+
+    async def hold(request: Any, context: Any) -> bytes:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await release.wait()  # ends a while after the front end canceled it
+            raise
+        return b""
+
+    methods = {"/t.T/Hold": Method(hold, Raw, UNARY_UNARY)}
+    budgets = BudgetCounts()
+    link = FrontendLink(
+        methods, CallCounts(), ({}, 1 << 20, 5, 7200, 20), max_calls=2, budgets=budgets
+    )
+    transport = FakeTransport()
+    link.connection_made(transport)
+    for call_id in (1, 2):
+        link.data_received(msgpack.packb((wire.CALL, call_id, "/t.T/Hold", [], None, "a:1", b"")))
+    await asyncio.sleep(0)
+    link.data_received(msgpack.packb((wire.CANCEL, 1)) + msgpack.packb((wire.CANCEL, 2)))
+    link.data_received(msgpack.packb((wire.CALL, 3, "/t.T/Hold", [], None, "a:1", b"")))
+    exhausted = int(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+    await async_wait_for(lambda: len(events(transport)) == 2, WAIT_S, "the refusal")
+    assert events(transport)[1][:3] == (wire.END, 3, exhausted)
+    assert budgets["calls_in_flight"] == 1
+    release.set()
+    await async_wait_for(lambda: link.running == 0, WAIT_S, "the canceled handlers end")
+    link.data_received(msgpack.packb((wire.CALL, 4, "/t.T/Hold", [], None, "a:1", b"")))
+    await asyncio.sleep(0)
+    assert link.running == 1 and budgets["calls_in_flight"] == 1
+    link.connection_lost(None)

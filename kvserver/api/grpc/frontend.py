@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 
 from . import frontend_wire as wire
+from .budgets import Http2Limits
 from .connection import GrpcConnection, ServerSettings
 from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
 from .stream import STREAM_HIGH_WATER
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 MAX_FIRST_BYTES = 1024 * 1024  # bytes a member read before handing a connection off
 STOP_GRACE_S = 1.0
+STATS_INTERVAL_S = 1.0
 _STATUS = {status_code(code): code for code in grpc.StatusCode}
 _OK = 0
 
@@ -301,17 +303,20 @@ async def serve(link_fd: int, handoff_fd: int) -> None:
     link_sock = socket.socket(fileno=link_fd)
     handoff_sock = socket.socket(fileno=handoff_fd)
     _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
-    kinds, max_receive, min_time, interval, timeout = await member.hello
+    kinds, max_receive, min_time, interval, timeout, limits = await member.hello
     settings = ServerSettings(
         member.methods(dict(kinds)),
         max_receive=max_receive,
         keepalive_min_time=min_time,
         keepalive_interval=interval,
         keepalive_timeout=timeout,
+        limits=Http2Limits(**limits),
     )
     receiver = HandOffReceiver(handoff_sock, settings)
     member.writer.send((wire.READY,))
+    reporter = loop.create_task(_report_budgets(member, settings))
     await member.closed
+    reporter.cancel()
     receiver.stop()
     connections = list(settings.connections)
     for conn in connections:
@@ -321,6 +326,17 @@ async def serve(link_fd: int, handoff_fd: int) -> None:
         await asyncio.sleep(0.02)
     for conn in connections:
         conn.abort()
+
+
+async def _report_budgets(member: MemberLink, settings: ServerSettings) -> None:
+    """Sends the budget counts to the member once a second while they change."""
+    sent: dict[str, int] = {}
+    while True:
+        await asyncio.sleep(STATS_INTERVAL_S)
+        now = dict(settings.budgets)
+        if now != sent:
+            member.writer.send((wire.STATS, now))
+            sent = now
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,10 @@ a socket write per connection: that work runs in the front ends, on other cores.
   the link's socket buffer is full.
 - A bidirectional call queues at most ``MAX_QUEUED_REQUESTS`` requests its handler has not
   read; more ends the call with RESOURCE_EXHAUSTED.
+- A front end has at most ``max_calls`` calls running here; a call past it ends at once with
+  RESOURCE_EXHAUSTED (counted as ``calls_in_flight``). A call counts until its handler has
+  ended, not when the front end cancels it; a write it proposed stays counted by the raft
+  driver until it is applied or dropped (``Node.propose``).
 - CANCEL from the front end, or the link closing, cancels the handler; nothing is answered.
 - Events that break the link's format close the link (the front end's clients then see
   their connections go, and reconnect); events about calls that have ended are ignored.
@@ -32,6 +36,7 @@ from typing import Any
 import grpc
 
 from . import frontend_wire as wire
+from .budgets import BudgetCounts
 from .metrics import CallCounts
 from .rpc import (
     STREAM_STREAM,
@@ -130,6 +135,8 @@ class FrontendLink(asyncio.Protocol):
         counts: CallCounts,
         hello: tuple[Any, ...],
         *,
+        max_calls: int = 4096,
+        budgets: BudgetCounts | None = None,
         on_ready: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
     ):
@@ -148,6 +155,10 @@ class FrontendLink(asyncio.Protocol):
         self.calls_served = 0
         self.pauses = 0  # PAUSE events: a front end's client read slower than calls wrote
         self.identities: dict[str, ClientIdentity] = {}  # by client address: one per connection
+        self.max_calls = max_calls
+        self.running = 0  # handler tasks not yet ended, canceled ones included
+        self.budgets = budgets if budgets is not None else BudgetCounts()
+        self.frontend_budgets: dict[str, int] = {}  # the front end's own counts (STATS)
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -197,6 +208,11 @@ class FrontendLink(asyncio.Protocol):
             if self.on_ready is not None:
                 self.on_ready()
             return
+        if kind == wire.STATS:
+            if type(event[1]) is not dict:
+                raise ValueError("STATS without a map")
+            self.frontend_budgets = {str(k): int(v) for k, v in event[1].items()}
+            return
         call = self.calls.get(event[1])
         if call is None:
             if kind not in (wire.MSG, wire.HALF_CLOSE, wire.CANCEL, wire.PAUSE, wire.RESUME):
@@ -233,6 +249,17 @@ class FrontendLink(asyncio.Protocol):
         method = self.methods.get(path)
         if method is None or call_id in self.calls or type(metadata) is not tuple:
             raise ValueError(f"a call to an unknown method, a reused id or bad metadata: {path!r}")
+        if self.running >= self.max_calls:
+            self.budgets["calls_in_flight"] += 1
+            self.writer.send(
+                (
+                    wire.END,
+                    call_id,
+                    _EXHAUSTED,
+                    "raftkv: too many calls in flight from this front end",
+                )
+            )
+            return
         call = LinkedCall(call_id, self, path, method)
         deadline = None if timeout is None else time.monotonic() + timeout
         identity = self.identities.get(address)
@@ -246,7 +273,12 @@ class FrontendLink(asyncio.Protocol):
         self.calls[call_id] = call
         self.counts.started(path)
         self.calls_served += 1
+        self.running += 1
         call.task = self.loop.create_task(self._serve(call))
+        call.task.add_done_callback(self._ended)
+
+    def _ended(self, _task: asyncio.Task[None]) -> None:
+        self.running -= 1
 
     def _cancel(self, call: LinkedCall) -> None:
         if not call.done:

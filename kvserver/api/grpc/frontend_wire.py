@@ -18,14 +18,19 @@ From the front end to the member:
 - ``(PAUSE, id)`` / ``(RESUME, id)``: a streaming answer has too much unsent at the client;
   the member's handler waits in its ``write`` until the resume.
 - ``(READY,)``: the front end is up and accepts connections.
+- ``(STATS, budgets)``: how often its clients met each budget so far (``{name: count}``,
+  ``kvserver.api.grpc.budgets``), sent about once a second while it changes.
 
 From the member to the front end:
 
-- ``(HELLO, methods, max_receive)``: the method table as ``{path: kind}`` and the biggest
-  request a client may send, the first event of a link.
+- ``(HELLO, methods, max_receive, keepalive_min_time, keepalive_interval,
+  keepalive_timeout, limits)``: the method table as ``{path: kind}``, the biggest request a
+  client may send, keepalive, and the connection budgets (``Http2Limits`` as a map), the
+  first event of a link.
 - ``(REPLY, id, bytes)``: a unary call's answer; the call ended with OK.
 - ``(MSG, id, bytes)``: a streaming call's next answer.
-- ``(END, id, code, details)``: the call ended with this status.
+- ``(END, id, code, details)``: the call ended with this status (RESOURCE_EXHAUSTED at once
+  when the front end already has ``frontend_max_calls`` calls in flight here).
 
 Call ids are the front end's, unique per link. An event about an id the receiver does not
 know (a call that ended meanwhile) is ignored. Anything else malformed ends the link.
@@ -48,6 +53,7 @@ READY = 7
 HELLO = 8
 REPLY = 9
 END = 10
+STATS = 11
 
 # A unary answer travels whole in one event, and a member answers a range of any size (as
 # etcd does); msgpack's own ceiling for one bin is 4 GiB, its Unpacker's default 100 MiB.

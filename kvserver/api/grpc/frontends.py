@@ -20,6 +20,7 @@ HTTP/2 connection goes, with the bytes read so far, to a front end over a Unix s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import subprocess
@@ -48,9 +49,10 @@ class FrontendProcess:
 
 
 class FrontendPool:
-    def __init__(self, count: int, settings: ServerSettings):
+    def __init__(self, count: int, settings: ServerSettings, max_calls: int = 4096):
         self.count = count
         self.settings = settings
+        self.max_calls = max_calls  # calls in flight here from one front end
         self.frontends: list[FrontendProcess] = []
         self.turn = 0
         self.stopping = False
@@ -67,6 +69,7 @@ class FrontendPool:
             s.keepalive_min_time,
             s.keepalive_interval,
             s.keepalive_timeout,
+            dataclasses.asdict(s.limits),
         )
 
     async def start(self) -> None:
@@ -99,6 +102,8 @@ class FrontendPool:
             self.settings.methods,
             self.settings.calls,
             self.hello(),
+            max_calls=self.max_calls,
+            budgets=self.settings.budgets,
             on_ready=lambda: log.info("gRPC front end %d ready", process.pid),
             on_lost=lambda: self._lost(frontend),
         )
@@ -123,6 +128,14 @@ class FrontendPool:
         await asyncio.to_thread(_reap, frontend.process, STOP_TIMEOUT_S)
         if not self.stopping:
             await self._spawn()
+
+    def budgets(self) -> dict[str, int]:
+        """How often the front ends' clients met each budget (the live processes' counts)."""
+        total: dict[str, int] = {}
+        for frontend in self.frontends:
+            for name, n in frontend.link.frontend_budgets.items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     @property
     def ready(self) -> int:

@@ -4,7 +4,7 @@ etcd (``grpc_server_started_total``, ``grpc_server_handled_total``), with raftkv
 ``CallCounts`` is what the connections count into, two dict increments per call:
 ``started(path)`` when a call to a known method opens, ``handled(path, code)`` when it ends
 (its status; ``CANCELLED`` when the client reset it). Unknown methods are not counted, so the
-labels stay bounded by the method table. ``GrpcCollector(counts, kinds)`` is a Prometheus
+labels stay bounded by the method table. ``GrpcCollector(settings, kinds)`` is a Prometheus
 collector that turns them into the two counter families at scrape time:
 
 - ``raftkv_grpc_server_started_total{grpc_type,grpc_service,grpc_method}``
@@ -17,6 +17,10 @@ processes (``kvserver.api.grpc.frontends``) also reports them:
 - ``raftkv_grpc_frontends_ready``: front ends up and taking connections;
 - ``raftkv_grpc_frontend_starts_total``: front-end processes started, restarts included;
 - ``raftkv_grpc_frontend_connections_total``: client connections handed to a front end.
+
+And whatever process serves the connection, ``raftkv_client_budget_exceeded_total{budget}``:
+how often clients met each budget of ``kvserver.api.grpc.budgets`` (every budget is listed,
+at 0 until a client meets it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .budgets import BUDGETS
 from .rpc import STREAM_STREAM, UNARY_STREAM, UNARY_UNARY
 
 _TYPES = {UNARY_UNARY: "unary", UNARY_STREAM: "server_stream", STREAM_STREAM: "bidi_stream"}
@@ -52,8 +57,9 @@ class CallCounts:
 
 
 class GrpcCollector:
-    def __init__(self, counts: CallCounts, kinds: Mapping[str, str], frontends: Any = None):
-        self.counts = counts
+    def __init__(self, settings: Any, kinds: Mapping[str, str], frontends: Any = None):
+        self.counts: CallCounts = settings.calls
+        self.budgets: Mapping[str, int] = settings.budgets
         self.kinds = kinds  # method path -> kind
         self.frontends = frontends  # a FrontendPool, or None
 
@@ -76,12 +82,21 @@ class GrpcCollector:
             started.add_metric(self._labels(path), n)
         for (path, code), n in sorted(self.counts.handled_calls.items()):
             handled.add_metric([*self._labels(path), _CODE_NAMES.get(code, str(code))], n)
+        exceeded = CounterMetricFamily(
+            "raftkv_client_budget_exceeded",
+            "Times a client met a budget of what one connection may hold, by budget.",
+            labels=["budget"],
+        )
+        extra = self.frontends.budgets() if self.frontends is not None else {}
+        for name in BUDGETS:
+            exceeded.add_metric([name], self.budgets.get(name, 0) + extra.get(name, 0))
         if self.frontends is None:
-            return [started, handled]
+            return [started, handled, exceeded]
         pool = self.frontends
         return [
             started,
             handled,
+            exceeded,
             GaugeMetricFamily(
                 "raftkv_grpc_frontends_ready", "gRPC front ends taking connections.", pool.ready
             ),

@@ -31,6 +31,7 @@ import grpc
 from kvserver.server.service import serves_as_learner
 
 from .auth import AuthServicer
+from .budgets import Http2Limits
 from .calls import Calls
 from .cluster import ClusterServicer
 from .connection import GrpcConnection, ServerSettings
@@ -60,6 +61,8 @@ class GrpcServer:
         max_request_bytes: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
         frontends: int = 0,
+        limits: Http2Limits | None = None,
+        frontend_max_calls: int = 4096,
     ):
         self.service = service
         self.calls = Calls(auth, max_request_bytes)
@@ -72,8 +75,11 @@ class GrpcServer:
             keepalive_min_time=KEEPALIVE_MIN_TIME_S,
             keepalive_interval=KEEPALIVE_INTERVAL_S,
             keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+            limits=limits,
         )
-        self.frontends = FrontendPool(frontends, self.settings) if frontends else None
+        self.frontends = (
+            FrontendPool(frontends, self.settings, frontend_max_calls) if frontends else None
+        )
 
     async def start(self) -> None:
         if self.frontends is not None:
@@ -108,7 +114,7 @@ class GrpcServer:
     def collector(self) -> GrpcCollector:
         """The call counters for this member's Prometheus registry."""
         kinds = {path: method.kind for path, method in self.settings.methods.items()}
-        return GrpcCollector(self.settings.calls, kinds, self.frontends)
+        return GrpcCollector(self.settings, kinds, self.frontends)
 
     def connection(self, identity: ClientIdentity) -> GrpcConnection:
         """The protocol of a client connection that opened with the HTTP/2 preface."""
