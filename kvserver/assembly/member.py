@@ -368,6 +368,7 @@ def client_limits(cfg: ServerConfig) -> Http2Limits:
         max_input_bytes=cfg.client_max_input_bytes,
         idle_timeout_s=cfg.client_idle_timeout_ms / 1000,
         default_call_timeout_s=cfg.client_default_call_timeout_ms / 1000,
+        max_running_calls=cfg.client_max_running_calls,
     )
 
 

@@ -64,6 +64,7 @@ class ServerConfig:
     client_max_input_bytes: int = 16 * 1024 * 1024
     client_idle_timeout_ms: int = 300_000
     client_default_call_timeout_ms: int = 60_000
+    client_max_running_calls: int = 32
     frontend_max_calls: int = 4096
     wal_sync: str = "always"
     pre_vote: bool = True
@@ -277,6 +278,12 @@ _FLAGS = (
         "client_default_call_timeout_ms",
         "int",
         "the deadline of a unary gRPC call sent without one",
+    ),
+    (
+        "--client-max-running-calls",
+        "client_max_running_calls",
+        "int",
+        "calls of one connection that run at once (the others wait their turn)",
     ),
     (
         "--frontend-max-calls",

@@ -360,3 +360,19 @@ async def test_a_call_without_a_deadline_gets_the_default():
     assert any(b"grpc-status" in p and code in p for p in trailers)
     assert conf.budgets["deadline"] == 1
     assert h.running == 0
+
+
+async def test_calls_past_the_running_budget_wait_their_turn():
+    h = Handlers()
+    conf = server(h, max_running_calls=10)
+    client = Client(conf)
+    for _ in range(50):
+        client.call(PUT, put(b"slow"))
+    await settle()
+    assert h.started == 10 and len(client.conn.deferred) == 40
+    assert conf.budgets["running"] == 40
+    client.send(h2.rst_stream(1, h2.CANCEL))  # one ends: the next one starts
+    await settle()
+    assert h.started == 11
+    client.conn.connection_lost(None)
+    await settle()

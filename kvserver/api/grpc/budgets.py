@@ -33,6 +33,10 @@ budget                     over it
                            reconnect when they next need to)
 ``deadline``               a unary call sent without a deadline gets ``default_call_timeout_s``
                            (DEADLINE_EXCEEDED after it)
+``running``                at most ``max_running_calls`` calls of one connection run at once;
+                           the others wait their turn. An answer is made whole before it is
+                           sent, so this, with the output budget, bounds what a burst of
+                           calls whose answers nobody reads can make the server hold
 =========================  ==================================================================
 
 The connection caps (per listener and per client address) live where connections are
@@ -61,6 +65,7 @@ class Http2Limits:
     max_input_bytes: int = 16 * 1024 * 1024
     idle_timeout_s: float = 300.0
     default_call_timeout_s: float = 60.0
+    max_running_calls: int = 32
 
 
 BUDGETS = (
@@ -74,6 +79,7 @@ BUDGETS = (
     "input",
     "idle",
     "deadline",
+    "running",
     "connections",
     "connections_per_address",
     "calls_in_flight",

@@ -612,6 +612,10 @@ class GrpcConnection(asyncio.Protocol):
             self.deferred.append(stream)
             self._arm_drain_timer()
             return
+        if self.handlers >= self.limits.max_running_calls:
+            self.settings.budgets["running"] += 1
+            self.deferred.append(stream)
+            return
         self.handlers += 1
         stream.task = self.loop.create_task(self._serve(stream))
 
@@ -647,6 +651,8 @@ class GrpcConnection(asyncio.Protocol):
             self.handlers -= 1
             if stream.deadline is not None:
                 stream.deadline.cancel()
+            if self.deferred:
+                self._output_progress()
 
     def answer_unary(self, stream: Stream, data: bytes) -> None:
         if stream.closed:
@@ -838,11 +844,16 @@ class GrpcConnection(asyncio.Protocol):
             self.reading_paused = False
             transport.resume_reading()
         if self._over_output():
+            self._arm_drain_timer()
             return
         if self.drain_timer is not None:
             self.drain_timer.cancel()
             self.drain_timer = None
-        while self.deferred and not self._over_output():
+        while (
+            self.deferred
+            and not self._over_output()
+            and self.handlers < self.limits.max_running_calls
+        ):
             stream = self.deferred.popleft()
             if not stream.closed:
                 self.handlers += 1
