@@ -49,6 +49,9 @@ class MemoryTransport:
             self.protocol.resume_writing()
         return data
 
+    def can_write_eof(self) -> bool:
+        return False
+
     def get_write_buffer_size(self) -> int:
         return len(self.unread)
 

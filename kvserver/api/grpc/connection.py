@@ -89,6 +89,7 @@ from .stream import STREAM_HIGH_WATER, Requests, Stream
 log = logging.getLogger(__name__)
 
 STREAM_WINDOW = 1024 * 1024
+LINGER_S = 1.0  # after an error's GOAWAY, the client's bytes are dropped this long
 MAX_PING_STRIKES = 2
 
 _OK = status_code(grpc.StatusCode.OK)
@@ -158,6 +159,7 @@ class GrpcConnection(asyncio.Protocol):
         self.flush_scheduled = False
         self.paused = False  # the transport's buffer is full
         self.closing = False  # GOAWAY sent: no new calls
+        self.failed = False  # GOAWAY with an error sent: nothing more is read
         self.last_recv = time.monotonic()
         self.ping_strikes = 0
         self.last_ping = 0.0
@@ -194,6 +196,8 @@ class GrpcConnection(asyncio.Protocol):
         return max(h2.DEFAULT_WINDOW, self.limits.max_input_bytes)
 
     def data_received(self, data: bytes) -> None:
+        if self.failed:
+            return  # lingering after GOAWAY: what arrives is dropped
         self.last_recv = time.monotonic()
         buffer = self.buffer
         buffer += data
@@ -946,12 +950,25 @@ class GrpcConnection(asyncio.Protocol):
             self.transport.close()
 
     def _fail(self, code: int, message: str) -> None:
+        """GOAWAY with ``code``, then a lingering close, as nginx closes: our side of the
+        socket ends at once, and what the client still sends is read and dropped for up to
+        ``LINGER_S``. Closing at once would make the kernel answer the client's next bytes
+        with a reset, which can destroy the GOAWAY before the client reads it."""
         log.info("gRPC: closing a connection from %s: %s", self.identity.address, message)
         self.closing = True
+        self.failed = True
         self.out.append(h2.goaway(self.last_sid, code, message.encode()))
         self.flush()
-        if self.transport is not None:
-            self.transport.close()
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
 
     def _keepalive_check(self) -> None:
         interval = self.settings.keepalive_interval
