@@ -20,7 +20,7 @@ from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 
 
 def _children(pid: int) -> list[int]:
-    found = []
+    found: list[int] = []
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:

@@ -156,19 +156,20 @@ class Attacker:
         self.sock.settimeout(None)
         self.encoder = Encoder()
         self.next_sid = 1
+        self.send_failed = False  # the server stopped taking bytes (closed, or reset us)
         self.reader: Reader | None = None
         if read:
             self.reader = Reader(self.sock, self.result)
             self.reader.start()
 
     def send(self, data: bytes) -> bool:
-        """False once the server has closed the connection."""
-        if self.result.closed or self.result.goaway is not None:
+        """False once the server has ended the connection, or answered GOAWAY."""
+        if self.send_failed or self.result.closed or self.result.goaway is not None:
             return False
         try:
             self.sock.sendall(data)
         except OSError:
-            self.result.closed = True
+            self.send_failed = True
             return False
         self.result.sent_bytes += len(data)
         return True
@@ -198,9 +199,13 @@ class Attacker:
         return sid
 
     def wait_answer(self, seconds: float) -> None:
-        """Waits up to ``seconds`` for the server to end the connection."""
+        """Waits up to ``seconds`` for the server to end the connection (what it sent before
+        is read by then)."""
+        if self.reader is not None:
+            self.reader.join(seconds)
+            return
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self.result.closed:
+        while time.monotonic() < deadline and not self.send_failed:
             time.sleep(0.05)
 
     def close(self) -> AttackResult:
@@ -386,7 +391,7 @@ def open_streams(host: str, port: int, seconds: float, streams: int = 10_000) ->
     for _ in range(streams):
         a.open_call(PUT, message, end=False)  # never half-closed: the call never runs
         a.result.units += 1
-        if a.result.closed:
+        if a.send_failed or a.result.closed:
             break
     a.wait_answer(min(2.0, seconds))
     a.result.seconds = time.monotonic() - started
