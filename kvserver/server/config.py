@@ -453,6 +453,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
             raw = environ.get("RAFTKV_" + flag[2:].upper().replace("-", "_"))
         if raw is not None:
             values[attr] = _convert(kind, flag, raw)
+    # a member started from the command line serves clients from front-end processes
+    values.setdefault("grpc_frontends", client_frontends_auto())
     cfg = ServerConfig(**values)
     if cfg.initial_cluster_state not in ("new", "existing"):
         raise ClusterConfigError("--initial-cluster-state must be 'new' or 'existing'")
