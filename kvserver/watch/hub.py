@@ -1098,13 +1098,19 @@ class WatchHub:
                         else:
                             got.append(ev)
         if self._ranges:
+            # many watchers of one range (a prefix 5,000 clients watch) share one selection
+            selected: dict[tuple[bytes, bytes, bool], list[Event]] = {}
             for w in self._ranges:
                 start = w.key
                 end = w.range_end
                 open_ended = w._open_ended
-                matched = [
-                    ev for ev in events if ev.kv.key >= start and (open_ended or ev.kv.key < end)
-                ]
+                matched = selected.get((start, end, open_ended))
+                if matched is None:
+                    matched = selected[(start, end, open_ended)] = [
+                        ev
+                        for ev in events
+                        if ev.kv.key >= start and (open_ended or ev.kv.key < end)
+                    ]
                 if matched:
                     hits[w] = matched
         if not hits:

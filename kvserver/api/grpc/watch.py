@@ -157,8 +157,45 @@ def encode_response_pieces(
     ).SerializeToString()
     events = resp.events
     for start in range(0, len(events), step):
-        chunk = [convert.event_to_pb(ev) for ev in events[start : start + step]]
-        yield rpc_pb2.WatchResponse(events=chunk).SerializeToString()
+        yield b"".join([event_field(ev) for ev in events[start : start + step]])
+
+
+# Encoded events, by the event object: a put on a prefix that 5,000 watchers watch is one
+# Event object for all of them (the hub shares it, and shares one copy without prev_kv), so
+# it is converted and serialized once, not 5,000 times. Bounded in bytes; big events are
+# not kept. Keyed by id() with the object itself kept, so a reused id never matches.
+_EVENT_FIELDS: dict[int, tuple[object, bytes]] = {}
+_EVENT_FIELDS_BYTES = 0
+EVENT_CACHE_BYTES = 16 * 1024 * 1024
+EVENT_CACHE_MAX_EVENT = 64 * 1024
+_EVENTS_FIELD_TAG = b"\x5a"  # WatchResponse.events: field 11, length-delimited
+
+
+def event_field(ev: Any) -> bytes:
+    """``ev`` as one ``events`` field of a serialized WatchResponse (tag, length, Event):
+    protobuf fields concatenate, so a response is its other fields followed by these."""
+    global _EVENT_FIELDS_BYTES
+    hit = _EVENT_FIELDS.get(id(ev))
+    if hit is not None and hit[0] is ev:
+        return hit[1]
+    data = convert.event_to_pb(ev).SerializeToString()
+    field = _EVENTS_FIELD_TAG + _varint(len(data)) + data
+    if len(field) <= EVENT_CACHE_MAX_EVENT:
+        if _EVENT_FIELDS_BYTES + len(field) > EVENT_CACHE_BYTES:
+            _EVENT_FIELDS.clear()
+            _EVENT_FIELDS_BYTES = 0
+        _EVENT_FIELDS[id(ev)] = (ev, field)
+        _EVENT_FIELDS_BYTES += len(field)
+    return field
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 async def encode_response_in_steps(
