@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-slow test-fast lint typecheck genproto compose-up compose-down clean spark-demo
+.PHONY: run test test-slow test-fast lint typecheck genproto compose-up compose-down clean spark-demo etcd-bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,3 +72,11 @@ compose-down:
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# etcd's own Go client (clientv3 3.4) as a load generator (benchmarks/etcdbench): built from
+# Debian's golang-etcd-server-dev in GOPATH mode, offline; the binary is never committed.
+ETCD_BENCH := .build/etcd-bench
+etcd-bench: $(ETCD_BENCH)
+$(ETCD_BENCH): benchmarks/etcdbench/main.go
+	mkdir -p .build
+	cd benchmarks/etcdbench && GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/.build/gocache go build -o $(CURDIR)/$(ETCD_BENCH) .
