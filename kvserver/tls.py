@@ -150,6 +150,7 @@ class MemberTLS:
     client_dial: ssl.SSLContext | None = None  # forwarding to the leader's client URL
     peer_server: ssl.SSLContext | None = None  # the peer listener (https URLs)
     peer_dial: ssl.SSLContext | None = None  # streams and snapshots to other members
+    client_info: TLSInfo | None = None  # the client listener's files (front ends load them)
 
 
 def _hosts(urls) -> list[str]:
@@ -161,7 +162,8 @@ def _hosts(urls) -> list[str]:
 def member_contexts(cfg) -> MemberTLS:
     """Every context of a member from its ``ServerConfig`` (kvserver.server.config; read by name so
     this module stays below it); auto-TLS pairs are generated into the data dir first."""
-    out = {}
+    out: dict[str, ssl.SSLContext] = {}
+    client_info = None
     for side, prefix, urls in (
         ("client", "", (*cfg.listen_client_urls, *cfg.advertise_client_urls)),
         ("peer", "peer_", (*cfg.listen_peer_urls, *cfg.initial_advertise_peer_urls)),
@@ -185,7 +187,9 @@ def member_contexts(cfg) -> MemberTLS:
             continue
         out[side + "_server"] = server_context(info, f"{side} TLS")
         out[side + "_dial"] = dial_context(info, f"{side} TLS")
-    return MemberTLS(**out)
+        if side == "client":
+            client_info = info
+    return MemberTLS(**out, client_info=client_info)
 
 
 # --- generating certificates ------------------------------------------------------------------

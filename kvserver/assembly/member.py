@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -25,9 +26,11 @@ import grpc
 from aiohttp import web
 
 from kvserver.api.grpc.budgets import Http2Limits
+from kvserver.api.grpc.frontends import ClientListener
 from kvserver.api.grpc.mux import advertise_alpn, client_port_factory
 from kvserver.api.grpc.server import GrpcServer
 from kvserver.api.http.app import build_client_app
+from kvserver.api.http.common import FRONTENDS_KEY
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.api.http.ui import UI_CONFIG_KEY, UiConfig
@@ -219,6 +222,8 @@ class Member:
         # (innermost middleware: its 408 is rendered by the app's error middleware).
         client_app.middlewares.append(self.client_guard.middleware)
         client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
+        if cfg.grpc_frontends:
+            client_app[FRONTENDS_KEY] = self._frontends_ready
         client_app[UI_CONFIG_KEY] = UiConfig(
             write=cfg.ui_write, archiver=self.archive.archiver if self.archive else None
         )
@@ -248,28 +253,37 @@ class Member:
             kv.auth,
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
-            frontends=cfg.grpc_frontends,
             limits=client_limits(cfg),
-            frontend_max_calls=cfg.frontend_max_calls,
         )
-        await self.grpc.start()
         metrics.registry.register(self.grpc.collector())
         factory = client_port_factory(client_runner.server, self.grpc)
         loop = asyncio.get_running_loop()
+        listeners = []
         for url in cfg.listen_client_urls:
             host, port = host_port(url)
             tls = self.tls.client_server if url.startswith("https://") else None
             if port is None:  # aiohttp's TCPSite defaults, as before
                 port = 8443 if tls is not None else 8080
+            context = advertise_alpn(tls) if tls is not None else None
+            if cfg.grpc_frontends:  # the front ends accept (while none is ready, the member)
+                listeners.append(ClientListener(listening_socket(host, port), context))
+                continue
             self.client_listeners.append(
-                await loop.create_server(
-                    factory,
-                    host,
-                    port,
-                    ssl=advertise_alpn(tls) if tls is not None else None,
-                    reuse_address=True,
-                )
+                await loop.create_server(factory, host, port, ssl=context, reuse_address=True)
             )
+        if cfg.grpc_frontends:
+            await self.grpc.start_frontends(
+                cfg.grpc_frontends,
+                cfg.frontend_max_calls,
+                listeners,
+                http_protocol=client_runner.server,
+                fallback_protocol=factory,
+                tls=self.tls.client_info,
+            )
+
+    def _frontends_ready(self) -> tuple[int, int]:
+        pool = self.grpc.frontends if self.grpc is not None else None
+        return (pool.ready if pool is not None else 0), self.cfg.grpc_frontends
 
     def running(self) -> tuple[Node, MembershipService]:
         """The node and the membership service of a started member."""
@@ -352,6 +366,12 @@ class Member:
         archive_member.stop(self.archive)  # a last pass, before the WAL closes
         if self.storage is not None:
             self.storage.close()
+
+
+def listening_socket(host: str | None, port: int) -> socket.socket:
+    """A client URL's listening socket, for the front ends to accept on."""
+    family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
+    return socket.create_server((host or "", port), family=family, backlog=1024)
 
 
 def client_limits(cfg: ServerConfig) -> Http2Limits:

@@ -71,4 +71,4 @@ async def test_python_clients_see_what_they_see_against_etcd(tmp_path, frontends
             assert got == expected[client], client
         if frontends:
             assert all(m.grpc.connections_accepted == 0 for m in members)
-            assert sum(m.grpc.frontends.handed_off for m in members) >= len(SCENARIOS)
+            assert sum(m.grpc.frontends.calls_served for m in members) >= len(SCENARIOS)

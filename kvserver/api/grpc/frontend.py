@@ -1,26 +1,31 @@
-"""A gRPC front-end process: terminates clients' HTTP/2 connections, passes calls to its member.
+"""A client front-end process: accepts a member's client connections, serves gRPC, passes calls.
 
-etcd's grpc-proxy puts stateless processes between clients and a cluster; a raftkv member can
-start such processes itself (``--grpc-frontends N``, ``kvserver.api.grpc.frontends``). Each
-one runs ``python -m kvserver.api.grpc.frontend --link-fd A --handoff-fd B`` with two Unix
-sockets from its member:
+etcd's grpc-proxy puts stateless processes between clients and a cluster; a raftkv member
+starts such processes itself (``--client-frontends N|auto``, ``kvserver.api.grpc.frontends``).
+Each one runs ``python -m kvserver.api.grpc.frontend --link-fd A --handoff-fd B --listen-fd
+C:plain|tls ...`` with sockets from its member:
 
-- the **hand-off** socket brings it client connections: the member accepted the connection
-  on its client URL, saw the HTTP/2 preface, and sent the socket (``SCM_RIGHTS``) with the
-  bytes it had read. The connection is then served here by the same HTTP/2 protocol the
-  member uses (``GrpcConnection``): frames, header blocks, flow control, keepalive, limits;
-- the **link** (``kvserver.api.grpc.frontend_wire``) carries each call to the member and its
-  answers back. A request is passed on as the bytes the client sent; the member parses it
-  and runs the servicer. Nothing about a call is decided here except what HTTP/2 decides:
-  the method table, the message-size limit and keepalive come from the member's HELLO.
+- the **listening sockets** of the member's client URLs: the front end accepts on them
+  itself (the kernel shares the connections out among the front ends), terminates TLS on
+  the https ones, and tells the dialects apart by the first bytes
+  (``kvserver.api.grpc.mux``). gRPC connections are served here by the same HTTP/2
+  protocol the member would use (``GrpcConnection``): frames, header blocks, flow control,
+  keepalive and every budget of ``kvserver.api.grpc.budgets``;
+- the **hand-off** socket takes HTTP/1.1 connections to the member, which serves HTTP
+  (``kvserver.api.grpc.handoff``: the socket itself when plain, a relay of the plaintext
+  when TLS);
+- the **link** (``kvserver.api.grpc.frontend_wire``) carries each gRPC call to the member
+  and its answers back. A request is passed on as the bytes the client sent; the member
+  parses it and runs the servicer. Nothing about a call is decided here except what HTTP/2
+  decides: the method table, the message-size limit, keepalive, the budgets and the TLS
+  files come from the member's HELLO.
 
-So the member's loop keeps raft, applying and the requests themselves, and the HTTP/2 work
-runs on other cores (what that saves depends on how many connections the member has:
-``docs/performance.md``, "gRPC front ends").
+So the member's loop keeps raft, applying and the requests themselves, and the TLS and
+HTTP/2 work runs on other cores (``docs/performance.md``, "gRPC front ends").
 
 Lifetime: a front end serves until its link closes (the member stopped or died). Then it
-sends every connection GOAWAY, lets running calls end for ``STOP_GRACE_S`` and exits. Its
-clients' calls in flight when the member goes end with UNAVAILABLE.
+stops accepting, sends every connection GOAWAY, lets running calls end for ``STOP_GRACE_S``
+and exits. Its clients' calls in flight when the member goes end with UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -35,15 +40,18 @@ from typing import Any
 
 import grpc
 
+from kvserver.tls import TLSInfo, peer_common_name, server_context
+
 from . import frontend_wire as wire
 from .budgets import Http2Limits
 from .connection import GrpcConnection, ServerSettings
+from .handoff import RelayedClient, hand_off_plain, start_relay
+from .mux import advertise_alpn, client_port_factory, peer_address
 from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
 from .stream import STREAM_HIGH_WATER
 
 log = logging.getLogger(__name__)
 
-MAX_FIRST_BYTES = 1024 * 1024  # bytes a member read before handing a connection off
 STOP_GRACE_S = 1.0
 STATS_INTERVAL_S = 1.0
 _STATUS = {status_code(code): code for code in grpc.StatusCode}
@@ -210,6 +218,7 @@ class MemberLink(asyncio.Protocol):
                 context.time_remaining(),
                 context.identity.address,
                 request,
+                context.identity.cert_common_name,
             )
         )
         return call
@@ -234,76 +243,49 @@ class MemberLink(asyncio.Protocol):
         return RpcAbort(_STATUS.get(code, grpc.StatusCode.UNKNOWN), details)
 
 
-class HandedOffConnection(GrpcConnection):
-    """A client connection the member accepted: it starts with the bytes the member read."""
+class FrontDoor:
+    """What a front end does with each connection its listeners accept, once its first bytes
+    say which dialect it speaks (``kvserver.api.grpc.mux.ClientPortProtocol``): gRPC is served
+    here; HTTP/1.1 goes to the member (``kvserver.api.grpc.handoff``)."""
 
-    def __init__(self, settings: ServerSettings, identity: ClientIdentity, first: bytes):
-        super().__init__(settings, identity)
-        self.first = first
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        first, self.first = self.first, b""
-        if first:
-            self.data_received(first)
-
-
-def _address(sock: socket.socket) -> str:
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        return ""
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-
-
-class HandOffReceiver:
-    """Takes the connections the member sends over the hand-off socket."""
-
-    def __init__(self, sock: socket.socket, settings: ServerSettings):
-        self.sock = sock
+    def __init__(self, settings: ServerSettings, handoff: socket.socket):
         self.settings = settings
-        self.loop = asyncio.get_running_loop()
-        self.tasks: set[asyncio.Task[Any]] = set()
-        sock.setblocking(False)
-        self.loop.add_reader(sock.fileno(), self._readable)
+        self.handoff = handoff
 
-    def _readable(self) -> None:
-        while True:
-            try:
-                data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_FIRST_BYTES, 1)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.stop()
-                return
-            if not fds:
-                if not data:
-                    self.stop()  # the member closed its end
-                    return
-                continue
-            client = socket.socket(fileno=fds[0])
-            client.setblocking(False)
-            identity = ClientIdentity(_address(client), None)
-            connection = HandedOffConnection(self.settings, identity, data)
-            task = self.loop.create_task(
-                self.loop.connect_accepted_socket(lambda c=connection: c, client)  # type: ignore[misc]
-            )
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+    def connection(self, identity: ClientIdentity) -> GrpcConnection:
+        return GrpcConnection(self.settings, identity)
 
-    def stop(self) -> None:
-        try:
-            self.loop.remove_reader(self.sock.fileno())
-        except (ValueError, OSError):
-            pass
+    def hand_off_http(self, transport: asyncio.BaseTransport, first: bytes) -> bool:
+        """A plain-TCP HTTP/1.1 connection goes to the member whole; a TLS one stays here
+        and is relayed (``relayed_http``)."""
+        if transport.get_extra_info("sslcontext") is not None:
+            return False
+        return hand_off_plain(self.handoff, transport, first)
+
+    def relayed_http(self) -> asyncio.Protocol:
+        return _RelayStarter(self.handoff)
 
 
-async def serve(link_fd: int, handoff_fd: int) -> None:
+class _RelayStarter(RelayedClient):
+    def __init__(self, handoff: socket.socket):
+        super().__init__(self._start, b"")
+        self.handoff = handoff
+
+    def _start(self, client: RelayedClient) -> bool:
+        transport = client.transport
+        assert transport is not None
+        return start_relay(
+            self.handoff, client, peer_address(transport), peer_common_name(transport)
+        )
+
+
+async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -> None:
     loop = asyncio.get_running_loop()
     link_sock = socket.socket(fileno=link_fd)
     handoff_sock = socket.socket(fileno=handoff_fd)
+    handoff_sock.setblocking(False)
     _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
-    kinds, max_receive, min_time, interval, timeout, limits = await member.hello
+    kinds, max_receive, min_time, interval, timeout, limits, tls = await member.hello
     settings = ServerSettings(
         member.methods(dict(kinds)),
         max_receive=max_receive,
@@ -312,12 +294,21 @@ async def serve(link_fd: int, handoff_fd: int) -> None:
         keepalive_timeout=timeout,
         limits=Http2Limits(**limits),
     )
-    receiver = HandOffReceiver(handoff_sock, settings)
+    door = FrontDoor(settings, handoff_sock)
+    context = advertise_alpn(server_context(TLSInfo(**tls))) if tls else None
+    factory = client_port_factory(door.relayed_http, door, http_hand_off=door.hand_off_http)
+    servers = []
+    for fd, is_tls in listen:
+        sock = socket.socket(fileno=fd)
+        servers.append(
+            await loop.create_server(factory, sock=sock, ssl=context if is_tls else None)
+        )
     member.writer.send((wire.READY,))
     reporter = loop.create_task(_report_budgets(member, settings))
     await member.closed
     reporter.cancel()
-    receiver.stop()
+    for server in servers:
+        server.close()
     connections = list(settings.connections)
     for conn in connections:
         conn.go_away()
@@ -339,18 +330,24 @@ async def _report_budgets(member: MemberLink, settings: ServerSettings) -> None:
             sent = now
 
 
+def _listen_fd(text: str) -> tuple[int, bool]:
+    fd, _, kind = text.partition(":")
+    return int(fd), kind == "tls"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--link-fd", type=int, required=True)
     parser.add_argument("--handoff-fd", type=int, required=True)
+    parser.add_argument("--listen-fd", type=_listen_fd, action="append", default=[])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s frontend %(message)s")
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
-        asyncio.run(serve(args.link_fd, args.handoff_fd))
+        asyncio.run(serve(args.link_fd, args.handoff_fd, args.listen_fd))
     else:
-        uvloop.run(serve(args.link_fd, args.handoff_fd))
+        uvloop.run(serve(args.link_fd, args.handoff_fd, args.listen_fd))
 
 
 if __name__ == "__main__":

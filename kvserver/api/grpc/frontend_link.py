@@ -8,8 +8,9 @@ whichever process terminated the client's connection. What it costs this member'
 call is a msgpack event each way instead of HTTP/2 frames, header blocks, flow control and
 a socket write per connection: that work runs in the front ends, on other cores.
 
-- A call's context has the client's metadata (``token`` for auth), its deadline and its
-  address; no certificate name, because front ends serve plain-TCP client URLs only.
+- A call's context has the client's metadata (``token`` for auth), its deadline, its
+  address and, on an https URL with ``--client-cert-auth``, the common name of the
+  certificate the front end verified.
 - A streaming handler's ``write`` sends the message at once and waits while the front end
   has said PAUSE for that call (its client reads slower than the member writes) or while
   the link's socket buffer is full.
@@ -245,6 +246,7 @@ class FrontendLink(asyncio.Protocol):
         timeout: float | None,
         address: str,
         request: bytes | None,
+        common_name: str | None = None,
     ) -> None:
         method = self.methods.get(path)
         if method is None or call_id in self.calls or type(metadata) is not tuple:
@@ -263,10 +265,10 @@ class FrontendLink(asyncio.Protocol):
         call = LinkedCall(call_id, self, path, method)
         deadline = None if timeout is None else time.monotonic() + timeout
         identity = self.identities.get(address)
-        if identity is None:
+        if identity is None or identity.cert_common_name != common_name:
             if len(self.identities) >= MAX_IDENTITIES:
                 self.identities.clear()
-            identity = self.identities[address] = ClientIdentity(address, None)
+            identity = self.identities[address] = ClientIdentity(address, common_name)
         # (the unpacker gives tuples of str: the metadata as the front end read it)
         call.context = RpcContext(identity, metadata, deadline, call)
         call.request = Requests(call) if method.kind == STREAM_STREAM else request

@@ -8,10 +8,11 @@ raft step together.
 
 From the front end to the member:
 
-- ``(CALL, id, path, metadata, timeout, address, request)``: a call opens. ``metadata`` is
-  a list of ``[name, value]`` pairs, ``timeout`` the seconds left to its deadline or None,
-  ``address`` the client's ``host:port``. ``request`` is the serialized request of a unary
-  or server-streaming call, or None for a bidirectional stream, whose requests follow.
+- ``(CALL, id, path, metadata, timeout, address, request, common_name)``: a call opens.
+  ``metadata`` is a list of ``[name, value]`` pairs, ``timeout`` the seconds left to its
+  deadline or None, ``address`` the client's ``host:port``. ``request`` is the serialized
+  request of a unary or server-streaming call, or None for a bidirectional stream, whose
+  requests follow. ``common_name`` is the CN of the client's verified certificate, or None.
 - ``(MSG, id, bytes)``: a bidirectional call's next request.
 - ``(HALF_CLOSE, id)``: the client sent its last request.
 - ``(CANCEL, id)``: the client reset the call, its deadline passed, or its connection went.

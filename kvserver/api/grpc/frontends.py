@@ -1,16 +1,18 @@
-"""A member's gRPC front-end processes: started, handed connections, replaced, stopped.
+"""A member's client front-end processes: started, given the client URLs, replaced, stopped.
 
-With ``--grpc-frontends N`` (N > 0) a member starts N front-end processes
-(``kvserver.api.grpc.frontend``) and hands them the gRPC connections of its plain-TCP client
-URLs, in turn. The member keeps accepting every connection itself and still tells the two
-dialects apart by the first bytes (``kvserver.api.grpc.mux``): HTTP/1.1 stays here, and an
-HTTP/2 connection goes, with the bytes read so far, to a front end over a Unix socket
-(``SCM_RIGHTS``). The front end then serves it and passes each call back over its link
-(``FrontendLink``), where the member's own method table runs it.
+With ``--client-frontends N`` (N > 0; ``raftkv serve`` defaults to one per core beyond the
+first) a member opens its client URLs' listening sockets and does not accept on them: it
+starts N front-end processes (``kvserver.api.grpc.frontend``) that inherit the sockets and
+accept every client connection themselves, TLS included, so the handshake, HTTP/2 and every
+per-connection budget cost the front ends' cores and never the raft loop's. A front end
+serves gRPC itself and passes each call over its link (``FrontendLink``), where the member's
+own method table runs it; it passes HTTP/1.1 connections to the member over its hand-off
+socket (``kvserver.api.grpc.handoff``: the socket itself for plain TCP, a relay of the
+plaintext for TLS), and the member serves them with its HTTP app.
 
-- A connection stays here when no front end is ready (still starting, or all gone), when its
-  client URL is https (a TLS session cannot move to another process), or when the hand-off
-  socket is full. So with front ends a member serves exactly what it serves without them.
+- While no front end is ready (all starting, or gone), the member accepts on the sockets
+  itself and serves both dialects (``fallback``), so a client URL never stops answering;
+  it stops again as soon as one is ready.
 - A front end that exits is started again after ``RESTART_DELAY_S``; its clients lose their
   connections and reconnect, as they would to a restarted etcd grpc-proxy.
 - ``stop()`` closes the links (each front end sends its clients GOAWAY and exits) and waits
@@ -23,12 +25,17 @@ import asyncio
 import dataclasses
 import logging
 import socket
+import ssl
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from kvserver.tls import TLSInfo
 
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
+from .handoff import ConnectionReceiver
 
 log = logging.getLogger(__name__)
 
@@ -36,33 +43,56 @@ RESTART_DELAY_S = 1.0
 STOP_TIMEOUT_S = 3.0
 
 
+@dataclasses.dataclass
+class ClientListener:
+    """One client URL's listening socket; ``tls`` is its context on an https URL."""
+
+    sock: socket.socket
+    tls: ssl.SSLContext | None
+
+
 class FrontendProcess:
-    """One front end: its process, its link and the socket that hands it connections."""
+    """One front end: its process, its link, and the socket its HTTP/1.1 clients come by."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], link: FrontendLink, handoff: socket.socket
+        self,
+        process: subprocess.Popen[bytes],
+        link: FrontendLink,
+        receiver: ConnectionReceiver,
     ):
         self.process = process
         self.link = link
-        self.handoff = handoff
-        self.handed_off = 0
+        self.receiver = receiver
 
 
 class FrontendPool:
-    def __init__(self, count: int, settings: ServerSettings, max_calls: int = 4096):
+    def __init__(
+        self,
+        count: int,
+        settings: ServerSettings,
+        max_calls: int,
+        listeners: list[ClientListener],
+        http_protocol: Callable[[], asyncio.Protocol],
+        fallback_protocol: Callable[[], asyncio.Protocol],
+        tls: TLSInfo | None = None,
+    ):
         self.count = count
         self.settings = settings
         self.max_calls = max_calls  # calls in flight here from one front end
+        self.listeners = listeners
+        self.http_protocol = http_protocol  # serves an HTTP/1.1 connection a front end passed
+        self.fallback_protocol = fallback_protocol  # both dialects, while no front end is ready
+        self.tls = tls
         self.frontends: list[FrontendProcess] = []
-        self.turn = 0
+        self.fallback: list[asyncio.Server] = []
         self.stopping = False
         self.started = 0  # processes started, restarts included
-        self.handed_off = 0  # connections handed to front ends
         self.restart_tasks: set[asyncio.Task[None]] = set()
 
     def hello(self) -> tuple[Any, ...]:
         kinds = {path: method.kind for path, method in self.settings.methods.items()}
         s = self.settings
+        tls = dataclasses.asdict(self.tls) if self.tls is not None else None
         return (
             kinds,
             s.max_receive,
@@ -70,9 +100,11 @@ class FrontendPool:
             s.keepalive_interval,
             s.keepalive_timeout,
             dataclasses.asdict(s.limits),
+            tls,
         )
 
     async def start(self) -> None:
+        await self._serve_fallback()  # until a front end says READY
         for _ in range(self.count):
             await self._spawn()
 
@@ -80,7 +112,10 @@ class FrontendPool:
         loop = asyncio.get_running_loop()
         link_here, link_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         handoff_here, handoff_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        handoff_here.setblocking(False)
+        listen_args = []
+        for listener in self.listeners:
+            fd = listener.sock.fileno()
+            listen_args += ["--listen-fd", f"{fd}:{'tls' if listener.tls else 'plain'}"]
         try:
             process = subprocess.Popen(
                 [
@@ -91,8 +126,13 @@ class FrontendPool:
                     str(link_there.fileno()),
                     "--handoff-fd",
                     str(handoff_there.fileno()),
+                    *listen_args,
                 ],
-                pass_fds=(link_there.fileno(), handoff_there.fileno()),
+                pass_fds=(
+                    link_there.fileno(),
+                    handoff_there.fileno(),
+                    *(listener.sock.fileno() for listener in self.listeners),
+                ),
                 stdin=subprocess.DEVNULL,
             )
         finally:
@@ -104,22 +144,33 @@ class FrontendPool:
             self.hello(),
             max_calls=self.max_calls,
             budgets=self.settings.budgets,
-            on_ready=lambda: log.info("gRPC front end %d ready", process.pid),
+            on_ready=lambda: self._ready(frontend),
             on_lost=lambda: self._lost(frontend),
         )
-        frontend = FrontendProcess(process, link, handoff_here)
+        receiver = ConnectionReceiver(handoff_here, self.http_protocol)
+        frontend = FrontendProcess(process, link, receiver)
         self.frontends.append(frontend)
         await loop.create_unix_connection(lambda: link, sock=link_here)
         self.started += 1
 
+    def _ready(self, frontend: FrontendProcess) -> None:
+        log.info("client front end %d ready", frontend.process.pid)
+        self._stop_fallback()
+
     def _lost(self, frontend: FrontendProcess) -> None:
         if frontend in self.frontends:
             self.frontends.remove(frontend)
-        frontend.handoff.close()
+        frontend.receiver.stop()
+        frontend.receiver.channel.close()
         if self.stopping:
             return
-        log.warning("gRPC front end %d went away; starting another", frontend.process.pid)
-        task = asyncio.get_running_loop().create_task(self._restart(frontend))
+        log.warning("client front end %d went away; starting another", frontend.process.pid)
+        loop = asyncio.get_running_loop()
+        if not self.ready:
+            self._track(loop.create_task(self._serve_fallback()))
+        self._track(loop.create_task(self._restart(frontend)))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
         self.restart_tasks.add(task)
         task.add_done_callback(self.restart_tasks.discard)
 
@@ -129,6 +180,42 @@ class FrontendPool:
         if not self.stopping:
             await self._spawn()
 
+    # --- the member accepts while no front end is ready ----------------------------------------
+
+    async def _serve_fallback(self) -> None:
+        if self.fallback or self.stopping:
+            return
+        loop = asyncio.get_running_loop()
+        for listener in self.listeners:
+            # a duplicate of the socket: closing this server must leave the front ends' open
+            server = await loop.create_server(
+                self.fallback_protocol, sock=listener.sock.dup(), ssl=listener.tls
+            )
+            self.fallback.append(server)
+        if self.ready:  # a front end became ready meanwhile
+            self._stop_fallback()
+
+    def _stop_fallback(self) -> None:
+        servers, self.fallback = self.fallback, []
+        for server in servers:
+            server.close()
+
+    # --- state ----------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for f in self.frontends if f.link.ready)
+
+    @property
+    def handed_off(self) -> int:
+        """HTTP/1.1 connections front ends passed to this member (live processes only)."""
+        return sum(f.receiver.received for f in self.frontends)
+
+    @property
+    def calls_served(self) -> int:
+        """gRPC calls the front ends passed to this member (live processes only)."""
+        return sum(f.link.calls_served for f in self.frontends)
+
     def budgets(self) -> dict[str, int]:
         """How often the front ends' clients met each budget (the live processes' counts)."""
         total: dict[str, int] = {}
@@ -137,45 +224,21 @@ class FrontendPool:
                 total[name] = total.get(name, 0) + n
         return total
 
-    @property
-    def ready(self) -> int:
-        return sum(1 for f in self.frontends if f.link.ready)
-
-    def hand_off(self, transport: asyncio.BaseTransport, first: bytes) -> bool:
-        """Passes a client's HTTP/2 connection to a front end; False if it stays here."""
-        if transport.get_extra_info("sslcontext") is not None:
-            return False
-        ready = [f for f in self.frontends if f.link.ready]
-        if not ready:
-            return False
-        sock = transport.get_extra_info("socket")
-        if sock is None:
-            return False
-        self.turn += 1
-        frontend = ready[self.turn % len(ready)]
-        try:
-            socket.send_fds(frontend.handoff, [first], [sock.fileno()])
-        except OSError:  # full, or the front end is gone: serve it here
-            return False
-        # The front end holds the connection now; closing this process's descriptor does not
-        # end it (no shutdown, and the socket lives on in the other process).
-        transport.pause_reading()  # type: ignore[attr-defined]
-        transport.abort()  # type: ignore[attr-defined]
-        frontend.handed_off += 1
-        self.handed_off += 1
-        return True
-
     async def stop(self) -> None:
         self.stopping = True
         for task in list(self.restart_tasks):
             task.cancel()
+        self._stop_fallback()
         frontends, self.frontends = self.frontends, []
         for frontend in frontends:
             frontend.link.close()
-            frontend.handoff.close()
+            frontend.receiver.stop()
+            frontend.receiver.channel.close()
         await asyncio.gather(
             *(asyncio.to_thread(_reap, f.process, STOP_TIMEOUT_S) for f in frontends)
         )
+        for listener in self.listeners:
+            listener.sock.close()
 
 
 def _reap(process: subprocess.Popen[bytes], timeout: float) -> None:

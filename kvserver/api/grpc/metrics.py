@@ -16,7 +16,8 @@ processes (``kvserver.api.grpc.frontends``) also reports them:
 
 - ``raftkv_grpc_frontends_ready``: front ends up and taking connections;
 - ``raftkv_grpc_frontend_starts_total``: front-end processes started, restarts included;
-- ``raftkv_grpc_frontend_connections_total``: client connections handed to a front end.
+- ``raftkv_grpc_frontend_connections_total``: HTTP/1.1 connections the front ends passed
+  to the member (they serve gRPC themselves).
 
 And whatever process serves the connection, ``raftkv_client_budget_exceeded_total{budget}``:
 how often clients met each budget of ``kvserver.api.grpc.budgets`` (every budget is listed,
@@ -26,7 +27,7 @@ at 0 until a client meets it).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -57,11 +58,16 @@ class CallCounts:
 
 
 class GrpcCollector:
-    def __init__(self, settings: Any, kinds: Mapping[str, str], frontends: Any = None):
+    def __init__(
+        self,
+        settings: Any,
+        kinds: Mapping[str, str],
+        frontends: Callable[[], Any] = lambda: None,
+    ):
         self.counts: CallCounts = settings.calls
         self.budgets: Mapping[str, int] = settings.budgets
         self.kinds = kinds  # method path -> kind
-        self.frontends = frontends  # a FrontendPool, or None
+        self.frontends = frontends  # the FrontendPool, or None, at scrape time
 
     def describe(self) -> list[Metric]:
         return []
@@ -87,12 +93,12 @@ class GrpcCollector:
             "Times a client met a budget of what one connection may hold, by budget.",
             labels=["budget"],
         )
-        extra = self.frontends.budgets() if self.frontends is not None else {}
+        pool = self.frontends()
+        extra = pool.budgets() if pool is not None else {}
         for name in BUDGETS:
             exceeded.add_metric([name], self.budgets.get(name, 0) + extra.get(name, 0))
-        if self.frontends is None:
+        if pool is None:
             return [started, handled, exceeded]
-        pool = self.frontends
         return [
             started,
             handled,
@@ -107,7 +113,7 @@ class GrpcCollector:
             ),
             CounterMetricFamily(
                 "raftkv_grpc_frontend_connections",
-                "Client connections handed to a gRPC front end.",
+                "HTTP/1.1 client connections the front ends passed to this member.",
                 pool.handed_off,
             ),
         ]

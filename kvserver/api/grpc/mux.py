@@ -7,15 +7,15 @@ URL over gRPC; gateway clients use the same URLs over HTTP/1.1). raftkv does the
 looks at the first bytes the client sends (after TLS, on an https URL):
 
 - the HTTP/2 connection preface (``PRI * HTTP/2.0...``, what every gRPC client sends first)
-  hands the connection, with the bytes read so far, to one of the member's gRPC front-end
-  processes if it has them (``GrpcServer.hand_off``), or else to this member's gRPC server:
-  ``GrpcServer.connection(identity)``
-  makes the protocol that replaces this one on the transport and serves the calls on this
-  event loop (``kvserver.api.grpc.connection``). ``identity`` is the client's address and, on
-  an https URL with ``--client-cert-auth``, its verified certificate's common name (etcd's
-  ``AuthInfoFromTLS``);
+  hands the connection, with the bytes read so far, to the gRPC server:
+  ``connection(identity)`` makes the protocol that replaces this one on the transport and
+  serves the calls (``kvserver.api.grpc.connection``), in a front-end process or, in a
+  member without front ends, on the member's loop. ``identity`` is the client's address
+  and, on an https URL with ``--client-cert-auth``, its verified certificate's common name
+  (etcd's ``AuthInfoFromTLS``);
 - anything else hands the connection, with the bytes read so far, to the HTTP/1.1 protocol
-  (aiohttp's request handler behind the connection guard) the same way.
+  (aiohttp's request handler behind the connection guard) the same way, unless
+  ``http_hand_off`` takes it elsewhere (a front end passes it to its member).
 
 Either way, after the first packet a request costs nothing extra here. A client that sends
 fewer bytes than the preface and then nothing is closed after ``SNIFF_TIMEOUT_S`` (the
@@ -37,14 +37,14 @@ from kvserver.tls import peer_common_name
 
 from .rpc import ClientIdentity
 
+HandOff = Callable[[asyncio.BaseTransport, bytes], bool]
+
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SNIFF_TIMEOUT_S = 10.0
 
 
 class GrpcConnections(Protocol):
     def connection(self, identity: ClientIdentity) -> asyncio.Protocol: ...
-
-    def hand_off(self, transport: asyncio.BaseTransport, first: bytes) -> bool: ...
 
 
 def advertise_alpn(ctx: ssl.SSLContext) -> ssl.SSLContext:
@@ -53,7 +53,7 @@ def advertise_alpn(ctx: ssl.SSLContext) -> ssl.SSLContext:
     return ctx
 
 
-def _address(transport: asyncio.BaseTransport) -> str:
+def peer_address(transport: asyncio.BaseTransport) -> str:
     peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
@@ -64,10 +64,14 @@ class ClientPortProtocol(asyncio.Protocol):
     """The protocol of a client-URL connection until its first bytes say which dialect."""
 
     def __init__(
-        self, http_factory: Callable[[], asyncio.Protocol], grpc_server: GrpcConnections | None
+        self,
+        http_factory: Callable[[], asyncio.Protocol],
+        grpc_server: GrpcConnections | None,
+        http_hand_off: HandOff | None = None,
     ):
         self.http_factory = http_factory
         self.grpc_server = grpc_server
+        self.http_hand_off = http_hand_off
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.timer: asyncio.TimerHandle | None = None
@@ -108,16 +112,16 @@ class ClientPortProtocol(asyncio.Protocol):
     def _become_http(self) -> None:
         transport = self.transport
         assert transport is not None
+        if self.http_hand_off is not None and self.http_hand_off(transport, self.buffer):
+            self._cancel_timer()
+            self.buffer = b""
+            return
         self._hand_over(self.http_factory())
 
     def _become_grpc(self) -> None:
         transport = self.transport
         assert transport is not None and self.grpc_server is not None
-        if self.grpc_server.hand_off(transport, self.buffer):
-            self._cancel_timer()
-            self.buffer = b""
-            return
-        who = ClientIdentity(_address(transport), peer_common_name(transport))
+        who = ClientIdentity(peer_address(transport), peer_common_name(transport))
         self._hand_over(self.grpc_server.connection(who))
 
     def _hand_over(self, inner: asyncio.Protocol) -> None:
@@ -132,7 +136,12 @@ class ClientPortProtocol(asyncio.Protocol):
 
 
 def client_port_factory(
-    http_factory: Callable[[], asyncio.Protocol], grpc_server: GrpcConnections | None
+    http_factory: Callable[[], asyncio.Protocol],
+    grpc_server: GrpcConnections | None,
+    *,
+    http_hand_off: HandOff | None = None,
 ) -> Callable[[], asyncio.Protocol]:
-    """The protocol factory of a client URL's listener (``loop.create_server``)."""
-    return lambda: ClientPortProtocol(http_factory, grpc_server)
+    """The protocol factory of a client URL's listener (``loop.create_server``).
+    ``http_hand_off(transport, first_bytes)`` may take an HTTP/1.1 connection elsewhere (a
+    front end passing it to its member); when it says False, ``http_factory`` serves it."""
+    return lambda: ClientPortProtocol(http_factory, grpc_server, http_hand_off)

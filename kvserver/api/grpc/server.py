@@ -1,14 +1,14 @@
 """This member's gRPC server: etcd's services over the same ``KVService`` as the JSON gateway.
 
 ``GrpcServer(service, auth, max_request_bytes=...)`` holds the method table of the six
-services and the settings every connection shares. The client URLs' listeners hand it each
-connection that opens with the HTTP/2 preface (``kvserver.api.grpc.mux``), and
-``connection(identity)`` makes the protocol that serves it (``GrpcConnection``) on this
-member's event loop, or ``hand_off(transport, first_bytes)`` passes it to one of the member's
-gRPC front-end processes (``frontends=N``, ``kvserver.api.grpc.frontends``), which serve the
-HTTP/2 side on other cores and send each call back to this method table. ``await start()``
-starts the front ends; ``await stop()`` sends every connection GOAWAY, lets running calls
-end for a moment, then closes what is left and stops the front ends.
+services and the settings every connection shares. In a member without front ends, its
+client URLs' listeners give it each connection that opens with the HTTP/2 preface
+(``kvserver.api.grpc.mux``), and ``connection(identity)`` makes the protocol that serves it
+(``GrpcConnection``) on this member's event loop. ``start_frontends(...)`` instead starts
+client front-end processes that accept on the client URLs themselves
+(``kvserver.api.grpc.frontends``), serve the HTTP/2 side on other cores and send each call
+back to this method table. ``await stop()`` sends every connection GOAWAY, lets running
+calls end for a moment, then closes what is left and stops the front ends.
 
 Settings, as etcd's server has them:
 
@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from kvserver.server.service import serves_as_learner
+from kvserver.tls import TLSInfo
 
 from .auth import AuthServicer
 from .budgets import Http2Limits
@@ -36,7 +38,7 @@ from .calls import Calls
 from .cluster import ClusterServicer
 from .connection import GrpcConnection, ServerSettings
 from .forward import LeaderForwarder
-from .frontends import FrontendPool
+from .frontends import ClientListener, FrontendPool
 from .kv import KVServicer
 from .learner import refuse_on_learner
 from .lease import LeaseServicer
@@ -60,9 +62,7 @@ class GrpcServer:
         *,
         max_request_bytes: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
-        frontends: int = 0,
         limits: Http2Limits | None = None,
-        frontend_max_calls: int = 4096,
     ):
         self.service = service
         self.calls = Calls(auth, max_request_bytes)
@@ -77,13 +77,22 @@ class GrpcServer:
             keepalive_timeout=KEEPALIVE_TIMEOUT_S,
             limits=limits,
         )
-        self.frontends = (
-            FrontendPool(frontends, self.settings, frontend_max_calls) if frontends else None
-        )
+        self.frontends: FrontendPool | None = None
 
-    async def start(self) -> None:
-        if self.frontends is not None:
-            await self.frontends.start()
+    async def start_frontends(
+        self,
+        count: int,
+        max_calls: int,
+        listeners: list[ClientListener],
+        http_protocol: Callable[[], asyncio.Protocol],
+        fallback_protocol: Callable[[], asyncio.Protocol],
+        tls: TLSInfo | None,
+    ) -> None:
+        """Client front ends that accept on ``listeners`` (``kvserver.api.grpc.frontends``)."""
+        self.frontends = FrontendPool(
+            count, self.settings, max_calls, listeners, http_protocol, fallback_protocol, tls
+        )
+        await self.frontends.start()
 
     def methods(self) -> dict[str, Method]:
         service, calls, forwarder = self.service, self.calls, self.forwarder
@@ -114,16 +123,11 @@ class GrpcServer:
     def collector(self) -> GrpcCollector:
         """The call counters for this member's Prometheus registry."""
         kinds = {path: method.kind for path, method in self.settings.methods.items()}
-        return GrpcCollector(self.settings, kinds, self.frontends)
+        return GrpcCollector(self.settings, kinds, lambda: self.frontends)
 
     def connection(self, identity: ClientIdentity) -> GrpcConnection:
         """The protocol of a client connection that opened with the HTTP/2 preface."""
         return GrpcConnection(self.settings, identity)
-
-    def hand_off(self, transport: asyncio.BaseTransport, first: bytes) -> bool:
-        """Passes a client connection that opened with the HTTP/2 preface to a front-end
-        process; False when it is to be served here (``connection``)."""
-        return self.frontends is not None and self.frontends.hand_off(transport, first)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         connections = list(self.settings.connections)

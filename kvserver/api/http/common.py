@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -110,6 +110,8 @@ class ApiLimits:
 SERVICE_KEY = web.AppKey("raftkv_service", KVService)
 METRICS_KEY = web.AppKey("raftkv_metrics", Metrics)
 LIMITS_KEY = web.AppKey("raftkv_limits", ApiLimits)
+# (ready, configured) client front ends, for /health; absent without front ends
+FRONTENDS_KEY: web.AppKey[Callable[[], tuple[int, int]]] = web.AppKey("raftkv_frontends")
 
 _MESSAGE_OVERHEAD_BYTES = 16  # tags, lengths and small integers of one request message
 

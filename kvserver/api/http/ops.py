@@ -5,7 +5,9 @@
   ``{"health":"false","reason":"..."}`` with ``RAFT NO LEADER`` (etcd 3.5's text) or
   ``RAFT APPLY BEHIND COMMIT``, or the node's own problem first (``RAFT LOOP FAILED: ...``,
   ``RAFT LOOP FAILING: ...``, ``RAFT LEADER NOT CONFIRMED``: ``Node.health_problem``). Load
-  balancers can use it as is.
+  balancers can use it as is. A member with client front ends adds ``"frontends":
+  "<ready>/<configured>"``; none ready does not make it unhealthy (the member then accepts
+  its clients itself), but an operator sees it.
 ``GET /version`` — ``{"etcdserver": "3.5.0", "etcdcluster": "3.5.0"}``: the etcd API version
   we speak (etcd clients pick ``/v3/`` from it).
 ``GET /v1/status`` — this node's view, as JSON for people and scripts::
@@ -33,7 +35,14 @@ from aiohttp import web
 from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.server.service import NodeStatus
 
-from .common import METRICS_KEY, REVISION_HEADER, SERVICE_KEY, dumps, json_response
+from .common import (
+    FRONTENDS_KEY,
+    METRICS_KEY,
+    REVISION_HEADER,
+    SERVICE_KEY,
+    dumps,
+    json_response,
+)
 
 ETCD_CLUSTER_VERSION = "3.5.0"
 _VERSION_BODY = dumps({"etcdserver": ETCD_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION}).encode()
@@ -49,8 +58,14 @@ async def health(request: web.Request) -> web.Response:
         status = request.app[SERVICE_KEY].status()
     except Exception as exc:  # a stopping or broken node is simply unhealthy
         return _unhealthy(f"STATUS UNAVAILABLE: {exc}")
+    frontends = request.app.get(FRONTENDS_KEY)
     if status.healthy:
-        return json_response(_HEALTHY_BODY)
+        if frontends is None:
+            return json_response(_HEALTHY_BODY)
+        ready, configured = frontends()
+        return json_response(
+            dumps({"health": "true", "frontends": f"{ready}/{configured}"}).encode()
+        )
     if status.problem:
         return _unhealthy(status.problem)
     if status.leader == 0:
