@@ -389,6 +389,8 @@ def client_limits(cfg: ServerConfig) -> Http2Limits:
         idle_timeout_s=cfg.client_idle_timeout_ms / 1000,
         default_call_timeout_s=cfg.client_default_call_timeout_ms / 1000,
         max_running_calls=cfg.client_max_running_calls,
+        max_connections=cfg.client_max_grpc_connections,
+        max_connections_per_address=cfg.client_max_connections_per_address,
     )
 
 

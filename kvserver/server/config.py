@@ -65,6 +65,8 @@ class ServerConfig:
     client_idle_timeout_ms: int = 300_000
     client_default_call_timeout_ms: int = 60_000
     client_max_running_calls: int = 32
+    client_max_grpc_connections: int = 10_000
+    client_max_connections_per_address: int = 1000
     frontend_max_calls: int = 4096
     wal_sync: str = "always"
     pre_vote: bool = True
@@ -284,6 +286,18 @@ _FLAGS = (
         "client_max_running_calls",
         "int",
         "calls of one connection that run at once (the others wait their turn)",
+    ),
+    (
+        "--client-max-grpc-connections",
+        "client_max_grpc_connections",
+        "int",
+        "gRPC connections one process (a front end, or the member) serves",
+    ),
+    (
+        "--client-max-connections-per-address",
+        "client_max_connections_per_address",
+        "int",
+        "gRPC connections one process serves from one client IP address",
     ),
     (
         "--frontend-max-calls",

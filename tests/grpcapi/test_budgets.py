@@ -379,3 +379,29 @@ async def test_calls_past_the_running_budget_wait_their_turn():
     assert h.started == 11
     client.conn.connection_lost(None)
     await settle()
+
+
+async def test_connections_per_address_and_per_process():
+    conf = server(Handlers(), max_connections_per_address=2, max_connections=3)
+
+    def connect(address: str) -> MemoryTransport:
+        transport = MemoryTransport()
+        conn = GrpcConnection(conf, ClientIdentity(address, None))
+        transport.protocol = conn
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        return transport
+
+    first, second = connect("10.0.0.1:1"), connect("10.0.0.1:2")
+    third = connect("10.0.0.1:3")
+    assert third.closed and goaway_code(bytes(third.unread)) == h2.ENHANCE_YOUR_CALM
+    assert conf.budgets["connections_per_address"] == 1
+    other = connect("10.0.0.2:1")
+    assert not other.closed  # another client is not affected
+    fourth = connect("10.0.0.3:1")
+    assert fourth.closed and conf.budgets["connections"] == 1  # three open in this process
+    first.close()
+    await settle()
+    assert not connect("10.0.0.1:4").closed  # a place is free again
+    for t in (second, other):
+        t.close()
+    await settle()

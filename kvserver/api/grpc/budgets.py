@@ -33,15 +33,17 @@ budget                     over it
                            reconnect when they next need to)
 ``deadline``               a unary call sent without a deadline gets ``default_call_timeout_s``
                            (DEADLINE_EXCEEDED after it)
+``connections``            GOAWAY ENHANCE_YOUR_CALM at once for a connection past
+                           ``max_connections`` in this process
+``connections_per_address`` the same past ``max_connections_per_address`` from one client IP
 ``running``                at most ``max_running_calls`` calls of one connection run at once;
                            the others wait their turn. An answer is made whole before it is
                            sent, so this, with the output budget, bounds what a burst of
                            calls whose answers nobody reads can make the server hold
 =========================  ==================================================================
 
-The connection caps (per listener and per client address) live where connections are
-accepted (``kvserver.api.grpc.mux``), and the calls a front end may have in flight at its
-member where the member reads the link (``kvserver.api.grpc.frontend_link``).
+The calls a front end may have in flight at its member are bounded where the member reads
+the link (``kvserver.api.grpc.frontend_link``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class Http2Limits:
     idle_timeout_s: float = 300.0
     default_call_timeout_s: float = 60.0
     max_running_calls: int = 32
+    max_connections: int = 10_000  # gRPC connections one process serves
+    max_connections_per_address: int = 1000  # ... from one client IP address
 
 
 BUDGETS = (

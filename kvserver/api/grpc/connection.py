@@ -62,7 +62,7 @@ import base64
 import logging
 import time
 import zlib
-from collections import deque
+from collections import Counter, deque
 
 import grpc
 
@@ -113,6 +113,7 @@ class ServerSettings:
         self.methods = methods
         self.limits = limits or Http2Limits()
         self.budgets = BudgetCounts()  # clients that met a budget, by budget
+        self.per_address: Counter[str] = Counter()  # open connections by client IP
         self.max_receive = max_receive
         self.keepalive_min_time = keepalive_min_time
         self.keepalive_interval = keepalive_interval
@@ -147,6 +148,7 @@ class GrpcConnection(asyncio.Protocol):
         self.drain_mark = 0  # output_bytes when the drain timer was armed
         self.last_active = time.monotonic()  # when a call last opened or ended
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.host = ""  # the client's IP address, once admitted
         self.streams: dict[int, Stream] = {}
         self.last_sid = 0  # the highest stream the client opened
         self.pending_headers: tuple[int, int, bytearray] | None = None  # sid, flags, block
@@ -171,8 +173,18 @@ class GrpcConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.settings.connections.add(self)
-        self.settings.accepted += 1
+        settings = self.settings
+        host = self.identity.address.rpartition(":")[0] or self.identity.address
+        if len(settings.connections) >= self.limits.max_connections:
+            self._refuse("connections", "too many connections")
+            return
+        if settings.per_address[host] >= self.limits.max_connections_per_address:
+            self._refuse("connections_per_address", "too many connections from this address")
+            return
+        self.host = host
+        settings.per_address[host] += 1
+        settings.connections.add(self)
+        settings.accepted += 1
         limits = self.limits
         self.out.append(
             h2.settings_frame(
@@ -227,8 +239,21 @@ class GrpcConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # close; the handlers are canceled in connection_lost
 
+    def _refuse(self, budget: str, message: str) -> None:
+        self.settings.budgets[budget] += 1
+        self.failed = self.closing = True
+        assert self.transport is not None
+        self.transport.write(
+            h2.settings_frame({}) + h2.goaway(0, h2.ENHANCE_YOUR_CALM, message.encode())
+        )
+        self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self.settings.connections.discard(self)
+        if self in self.settings.connections:
+            self.settings.connections.discard(self)
+            self.settings.per_address[self.host] -= 1
+            if not self.settings.per_address[self.host]:
+                del self.settings.per_address[self.host]
         for handle in (self.keepalive, self.ping_timeout, self.idle_timer, self.drain_timer):
             if handle is not None:
                 handle.cancel()
