@@ -25,6 +25,7 @@ from tests.support.h2frames import frames, goaway_code
 PUT = "/etcdserverpb.KV/Put"
 BIG = "/etcdserverpb.KV/Range"
 STREAMED = "/etcdserverpb.Maintenance/Snapshot"
+WAITING = "/etcdserverpb.Maintenance/Wait"
 
 
 class MemoryTransport:
@@ -102,6 +103,11 @@ class Handlers:
         self.started += 1
         return rpc_pb2.RangeResponse(kvs=[{"key": b"k", "value": b"v" * req.limit}])
 
+    async def waiting(self, req, ctx):  # a stream that stays open, as a watch does
+        self.started += 1
+        await asyncio.sleep(3600)
+        yield rpc_pb2.WatchResponse()
+
     async def streamed(self, req, ctx):
         self.started += 1
         for _ in range(1000):
@@ -114,6 +120,7 @@ def server(handlers: Handlers, **limits) -> ServerSettings:
             PUT: Method(handlers.put, rpc_pb2.PutRequest),
             BIG: Method(handlers.big, rpc_pb2.RangeRequest),
             STREAMED: Method(handlers.streamed, rpc_pb2.SnapshotRequest, UNARY_STREAM),
+            WAITING: Method(handlers.waiting, rpc_pb2.SnapshotRequest, UNARY_STREAM),
         },
         max_receive=4 * 1024 * 1024,
         keepalive_min_time=5.0,
@@ -377,6 +384,18 @@ async def test_calls_past_the_running_budget_wait_their_turn():
     client.send(h2.rst_stream(1, h2.CANCEL))  # one ends: the next one starts
     await settle()
     assert h.started == 11
+    client.conn.connection_lost(None)
+    await settle()
+
+
+async def test_streams_are_not_held_back_by_the_running_budget():
+    h = Handlers()
+    conf = server(h, max_running_calls=10)
+    client = Client(conf)
+    for _ in range(50):  # long-lived streams, as watches are: they never end by themselves
+        client.call(WAITING, rpc_pb2.SnapshotRequest().SerializeToString())
+    await settle()
+    assert h.started == 50 and conf.budgets["running"] == 0
     client.conn.connection_lost(None)
     await settle()
 

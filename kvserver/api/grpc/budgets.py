@@ -36,8 +36,9 @@ budget                     over it
 ``connections``            GOAWAY ENHANCE_YOUR_CALM at once for a connection past
                            ``max_connections`` in this process
 ``connections_per_address`` the same past ``max_connections_per_address`` from one client IP
-``running``                at most ``max_running_calls`` calls of one connection run at once;
-                           the others wait their turn. An answer is made whole before it is
+``running``                at most ``max_running_calls`` unary calls of one connection run at
+                           once; the others wait their turn (streams are bounded by
+                           ``streams`` and wait in their writes for the output budget). An answer is made whole before it is
                            sent, so this, with the output budget, bounds what a burst of
                            calls whose answers nobody reads can make the server hold
 =========================  ==================================================================

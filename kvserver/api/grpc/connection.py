@@ -139,6 +139,7 @@ class GrpcConnection(asyncio.Protocol):
         )
         self.resets = ResetBucket(limits.max_resets_per_s)
         self.handlers = 0  # handler tasks still running, a reset stream's included
+        self.unary_running = 0  # ... of them, unary calls (the running budget counts these)
         self.deferred: deque[Stream] = deque()  # calls waiting for the output budget
         self.output_bytes = 0  # answer bytes queued in streams, not yet written
         self.input_bytes = 0  # request bytes received that no call has taken yet
@@ -641,11 +642,17 @@ class GrpcConnection(asyncio.Protocol):
             self.deferred.append(stream)
             self._arm_drain_timer()
             return
-        if self.handlers >= self.limits.max_running_calls:
+        unary = stream.method.kind == UNARY_UNARY
+        if unary and self.unary_running >= self.limits.max_running_calls:
             self.settings.budgets["running"] += 1
             self.deferred.append(stream)
             return
+        self._run(stream)
+
+    def _run(self, stream: Stream) -> None:
         self.handlers += 1
+        if stream.method.kind == UNARY_UNARY:
+            self.unary_running += 1
         stream.task = self.loop.create_task(self._serve(stream))
 
     # --- running a call ------------------------------------------------------------------------
@@ -678,6 +685,8 @@ class GrpcConnection(asyncio.Protocol):
             self.finish(stream, *error_status(method, exc))
         finally:
             self.handlers -= 1
+            if method.kind == UNARY_UNARY:
+                self.unary_running -= 1
             if stream.deadline is not None:
                 stream.deadline.cancel()
             if self.deferred:
@@ -878,15 +887,18 @@ class GrpcConnection(asyncio.Protocol):
         if self.drain_timer is not None:
             self.drain_timer.cancel()
             self.drain_timer = None
-        while (
-            self.deferred
-            and not self._over_output()
-            and self.handlers < self.limits.max_running_calls
-        ):
-            stream = self.deferred.popleft()
-            if not stream.closed:
-                self.handlers += 1
-                stream.task = self.loop.create_task(self._serve(stream))
+        while self.deferred and not self._over_output():
+            stream = self.deferred[0]
+            if stream.closed:
+                self.deferred.popleft()
+                continue
+            if (
+                stream.method.kind == UNARY_UNARY
+                and self.unary_running >= self.limits.max_running_calls
+            ):
+                break  # its turn comes when a unary call ends
+            self.deferred.popleft()
+            self._run(stream)
         for stream in list(self.streams.values()):
             if stream.drained is not None:
                 stream.drained.set()
