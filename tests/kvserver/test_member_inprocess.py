@@ -14,6 +14,7 @@ import pytest
 from kvserver.assembly.member import Member
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from tests.support.inprocess import configs, start_all, stop_all, wait_leader
+from tests.support.wait import async_wait_for
 
 
 def kv(member: Member):
@@ -93,7 +94,10 @@ async def test_member_that_missed_compacted_entries_catches_up_by_snapshot(tmp_p
         up = [m for i, m in enumerate(members) if i != down]
         for i in range(100):
             await kv(up[i % 2]).put(PutRequest(b"c%03d" % i, b"x"))
-        assert leader.storage.raft_storage.first_index() > 10, "leader did not compact"
+        # the log is cut once a snapshot is made, in the background: wait for it
+        await async_wait_for(
+            lambda: leader.storage.raft_storage.first_index() > 10, 30.0, "the leader's log cut"
+        )
         members[down] = Member(cfgs[down])
         await members[down].start()
         node = members[down].node

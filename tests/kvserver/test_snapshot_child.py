@@ -93,6 +93,10 @@ async def test_each_fork_is_timed_in_the_metrics(tmp_path):
         await wait_leader(members)
         for i in range(150):
             await members[i % 3].node.sm.put(PutRequest(b"f%03d" % i, b"v"))
+        # snapshots are made in the background: wait for one
+        await async_wait_for(
+            lambda: any(m.node.snapshot_index > 0 for m in members), 30.0, "a snapshot"
+        )
         member = next(m for m in members if m.node.snapshot_index > 0)
         buckets, total = member.node.snapshot_fork_seconds.snapshot()
         forks = buckets[-1][1]
