@@ -9,8 +9,10 @@ prints puts/s at ``--clients`` clients and the CPU per put of the member and of 
 generator, so the table shows both whether throughput grows with cores and where a member's
 ceiling is (raftkv serves and runs raft on one event loop; its fsyncs run in a thread).
 
-``--grpc-frontends N`` starts each raftkv member with N gRPC front-end processes
-(``raftkv serve --grpc-frontends``); the CPU per put then counts them with the member, and
+``--client-frontends N|auto`` starts each raftkv member with N client front-end processes
+(``raftkv serve --client-frontends``; the default, ``auto``, is what ``raftkv serve`` does:
+one per core of the set beyond the first, at least one); the CPU per put then counts them
+with the member, and
 ``member loop`` is the member's own process alone, the part that cannot spread over cores.
 
 Options: ``--systems raftkv,etcd``, ``--duration`` s per cell, ``--json PATH``.
@@ -38,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--grpc-frontends", type=int, default=0, help="per raftkv member")
+    ap.add_argument("--client-frontends", default="auto", help="per raftkv member: N or auto")
     ap.add_argument(
         "--protocol",
         choices=("grpc", "grpc-lean"),
@@ -58,8 +60,8 @@ def measure(system_name: str, cpus: set[int], args: argparse.Namespace, root: st
     os.sched_setaffinity(0, cpus)  # the member and the load processes inherit it
     try:
         path = os.path.join(root, f"{system_name}-{len(cpus)}")
-        if system_name == "raftkv" and args.grpc_frontends:
-            frontends = ["--grpc-frontends", str(args.grpc_frontends)]
+        if system_name == "raftkv":
+            frontends = ["--client-frontends", str(args.client_frontends)]
             store = RaftkvSystem(path, extra_args=frontends, size=args.members)
         else:
             store = SYSTEMS[system_name](path, size=args.members)

@@ -182,7 +182,7 @@ def test_every_nemesis_keeps_every_safety_property(tmp_path):
 
 def test_grpc_through_front_ends_keeps_the_register_linearizable(tmp_path):
     """The register workload over gRPC with every member handing its gRPC connections to a
-    front-end process (``--grpc-frontends 1``), while members are killed, paused, restarted
+    front-end process (``--client-frontends 1``), while members are killed, paused, restarted
     and partitioned, their front ends with them."""
     _need_netns()
     cfg = ChaosConfig(
@@ -193,7 +193,7 @@ def test_grpc_through_front_ends_keeps_the_register_linearizable(tmp_path):
         hold_s=3.0,
         gap_s=1.0,
         register_over_grpc=True,
-        extra_args=["--grpc-frontends", "1"],
+        extra_args=["--client-frontends", "1"],
     )
     report = run(cfg)
     logs = [tmp_path / "chaos" / "data" / f"node{i}.log" for i in (1, 2, 3)]
