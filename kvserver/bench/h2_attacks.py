@@ -16,7 +16,12 @@ raftkv does with them, ``benchmarks/abuse.py`` prints both side by side.
 - ``continuation_flood``: one header block that never ends (CVE-2024-27316);
 - ``ping_flood``: PINGs as fast as the socket takes them;
 - ``open_streams``: 10,000 streams opened and left open;
-- ``preface_only``: 200 connections that send the preface and nothing else.
+- ``preface_only``: 200 connections that send the preface and nothing else;
+- ``oversized_grpc`` and ``oversized_http``: requests of 3 MB, past the request limit, in
+  both dialects;
+- ``slowloris``: 200 HTTP/1.1 requests whose headers come a line a second and never end;
+- ``watch_flood``: one Watch stream asking for 10,000 watchers;
+- ``watch_never_read``: a Watch on a busy prefix with a zero window.
 
 The result says what the server answered: the GOAWAY's error code if one came, whether the
 server closed the connection, how much was sent, and how long it took.
@@ -31,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hpack import Encoder
+from hpack import Decoder, Encoder
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -45,6 +50,7 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION =
     0x9,
 )
 END_STREAM, END_HEADERS = 0x1, 0x4
+GRPC_STATUS_NAMES = {"1": "CANCELLED", "4": "DEADLINE_EXCEEDED", "8": "RESOURCE_EXHAUSTED"}
 ERROR_NAMES = {
     0x0: "NO_ERROR",
     0x1: "PROTOCOL_ERROR",
@@ -63,6 +69,8 @@ class AttackResult:
     name: str
     goaway: int | None = None  # the error code of the server's GOAWAY, if one came
     resets: dict[int, int] = field(default_factory=dict)  # RST_STREAM codes the server sent
+    statuses: dict[str, int] = field(default_factory=dict)  # gRPC statuses (grpc-status)
+    http_status: str = ""  # an HTTP/1.1 attack: the status line the server answered
     closed: bool = False  # the server closed the connection
     sent_bytes: int = 0
     units: int = 0  # streams, frames or connections the attack sent
@@ -75,6 +83,11 @@ class AttackResult:
             parts.append("GOAWAY " + ERROR_NAMES.get(self.goaway, hex(self.goaway)))
         for code, n in sorted(self.resets.items()):
             parts.append(f"{n} RST_STREAM {ERROR_NAMES.get(code, hex(code))}")
+        for status, n in sorted(self.statuses.items()):
+            if status != "0":
+                parts.append(f"{n} {GRPC_STATUS_NAMES.get(status, status)}")
+        if self.http_status:
+            parts.append(self.http_status)
         if self.closed and self.goaway is None:
             parts.append("closed")
         return ", ".join(parts) or "nothing"
@@ -117,6 +130,9 @@ class Reader(threading.Thread):
         self.sock = sock
         self.result = result
         self.buffer = bytearray()
+        self.decoder = Decoder()
+        self.decoder.max_header_list_size = 1 << 24
+        self.block = bytearray()  # a header block waiting for its CONTINUATIONs
 
     def run(self) -> None:
         try:
@@ -138,13 +154,34 @@ class Reader(threading.Thread):
             if len(buffer) - pos - 9 < length:
                 break
             payload = bytes(buffer[pos + 9 : pos + 9 + length])
-            if kind == GOAWAY and len(payload) >= 8:
+            if kind in (HEADERS, CONTINUATION):
+                self._header_block(kind, _flags, payload)
+            elif kind == GOAWAY and len(payload) >= 8:
                 self.result.goaway = struct.unpack(">I", payload[4:8])[0]
             elif kind == RST_STREAM and len(payload) == 4:
                 code = struct.unpack(">I", payload)[0]
                 self.result.resets[code] = self.result.resets.get(code, 0) + 1
             pos += 9 + length
         del buffer[:pos]
+
+    def _header_block(self, kind: int, flags: int, payload: bytes) -> None:
+        if kind == HEADERS:
+            start, end = 0, len(payload)
+            if flags & 0x8:  # PADDED
+                start, end = 1, len(payload) - payload[0]
+            if flags & 0x20:  # PRIORITY
+                start += 5
+            self.block = bytearray(payload[start:end])
+        else:
+            self.block += payload
+        if not flags & END_HEADERS:
+            return
+        for name, value in self.decoder.decode(bytes(self.block)):
+            if name == "grpc-status":
+                status = str(value)
+                statuses = self.result.statuses
+                statuses[status] = statuses.get(status, 0) + 1
+        self.block = bytearray()
 
 
 class Attacker:
@@ -415,6 +452,143 @@ def preface_only(host: str, port: int, seconds: float, connections: int = 200) -
     return _timed("200 preface-only connections", body)
 
 
+def _send_message(a: Attacker, sid: int, message: bytes, *, end: bool) -> bool:
+    """A gRPC message on stream ``sid`` in frames of the default maximum size."""
+    data = grpc_message(message)
+    frames = bytearray()
+    for i in range(0, len(data), 16_384):
+        last = i + 16_384 >= len(data)
+        frames += frame(DATA, END_STREAM if (end and last) else 0, sid, data[i : i + 16_384])
+    return a.send(bytes(frames))
+
+
+def oversized_grpc(host: str, port: int, seconds: float, calls: int = 20) -> AttackResult:
+    """Puts of 3 MB, past the request limit: the server answers before the body is in."""
+    a = Attacker(host, port, "oversized gRPC requests")
+    a.start()
+    started = time.monotonic()
+    announced = b"\x00" + struct.pack(">I", 3_000_000)  # the message prefix of a 3 MB put
+    for _ in range(calls):
+        sid = a.next_sid
+        a.next_sid += 2
+        head = frame(HEADERS, END_HEADERS, sid, a.call_headers(PUT))
+        body = frame(DATA, 0, sid, announced + b"x" * 16_000) + frame(DATA, END_STREAM, sid)
+        if not a.send(head + body):
+            break
+        a.result.units += 1
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and sum(a.result.statuses.values()) < a.result.units:
+        time.sleep(0.05)
+    a.result.seconds = time.monotonic() - started
+    return a.close()
+
+
+def oversized_http(host: str, port: int, seconds: float, calls: int = 5) -> AttackResult:
+    """HTTP/1.1 puts with a 3 MB body, past the request limit."""
+
+    def body(result: AttackResult) -> None:
+        head = (
+            b"POST /v3/kv/put HTTP/1.1\r\nHost: raftkv\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 3000000\r\n\r\n"
+        )
+        for _ in range(calls):
+            with socket.create_connection((host, port), timeout=max(1.0, seconds)) as sock:
+                try:
+                    sock.sendall(head)
+                    for _ in range(3_000_000 // 65_536):
+                        sock.sendall(b"x" * 65_536)
+                        result.sent_bytes += 65_536
+                except OSError:
+                    pass  # the server answered and stopped reading
+                try:
+                    line = sock.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace")
+                except OSError:
+                    line = ""
+                result.http_status = line.replace("HTTP/1.1 ", "HTTP ") or "closed"
+                result.units += 1
+
+    return _timed("oversized HTTP/1.1 requests", body)
+
+
+def slowloris(host: str, port: int, seconds: float, connections: int = 200) -> AttackResult:
+    """HTTP/1.1 requests whose headers come one line a second, never ending."""
+
+    def body(result: AttackResult) -> None:
+        socks = []
+        for _ in range(connections):
+            try:
+                sock = socket.create_connection((host, port), timeout=5)
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: raftkv\r\n")
+            except OSError:
+                break
+            socks.append(sock)
+            result.units += 1
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            time.sleep(1.0)
+            for sock in list(socks):
+                try:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                    result.sent_bytes += 11
+                except OSError:
+                    socks.remove(sock)
+                    result.closed = True  # the server gave up on it
+        for sock in socks:
+            sock.close()
+
+    return _timed("slowloris", body)
+
+
+def _watch_create(key: bytes, range_end: bytes = b"") -> bytes:
+    """An etcdserverpb.WatchRequest with a create_request (field 1) for [key, range_end)."""
+    create = b"\x0a" + _varint(len(key)) + key
+    if range_end:
+        create += b"\x12" + _varint(len(range_end)) + range_end
+    return b"\x0a" + _varint(len(create)) + create
+
+
+WATCH = "/etcdserverpb.Watch/Watch"
+
+
+def watch_flood(host: str, port: int, seconds: float, watchers: int = 10_000) -> AttackResult:
+    """One Watch stream that asks for 10,000 watchers."""
+    a = Attacker(host, port, "10,000 watchers")
+    a.start()
+    started = time.monotonic()
+    sid = a.open_call(WATCH, None)
+    batch = bytearray()
+    for i in range(watchers):
+        batch += grpc_message(_watch_create(b"abuse/watched/%05d" % i))
+        a.result.units += 1
+        if len(batch) > 16_000 or i == watchers - 1:
+            if not a.send(frame(DATA, 0, sid, bytes(batch))):
+                break
+            batch.clear()
+    a.wait_answer(max(0.0, seconds - (time.monotonic() - started)))
+    a.result.seconds = time.monotonic() - started
+    return a.close()
+
+
+def watch_never_read(host: str, port: int, seconds: float) -> AttackResult:
+    """A Watch on every abuse/ key with a zero window, while 100 KB puts land there: its
+    events can never be sent."""
+    a = Attacker(host, port, "a watch never read")
+    a.start(struct.pack(">HI", 0x4, 0))
+    sid = a.open_call(WATCH, None)
+    _send_message(a, sid, _watch_create(b"abuse/", b"abuse0"), end=False)
+    writer = Attacker(host, port, "writer")
+    writer.start()
+    started = time.monotonic()
+    value = b"w" * 100_000
+    while time.monotonic() - started < seconds:
+        writer.open_call(PUT, put_request(b"abuse/written/%d" % (a.result.units % 64), value))
+        a.result.units += 1
+        time.sleep(0.01)
+    writer.close()
+    a.result.seconds = time.monotonic() - started
+    return a.close()
+
+
 def _merge(result: AttackResult, attackers: list[Attacker]) -> None:
     for a in attackers:
         result.sent_bytes += a.result.sent_bytes
@@ -437,4 +611,9 @@ ATTACKS: dict[str, Callable[[str, int, float], AttackResult]] = {
     "ping_flood": ping_flood,
     "open_streams": open_streams,
     "preface_only": preface_only,
+    "oversized_grpc": oversized_grpc,
+    "oversized_http": oversized_http,
+    "slowloris": slowloris,
+    "watch_flood": watch_flood,
+    "watch_never_read": watch_never_read,
 }

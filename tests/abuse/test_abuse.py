@@ -42,6 +42,9 @@ EXPECTED = {  # the attacker's answer, as AttackResult.answer() spells it (a pre
     "continuation_flood": "GOAWAY ENHANCE_YOUR_CALM",
     "ping_flood": "GOAWAY ENHANCE_YOUR_CALM",
     "open_streams": "RST_STREAM REFUSED_STREAM",
+    "oversized_grpc": "RESOURCE_EXHAUSTED",
+    "oversized_http": "HTTP 413",
+    "watch_flood": "RESOURCE_EXHAUSTED",
 }
 # (a SETTINGS flood's answers fit in the kernel's socket buffers: nothing is held here, so
 # no budget is met; tests/grpcapi/test_budgets.py meets the control-frame budget itself)
