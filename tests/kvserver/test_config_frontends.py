@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from kvserver.api.grpc.budgets import Http2Limits
+from kvserver.assembly.member import client_limits
 from kvserver.membership.identity import ClusterConfigError
 from kvserver.server.config import (
     MAX_GRPC_FRONTENDS,
@@ -59,3 +61,8 @@ def test_bad_frontend_counts_are_refused():
 def test_budget_flags_reach_the_config():
     c = cfg("--max-concurrent-streams", "10", "--client-max-resets-per-second", "5")
     assert (c.max_concurrent_streams, c.client_max_resets_per_second) == (10, 5)
+
+
+def test_the_budgets_defaults_are_the_flags_defaults():
+    """The flags' defaults (the config) and the protocol's (Http2Limits) are one set."""
+    assert client_limits(ServerConfig()) == Http2Limits()
