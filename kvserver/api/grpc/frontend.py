@@ -40,13 +40,13 @@ from typing import Any
 
 import grpc
 
-from kvserver.tls import TLSInfo, peer_common_name, server_context
+from kvserver.tls import TLSInfo, server_context
 
 from . import frontend_wire as wire
 from .budgets import Http2Limits
 from .connection import GrpcConnection, ServerSettings
-from .handoff import RelayedClient, hand_off_plain, start_relay
-from .mux import advertise_alpn, client_port_factory, peer_address
+from .handoff import RelayedClient, hand_off_plain
+from .mux import advertise_alpn, client_port_factory
 from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
 from .stream import STREAM_HIGH_WATER
 
@@ -263,20 +263,7 @@ class FrontDoor:
         return hand_off_plain(self.handoff, transport, first)
 
     def relayed_http(self) -> asyncio.Protocol:
-        return _RelayStarter(self.handoff)
-
-
-class _RelayStarter(RelayedClient):
-    def __init__(self, handoff: socket.socket):
-        super().__init__(self._start, b"")
-        self.handoff = handoff
-
-    def _start(self, client: RelayedClient) -> bool:
-        transport = client.transport
-        assert transport is not None
-        return start_relay(
-            self.handoff, client, peer_address(transport), peer_common_name(transport)
-        )
+        return RelayedClient(self.handoff)
 
 
 async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -> None:

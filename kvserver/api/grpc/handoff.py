@@ -27,6 +27,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from kvserver.tls import peer_common_name
+
+from .mux import peer_address
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024  # first bytes and the relay line, in one hand-off message
@@ -240,19 +244,19 @@ class RelayedClient(asyncio.Protocol):
     """A TLS client whose HTTP/1.1 the front end relays to its member: what it sends goes to
     the member as it is decrypted, what the member answers goes back, each side pausing the
     other past ``RELAY_HIGH_WATER`` bytes unwritten; either side closing closes the other.
+    The member's end goes across ``channel`` (``start_relay``) as the client connects."""
 
-    ``start(self)`` hands the member its end (``start_relay``) and says whether it could."""
-
-    def __init__(self, start: Callable[[RelayedClient], bool], first: bytes):
-        self.start = start
-        self.pending = bytearray(first)  # what arrived before the member's end was ready
+    def __init__(self, channel: socket.socket):
+        self.channel = channel
+        self.pending = bytearray()  # what arrived before the member's end was ready
         self.relay = Relay(self)
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(RELAY_HIGH_WATER)  # type: ignore[attr-defined]
-        if not self.start(self):
+        address, name = peer_address(transport), peer_common_name(transport)
+        if not start_relay(self.channel, self, address, name):
             transport.close()
 
     def member_ready(self) -> None:
