@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvserver.api.http import gateway_json
-from kvserver.api.http.common import request_size_bytes
+from kvserver.api.shared.request_size import request_size_bytes
 from kvserver.kvpb.kv import (
     Compare,
     CompareResult,

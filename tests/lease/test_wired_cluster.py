@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from kvserver.api.http.forward import leader_client_url
+from kvserver.api.shared.leader import leader_client_url
 from kvserver.kvpb.errors import LeaseNotFoundError
 from kvserver.kvpb.kv import PutRequest, RangeRequest, prefix_range_end
 from kvserver.kvpb.lease import LeaseGrantRequest

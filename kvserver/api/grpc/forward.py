@@ -36,7 +36,7 @@ from typing import Any
 
 import grpc
 
-from kvserver.api.http.forward import FORWARD_TIMEOUT_S, MSG_NOT_LEADER, leader_client_url
+from kvserver.api.shared.leader import FORWARD_TIMEOUT_S, MSG_NOT_LEADER, leader_client_url
 from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 

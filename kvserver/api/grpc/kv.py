@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kvserver.api.http.common import request_size_bytes
+from kvserver.api.shared.request_size import request_size_bytes
 from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb import kv as K
 from kvserver.kvpb.service_errors import request_too_large

@@ -34,7 +34,7 @@ from typing import Any
 
 import grpc
 
-from kvserver.api.http.forward import FORWARD_TIMEOUT_S
+from kvserver.api.shared.leader import FORWARD_TIMEOUT_S
 from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb import kv as K
 from kvserver.kvpb import lease as L

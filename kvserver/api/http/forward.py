@@ -13,11 +13,11 @@ unknown or unreachable, the original ``not leader`` error is raised.
 from __future__ import annotations
 
 import ssl
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from kvserver.api.shared.leader import FORWARD_TIMEOUT_S, MSG_NOT_LEADER, leader_client_url
 from kvserver.kvpb.service_errors import ServiceError
 
 from .common import JSON_CONTENT_TYPE, SERVICE_KEY
@@ -25,17 +25,6 @@ from .common import JSON_CONTENT_TYPE, SERVICE_KEY
 FORWARDED_HEADER = "X-Raftkv-Forwarded"
 # The member's client TLS dial context (kvserver.tls), for a leader with an https client URL.
 FORWARD_SSL_KEY: web.AppKey[ssl.SSLContext | None] = web.AppKey("forward_ssl")
-FORWARD_TIMEOUT_S = 15.0
-MSG_NOT_LEADER = "etcdserver: not leader"
-
-
-def leader_client_url(service: Any) -> str | None:
-    """The leader's first client URL, if the leader is another member that published one."""
-    status = service.status()
-    for m in getattr(status, "members", ()):
-        if m.id == status.leader and m.id != status.member_id and m.client_urls:
-            return m.client_urls[0]
-    return None
 
 
 def _forward_headers(request: web.Request) -> dict[str, str]:

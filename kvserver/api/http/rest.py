@@ -41,6 +41,7 @@ from urllib.parse import unquote_to_bytes
 from aiohttp import web
 from multidict import MultiMapping
 
+from kvserver.api.shared.request_size import request_size_bytes
 from kvserver.kvpb.kv import (
     DeleteRangeRequest,
     KeyValue,
@@ -60,7 +61,6 @@ from .common import (
     json_response,
     read_body,
     request_ids,
-    request_size_bytes,
 )
 from .gateway_json import b64
 
