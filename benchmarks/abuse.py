@@ -12,6 +12,8 @@ client URL, while an honest gRPC client puts and ranges every 0.5 s with a 3 s d
 - RSS growth: the leader's resident memory at the end of the attack minus before (raftkv:
   the member and its front ends), and what is still held 3 s after the attack;
 - whether the leader changed (an election: the leader or the term moved);
+- how often raftkv's event loop ran more than 64 ms late meanwhile (its
+  ``raftkv_loop_stall_seconds``; etcd has no such figure);
 - the honest calls that failed or ran past their deadline, and the slowest;
 - what the attacker got back.
 
@@ -25,9 +27,11 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import tempfile
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +47,26 @@ SETTLE_S = 3.0
 def leader_state(url: str) -> tuple[str, str]:
     st = post_json(url, "/v3/maintenance/status", {})
     return str(st.get("leader", "")), str(st.get("header", {}).get("raft_term", ""))
+
+
+STALL_OVER_S = "0.064"  # a loop late by more than this: raft's ticks are 100 ms apart
+
+
+def late_turns(url: str) -> int | None:
+    """How often the member's loop ran more than 64 ms late so far (raftkv's
+    ``raftkv_loop_stall_seconds``; None for a server without it)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    total = re.search(r"^raftkv_loop_stall_seconds_count (\S+)$", text, re.M)
+    within = re.search(
+        rf'^raftkv_loop_stall_seconds_bucket\{{le="{STALL_OVER_S}"\}} (\S+)$', text, re.M
+    )
+    if total is None or within is None:
+        return None
+    return int(float(total.group(1)) - float(within.group(1)))
 
 
 def leader_pid(system: System, url: str) -> int:
@@ -64,6 +88,7 @@ def run_attack(system: System, name: str, seconds: float) -> dict:
     pid = leader_pid(system, leader)
     before = leader_state(leader)
     rss_before = process_rss(pid)
+    late_before = late_turns(leader)
     host, port = urlsplit(leader).hostname or "127.0.0.1", urlsplit(leader).port or 2379
     honest = HonestClient(f"{host}:{port}")
     honest.start()
@@ -74,6 +99,7 @@ def run_attack(system: System, name: str, seconds: float) -> dict:
     report = honest.stop()
     time.sleep(SETTLE_S)
     rss_after = process_rss(pid)
+    late_after = late_turns(leader)
     try:
         after = leader_state(find_leader(system.urls))
     except Exception as exc:  # noqa: BLE001 - a cluster the attack broke is a result too
@@ -86,6 +112,9 @@ def run_attack(system: System, name: str, seconds: float) -> dict:
         "honest_failed": len(report.failures),
         "honest_slowest_ms": report.slowest_s * 1000,
         "answer": result.answer(),
+        "late_turns": None
+        if late_before is None or late_after is None
+        else late_after - late_before,
     }
 
 
@@ -112,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     systems = list(results)
     header = ["attack"] + [
-        f"{s}: {col}" for s in systems for col in ("RSS +MB (held)", "leader", "honest", "answer")
+        f"{s}: {col}"
+        for s in systems
+        for col in ("RSS +MB (held)", "leader", "loop >64 ms", "honest", "answer")
     ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -123,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             row += [
                 f"{r['growth_mb']:+.0f} ({r['held_mb']:+.0f})",
                 "changed" if r["leader_changed"] else "kept",
+                "-" if r["late_turns"] is None else str(r["late_turns"]),
                 f"{r['honest_calls'] - r['honest_failed']}/{r['honest_calls']} ok, "
                 f"max {r['honest_slowest_ms']:.0f} ms",
                 r["answer"],
