@@ -52,7 +52,7 @@ lint: $(DEV_STAMP)
 # Static types, with the config in pyproject.toml ([tool.mypy]: the core packages and the wire
 # contract strict, the rest in mypy's default mode). Tests are not checked.
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy raft raftpb wal snap kvserver
+	$(BIN)/mypy raft raftpb wal snap bolt kvserver
 
 # etcd's gRPC API: regenerate kvserver/etcdpb's *_pb2.py, *_pb2.pyi and *_pb2_grpc.py from its
 # .proto files with the pinned grpcio-tools, after editing a .proto; commit the result.

@@ -1,7 +1,7 @@
 """Imports only point downward, between the top-level packages and between kvserver's layers.
 
-- ``raft/`` and ``raftpb/`` use nothing of ours; ``wal/`` and ``snap/`` use only ``raftpb/``;
-  ``kvserver/`` may use all four.
+- ``raft/``, ``raftpb/`` and ``bolt/`` use nothing of ours; ``wal/`` and ``snap/`` use only
+  ``raftpb/``; ``kvserver/`` may use all five.
 - Inside ``kvserver/`` every subpackage has a layer (``KVSERVER_LAYERS``, lowest first) and
   imports only from lower layers (or itself). The wire contract (``kvpb``) and ``tls`` are at
   the bottom; the client library sits right above them and may use nothing else, so a Spark
@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"raft", "raftpb", "wal", "snap", "kvserver", "tests"}
+OURS = {"raft", "raftpb", "wal", "snap", "bolt", "kvserver", "tests"}
 ALLOWED = {
     "raft": set(),
     "raftpb": set(),
     "wal": {"raftpb"},
     "snap": {"raftpb"},
-    "kvserver": {"raft", "raftpb", "wal", "snap"},
+    "bolt": set(),  # bolt's file format: pure
+    "kvserver": {"raft", "raftpb", "wal", "snap", "bolt"},
 }
 
 # kvserver's layers, lowest first; a layer may import the layers before it.
@@ -36,7 +37,7 @@ KVSERVER_LAYERS: list[set[str]] = [
     {"watch", "lease"},  # subsystems over the store
     {"membership"},  # identity, the member registry, the member service
     {"server"},  # raft driver, its storage, the replicated KV service, config, metrics
-    {"archive"},  # backups, the continuous archive, point-in-time restore
+    {"archive", "etcdsnap"},  # backups, the archive, PITR; etcd's snapshot files
     {"api"},  # the client-facing dialects over the service
     {"assembly"},  # builds and runs one member
     {"localcluster"},  # cluster up: members as processes
