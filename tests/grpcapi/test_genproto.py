@@ -25,7 +25,7 @@ pytest.importorskip("grpc_tools")
 
 from google.protobuf import json_format  # noqa: E402
 
-from kvserver.etcdpb import auth_pb2, kv_pb2, rpc_pb2, rpc_pb2_grpc  # noqa: E402
+from kvserver.etcdpb import auth_pb2, kv_pb2, lease_pb2, rpc_pb2, rpc_pb2_grpc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "kvserver/etcdpb"
@@ -112,7 +112,12 @@ def test_committed_code_is_what_genproto_generates(tmp_path):
     installed = importlib.metadata.version("grpcio-tools")
     assert installed == pin, f"grpcio-tools {installed} installed, pyproject pins {pin}"
     protos = sorted(str(p.relative_to(ROOT)) for p in (ROOT / PACKAGE).glob("*.proto"))
-    assert protos == [f"{PACKAGE}/auth.proto", f"{PACKAGE}/kv.proto", f"{PACKAGE}/rpc.proto"]
+    assert protos == [
+        f"{PACKAGE}/auth.proto",
+        f"{PACKAGE}/kv.proto",
+        f"{PACKAGE}/lease.proto",
+        f"{PACKAGE}/rpc.proto",
+    ]
     # The Makefile's command, with the three outputs sent to tmp_path instead of the root.
     out = f"{tmp_path}"
     cmd = [sys.executable, "-m", "grpc_tools.protoc", "-I", "."]
@@ -127,13 +132,15 @@ def test_committed_code_is_what_genproto_generates(tmp_path):
 
 
 def test_services_are_etcds():
-    files = {f.name: f for f in (kv_pb2.DESCRIPTOR, auth_pb2.DESCRIPTOR, rpc_pb2.DESCRIPTOR)}
+    descriptors = (kv_pb2.DESCRIPTOR, auth_pb2.DESCRIPTOR, lease_pb2.DESCRIPTOR, rpc_pb2.DESCRIPTOR)
+    files = {f.name: f for f in descriptors}
     assert {name: f.package for name, f in files.items()} == {
         f"{PACKAGE}/kv.proto": "mvccpb",
         f"{PACKAGE}/auth.proto": "authpb",
+        f"{PACKAGE}/lease.proto": "leasepb",
         f"{PACKAGE}/rpc.proto": "etcdserverpb",
     }
-    assert not kv_pb2.DESCRIPTOR.services_by_name and not auth_pb2.DESCRIPTOR.services_by_name
+    assert not any(f.services_by_name for f in descriptors[:3])
     services = rpc_pb2.DESCRIPTOR.services_by_name
     assert sorted(services) == sorted(ETCD_RPCS)
     for service, rpcs in ETCD_RPCS.items():
