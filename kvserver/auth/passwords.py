@@ -6,6 +6,11 @@ on the member that received the request, before it proposes: the raft log and sn
 the hash, never the password. ``verify`` compares in constant time and, for a missing user
 (``stored is None``), still spends one hash, so timing does not tell which names exist.
 Passwords are never logged.
+
+Hashes imported from etcd (``raftkv snapshot restore`` of an etcd snapshot: etcd keeps
+bcrypt hashes, ``$2a$<cost>$...``) are verified as they are, with ``bcrypt``, so users keep
+their passwords across the move; a password set or changed here is hashed with scrypt. An
+empty hash (etcd's user added with ``--no-password``) never matches.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import hashlib
 import hmac
 import secrets
 
+import bcrypt
+
 DEFAULT_N = 1 << 14  # 16 MiB of memory and ~50 ms per hash on a laptop core
 DEFAULT_R = 8
 DEFAULT_P = 1
@@ -22,6 +29,7 @@ SALT_BYTES = 16
 DIGEST_BYTES = 32
 _MAX_N = 1 << 20
 _DUMMY_SALT = b"raftkv-no-such-user"
+_BCRYPT_PREFIXES = (b"$2a$", b"$2b$", b"$2y$")
 
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
@@ -82,6 +90,11 @@ def verify(password: str, stored: bytes | None, *, n: int = DEFAULT_N) -> bool:
     if stored is None:
         _scrypt(password, _DUMMY_SALT, n, DEFAULT_R, DEFAULT_P)
         return False
+    if stored.startswith(_BCRYPT_PREFIXES):
+        try:
+            return bcrypt.checkpw(password.encode("utf-8"), stored)
+        except ValueError:  # a malformed bcrypt hash
+            return False
     try:
         sn, r, p, salt, digest = _parse(stored)
     except ValueError:
