@@ -54,7 +54,7 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter, le, lt
@@ -149,6 +149,24 @@ def serialize(
     out = _StreamWriter(view, chunk_size_bytes)
     yield from out.batches("base", _base_records(view))
     yield from out.batches("log", _log_records(view, view.log_start))
+    yield from out.tail(base=0, log=0)
+
+
+def serialize_records(
+    revision: int,
+    compact_revision: int,
+    base: Iterable[KeyValue],
+    log: Iterable[KeyValue],
+    chunk_size_bytes: int = DEFAULT_CHUNK_SIZE_BYTES,
+) -> Iterator[bytes]:
+    """A stream of a store that is not in memory as an ``MVCCStore`` (an imported file):
+    ``base`` (each key's retained version below ``compact_revision``, in key order) and
+    ``log`` (every record from ``compact_revision`` on, in revision order), as ``serialize``
+    would write that store; no deduplication table. ``SnapshotLoader.finish`` checks it."""
+    view = SnapshotView(revision, compact_revision, None, [], 0, 0, [])
+    out = _StreamWriter(view, chunk_size_bytes)
+    yield from out.batches("base", iter(base))
+    yield from out.batches("log", iter(log))
     yield from out.tail(base=0, log=0)
 
 
