@@ -4,7 +4,9 @@ cluster's data directory (``raftkv snapshot save|status|restore``).
 * ``save(endpoint, dest)`` streams ``POST /v3/maintenance/snapshot`` into ``dest`` (a path or
   any fsspec URL) through a temporary name (``<dest>.part``), checks the SHA-256 trailer while
   writing, and moves it into place only when the hash matched: a failed or interrupted save
-  never leaves a file under ``dest``.
+  never leaves a file under ``dest``. ``fmt`` picks the file: ``"raftkv"`` (ours, read back
+  by ``status``) or ``"etcd"`` (etcd's bolt file, ``kvserver.etcdsnap``; the result then
+  carries only the size and hash).
 * ``status(src)`` streams the file and verifies its hash; returns the header numbers.
 * ``restore(src, target)`` verifies the hash, checks that the state image decodes, and builds
   the data directory (``kvserver.archive.datadir``).
@@ -53,6 +55,7 @@ async def _stream_save(
     timeout_s: float,
     headers: dict | None = None,
     ssl_context=None,
+    fmt: str = "raftkv",
 ) -> tuple[int, str]:
     import aiohttp
 
@@ -64,7 +67,10 @@ async def _stream_save(
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
         session.post(
-            url, data=b"{}", headers=headers, ssl=ssl_context if ssl_context is not None else True
+            url,
+            data=json.dumps({"format": fmt}).encode(),
+            headers=headers,
+            ssl=ssl_context if ssl_context is not None else True,
         ) as resp,
     ):
         if resp.status != 200:
@@ -122,6 +128,7 @@ def save(
     timeout_s: float = 30.0,
     headers: dict | None = None,
     ssl_context=None,
+    fmt: str = "raftkv",
 ) -> snapfile.SnapshotInfo:
     """``headers``: e.g. ``Authorization`` (a root token when auth is enabled);
     ``ssl_context``: verifies an ``https://`` endpoint (and presents a client certificate)."""
@@ -132,7 +139,9 @@ def save(
         fs.makedirs(parent, exist_ok=True)
     try:
         with fs.open(part, "wb") as out:
-            asyncio.run(_stream_save(endpoint, out, progress, timeout_s, headers, ssl_context))
+            size, sha = asyncio.run(
+                _stream_save(endpoint, out, progress, timeout_s, headers, ssl_context, fmt)
+            )
         fs.mv(part, path)
     except BaseException:
         try:
@@ -140,6 +149,8 @@ def save(
         except Exception:  # nothing written yet
             pass
         raise
+    if fmt != "raftkv":
+        return snapfile.SnapshotInfo({}, size, sha)
     return status(dest, options=options)
 
 

@@ -1,9 +1,12 @@
 """``raftkv snapshot save|status|restore``: backups in etcdctl's shape.
 
-* ``save FILE|URL [--endpoints URL]``: one member's state (``POST /v3/maintenance/snapshot``)
-  streamed to a file or any fsspec URL (``s3://bucket/key``, ``memory://...``), with a
-  progress bar on stderr when it is a terminal; prints the revision, size and SHA-256.
-  Exactly one endpoint, as etcdctl requires.
+* ``save FILE|URL [--endpoints URL] [--format raftkv|etcd]``: one member's state
+  (``POST /v3/maintenance/snapshot``) streamed to a file or any fsspec URL
+  (``s3://bucket/key``, ``memory://...``), with a progress bar on stderr when it is a
+  terminal; prints the revision, size and SHA-256. Exactly one endpoint, as etcdctl
+  requires. ``--format raftkv`` (default): raftkv's own file; ``--format etcd``: etcd's
+  snapshot file (a bolt database and its SHA-256, what ``etcdctl snapshot save`` writes),
+  for etcd's tools and for moving back to etcd.
 * ``status FILE|URL [--json]``: verifies the SHA-256 and prints revision, keys, size, hash.
 * ``restore FILE|URL --data-dir D --name N --initial-cluster C --initial-cluster-token T
   [--initial-advertise-peer-urls U]``: a data directory from which a NEW cluster starts
@@ -11,16 +14,28 @@
   ``--data-dir`` and the same ``--initial-cluster`` and token; then ``raftkv serve`` each with
   the same flags.
 
+``status`` and ``restore`` also take etcd's files, recognised by their content: a snapshot
+from ``etcdctl snapshot save`` (etcd 3.4 or 3.5; its SHA-256 trailer is checked) or a data
+dir's ``member/snap/db`` (no trailer). The restore carries every retained version, the
+compact revision, leases, auth and alarms (``kvserver.etcdsnap.importer``); the members
+come from the flags, as with etcdctl. A file at a URL is first copied to a local temporary
+file (it is read from its mapping).
+
 ``--archive-option key=value`` (repeatable) passes fsspec/s3fs storage options. A file whose
 hash does not match is refused (exit 1, the message says so). Exit 0 on success.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 
+from bolt import BoltError, looks_like_bolt
 from kvserver.archive import backup
 from kvserver.archive.datadir import RestoreTarget
 from kvserver.archive.snapfile import SnapshotFileError
@@ -28,6 +43,9 @@ from kvserver.archive.store import ArchiveError, parse_options
 from kvserver.cli.auth import add_user_options, auth_header
 from kvserver.cli.client import ENDPOINTS_ENV, add_tls_options, tls_options_from
 from kvserver.client import DEFAULT_ENDPOINT, ClientError
+from kvserver.etcdsnap.file import EtcdFileError
+from kvserver.etcdsnap.importer import EtcdImportError
+from kvserver.etcdsnap.restore import EtcdStatus, restore_etcd, status_etcd
 from kvserver.tls import TLSConfigError, client_context
 
 
@@ -90,6 +108,12 @@ def register(sub) -> None:
         help="connect/read timeout (default 30)",
     )
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.add_argument(
+        "--format",
+        choices=("raftkv", "etcd"),
+        default="raftkv",
+        help="raftkv's own file (default) or etcd's snapshot file (bolt)",
+    )
     add_user_options(s)
     add_tls_options(s)
     add_storage_options(s)
@@ -164,6 +188,7 @@ def cmd_save(args) -> int:
             timeout_s=args.timeout,
             headers=headers,
             ssl_context=ssl_context,
+            fmt=args.format,
         )
     except (ArchiveError, SnapshotFileError, OSError, ValueError) as exc:
         bar.finish()
@@ -173,17 +198,78 @@ def cmd_save(args) -> int:
         return _fail(f"{endpoints[0]}: {type(exc).__name__}: {exc}")
     bar.finish()
     row = _info_row(info)
+    if args.format == "etcd":
+        try:
+            with _local_copy(args.dest, args.archive_option) as local:
+                row = _etcd_row(status_etcd(local))
+        except (ArchiveError, OSError, ValueError) as exc:
+            return _fail(f"saved {args.dest}, but it does not read back: {exc}")
     if args.json:
         print(json.dumps(row))
     else:
         print(
-            f"Snapshot saved at {args.dest}: revision {info.revision}, {info.keys} keys, "
-            f"{info.size_bytes} bytes, sha256 {info.sha256}"
+            f"Snapshot saved at {args.dest}: revision {row['revision']}, {row['keys']} keys, "
+            f"{row['size_bytes']} bytes, sha256 {row['sha256']}"
         )
     return 0
 
 
+def _is_bolt(src: str, storage_options: list[str]) -> bool:
+    fs, path = backup.open_fs(src, parse_options(storage_options))
+    try:
+        with fs.open(path, "rb") as f:
+            return looks_like_bolt(f.read(64))
+    except FileNotFoundError:
+        raise ArchiveError(f"{src}: no such snapshot file") from None
+
+
+@contextlib.contextmanager
+def _local_copy(src: str, storage_options: list[str]) -> Iterator[str]:
+    """A local path of ``src``: itself, or a temporary copy of a URL's file."""
+    fs, path = backup.open_fs(src, parse_options(storage_options))
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        yield path
+        return
+    tmp = tempfile.mkdtemp(prefix="raftkv-etcd-snapshot-")
+    try:
+        local = os.path.join(tmp, "db")
+        fs.get(path, local)
+        yield local
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _etcd_row(st: EtcdStatus) -> dict:
+    s = st.summary
+    return {
+        "format": "etcd",
+        "revision": s.revision,
+        "keys": s.keys,
+        "size_bytes": st.size_bytes,
+        "sha256": st.sha256,
+        "compact_revision": s.compact_revision,
+        "versions": s.versions,
+        "leases": s.leases,
+        "users": s.users,
+        "roles": s.roles,
+        "auth_enabled": s.auth_enabled,
+        "alarms": s.alarms,
+        "ignored_buckets": s.ignored_buckets,
+    }
+
+
+_ETCD_ERRORS = (ArchiveError, EtcdFileError, EtcdImportError, BoltError, OSError)
+
+
 def cmd_status(args) -> int:
+    try:
+        if _is_bolt(args.src, args.archive_option):
+            with _local_copy(args.src, args.archive_option) as local:
+                row = _etcd_row(status_etcd(local))
+            print(json.dumps(row) if args.json else _table(row))
+            return 0
+    except _ETCD_ERRORS as exc:
+        return _fail(str(exc))
     try:
         info = backup.status(args.src, options=parse_options(args.archive_option))
     except (ArchiveError, SnapshotFileError, OSError) as exc:
@@ -194,6 +280,20 @@ def cmd_status(args) -> int:
 
 
 def cmd_restore(args) -> int:
+    try:
+        if _is_bolt(args.src, args.archive_option):
+            with _local_copy(args.src, args.archive_option) as local:
+                st, member = restore_etcd(local, restore_target(args))
+            s = st.summary
+            print(
+                f"restored etcd snapshot: revision {s.revision} ({s.keys} keys, {s.versions} "
+                f"versions, compact revision {s.compact_revision}, {s.leases} leases, "
+                f"{s.users} users, {s.roles} roles) into {member.data_dir}: member "
+                f"{member.member_id:x} of new cluster {member.cluster_id:x}"
+            )
+            return 0
+    except _ETCD_ERRORS as exc:
+        return _fail(str(exc))
     bar = backup.ProgressBar(sys.stderr, "restoring")
     try:
         info, member = backup.restore(
