@@ -1,7 +1,9 @@
 """etcd's Maintenance calls over the JSON gateway: ``defragment``, ``hash``, ``hashkv``,
 ``transfer-leadership`` (shapes, refusals, auth: root only) over a ``LocalKV``, the same
 calls against three in-process members (hashes equal everywhere, leadership really moved),
-and ``snapshot``: one chunk of the store's stream per loop turn.
+and ``snapshot``: raftkv's own file (``{"format": "raftkv"}``) produced one chunk of the
+store's stream per loop turn and failing midway with an error line; etcd's bolt file by
+default, with exact ``remaining_bytes`` and its SHA-256; an unknown format refused.
 
 Shapes as etcd 3.4.23's gateway answered the same requests (``/usr/bin/etcd``; see
 ``test_etcd_compat.py`` for the mechanical comparison), but for the header etcd leaves out of
@@ -20,7 +22,9 @@ from typing import Any
 
 import aiohttp
 
+from bolt import BoltReader
 from kvserver.archive import snapfile
+from kvserver.etcdsnap.importer import read_etcd_db
 from kvserver.kvpb.kv import CompactionRequest, DeleteRangeRequest, PutRequest
 from kvserver.mvcc import snapshot as mvcc_snapshot
 from kvserver.mvcc.hashkv import hash_kv
@@ -245,6 +249,30 @@ async def test_on_three_members_hashes_agree_and_leadership_moves(tmp_path) -> N
 
 # --- snapshot -------------------------------------------------------------------------------
 
+RAFTKV = json.dumps({"format": "raftkv"})
+
+
+async def test_snapshot_by_default_is_etcds_bolt_file_with_its_hash() -> None:
+    service = LocalKV()
+    service.node = types.SimpleNamespace(applied=9, term=2)
+    for i in range(300):
+        service.store.apply(PutRequest(b"key%04d" % i, b"v" * 2000))
+    service.store.apply(DeleteRangeRequest(b"key0000"))
+    async with serve(service) as api:
+        status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data="{}")
+        assert status == 200
+        lines = [json.loads(line)["result"] for line in raw.splitlines()]
+        data = b"".join(base64.b64decode(r["blob"]) for r in lines)
+        assert data[-32:] == hashlib.sha256(data[:-32]).digest()
+        remaining = [int(r.get("remaining_bytes", 0)) for r in lines]
+        sent = [len(base64.b64decode(r["blob"])) for r in lines]
+        assert remaining == [len(data) - sum(sent[: i + 1]) for i in range(len(lines))]
+        summary = read_etcd_db(BoltReader(data[:-32])).summary
+        assert (summary.revision, summary.keys, summary.versions) == (302, 299, 301)
+        status, body = await api.post("/v3/maintenance/snapshot", {"format": "tar"})
+        assert status == 400 and "format" in body["error"]
+    assert service.store._open_streams == 0
+
 
 async def test_snapshot_reads_one_chunk_of_the_store_per_loop_turn(monkeypatch) -> None:
     # A base section scanned 8 keys per step: 400 keys and no compaction give 50 stretches
@@ -281,7 +309,7 @@ async def test_snapshot_reads_one_chunk_of_the_store_per_loop_turn(monkeypatch) 
     ticker = asyncio.create_task(count_turns())
     try:
         async with serve(service) as api:
-            status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data="{}")
+            status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data=RAFTKV)
     finally:
         ticker.cancel()
     assert status == 200
@@ -321,7 +349,7 @@ async def test_snapshot_failing_midway_ends_with_an_error_line(monkeypatch) -> N
 
     monkeypatch.setattr(MVCCStore, "serialize", failing)
     async with serve(service) as api:
-        status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data="{}")
+        status, raw, _ = await api.request("POST", "/v3/maintenance/snapshot", data=RAFTKV)
     assert status == 200  # the stream had started: its last line says what went wrong
     last = json.loads(raw.splitlines()[-1])
     assert last["error"]["grpc_code"] == 13 and "disk on fire" in last["error"]["message"]

@@ -3,20 +3,19 @@
 Three in-process members. With grpc.aio clients and our stubs: Status on every member,
 alarms raised, listed, refusing writes and disarmed, Defragment, HashKV equal on every member
 and following the revision asked for (compacted and future revisions refused as etcd does),
-the Snapshot stream as a verified raftkv snapshot file of etcdctl's size shape, MoveLeader
+the Snapshot stream as etcd's snapshot file (a bolt database and its SHA-256), MoveLeader
 (leader only, a bad target refused), Downgrade unimplemented, and with auth enabled root
 only for everything but Status.
 
 With the real etcdctl 3.4, run as a subprocess (asyncio's, so the members keep serving
 meanwhile): ``endpoint status|health|hashkv --cluster``, ``alarm list|disarm``, ``defrag``,
-``snapshot save`` (the file then restored with ``raftkv snapshot restore`` into a new
-cluster that serves the saved keys), and ``move-leader``.
+``snapshot save`` (the file read by ``etcdctl snapshot status`` and restored with ``raftkv
+snapshot restore`` into a new cluster that serves the saved keys), and ``move-leader``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import sys
@@ -24,8 +23,9 @@ import sys
 import grpc
 import pytest
 
-from kvserver.archive import snapfile
+from bolt import BoltReader
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
+from kvserver.etcdsnap.importer import read_etcd_db
 from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.mvcc.store import MVCCStore
 from tests.support import async_procs
@@ -202,7 +202,7 @@ async def read_snapshot(member) -> tuple[list[rpc_pb2.SnapshotResponse], bytes]:
     return messages, b"".join(m.blob for m in messages)
 
 
-async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path, monkeypatch):
+async def test_snapshot_stream_is_etcds_snapshot_file(tmp_path, monkeypatch):
     async with running(configs(tmp_path)) as members:
         leader = await wait_leader(members)
         async with dial(leader) as channel:
@@ -224,7 +224,7 @@ async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path, monkeypatch
         assert serialized == 1  # the image is produced once, then sent from its spill file
 
         assert len(messages) > 2
-        assert len(data) % 512 == 32  # etcdctl 3.4 refuses any other size
+        assert len(data) % 4096 == 32  # whole bolt pages, then the SHA-256
         assert data[-32:] == hashlib.sha256(data[:-32]).digest()
         assert [m.remaining_bytes for m in messages] == [
             len(data) - sum(len(x.blob) for x in messages[: i + 1]) for i in range(len(messages))
@@ -233,9 +233,8 @@ async def test_snapshot_stream_is_a_verified_snapshot_file(tmp_path, monkeypatch
         assert {(m.header.member_id, m.header.revision) for m in messages} == {
             (follower.member_id, rev)
         }
-        info = snapfile.read(io.BytesIO(data), "grpc")
-        assert (info.revision, info.keys) == (rev, 300)
-        assert info.header["member_id"] == f"{follower.member_id:x}"
+        summary = read_etcd_db(BoltReader(data[:-32])).summary
+        assert (summary.revision, summary.keys) == (rev, 300)
         # The stream the handler took is closed: the store may cut compacted versions.
         assert follower.kv.store._open_streams == 0
 
@@ -391,8 +390,9 @@ async def test_etcdctl_snapshot_save_then_raftkv_restore(tmp_path):
 
     status = await raftkv("snapshot", "status", path, "--json")
     info = json.loads(status)
-    assert (info["revision"], info["keys"]) == (saved.header.revision, 49)
-    assert info["member_id"] == f"{follower.member_id:x}"
+    assert (info["format"], info["revision"], info["keys"]) == ("etcd", saved.header.revision, 49)
+    etcd_status = json.loads(await etcdctl([]).run("snapshot", "status", path, "-w", "json"))
+    assert etcd_status["revision"] == saved.header.revision
 
     cfgs = configs(tmp_path / "new", prefix="r", token="restored")
     for cfg in cfgs:

@@ -25,21 +25,18 @@ maintenance paths do; Status answers anyone who came through a client URL, token
 - ``Hash``: etcd hashes its whole backend; here it is the HashKV hash at the current
   revision (the keyspace is the state members may disagree on; leases, auth and alarms are
   not in it).
-- ``Snapshot`` (a stream): this member's state as a raftkv snapshot file
-  (``kvserver.archive.snapfile``: header, state image, SHA-256 of everything before it, where
-  etcd sends its bolt file and the SHA-256 the same way). The state is captured at once
-  (``kvserver.api.http.maintenance.capture``) and serialized once, a chunk of the store per
-  loop turn, into a spill file (``snap.spill``: page cache, not heap); the file is then sent
-  from its mapping in messages of about ``BLOB_BYTES``, and ``remaining_bytes`` is exact.
-  The header is padded so that the file is 32 bytes more than a multiple of 512, which
-  etcdctl 3.4's ``snapshot save`` requires (a bolt file is); the spilled image's size gives
-  the padding before the first message. etcdctl's ``snapshot
-  save FILE`` checks nothing else and writes what it receives; the file is the one
-  ``POST /v3/maintenance/snapshot`` and ``raftkv snapshot save`` write (but for the
-  padding), so ``raftkv snapshot status FILE`` verifies it and ``raftkv snapshot restore
-  FILE --data-dir ...`` starts a new cluster's member from it. etcdctl's ``snapshot status``
-  and ``restore`` want a bolt file and refuse it. A failure after the stream started ends it
-  with Internal, and the file a client has then lacks its hash.
+- ``Snapshot`` (a stream): this member's state as etcd's snapshot file: its bolt database
+  (``kvserver.etcdsnap``: keys with their whole retained history and the compact revision,
+  leases, auth, alarms) followed by the SHA-256 of the database, as etcd sends it. The state
+  is captured at once (``kvserver.api.http.maintenance.capture_etcd``: the image spilled to
+  a file a chunk of the store per loop turn, then converted by a child process), and the
+  file is sent from its mapping in messages of about ``BLOB_BYTES``; ``remaining_bytes`` is
+  exact. ``etcdctl snapshot save FILE`` writes it, ``etcdctl snapshot status`` reads it and
+  ``etcdctl snapshot restore`` makes an etcd data dir of it; ``raftkv snapshot restore FILE``
+  starts a new raftkv cluster's member from it. (raftkv's own file, with its request
+  de-duplication tables, is ``POST /v3/maintenance/snapshot`` with ``{"format": "raftkv"}``,
+  what ``raftkv snapshot save`` asks for.) A failure after the stream started ends it with
+  Internal, and the file a client has then lacks its hash.
 - ``MoveLeader``: ``service.move_leader(targetID)``, leader only (``etcdserver: not leader``,
   FailedPrecondition; ``etcdserver: bad leader transferee`` for a non-voter); returns once
   the target leads.
@@ -49,16 +46,14 @@ maintenance paths do; Status answers anyone who came through a client URL, token
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import grpc
 
 from kvserver.api.http import maintenance_ops as ops
-from kvserver.api.http.maintenance import capture
-from kvserver.archive import snapfile
+from kvserver.api.http.maintenance import bolt_pieces, capture_etcd
 from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse, AlarmType
 from kvserver.kvpb.errors import EtcdError
@@ -66,7 +61,6 @@ from kvserver.kvpb.headers import ETCD_VERSION
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.server.service import NodeStatus
-from snap.spill import spill_chunks
 
 from . import convert
 from .calls import Calls, service_handler
@@ -75,7 +69,7 @@ from .rpc import Method, RpcContext
 log = logging.getLogger(__name__)
 
 BLOB_BYTES = 256 * 1024  # snapshot bytes per message (etcd sends 32 KiB; fewer calls here)
-SECTOR_BYTES = 512
+HASH_BYTES = 32  # the SHA-256 after the database
 MSG_NO_LEADER = "etcdserver: no leader"
 
 
@@ -119,23 +113,6 @@ def alarm_to_pb(r: AlarmResponse) -> rpc_pb2.AlarmResponse:
         header=convert.header_to_pb(r.header),
         alarms=[rpc_pb2.AlarmMember(memberID=a.member_id, alarm=a.alarm.name) for a in r.alarms],
     )
-
-
-def aligned_header(file_header: dict, image_bytes: int) -> bytes:
-    """The snapshot file's header, padded (a ``pad`` field of spaces) so that header and
-    image together are a multiple of ``SECTOR_BYTES``: etcdctl 3.4's ``snapshot save`` refuses
-    a file whose size is not 32 (the SHA-256) more than a multiple of 512 (``sha256 checksum
-    not found``), which etcd's bolt file, whole pages, always is."""
-    bare = len(snapfile.encode_header({**file_header, "pad": ""}))
-    return snapfile.encode_header(
-        {**file_header, "pad": " " * (-(bare + image_bytes) % SECTOR_BYTES)}
-    )
-
-
-def _close(chunks: Iterator[bytes]) -> None:
-    close = getattr(chunks, "close", None)  # the store's stream: while it is open the store
-    if close is not None:  # cuts no compacted versions
-        close()
 
 
 class MaintenanceServicer:
@@ -195,10 +172,10 @@ class MaintenanceServicer:
     ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
         try:
             self._admin(context)
-            file_header, image = capture(self.service)
+            file_header, db = await capture_etcd(self.service)
         except EtcdError as exc:
             await self.calls.abort(context, exc)
-        messages = self._snapshot_messages(file_header, image)
+        messages = self._snapshot_messages(file_header, db)
         try:
             async for message in messages:
                 yield message
@@ -208,19 +185,13 @@ class MaintenanceServicer:
             await self.calls.abort(context, failure)
         finally:
             await messages.aclose()
-            _close(image)
 
     async def _snapshot_messages(
-        self, file_header: dict, image: Iterator[bytes]
+        self, file_header: dict, db: memoryview
     ) -> AsyncGenerator[rpc_pb2.SnapshotResponse, None]:
-        """The file in messages of about ``BLOB_BYTES``. Every message says how many bytes
-        remain, so the image's size must be known before the first one: the image is
-        produced once, a chunk per loop turn (empty chunks too: they are the store's yield
-        points in a stretch of keys that writes nothing), into a spill file (page cache, not
-        heap), and the messages are then cut from its mapping."""
-        spilled = await spill_chunks(image)
-        head = aligned_header(file_header, len(spilled))
-        total = len(head) + len(spilled) + snapfile.HASH_BYTES
+        """The database in messages of ``BLOB_BYTES``, then its SHA-256 in the last one;
+        every message says exactly how many bytes remain."""
+        total = len(db) + HASH_BYTES
         header = convert.header_to_pb(
             ResponseHeader(
                 self.service.cluster_id,
@@ -229,23 +200,11 @@ class MaintenanceServicer:
                 file_header["raft_term"],
             )
         )
-        digest = hashlib.sha256(head)
-        pending = bytearray(head)
-        sent = pos = 0
-        while pos < len(spilled):
-            part = spilled[pos : pos + BLOB_BYTES - len(pending)]
-            pos += len(part)
-            digest.update(part)
-            pending += part
-            if len(pending) >= BLOB_BYTES:
-                sent += len(pending)
-                yield rpc_pb2.SnapshotResponse(
-                    header=header, remaining_bytes=total - sent, blob=bytes(pending)
-                )
-                pending.clear()
+        sent = 0
+        for piece in bolt_pieces(db, BLOB_BYTES):
+            sent += len(piece)
+            yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=total - sent, blob=piece)
             await asyncio.sleep(0)
-        pending += digest.digest()
-        yield rpc_pb2.SnapshotResponse(header=header, remaining_bytes=0, blob=bytes(pending))
 
     def methods(self) -> dict[str, Method]:
         u = self.calls.unary

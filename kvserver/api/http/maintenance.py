@@ -3,8 +3,14 @@
 etcd's gateway shape: a chunked response of one ``{"result": {...}}`` JSON object per line,
 each ``{"header", "remaining_bytes", "blob"}`` with ``blob`` base64; concatenating the
 decoded blobs gives the snapshot file, whose last 32 bytes are the SHA-256 of everything
-before them (etcd sends its hash the same way). The file layout is
-``kvserver.archive.snapfile`` (ours: header, state image, SHA-256; not a bolt db).
+before them (etcd sends its hash the same way). Two files, chosen by the request body's
+``"format"``:
+
+* ``"etcd"`` (the default, what etcd's gateway sends): etcd's bolt database
+  (``capture_etcd``: ``kvserver.etcdsnap``), which ``etcdctl snapshot status|restore`` and
+  ``raftkv snapshot restore`` read. ``remaining_bytes`` is exact.
+* ``"raftkv"`` (``raftkv snapshot save`` asks for it): raftkv's own file
+  (``kvserver.archive.snapfile``: header, state image, SHA-256), streamed as it is produced.
 
 Consistency: the raised alarms, the auth state (users, roles, permissions, enabled; never
 tokens), the lease table, the MVCC view (``MVCCStore.capture``), the applied index and
@@ -16,14 +22,20 @@ produced as it is sent, never built whole, one chunk of the store's stream per l
 store's size) until the last line, which says 0; a client that wants the truth checks the
 hash, which ``raftkv snapshot save`` does.
 
+The bolt file is built from the same captured state: the image is spilled to a file (a
+chunk of the store per loop turn, ``snap.spill``), then converted by a child process
+(``kvserver.etcdsnap.convert``), so the member's event loop never runs the conversion.
+
 A failure after the stream started ends it with one ``{"error": {...}}`` line (the file a
-client has then lacks its hash and is refused).
+client has then lacks its hash and is refused). An unknown ``format`` is refused with
+InvalidArgument before anything is captured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import time
@@ -35,9 +47,11 @@ from aiohttp import web
 from kvserver.api.http import gateway_json
 from kvserver.api.http.common import SERVICE_KEY
 from kvserver.archive import snapfile
+from kvserver.etcdsnap.convert import ConvertError, image_to_bolt
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
 from kvserver.lease.snapshot import frame_snapshot
+from snap.spill import spill_chunks
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +101,49 @@ def capture(service: Any) -> tuple[dict[str, Any], Generator[bytes, None, None]]
     return header, chunks()
 
 
+async def capture_etcd(service: Any) -> tuple[dict[str, Any], memoryview]:
+    """(file header, etcd's bolt database of the member's state, mapped read-only), taken now
+    as ``capture`` takes it. The database has no SHA-256 trailer: the sender appends it."""
+    file_header, image = capture(service)
+    try:
+        spilled = await spill_chunks(image)
+    finally:
+        image.close()  # the store's stream: while it is open the store cuts no old versions
+    try:
+        db, _ = await image_to_bolt(spilled, consistent_index=file_header["raft_index"])
+    except ConvertError as exc:
+        log.error("etcd snapshot: %s", exc)
+        raise ServiceError(GrpcCode.INTERNAL, f"raftkv: snapshot failed: {exc}") from None
+    return file_header, db
+
+
+def bolt_pieces(db: memoryview, size: int) -> Generator[bytes, None, None]:
+    """``db`` in pieces of ``size`` bytes, then its SHA-256 (the file etcd sends)."""
+    digest = hashlib.sha256()
+    for i in range(0, len(db), size):
+        piece = bytes(db[i : i + size])
+        digest.update(piece)
+        yield piece
+    yield digest.digest()
+
+
+FORMATS = ("etcd", "raftkv")
+
+
+async def _format(request: web.Request) -> str:
+    raw = await request.read()
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        body = None
+    fmt = body.get("format", "etcd") if isinstance(body, dict) else None
+    if fmt not in FORMATS:
+        raise ServiceError(
+            GrpcCode.INVALID_ARGUMENT, f"raftkv: snapshot format must be one of {FORMATS}"
+        )
+    return str(fmt)
+
+
 def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
     result = {"header": gateway_json.header(header), "blob": base64.b64encode(blob).decode("ascii")}
     if remaining:
@@ -96,6 +153,13 @@ def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
+    if await _format(request) == "etcd":
+        file_header, db = await capture_etcd(service)
+        pieces = bolt_pieces(db, LINE_BLOB_BYTES)
+        try:
+            return await _send(request, service, file_header, pieces, len(db) + 32)
+        finally:
+            pieces.close()
     file_header, image = capture(service)
     pieces = snapfile.encode(file_header, image)
     try:
@@ -106,12 +170,20 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 
 async def _send(
-    request: web.Request, service: Any, file_header: dict[str, Any], pieces: Iterator[bytes]
+    request: web.Request,
+    service: Any,
+    file_header: dict[str, Any],
+    pieces: Iterator[bytes],
+    exact_size: int = 0,
 ) -> web.StreamResponse:
+    """Stream ``pieces``; ``remaining_bytes`` is exact when ``exact_size`` is given, else an
+    estimate from the store's size."""
     resp_header = ResponseHeader(
         service.cluster_id, service.member_id, file_header["revision"], file_header["raft_term"]
     )
-    estimate = max(1, int(getattr(getattr(service, "store", None), "db_size_bytes", 0)))
+    estimate = exact_size or max(
+        1, int(getattr(getattr(service, "store", None), "db_size_bytes", 0))
+    )
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     await response.prepare(request)
