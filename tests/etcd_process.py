@@ -1,6 +1,7 @@
 """A real single-member etcd (Debian's ``etcd-server``) on loopback, for compatibility tests.
 
-``with etcd_process(tmp_dir) as etcd:`` starts etcd with its own data dir and free ports,
+``with etcd_process(tmp_dir) as etcd:`` starts etcd with its own data dir (or one restored
+from a snapshot file, ``restore_from``) and free ports,
 waits (bounded poll) until its JSON gateway answers a read (which changes nothing, so the
 first write still gets revision 2), yields an ``EtcdProcess`` with
 ``url``, ``data_dir`` and ``log_path``, and stops it with SIGTERM (SIGKILL after 30 s), so
@@ -58,13 +59,37 @@ def etcd_process(
     extra_args: tuple[str, ...] = (),
     client_scheme: str = "http",
     ssl_context: ssl.SSLContext | None = None,
+    restore_from: str | None = None,
 ):
     """``extra_args`` go to etcd as they are (e.g. TLS flags: then ``client_scheme``
-    "https" and ``ssl_context``, what the readiness poll and ``post`` connect with)."""
+    "https" and ``ssl_context``, what the readiness poll and ``post`` connect with).
+    ``restore_from``: a snapshot file; the data dir is first made from it with ``etcdctl
+    snapshot restore`` (this member's name and peer URL), so etcd starts from its state."""
     binary = require_program("etcd", ETCD_INSTALL)
     client, peer = free_ports(2)
     url, peer_url = f"{client_scheme}://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     data_dir, log_path = os.path.join(root, "etcd"), os.path.join(root, "etcd.log")
+    if restore_from is not None:
+        subprocess.run(
+            [
+                require_program("etcdctl", ETCD_INSTALL),
+                "snapshot",
+                "restore",
+                restore_from,
+                "--data-dir",
+                data_dir,
+                "--name",
+                name,
+                "--initial-cluster",
+                f"{name}={peer_url}",
+                "--initial-advertise-peer-urls",
+                peer_url,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
+        )
     args = [
         binary,
         "--name",
@@ -93,6 +118,8 @@ def etcd_process(
         while True:  # bounded poll until the gateway answers
             try:
                 etcd.post("/v3/kv/range", {"key": b64("ready")}, timeout_s=1.0)
+                break
+            except urllib.error.HTTPError:  # it answered (a restored etcd may want auth)
                 break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 assert proc.poll() is None, f"etcd exited early; see {log_path}"
