@@ -12,7 +12,6 @@ Slow (two etcd processes and a raftkv member); external (etcd, etcdctl).
 
 from __future__ import annotations
 
-import base64
 import signal
 
 import pytest
@@ -20,20 +19,13 @@ import pytest
 from kvserver.localcluster.launcher import LocalCluster
 from tests.cluster.harness import wait_healthy
 from tests.etcd_process import etcd_process
+from tests.etcdsnap.helpers import contents
 from tests.support.etcdctl import Etcdctl
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 SYNC_S = 60.0
-
-
-def contents(ctl: Etcdctl, prefix: str = "") -> dict[str, str]:
-    answer = ctl.json("get", prefix, "--prefix")  # "" with --prefix: every key
-    return {
-        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
-        for kv in answer.get("kvs", [])
-    }
 
 
 def stop(proc) -> str:
