@@ -181,7 +181,11 @@ def check_image(image: bytes | bytearray | memoryview) -> None:
         auth_blob, rest = split_auth_frame(rest)
         AuthStore.restore(auth_blob)
         _, rest = split_snapshot(rest)
-        MVCCStore.restore([bytes(rest)])
+        # a MiB at a time: the store's loader refuses to buffer more than 256 MiB at once,
+        # and an image of a million keys is larger than that
+        MVCCStore.restore(
+            bytes(rest[i : i + _READ_BYTES]) for i in range(0, len(rest), _READ_BYTES)
+        )
     except Exception as exc:
         raise ArchiveError(f"the snapshot's state does not decode: {exc}") from exc
 
