@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import json
 import mmap
 import os
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         die_with(args.parent)
     with contextlib.suppress(OSError):
         os.nice(CHILD_NICENESS)
+    gc.disable()  # a short-lived process of millions of acyclic objects: collections only cost
     image = _read_stdin()
     try:
         with open(args.out, "wb") as f:
