@@ -264,6 +264,26 @@ def test_content_etcd_would_not_write_is_refused(pairs, message):
         read_etcd_db(BoltReader(_etcd_db(pairs, {})))
 
 
+def test_etcd_35_meta_keys_and_unknown_buckets_are_read_past():
+    pairs = [(S.revision_key(2, 0), _put(b"a", b"1", 2, 2, 1))]
+    meta = {
+        S.CONSISTENT_INDEX: struct.pack(">Q", 9),
+        b"term": struct.pack(">Q", 3),  # etcd 3.5
+        b"confState": b'{"voters":[1]}',  # etcd 3.5
+    }
+    f = io.BytesIO()
+    w = BoltWriter(f)
+    refs = {
+        S.KEY: w.write_bucket(pairs),
+        S.META: w.write_bucket(sorted(meta.items())),
+        b"downgrade": w.write_bucket([]),  # a bucket raftkv does not know
+    }
+    w.finish(sorted(refs.items()))
+    summary = read_etcd_db(BoltReader(f.getvalue())).summary
+    assert (summary.revision, summary.keys, summary.compact_revision) == (2, 1, -1)
+    assert summary.ignored_buckets == ["downgrade"]
+
+
 def test_a_bolt_file_without_etcds_buckets_is_refused():
     f = io.BytesIO()
     w = BoltWriter(f)
