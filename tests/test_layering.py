@@ -205,3 +205,26 @@ def test_no_test_module_imports_another():
             if target.rsplit(".", 1)[-1].startswith("test_") and target != name:
                 bad.append(f"{name} imports {target}")
     assert not bad, "\n".join(bad)
+
+
+# The client dialects beside each other: neither imports the other; what both use lives in
+# kvserver/api/shared, below them.
+API_DIALECTS = ("kvserver.api.grpc", "kvserver.api.http")
+
+
+def test_the_client_dialects_do_not_import_each_other():
+    bad = []
+    for name, path in ALL_MODULES.items():
+        mine = next((d for d in API_DIALECTS if name == d or name.startswith(d + ".")), None)
+        if mine is None:
+            continue
+        for target in sorted(imported_modules(path, set(ALL_MODULES))):
+            for other in API_DIALECTS:
+                if other != mine and (target == other or target.startswith(other + ".")):
+                    bad.append(f"{name} imports {target}")
+    shared = {n: p for n, p in ALL_MODULES.items() if n.startswith("kvserver.api.shared")}
+    for name, path in shared.items():
+        for target in sorted(imported_modules(path, set(ALL_MODULES))):
+            if target.startswith(API_DIALECTS):
+                bad.append(f"{name} (shared) imports {target}")
+    assert not bad, "\n".join(bad)

@@ -30,10 +30,11 @@ from kvserver.api.grpc.frontends import ClientListener
 from kvserver.api.grpc.mux import advertise_alpn, client_port_factory
 from kvserver.api.grpc.server import GrpcServer
 from kvserver.api.http.app import build_client_app
-from kvserver.api.http.common import FRONTENDS_KEY
+from kvserver.api.http.common import FRONTENDS_KEY, SNAPSHOT_GATE_KEY
 from kvserver.api.http.connguard import ConnectionGuard, raise_nofile_limit
 from kvserver.api.http.forward import FORWARD_SSL_KEY
 from kvserver.api.http.ui import UI_CONFIG_KEY, UiConfig
+from kvserver.api.shared.snapshot_capture import SnapshotGate
 from kvserver.archive import member as archive_member
 from kvserver.archive.member import ArchiverThread
 from kvserver.assembly.bootstrap import Bootstrapped, bootstrap
@@ -89,6 +90,7 @@ class Member:
         self.client_guard = ConnectionGuard()  # client-port connection limits
         self.archive: ArchiverThread | None = None  # the --archive-url thread, if any
         self.tls = MemberTLS()  # kvserver.tls: contexts of the https listeners and dials
+        self.snapshot_gate = SnapshotGate(cfg.max_snapshot_streams)
 
     async def start(self) -> None:
         """Bootstrap, build the running parts around the node, then open the listeners."""
@@ -222,6 +224,7 @@ class Member:
         # (innermost middleware: its 408 is rendered by the app's error middleware).
         client_app.middlewares.append(self.client_guard.middleware)
         client_app[FORWARD_SSL_KEY] = self.tls.client_dial  # forwarding to an https leader
+        client_app[SNAPSHOT_GATE_KEY] = self.snapshot_gate
         if cfg.grpc_frontends:
             client_app[FRONTENDS_KEY] = self._frontends_ready
         client_app[UI_CONFIG_KEY] = UiConfig(
@@ -254,6 +257,7 @@ class Member:
             max_request_bytes=cfg.max_request_bytes,
             forward_credentials=grpc_client_credentials(cfg),
             limits=client_limits(cfg),
+            snapshot_gate=self.snapshot_gate,
         )
         metrics.registry.register(self.grpc.collector())
         factory = client_port_factory(client_runner.server, self.grpc)
@@ -339,6 +343,7 @@ class Member:
             **self.gc_pacer.stats(),
             **self.heap_trimmer.stats(),
             **self.loop_monitor.stats(),
+            "snapshot_streams_refused": self.snapshot_gate.refused,
         }
 
     async def stop(self) -> None:

@@ -68,6 +68,7 @@ class ServerConfig:
     client_max_grpc_connections: int = 10_000
     client_max_connections_per_address: int = 1000
     frontend_max_calls: int = 4096
+    max_snapshot_streams: int = 2  # Maintenance.Snapshot streams running at once
     wal_sync: str = "always"
     pre_vote: bool = True
     auto_compaction_mode: str = "periodic"  # etcd's flags; retention "0" = disabled
@@ -298,6 +299,13 @@ _FLAGS = (
         "client_max_connections_per_address",
         "int",
         "gRPC connections one process serves from one client IP address",
+    ),
+    (
+        "--max-snapshot-streams",
+        "max_snapshot_streams",
+        "int",
+        "snapshot streams (Maintenance.Snapshot, either dialect) that run at once; more are "
+        "refused with RESOURCE_EXHAUSTED",
     ),
     (
         "--frontend-max-calls",

@@ -181,6 +181,9 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "archive_uploaded_bytes": NodeMetricSpec(C, "Bytes uploaded to the archive."),
     "archive_errors": NodeMetricSpec(C, "Archive passes that failed (retried)."),
     "gc_full_passes": NodeMetricSpec(C, "Full (generation 2) passes of Python's cyclic GC."),
+    "snapshot_streams_refused": NodeMetricSpec(
+        C, "Snapshot streams refused: --max-snapshot-streams were running."
+    ),
     "loop_stall_seconds": NodeMetricSpec(
         H,
         "How late the event loop ran a task that asked to sleep 20 ms: time the loop (and raft's "
@@ -293,6 +296,7 @@ class NodeStats(TypedDict, total=False):
     archive_uploaded_bytes: int
     archive_errors: int
     gc_full_passes: int
+    snapshot_streams_refused: int
     loop_stall_seconds: DurationHistogram
     loop_longest_stall_seconds: float
     gc_freezes: int

@@ -15,10 +15,13 @@ snapshot restore`` into a new cluster that serves the saved keys), and ``move-le
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import sys
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -442,3 +445,33 @@ async def test_etcdctl_move_leader(tmp_path):
         )
         assert (await wait_leader(members)) is follower
         assert "etcdserver: bad leader transferee" in await ctl.fails("move-leader", "1234")
+
+
+async def test_snapshot_streams_past_the_bound_are_refused_in_both_dialects(tmp_path):
+    """Each snapshot stream serializes the whole store (and an etcd-format one starts a
+    conversion process): past --max-snapshot-streams, a call is refused at once."""
+    async with running(configs(tmp_path, max_snapshot_streams=1)) as members:
+        leader = await wait_leader(members)
+        gate = leader.snapshot_gate
+        messages, _ = await read_snapshot(leader)  # one at a time is served
+        assert messages and gate.running == 0
+        async with gate.stream():  # a stream in progress holds the only place
+            async with dial(leader) as channel:
+                stream = maintenance(channel).Snapshot(rpc_pb2.SnapshotRequest())
+                code, details = await refused(stream.read())
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, details
+            url = leader.cfg.advertise_client_urls[0] + "/v3/maintenance/snapshot"
+            status, body = await asyncio.to_thread(post_raw, url)
+            assert status == 429 and b"snapshot streams are running" in body
+        assert gate.refused == 2
+        messages, _ = await read_snapshot(leader)  # the place is free again
+        assert messages
+
+
+def post_raw(url: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()

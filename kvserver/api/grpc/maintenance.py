@@ -52,8 +52,8 @@ from typing import Any
 
 import grpc
 
-from kvserver.api.http import maintenance_ops as ops
-from kvserver.api.http.maintenance import bolt_pieces, capture_etcd
+from kvserver.api.shared import maintenance_ops as ops
+from kvserver.api.shared.snapshot_capture import SnapshotGate, bolt_pieces, capture_etcd
 from kvserver.etcdpb import rpc_pb2
 from kvserver.kvpb.alarm import AlarmAction, AlarmRequest, AlarmResponse, AlarmType
 from kvserver.kvpb.errors import EtcdError
@@ -116,9 +116,10 @@ def alarm_to_pb(r: AlarmResponse) -> rpc_pb2.AlarmResponse:
 
 
 class MaintenanceServicer:
-    def __init__(self, service: Any, calls: Calls):
+    def __init__(self, service: Any, calls: Calls, gate: SnapshotGate):
         self.service = service
         self.calls = calls
+        self.gate = gate
 
     def _admin(self, context: RpcContext) -> None:
         """Root only, with auth enabled (etcd's ``isAuthenticated``: IsAdminPermitted)."""
@@ -172,19 +173,20 @@ class MaintenanceServicer:
     ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
         try:
             self._admin(context)
-            file_header, db = await capture_etcd(self.service)
+            async with self.gate.stream():
+                file_header, db = await capture_etcd(self.service)
+                messages = self._snapshot_messages(file_header, db)
+                try:
+                    async for message in messages:
+                        yield message
+                except Exception as exc:
+                    log.exception("snapshot stream failed")
+                    failure = ServiceError(GrpcCode.INTERNAL, f"raftkv: snapshot failed: {exc}")
+                    await self.calls.abort(context, failure)
+                finally:
+                    await messages.aclose()
         except EtcdError as exc:
             await self.calls.abort(context, exc)
-        messages = self._snapshot_messages(file_header, db)
-        try:
-            async for message in messages:
-                yield message
-        except Exception as exc:
-            log.exception("snapshot stream failed")
-            failure = ServiceError(GrpcCode.INTERNAL, f"raftkv: snapshot failed: {exc}")
-            await self.calls.abort(context, failure)
-        finally:
-            await messages.aclose()
 
     async def _snapshot_messages(
         self, file_header: dict, db: memoryview

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from kvserver.api.shared.snapshot_capture import SnapshotGate
 from kvserver.server.service import serves_as_learner
 from kvserver.tls import TLSInfo
 
@@ -63,7 +64,9 @@ class GrpcServer:
         max_request_bytes: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
         limits: Http2Limits | None = None,
+        snapshot_gate: SnapshotGate | None = None,
     ):
+        self.snapshot_gate = snapshot_gate or SnapshotGate()
         self.service = service
         self.calls = Calls(auth, max_request_bytes)
         # https leaders need this member's client TLS credentials (kvserver.api.grpc.forward)
@@ -101,7 +104,7 @@ class GrpcServer:
             WatchServicer(service, calls),
             LeaseServicer(service, calls, forwarder),
             ClusterServicer(service, calls, forwarder),
-            MaintenanceServicer(service, calls),
+            MaintenanceServicer(service, calls, self.snapshot_gate),
             AuthServicer(service, calls),
         )
         table: dict[str, Method] = {}

@@ -28,6 +28,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from kvserver.api.shared.snapshot_capture import SnapshotGate
 from kvserver.kvpb.service_errors import GrpcCode
 from kvserver.server.metrics import Metrics
 from kvserver.server.service import KVService
@@ -40,6 +41,7 @@ from .common import (
     MSG_TOO_LARGE,
     REVISION_HEADER,
     SERVICE_KEY,
+    SNAPSHOT_GATE_KEY,
     ApiLimits,
     error_parts,
     etcd_error_body,
@@ -139,6 +141,7 @@ def build_client_app(
     app[SERVICE_KEY] = service
     app[METRICS_KEY] = metrics
     app[LIMITS_KEY] = limits
+    app[SNAPSHOT_GATE_KEY] = SnapshotGate()  # the member sets its own (--max-snapshot-streams)
     app[ui.UI_CONFIG_KEY] = ui.UiConfig()  # the member sets its own (--ui-write, archive)
     watch.setup(app)  # open watch streams end at shutdown
     app.add_routes(route_table())

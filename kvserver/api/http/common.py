@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from kvserver.api.shared.request_size import request_size_bytes
+from kvserver.api.shared.snapshot_capture import SnapshotGate
 from kvserver.kvpb.errors import EtcdError
 from kvserver.kvpb.headers import CLIENT_ID_HEADER, REQUEST_ID_HEADER
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError, request_too_large
@@ -110,6 +111,8 @@ class ApiLimits:
 SERVICE_KEY = web.AppKey("raftkv_service", KVService)
 METRICS_KEY = web.AppKey("raftkv_metrics", Metrics)
 LIMITS_KEY = web.AppKey("raftkv_limits", ApiLimits)
+# how many snapshot streams run at once (kvserver.api.shared.snapshot_capture)
+SNAPSHOT_GATE_KEY = web.AppKey("raftkv_snapshot_gate", SnapshotGate)
 # (ready, configured) client front ends, for /health; absent without front ends
 FRONTENDS_KEY: web.AppKey[Callable[[], tuple[int, int]]] = web.AppKey("raftkv_frontends")
 

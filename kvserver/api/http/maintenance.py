@@ -35,97 +35,26 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import logging
-import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
 
 from kvserver.api.http import gateway_json
-from kvserver.api.http.common import SERVICE_KEY
+from kvserver.api.http.common import SERVICE_KEY, SNAPSHOT_GATE_KEY
+from kvserver.api.shared.snapshot_capture import (
+    LINE_BLOB_BYTES,
+    bolt_pieces,
+    capture,
+    capture_etcd,
+)
 from kvserver.archive import snapfile
-from kvserver.etcdsnap.convert import ConvertError, image_to_bolt
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.service_errors import GrpcCode, ServiceError
-from kvserver.lease.snapshot import frame_snapshot
-from snap.spill import spill_chunks
 
 log = logging.getLogger(__name__)
-
-LINE_BLOB_BYTES = 256 * 1024  # blob bytes per response line (etcd sends 32 KiB)
-
-
-def capture(service: Any) -> tuple[dict[str, Any], Generator[bytes, None, None]]:
-    """(file header, generator of image chunks) of the member's state, taken now. Close the
-    generator if it is not read to the end: the store's stream in it holds physical
-    compaction off while it is open."""
-    store = getattr(service, "store", None)
-    lessor = getattr(service, "lessor", None)
-    node = getattr(service, "node", None)
-    if store is None or lessor is None or node is None:
-        raise ServiceError(GrpcCode.UNIMPLEMENTED, "raftkv: this member cannot snapshot")
-    # One synchronous step: nothing is applied between these lines (the raft task runs on
-    # this same loop), so every number describes the same applied index.
-    lease_blob = lessor.snapshot()
-    auth = getattr(service, "auth", None)
-    # Users, roles, permissions and the enabled flag (never tokens): the same frame a raft
-    # snapshot carries, first, so a restored member starts with them (b"": auth never used).
-    auth_frame = auth.snapshot_frame() if auth is not None else b""
-    # The raised alarms, first (b"": none): a member restored from this file keeps refusing
-    # writes until an operator has freed space and disarmed them, as the cluster did.
-    alarms = getattr(service, "alarms", None)
-    alarm_frame = alarms.snapshot_frame() if alarms is not None else b""
-    stream = store.serialize(LINE_BLOB_BYTES)
-    header = {
-        "revision": store.revision,
-        "compact_revision": store.compact_revision,
-        "raft_index": node.applied,
-        "raft_term": node.term,
-        "cluster_id": f"{service.cluster_id:x}",
-        "member_id": f"{service.member_id:x}",
-        "keys": store.key_count,
-        "created_unix": round(time.time(), 3),
-    }
-
-    def chunks():
-        if alarm_frame:
-            yield alarm_frame
-        if auth_frame:
-            yield auth_frame
-        yield frame_snapshot(lease_blob)
-        yield from stream
-
-    return header, chunks()
-
-
-async def capture_etcd(service: Any) -> tuple[dict[str, Any], memoryview]:
-    """(file header, etcd's bolt database of the member's state, mapped read-only), taken now
-    as ``capture`` takes it. The database has no SHA-256 trailer: the sender appends it."""
-    file_header, image = capture(service)
-    try:
-        spilled = await spill_chunks(image)
-    finally:
-        image.close()  # the store's stream: while it is open the store cuts no old versions
-    try:
-        db, _ = await image_to_bolt(spilled, consistent_index=file_header["raft_index"])
-    except ConvertError as exc:
-        log.error("etcd snapshot: %s", exc)
-        raise ServiceError(GrpcCode.INTERNAL, f"raftkv: snapshot failed: {exc}") from None
-    return file_header, db
-
-
-def bolt_pieces(db: memoryview, size: int) -> Generator[bytes, None, None]:
-    """``db`` in pieces of ``size`` bytes, then its SHA-256 (the file etcd sends)."""
-    digest = hashlib.sha256()
-    for i in range(0, len(db), size):
-        piece = bytes(db[i : i + size])
-        digest.update(piece)
-        yield piece
-    yield digest.digest()
-
 
 FORMATS = ("etcd", "raftkv")
 
@@ -152,8 +81,14 @@ def _line(header: ResponseHeader, remaining: int, blob: bytes) -> bytes:
 
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
+    fmt = await _format(request)
+    async with request.app[SNAPSHOT_GATE_KEY].stream():
+        return await _snapshot(request, fmt)
+
+
+async def _snapshot(request: web.Request, fmt: str) -> web.StreamResponse:
     service = request.app[SERVICE_KEY]
-    if await _format(request) == "etcd":
+    if fmt == "etcd":
         file_header, db = await capture_etcd(service)
         pieces = bolt_pieces(db, LINE_BLOB_BYTES)
         try:

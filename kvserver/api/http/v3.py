@@ -35,6 +35,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
+from kvserver.api.shared.maintenance_ops import MSG_NO_DOWNGRADE
 from kvserver.kvpb.errors import LeaseNotFoundError
 from kvserver.kvpb.kv import ResponseHeader
 from kvserver.kvpb.lease import LeaseKeepAliveResponse
@@ -92,7 +93,7 @@ IMPLEMENTED = frozenset(
 # Served by routes app.py mounts itself (a wrong method falls through to ``fallback``).
 _STREAMED = frozenset(path for path, _ in maintenance.ROUTES)
 # etcd gateway paths raftkv does not serve, and why (501 Unimplemented).
-UNIMPLEMENTED = {"/maintenance/downgrade": maintenance_ops.MSG_NO_DOWNGRADE}
+UNIMPLEMENTED = {"/maintenance/downgrade": MSG_NO_DOWNGRADE}
 
 
 async def _decoded(request: web.Request, decode):  # type: ignore[no-untyped-def]
