@@ -308,7 +308,7 @@ _OPS = st.one_of(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.booleans(), _OPS, st.integers(0, 130), st.lists(_OPS, max_size=3))
 def test_a_txn_of_one_shared_response_encodes_as_the_general_path(succeeded, op, n, others):
     """The store answers a txn's bare puts with one shared ResponseOp, which encode_txn writes
