@@ -18,6 +18,7 @@ import os
 import shutil
 
 import pytest
+from hypothesis import settings
 
 
 def external_required() -> bool:
@@ -25,6 +26,13 @@ def external_required() -> bool:
 
 
 ETCD_INSTALL = "apt-get install etcd-server etcd-client"
+
+
+# Hypothesis's per-example deadline (200 ms by default) fails a test for the machine's speed,
+# not the code's: CI shares two cores with everything else. A property's examples are still
+# bounded by the suite's per-test timeout.
+settings.register_profile("raftkv", deadline=None)
+settings.load_profile("raftkv")
 
 
 def require_program(name: str, hint: str = "") -> str:
