@@ -6,13 +6,22 @@ and re-checks the last archived part of every open segment against the local fil
 whose torn tail was repaired after a crash may differ there: such parts are dropped and
 uploaded again). ``run_once()`` is one pass:
 
-1. every local ``.snap`` file not archived yet is uploaded (its revision read from it);
-2. every WAL segment's bytes beyond what is archived go up as one new part. The end of the
+1. every WAL segment's bytes beyond what is archived go up as one new part. The end of the
    live segment comes from ``tail()`` (in ``raftkv serve``: the WAL's own write offset, so
    only complete writes are read); without ``tail`` (``raftkv archive`` on a data dir) a
    segment locked by a running member is left alone until it is cut, and an unlocked one is
    read up to its last complete frame. A segment is closed once a later one exists and its
    parts reach its end;
+2. every local ``.snap`` file newer than the newest archived snapshot is uploaded (its
+   revision read from it) once the archived parts hold its WAL snapshot record. A member
+   writes the file first and records it in its WAL after (``kvserver.server.node_storage``);
+   until then the file is not the member's snapshot (a member stopped in between, or one
+   whose snapshot from the leader came first, never records it, and its recovery ignores
+   it), and a restore from it could not replay the log: the WAL reader needs the record to
+   start after it. Hence segments before snapshots in a pass (the record of a file listed
+   after them is in the parts already archived, or in a later pass's). The new parts are
+   searched for snapshot records only while a file waits for its record (a walk over their
+   length words, see ``snapshot_records``): a snapshot is rare, a part of entries is not;
 3. the manifest is written (only when something changed), after every object it names;
 4. retention: with ``retention`` N > 0 only the N newest snapshots are kept, with the
    segments needed to replay forward from the oldest of them (objects are deleted after the
@@ -89,10 +98,12 @@ def frames_end(buf, start: int = 0) -> int:
     return pos
 
 
-def scan_part(data: bytes) -> tuple[int, int]:
-    """(last entry index, last hard-state commit) among the frames of a part (0 if none)."""
+def scan_part(data: bytes) -> tuple[int, int, list[tuple[int, int]]]:
+    """(last entry index, last hard-state commit, (index, term) of every snapshot record)
+    among the frames of a part (0 if none)."""
     last_entry = None
     commit = 0
+    snapshots = []
     try:
         for rec in iter_raw_records(data):
             if rec.type == RecordType.ENTRY and rec.data is not None:
@@ -100,11 +111,52 @@ def scan_part(data: bytes) -> tuple[int, int]:
             elif rec.type == RecordType.STATE and rec.data is not None:
                 commit = raftpb.decode_hard_state(rec.data).commit
             elif rec.type == RecordType.SNAPSHOT and rec.data is not None:
-                commit = max(commit, raftpb.decode_wal_snapshot(rec.data).index)
+                ws = raftpb.decode_wal_snapshot(rec.data)
+                commit = max(commit, ws.index)
+                snapshots.append((ws.index, ws.term))
     except BadRecord:
         pass  # a torn end of a part is not ours to judge here; restore verifies the log
     index = raftpb.decode_entry(last_entry).index if last_entry is not None else 0
-    return index, commit
+    return index, commit, snapshots
+
+
+def snapshot_records(buf: bytes | memoryview) -> list[tuple[int, int]]:
+    """(index, term) of the WAL snapshot records among the complete frames of ``buf``.
+
+    The frames are walked by their length words and only a snapshot record (or a record not
+    in etcd's canonical layout, which writes the type first: bytes 0x08, type) is decoded:
+    about 0.5 us a frame, where decoding every record as ``scan_part`` does costs several
+    times that and holds the interpreter lock as long. A damaged frame is skipped: restore
+    verifies the log."""
+    out: list[tuple[int, int]] = []
+    pos, n = 0, len(buf)
+    while pos + 8 <= n:
+        lw = int.from_bytes(buf[pos : pos + 8], "little")
+        if not lw:
+            break
+        rl = lw & ((1 << 56) - 1)
+        top = lw >> 56
+        end = pos + 8 + rl + (top - 0x80 if top else 0)
+        if end > n:
+            break
+        if rl < 2 or buf[pos + 8] != 0x08 or buf[pos + 9] == RecordType.SNAPSHOT:
+            try:
+                for rec in iter_raw_records(bytes(buf[pos:end])):
+                    if rec.type == RecordType.SNAPSHOT and rec.data is not None:
+                        ws = raftpb.decode_wal_snapshot(rec.data)
+                        out.append((ws.index, ws.term))
+            except (BadRecord, raftpb.DecodeError):
+                pass
+        pos = end
+    return out
+
+
+def _note_snapshots(seg: Segment, records: list[tuple[int, int]]) -> bool:
+    """Add snapshot records found in ``seg``'s archived bytes; whether any was new."""
+    have = {(i, t) for i, t in seg.snapshots}
+    new = [[i, t] for i, t in records if (i, t) not in have]
+    seg.snapshots += new
+    return bool(new)
 
 
 def snapshot_revision(snapshot: raftpb.Snapshot) -> int:
@@ -212,10 +264,11 @@ class Archiver:
                 )
                 dropped += [p.object for p in seg.parts[len(keep) :]]
                 seg.parts = keep
-                seg.last_index, seg.commit = self._scan_parts(seg)
+                seg.last_index, seg.commit, records = self._scan_parts(seg)
+                seg.snapshots = [[i, t] for i, t in records]
         return dropped
 
-    def _scan_parts(self, seg: Segment) -> tuple[int, int]:
+    def _scan_parts(self, seg: Segment) -> tuple[int, int, list[tuple[int, int]]]:
         path = os.path.join(self.wal_dir, seg.name)
         with open(path, "rb") as f:
             data = f.read(seg.size)
@@ -228,8 +281,11 @@ class Archiver:
         started = time.monotonic()
         target = self.last_index() if self.last_index is not None else None
         try:
-            changed = self._archive_snapshots(m)
-            changed = self._archive_segments(m) or changed
+            # Segments first: see the module docstring (2.). Parts archived without a search
+            # for snapshot records (no file waited) are searched if a file appears meanwhile.
+            unsearched: list[tuple[Segment, int, int]] = []
+            changed = self._archive_segments(m, bool(self._waiting_snapshots(m)), unsearched)
+            changed = self._archive_snapshots(m, unsearched) or changed
             if changed:
                 commit = m.commit
                 if not m.timeline or m.timeline[-1][1] < commit:
@@ -265,21 +321,47 @@ class Archiver:
         self.stats["uploaded_objects"] += 1
         return rel, crc
 
-    def _archive_snapshots(self, m: Manifest) -> bool:
+    def _waiting_snapshots(self, m: Manifest) -> list[tuple[str, snap.SnapName]]:
+        """The local ``.snap`` files newer than the newest archived snapshot, oldest first.
+        Older ones are archived already or never will be: a member records its snapshots in
+        its WAL in index order, so a file older than a recorded one was never recorded."""
         try:
             names = sorted(os.listdir(self.snap_dir))
         except FileNotFoundError:
-            return False
-        have = {s.object for s in m.snapshots}
-        floor = m.snapshots[0].index if (self.retention and m.snapshots) else 0
-        changed = False
+            return []
+        newest = m.snapshots[-1].index if m.snapshots else 0
+        out = []
         for fname in names:
             sn = snap.parse_snap_name(fname)
-            if sn is None or not fname.endswith(snap.SNAP_SUFFIX):
-                continue
+            if sn is not None and fname.endswith(snap.SNAP_SUFFIX) and sn.index > newest:
+                out.append((fname, sn))
+        return sorted(out, key=lambda f: (f[1].index, f[1].term))
+
+    def _search_parts(self, unsearched: list[tuple[Segment, int, int]]) -> bool:
+        """Search parts archived this pass without a search for snapshot records (read back
+        from the local segment); whether a record was found."""
+        found = False
+        for seg, offset, size in unsearched:
+            try:
+                with open(os.path.join(self.wal_dir, seg.name), "rb") as f:
+                    f.seek(offset)
+                    data = f.read(size)
+            except FileNotFoundError:
+                continue  # purged: a segment holding a new snapshot's record is not
+            found = _note_snapshots(seg, snapshot_records(data)) or found
+        unsearched.clear()
+        return found
+
+    def _archive_snapshots(self, m: Manifest, unsearched: list[tuple[Segment, int, int]]) -> bool:
+        waiting = self._waiting_snapshots(m)
+        if not waiting:
+            return False
+        changed = self._search_parts(unsearched)
+        recorded = m.recorded_snapshots()
+        for fname, sn in waiting:
+            if (sn.index, sn.term) not in recorded:
+                continue  # not the member's snapshot (yet): see the module docstring
             rel = f"snap/{fname}"
-            if rel in have or sn.index < floor:
-                continue
             path = os.path.join(self.snap_dir, fname)
             try:
                 with open(path, "rb") as f:
@@ -298,7 +380,11 @@ class Archiver:
             changed = True
         return changed
 
-    def _archive_segments(self, m: Manifest) -> bool:
+    def _archive_segments(
+        self, m: Manifest, search: bool, unsearched: list[tuple[Segment, int, int]]
+    ) -> bool:
+        """Archive new WAL bytes; with ``search`` their snapshot records are noted in the
+        manifest, else a part that was not decoded is added to ``unsearched``."""
         try:
             local = list_segments(self.wal_dir)
         except FileNotFoundError:
@@ -348,8 +434,13 @@ class Archiver:
                             # commit are known without decoding every record in Python
                             # (which would hold the GIL against the member's event loop).
                             last, commit = tail[2], tail[3]
+                            if search:
+                                _note_snapshots(seg, snapshot_records(data))
+                            else:
+                                unsearched.append((seg, start, len(data)))
                         else:
-                            last, commit = scan_part(data)
+                            last, commit, records = scan_part(data)
+                            _note_snapshots(seg, records)
                         seg.last_index = max(seg.last_index, last)
                         seg.commit = max(seg.commit, commit)
                         self._newest_mtime = max(self._newest_mtime, min(st.st_mtime, time.time()))

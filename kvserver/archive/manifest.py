@@ -18,12 +18,20 @@ wrote them (without the zero preallocation), which ``wal`` reads as usual.
     {"format": 1, "cluster_id": hex, "member_id": hex, "name": str, "updated_unix": float,
      "snapshots": [{"object", "index", "term", "revision", "size", "crc32c"}, ...],   oldest first
      "segments": [{"name", "seq", "first_index", "last_index", "commit", "closed",
-                   "parts": [{"object", "offset", "size", "crc32c"}, ...]}, ...], by seq
+                   "parts": [{"object", "offset", "size", "crc32c"}, ...],
+                   "snapshots": [[index, term], ...]}, ...], by seq
      "timeline": [[unix time, commit index], ...]}   when the archived data reached a commit
 
 Invariant: every object the manifest names exists with that size and CRC-32C (objects are
 uploaded and checked before the manifest that names them is written; objects are deleted
-only after a manifest that no longer names them is written).
+only after a manifest that no longer names them is written). And every snapshot the manifest
+lists has its WAL snapshot record in the archived parts of a segment (the segment's
+``snapshots``): a member writes a ``.snap`` file before the WAL record that makes it its
+snapshot, and a file never recorded (the member stopped, or a newer snapshot from the leader
+came first) is one its own recovery ignores, and one a replay of the log cannot start from.
+A segment's ``snapshots`` lists the records found while a snapshot file was waiting for its
+record (not every record ever archived); manifests written before the field existed have
+none and may list snapshots without records (restore then skips such a base).
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ class Segment:
     commit: int = 0  # the last hard state's commit in the archived bytes
     closed: bool = False
     parts: list[Part] = field(default_factory=list)
+    # [index, term] of the WAL snapshot records found in the archived parts (see above)
+    snapshots: list[list[int]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -100,6 +110,10 @@ class Manifest:
     @property
     def commit(self) -> int:
         return max((s.commit for s in self.segments), default=0)
+
+    def recorded_snapshots(self) -> set[tuple[int, int]]:
+        """(index, term) of every snapshot record found in the archived WAL parts."""
+        return {(int(i), int(t)) for seg in self.segments for i, t in seg.snapshots}
 
     def objects(self) -> set[str]:
         names = {s.object for s in self.snapshots}

@@ -10,7 +10,10 @@ restore`` does: ``kvserver.archive.datadir``) holding the state at exactly ``poi
 
 How: pick one member's manifest (``member``, else the member whose archive reaches
 furthest); take the newest archived snapshot at or before the point (or the empty state, if
-the log is archived from its first segment); download it and the WAL segments from the one
+the log is archived from its first segment) whose WAL snapshot record is archived too (the
+archiver lists only such snapshots; an archive written before it did may list a file the
+member never recorded, which the WAL reader cannot start after: the next older base is used,
+as the member's own recovery ignores such a file); download it and the WAL segments from the one
 holding its record onwards, checking every object's size and CRC-32C against the manifest
 (a missing or damaged object is an ``ArchiveError`` naming it, never skipped); read them
 with ``wal``'s reader (an entry rewritten by a later term replaces the old one, Raft fig. 7);
@@ -142,15 +145,19 @@ def _target_index(m: Manifest, point: Point) -> int:
     return m.commit
 
 
-def _base(m: Manifest, point: Point, index: int) -> SnapshotObject | None:
+def _bases(m: Manifest, point: Point, index: int) -> list[SnapshotObject | None]:
+    """The bases a restore to ``point`` may start from, best (newest) first: the archived
+    snapshots at or before it, then the empty state (None) when the whole log is archived."""
     if point.revision is not None:
         fits = [s for s in m.snapshots if s.revision <= point.revision]
     else:
         fits = [s for s in m.snapshots if s.index <= index]
-    if fits:
-        return max(fits, key=lambda s: s.index)
+    fits.sort(key=lambda s: s.index, reverse=True)
+    out: list[SnapshotObject | None] = list(fits)
     if m.segments and m.segments[0].seq == 0:
-        return None  # the whole log is archived: replay from the empty state
+        out.append(None)  # the whole log is archived: replay from the empty state
+    if out:
+        return out
     raise ArchiveError(
         f"no archived snapshot at or before {point.describe()} and the log is "
         f"not archived from its beginning (retention removed it?)"
@@ -209,6 +216,73 @@ def fetch_segments(
         progress(f"fetched {seg.name} ({offset} bytes, {len(seg.parts)} parts)")
 
 
+def _new_kv(m: Manifest) -> RaftKV:
+    # RaftKV is typed for a live member (a raft Node, membership); a replay needs neither.
+    return RaftKV(
+        cluster_id=m.cluster_id,
+        member_id=m.member_id,
+        name=m.name,
+        members=(),
+        node=ReplayOnly(),
+        membership=None,  # no member calls are answered here
+    )
+
+
+def _describe(base: SnapshotObject | None) -> str:
+    if base is None:
+        return "the empty state"
+    return f"snapshot at index {base.index} (revision {base.revision})"
+
+
+def _open_base(
+    store: ObjectStore,
+    m: Manifest,
+    bases: list[SnapshotObject | None],
+    work: str,
+    progress: Progress,
+) -> tuple[SnapshotObject | None, RaftKV, raftpb.WalSnapshot, bytes, raftpb.HardState, list]:
+    """The first of ``bases`` whose WAL snapshot record the archived log holds: (base, the
+    state machine restored from it, its WAL position, and the log read after it)."""
+    for i, base in enumerate(bases):
+        kv = _new_kv(m)
+        try:
+            ws = restore_base(store, m, base, kv, work)
+            if base is not None:
+                progress(f"restored base snapshot {base.object} (revision {kv.store.revision})")
+            wal_dir = os.path.join(work, "wal")
+            shutil.rmtree(wal_dir, ignore_errors=True)
+            fetch_segments(store, m, ws.index, wal_dir, progress)
+            w = wal.open_for_read(wal_dir, ws)
+            try:
+                meta, hs, entries = w.read_all()
+            except wal.SnapshotNotFoundError:
+                if i + 1 == len(bases):
+                    raise ArchiveError(
+                        f"the archived WAL of member {m.member_id:x} holds no record of "
+                        f"the {_describe(base)}, and no older base is archived"
+                    ) from None
+                progress(
+                    f"skipping the {_describe(base)}: the archived WAL holds no record "
+                    f"of it (a file the member never recorded); trying the "
+                    f"{_describe(bases[i + 1])}"
+                )
+                kv.watch_hub.close()
+                continue
+            except wal.CorruptError as exc:
+                raise ArchiveError(
+                    f"archived WAL of member {m.member_id:x} does not read: "
+                    f"{os.path.basename(exc.file)} at offset {exc.offset}: "
+                    f"{exc.reason}"
+                ) from exc
+            finally:
+                w.close()
+        except BaseException:
+            kv.watch_hub.close()
+            raise
+        return base, kv, ws, meta, hs, entries
+    raise AssertionError("no bases")  # _bases returns at least one or raises
+
+
 def restore(
     store: ObjectStore,
     point: Point,
@@ -220,43 +294,15 @@ def restore(
 ) -> PitrResult:
     m = choose_member(load_manifests(store, cluster), member)
     index_limit = _target_index(m, point)
-    base = _base(m, point, index_limit)
+    bases = _bases(m, point, index_limit)
     progress(
         f"member {m.member_id:x} ({m.name or '?'}) of cluster {m.cluster_id:x}: "
-        f"archive reaches commit {m.commit}; base "
-        + (
-            f"snapshot at index {base.index} (revision {base.revision})"
-            if base
-            else "the empty state"
-        )
-    )
-    # RaftKV is typed for a live member (a raft Node, membership); a replay needs neither.
-    kv = RaftKV(
-        cluster_id=m.cluster_id,
-        member_id=m.member_id,
-        name=m.name,
-        members=(),
-        node=ReplayOnly(),
-        membership=None,  # no member calls are answered here
+        f"archive reaches commit {m.commit}; base {_describe(bases[0])}"
     )
     work = tempfile.mkdtemp(prefix="raftkv-pitr-")
+    kv = None
     try:
-        ws = restore_base(store, m, base, kv, work)
-        if base is not None:
-            progress(f"restored base snapshot {base.object} (revision {kv.store.revision})")
-        wal_dir = os.path.join(work, "wal")
-        fetch_segments(store, m, ws.index, wal_dir, progress)
-        w = wal.open_for_read(wal_dir, ws)
-        try:
-            meta, hs, entries = w.read_all()
-        except wal.CorruptError as exc:
-            raise ArchiveError(
-                f"archived WAL of member {m.member_id:x} does not read: "
-                f"{os.path.basename(exc.file)} at offset {exc.offset}: "
-                f"{exc.reason}"
-            ) from exc
-        finally:
-            w.close()
+        _, kv, ws, meta, hs, entries = _open_base(store, m, bases, work, progress)
         if decode_metadata(meta) != (m.member_id, m.cluster_id):
             raise ArchiveError("the archived WAL belongs to another member or cluster")
         commit = min(hs.commit, index_limit)
@@ -296,5 +342,6 @@ def restore(
             kv.store.revision, applied, ws.index, replayed, m.member_id, m.cluster_id, restored
         )
     finally:
-        kv.watch_hub.close()
+        if kv is not None:
+            kv.watch_hub.close()
         shutil.rmtree(work, ignore_errors=True)
