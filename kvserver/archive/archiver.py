@@ -209,6 +209,11 @@ class Archiver:
         self._opened_at = time.monotonic()
         self._local_last = 0
         self._newest_mtime = 0.0  # when the newest archived data was written (timeline)
+        # (segment, offset, size) of the parts archived without a search for snapshot records
+        # (no file waited for its record) since the snapshot directory was last found without
+        # a waiting file: a file that appears later may have its record in one of them. Kept
+        # across a failed pass; emptied by the next listing that finds no waiting file.
+        self._unsearched: list[tuple[Segment, int, int]] = []
 
     @property
     def prefix(self) -> str:
@@ -229,6 +234,9 @@ class Archiver:
         else:
             m = Manifest(self.cluster_id, self.member_id, self.name)
         self.manifest = m
+        # (a part archived unsearched before a restart is not searched again: a snapshot whose
+        # record it holds is not archived, a later one is; never a base without its record)
+        self._unsearched = []
         self._may_hold_unlisted = True  # a crash may have left uploads the manifest lacks
         self.store.remove_temporaries(self.prefix)
         dropped = self._recheck_open_segments(m)
@@ -281,11 +289,9 @@ class Archiver:
         started = time.monotonic()
         target = self.last_index() if self.last_index is not None else None
         try:
-            # Segments first: see the module docstring (2.). Parts archived without a search
-            # for snapshot records (no file waited) are searched if a file appears meanwhile.
-            unsearched: list[tuple[Segment, int, int]] = []
-            changed = self._archive_segments(m, bool(self._waiting_snapshots(m)), unsearched)
-            changed = self._archive_snapshots(m, unsearched) or changed
+            # Segments first: see the module docstring (2.).
+            changed = self._archive_segments(m, bool(self._waiting_snapshots(m)))
+            changed = self._archive_snapshots(m) or changed
             if changed:
                 commit = m.commit
                 if not m.timeline or m.timeline[-1][1] < commit:
@@ -337,11 +343,11 @@ class Archiver:
                 out.append((fname, sn))
         return sorted(out, key=lambda f: (f[1].index, f[1].term))
 
-    def _search_parts(self, unsearched: list[tuple[Segment, int, int]]) -> bool:
-        """Search parts archived this pass without a search for snapshot records (read back
-        from the local segment); whether a record was found."""
+    def _search_parts(self) -> bool:
+        """Search the parts archived without a search for snapshot records (read back from
+        the local segment); whether a record was found."""
         found = False
-        for seg, offset, size in unsearched:
+        for seg, offset, size in self._unsearched:
             try:
                 with open(os.path.join(self.wal_dir, seg.name), "rb") as f:
                     f.seek(offset)
@@ -349,14 +355,15 @@ class Archiver:
             except FileNotFoundError:
                 continue  # purged: a segment holding a new snapshot's record is not
             found = _note_snapshots(seg, snapshot_records(data)) or found
-        unsearched.clear()
+        self._unsearched.clear()
         return found
 
-    def _archive_snapshots(self, m: Manifest, unsearched: list[tuple[Segment, int, int]]) -> bool:
+    def _archive_snapshots(self, m: Manifest) -> bool:
         waiting = self._waiting_snapshots(m)
         if not waiting:
+            self._unsearched.clear()  # no record of a later file is in them
             return False
-        changed = self._search_parts(unsearched)
+        changed = self._search_parts()
         recorded = m.recorded_snapshots()
         for fname, sn in waiting:
             if (sn.index, sn.term) not in recorded:
@@ -380,11 +387,9 @@ class Archiver:
             changed = True
         return changed
 
-    def _archive_segments(
-        self, m: Manifest, search: bool, unsearched: list[tuple[Segment, int, int]]
-    ) -> bool:
+    def _archive_segments(self, m: Manifest, search: bool) -> bool:
         """Archive new WAL bytes; with ``search`` their snapshot records are noted in the
-        manifest, else a part that was not decoded is added to ``unsearched``."""
+        manifest, else a part that was not decoded is left for ``_search_parts``."""
         try:
             local = list_segments(self.wal_dir)
         except FileNotFoundError:
@@ -437,7 +442,7 @@ class Archiver:
                             if search:
                                 _note_snapshots(seg, snapshot_records(data))
                             else:
-                                unsearched.append((seg, start, len(data)))
+                                self._unsearched.append((seg, start, len(data)))
                         else:
                             last, commit, records = scan_part(data)
                             _note_snapshots(seg, records)
