@@ -11,11 +11,15 @@ import sys
 import threading
 import urllib.request
 
+import raftpb
 import snap
+import wal
+from kvserver.archive.archiver import Archiver, wal_tail
 from kvserver.client import Client
 from kvserver.kvpb.kv import RangeRequest
 from kvserver.lease.snapshot import split_snapshot
 from kvserver.localcluster.launcher import LocalCluster, free_ports
+from kvserver.membership.identity import encode_metadata
 from kvserver.membership.registry import split_members_frame
 from kvserver.mvcc.store import MVCCStore
 from tests.cluster.harness import leader_of, wait_healthy
@@ -186,3 +190,34 @@ def read_data_dir(data_dir: str) -> dict:
     for kv in res.kvs:
         out[kv.key] = (kv.value, kv.create_revision, kv.mod_revision, kv.version)
     return out
+
+
+def live_member(tmp_path):
+    """(data dir, its WAL open for appends as a running member's is, 64 KiB segments, and a
+    ``snap.Snapshotter`` on its snap dir), for archiver tests without a member."""
+    data_dir = tmp_path / "m"
+    (data_dir / "member" / "snap").mkdir(parents=True)
+    w = wal.create(
+        str(data_dir / "member" / "wal"), encode_metadata(0xA, 0xC), segment_size_bytes=64 * 1024
+    )
+    return str(data_dir), w, snap.Snapshotter(str(data_dir / "member" / "snap"))
+
+
+def append_entries(w, first: int, last: int, data: bytes = b"x" * 300) -> None:
+    """Committed entries ``first``..``last``, one write each."""
+    for i in range(first, last + 1):
+        w.save(raftpb.HardState(1, 0, i), [raftpb.Entry(1, i, 0, data)])
+
+
+def live_archiver(store, data_dir: str, w, **kw) -> Archiver:
+    """An archiver of ``live_member``'s data dir, wired to its open WAL as ``raftkv serve``
+    wires it."""
+    return Archiver(
+        store,
+        data_dir,
+        cluster_id=0xC,
+        member_id=0xA,
+        tail=lambda: wal_tail(w),
+        last_index=lambda: w.last_index,
+        **kw,
+    )

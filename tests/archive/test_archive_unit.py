@@ -15,6 +15,7 @@ from kvserver.archive.archiver import Archiver, wal_tail
 from kvserver.archive.manifest import MANIFEST, Manifest
 from kvserver.archive.store import ObjectCorruptError, ObjectMissingError, ObjectStore
 from kvserver.membership.identity import encode_metadata
+from tests.archive.helpers import append_entries, live_archiver, live_member
 
 
 def test_snapshot_file_round_trip_and_hash_refusal():
@@ -119,55 +120,24 @@ def store_crc(data: bytes) -> int:
     return crc_of(data)
 
 
-def _live_member(tmp_path):
-    """A data dir whose WAL is open for appends, as a running member's is (64 KiB
-    segments); ``_append`` writes committed entries to it."""
-    data_dir = tmp_path / "m"
-    (data_dir / "member" / "snap").mkdir(parents=True)
-    w = wal.create(
-        str(data_dir / "member" / "wal"), encode_metadata(0xA, 0xC), segment_size_bytes=64 * 1024
-    )
-    return str(data_dir), w
-
-
-def _append(w, first: int, last: int, data: bytes = b"x" * 300) -> None:
-    for i in range(first, last + 1):
-        w.save(raftpb.HardState(1, 0, i), [raftpb.Entry(1, i, 0, data)])
-
-
-def _live_archiver(store, data_dir, w, **kw) -> Archiver:
-    """An archiver wired to an open WAL as ``raftkv serve`` wires it."""
-    return Archiver(
-        store,
-        data_dir,
-        cluster_id=0xC,
-        member_id=0xA,
-        tail=lambda: wal_tail(w),
-        last_index=lambda: w.last_index,
-        **kw,
-    )
-
-
 def test_retention_drops_old_snapshots_and_the_segments_before_them(tmp_path, monkeypatch):
-    import snap
     from kvserver.archive import archiver as archiver_mod
 
     # the snapshot images here are not a member's state: their revision is their index
     monkeypatch.setattr(archiver_mod, "snapshot_revision", lambda s: s.metadata.index)
-    data_dir, w = _live_member(tmp_path)
-    snaps = snap.Snapshotter(f"{data_dir}/member/snap")
+    data_dir, w, snaps = live_member(tmp_path)
     store = ObjectStore.open(f"memory://ret-{uuid.uuid4().hex}")
-    arch = _live_archiver(store, data_dir, w, retention=2)
+    arch = live_archiver(store, data_dir, w, retention=2)
     try:
         arch.open()
         written = 0
         for index in (100, 400, 700):  # a snapshot as a member makes one: file, then record
-            _append(w, written + 1, index)
+            append_entries(w, written + 1, index)
             written = index
             snaps.save_snap(raftpb.Snapshot(b"img", raftpb.SnapshotMetadata(index=index, term=1)))
             w.save_snapshot(raftpb.WalSnapshot(index, 1))
             arch.run_once()
-        _append(w, 701, 900)  # many 64 KiB segments
+        append_entries(w, 701, 900)  # many 64 KiB segments
         arch.run_once()
     finally:
         w.close()

@@ -16,29 +16,18 @@ import pytest
 
 import raftpb
 import snap
-import wal
 from kvserver.archive import pitr
-from kvserver.archive.archiver import Archiver, snapshot_records, wal_tail
+from kvserver.archive.archiver import snapshot_records, wal_tail
 from kvserver.archive.datadir import RestoreTarget
 from kvserver.archive.manifest import MANIFEST, Manifest, SnapshotObject
 from kvserver.archive.store import ArchiveError, ObjectStore, crc_of
-from kvserver.membership.identity import encode_metadata
+from tests.archive.helpers import append_entries, live_archiver, live_member
 from tests.support.apply_now import raftkv_without_raft
-
-
-def _member(tmp_path):
-    data_dir = tmp_path / "m"
-    (data_dir / "member" / "snap").mkdir(parents=True)
-    w = wal.create(
-        str(data_dir / "member" / "wal"), encode_metadata(0xA, 0xC), segment_size_bytes=64 * 1024
-    )
-    return str(data_dir), w, snap.Snapshotter(str(data_dir / "member" / "snap"))
 
 
 def _append(w, first: int, last: int) -> None:
     # entries without a request: a replay applies nothing and only checks their order
-    for i in range(first, last + 1):
-        w.save(raftpb.HardState(1, 0, i), [raftpb.Entry(1, i, 0, b"")])
+    append_entries(w, first, last, b"")
 
 
 def _image() -> bytes:
@@ -61,16 +50,9 @@ def _restore(store, tmp_path, name: str, notes: list[str] | None = None):
 
 @pytest.fixture
 def member(tmp_path):
-    data_dir, w, snaps = _member(tmp_path)
+    data_dir, w, snaps = live_member(tmp_path)
     store = ObjectStore.open(f"memory://unrec-{uuid.uuid4().hex}")
-    arch = Archiver(
-        store,
-        data_dir,
-        cluster_id=0xC,
-        member_id=0xA,
-        tail=lambda: wal_tail(w),
-        last_index=lambda: w.last_index,
-    )  # as `raftkv serve` wires it
+    arch = live_archiver(store, data_dir, w)
     arch.open()
     yield w, snaps, store, arch
     w.close()
@@ -174,7 +156,7 @@ def test_restore_names_a_base_without_record_when_none_older_is_archived(member,
 
 
 def test_snapshot_records_walks_frames_and_decodes_only_snapshots(tmp_path):
-    data_dir, w, _ = _member(tmp_path)
+    data_dir, w, _ = live_member(tmp_path)
     _append(w, 1, 20)
     w.save_snapshot(raftpb.WalSnapshot(20, 1))
     _append(w, 21, 30)
