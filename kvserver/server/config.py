@@ -92,6 +92,13 @@ class ServerConfig:
     peer_trusted_ca_file: str = ""
     peer_client_cert_auth: bool = False
     peer_auto_tls: bool = False
+    # A leader whose WAL fsyncs turn slow hands leadership to a follower whose disk is
+    # healthy; a stalled fsync makes /health false (kvserver.server.disk_health).
+    slow_disk_transfer: bool = True
+    slow_disk_fsync_threshold_ms: int = 250
+    slow_disk_window_ms: int = 5000
+    slow_disk_transfer_interval_ms: int = 60_000
+    disk_stall_timeout_ms: int = 10_000
     members: tuple[Member, ...] = field(default=(), compare=False)
 
     @property
@@ -377,6 +384,36 @@ _FLAGS = (
         "bool",
         "let the dashboard (/ui/) put and delete keys and move the leader (default: read-only)",
     ),
+    (
+        "--slow-disk-transfer",
+        "slow_disk_transfer",
+        "bool",
+        "a leader whose WAL fsyncs are slow hands leadership to a follower with a healthy disk",
+    ),
+    (
+        "--slow-disk-fsync-threshold",
+        "slow_disk_fsync_threshold_ms",
+        "int",
+        "milliseconds: a WAL fsync p99 at or past this is a slow disk (a healthy one: below half)",
+    ),
+    (
+        "--slow-disk-window",
+        "slow_disk_window_ms",
+        "int",
+        "milliseconds of WAL fsyncs the slow-disk p99 is taken over",
+    ),
+    (
+        "--slow-disk-transfer-interval",
+        "slow_disk_transfer_interval_ms",
+        "int",
+        "milliseconds: at most one slow-disk leadership transfer from a member per interval",
+    ),
+    (
+        "--disk-stall-timeout",
+        "disk_stall_timeout_ms",
+        "int",
+        "milliseconds a WAL fsync may wait before /health reports the disk stalled (0: never)",
+    ),
     ("--cert-file", "cert_file", "str", "client TLS: certificate file (PEM)"),
     ("--key-file", "key_file", "str", "client TLS: private key file (PEM; keep it secret)"),
     (
@@ -490,6 +527,16 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         and not cfg.wal_sync.startswith("interval=")
     ):
         raise ClusterConfigError("--wal-sync: want always, interval=<ms> or never")
+    if (
+        cfg.slow_disk_fsync_threshold_ms <= 0
+        or cfg.slow_disk_window_ms <= 0
+        or cfg.slow_disk_transfer_interval_ms < 0
+        or cfg.disk_stall_timeout_ms < 0
+    ):
+        raise ClusterConfigError(
+            "--slow-disk-fsync-threshold and --slow-disk-window must be > 0, "
+            "--slow-disk-transfer-interval and --disk-stall-timeout >= 0"
+        )
     if cfg.grpc_frontends > MAX_GRPC_FRONTENDS:
         raise ClusterConfigError(f"--client-frontends: at most {MAX_GRPC_FRONTENDS}")
     try:
