@@ -51,6 +51,13 @@ to publish. A request from a member the registry knows as removed (``is_removed`
 with 410 Gone; a stream refused with 410 tells this member it was removed (``on_removed``).
 ``GET /raft/members`` answers ``members_json()`` without a cluster check: a joining node asks
 it for the cluster ID and its own member ID.
+
+Disk health (``kvserver.server.disk_health``): ``GET /raft/disk`` answers ``disk_health()``
+(this member's WAL fsync p99 and stall, a small JSON object) to members of the cluster, with
+the same header checks as a stream. ``ask_disk_health(peer)`` asks a peer for its own; a
+leader whose disk is slow does, to pick a follower to hand leadership to. A query rather
+than a field in the raft messages: the stream's frames stay raft's, members of earlier
+versions answer 404 (and are never picked), and a healthy cluster sends nothing for it.
 """
 
 import asyncio
@@ -84,6 +91,7 @@ CLIENT_URLS_HEADER = "X-Raftkv-Client-Urls"
 MEMBERS_PATH = "/raft/members"
 STREAM_PATH = "/raft/stream"
 SNAPSHOT_PATH = "/raft/snapshot"
+DISK_PATH = "/raft/disk"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +130,7 @@ class PeerTransport:
         members_json: Callable[[], dict] | None = None,
         ssl_context=None,
         spill_dir: str | None = None,
+        disk_health: Callable[[], dict] | None = None,
     ):
         self.local_id = local_id
         self.spill_dir = spill_dir  # received snapshots are spilled here (None: the temp dir)
@@ -138,6 +147,7 @@ class PeerTransport:
         self._is_removed = is_removed or (lambda peer_id: False)
         self._on_removed = on_removed
         self._members_json = members_json
+        self._disk_health = disk_health
         self.peer_attributes: dict[int, tuple[str, tuple[str, ...]]] = {}
         self._incoming_by_peer: dict[int, set[web.WebSocketResponse]] = {}
         self._ever_connected: set[int] = set()
@@ -316,7 +326,25 @@ class PeerTransport:
             web.get(STREAM_PATH, self._handle_stream),
             web.post(SNAPSHOT_PATH, self._handle_snapshot),
             web.get(MEMBERS_PATH, self._handle_members),
+            web.get(DISK_PATH, self._handle_disk),
         ]
+
+    async def _handle_disk(self, request: web.Request) -> web.Response:
+        self._check_headers(request)
+        if self._disk_health is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self._disk_health())
+
+    async def ask_disk_health(self, peer_id: int) -> object:
+        """The JSON a peer answers on ``GET /raft/disk`` (its disk's health); raises
+        ``LookupError`` for a peer not in the peer set, ``aiohttp.ClientError`` for an answer
+        other than 200. The caller bounds the wait and checks the answer."""
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            raise LookupError(f"{peer_id:x} is not a peer")
+        async with self._client().get(peer.url + DISK_PATH, headers=self._headers(peer_id)) as resp:
+            resp.raise_for_status()
+            return await resp.json()
 
     async def _handle_members(self, request: web.Request) -> web.Response:
         if self._members_json is None:

@@ -146,6 +146,22 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     "wal_fsync_duration_seconds": NodeMetricSpec(
         H, "Latency of WAL fsyncs (count = number of fsyncs)."
     ),
+    "disk_fsync_p99_seconds": NodeMetricSpec(
+        G,
+        "p99 of this member's WAL fsyncs over --slow-disk-window (an fsync in flight counts "
+        "with its age): what the slow-disk leader transfer judges.",
+    ),
+    "disk_stalled_seconds": NodeMetricSpec(
+        G, "How long the WAL fsync in flight has been waiting (0: none is)."
+    ),
+    "slow_disk_leader_transfers": NodeMetricSpec(
+        C,
+        "Leadership transfers this member started because its own WAL fsyncs were slow and a "
+        "caught-up follower's were not (--slow-disk-transfer).",
+    ),
+    "disk_stalls": NodeMetricSpec(
+        C, "Times a WAL fsync waited past --disk-stall-timeout (/health false meanwhile)."
+    ),
     "peer_send_failures": NodeMetricSpec(
         C, "Messages to a peer that could not be sent.", label="peer"
     ),
@@ -283,6 +299,10 @@ class NodeStats(TypedDict, total=False):
     proposals_failed: int
     proposals_pending: int
     wal_fsync_duration_seconds: DurationHistogram
+    disk_fsync_p99_seconds: float
+    disk_stalled_seconds: float
+    slow_disk_leader_transfers: int
+    disk_stalls: int
     peer_send_failures: Mapping[int | str, int]
     store_revision: int
     store_db_size_bytes: int

@@ -400,6 +400,9 @@ class Node:
         self._replay_started: tuple[float, int] | None = None  # (monotonic time, applied)
         # counters read by /metrics (kvserver.assembly.member.Member._stats)
         self.stats = {"proposals_applied": 0, "proposals_failed": 0}
+        # More reasons for /health to be false, from parts beside the node (a stalled disk:
+        # kvserver.server.disk_health); each returns "" when all is well.
+        self.health_checks: list[Callable[[], str]] = []
 
     # --- inputs (called from any coroutine on the loop) ----------------------------------
 
@@ -1280,6 +1283,10 @@ class Node:
         what NodeStatus.healthy checks: a known leader, applied up to commit)."""
         if self.failed.is_set():
             return f"RAFT LOOP FAILED: {self.failure}"
+        for check in self.health_checks:
+            problem = check()
+            if problem:
+                return problem
         err = self._step_error
         if err is not None and time.monotonic() - err[0] < STEP_ERROR_UNHEALTHY_S:
             return f"RAFT LOOP FAILING: {err[1]}"
@@ -1290,6 +1297,20 @@ class Node:
         ):
             return "RAFT LEADER NOT CONFIRMED"
         return ""
+
+    def caught_up_voters(self) -> list[int]:
+        """On the leader: the other voters whose log holds everything committed (a
+        leadership transfer to one of them completes within a round trip); [] elsewhere.
+        Reads the core's progress without changing it, as /metrics does."""
+        if not self.is_leader:
+            return []
+        st = self.raw.status()
+        voters = set(self.conf_state.voters)
+        return sorted(
+            peer
+            for peer, pr in st.progress.items()
+            if peer != self.id and peer in voters and pr.match >= st.hard_state.commit
+        )
 
     @property
     def pending_proposals(self) -> int:

@@ -29,6 +29,7 @@ import snap
 import wal
 from kvserver.membership.identity import decode_metadata, encode_metadata
 from kvserver.server.config import ServerConfig
+from kvserver.server.disk_health import FsyncWatch
 from kvserver.server.metrics import FSYNC_BUCKETS_SECONDS, DurationHistogram
 from raft import (
     ConfState,
@@ -120,6 +121,9 @@ class NodeStorage:
         self._purger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="purge")
         self._stats = {"wal_syncs": 0, "wal_entries": 0}
         self.fsync_seconds = DurationHistogram(FSYNC_BUCKETS_SECONDS)
+        # The same fsyncs over a sliding window, and the one in flight: the disk's health
+        # (kvserver.server.disk_health: a slow leader gives way, a stall turns /health false)
+        self.fsync_watch = FsyncWatch(window_s=cfg.slow_disk_window_ms / 1000)
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -300,9 +304,13 @@ class NodeStorage:
             self.raft_storage.append(rd.entries)
 
     def _sync_blocking(self, seq: int) -> None:
+        watch = self.fsync_watch
+        watch.begin()
         started = time.perf_counter()
         self.wal.sync_upto(seq)
-        self.fsync_seconds.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.fsync_seconds.observe(elapsed)
+        watch.end(elapsed)
         self._stats["wal_syncs"] += 1
 
     def _write_snapshot(self, snapshot: Snapshot) -> str | None:
