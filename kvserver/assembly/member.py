@@ -45,6 +45,7 @@ from kvserver.membership.registry import split_members_frame
 from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
+from kvserver.server.disk_health import SlowDiskGuard, SlowDiskOptions
 from kvserver.server.gc_pacer import GCPacer, freeze_heap
 from kvserver.server.heap_trim import HeapTrimmer
 from kvserver.server.loop_monitor import LoopMonitor
@@ -82,6 +83,7 @@ class Member:
         self.kv: RaftKV | None = None
         self.storage: NodeStorage | None = None
         self.transport: PeerTransport | None = None
+        self.disk_guard: SlowDiskGuard | None = None  # a slow leader gives way; stalls
         self.membership: MembershipService | None = None
         self.appends = AppendCounter()  # MsgApps sent and their entries, for /metrics
         self.gc_pacer = GCPacer()  # keeps full GC passes short over a large store
@@ -103,6 +105,13 @@ class Member:
         node = self._build_node(boot)
         membership = self._build_membership(boot, node)
         transport = self._build_transport(node, membership)
+        self.disk_guard = SlowDiskGuard(
+            node,
+            boot.storage.fsync_watch,
+            transport.ask_disk_health,
+            SlowDiskOptions.from_config(cfg),
+        )
+        node.health_checks.append(self.disk_guard.problem)
         self.archive = archive_member.start(cfg, self.member_id, self.cluster_id, boot.storage)
         kv = self._build_kv(node, membership)
         if boot.snapshot is not None:
@@ -133,6 +142,7 @@ class Member:
         )
         # the lessor's expiry task and auto-compaction (both act only while this member leads)
         kv.start(auto_compaction=cfg.auto_compaction)
+        self.disk_guard.start()
         # what reading the WAL and the snapshot at start-up freed
         self.heap_trimmer.request("started")
         await self._serve(node, boot.storage, kv, transport)
@@ -178,6 +188,8 @@ class Member:
         return self.membership
 
     def _build_transport(self, node: Node, membership: MembershipService) -> PeerTransport:
+        assert self.storage is not None  # bootstrapped first
+        watch = self.storage.fsync_watch
         self.transport = PeerTransport(
             local_id=self.member_id,
             cluster_id=self.cluster_id,
@@ -191,6 +203,7 @@ class Member:
             members_json=membership.members_json,
             ssl_context=self.tls.peer_dial,
             spill_dir=self.cfg.snap_dir,
+            disk_health=lambda: watch.health().to_json(),
         )
         return self.transport
 
@@ -344,6 +357,7 @@ class Member:
             **self.heap_trimmer.stats(),
             **self.loop_monitor.stats(),
             "snapshot_streams_refused": self.snapshot_gate.refused,
+            **(self.disk_guard.stats() if self.disk_guard is not None else {}),
         }
 
     async def stop(self) -> None:
@@ -358,6 +372,8 @@ class Member:
             await self.grpc.stop()
         for runner in client_runners:
             await runner.cleanup()
+        if self.disk_guard is not None:
+            await self.disk_guard.stop()
         if self.membership is not None:
             await self.membership.stop()
         if self.kv is not None:
