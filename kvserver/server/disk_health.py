@@ -8,14 +8,21 @@ and a member whose disk stops completing fsyncs altogether says so on ``/health`
 Contract
 --------
 ``FsyncWatch`` is fed by the WAL writer thread (``begin()`` before an fsync, ``end(seconds)``
-after it) and read from the loop. It keeps the fsyncs that ended within ``window_s``
-(bounded: ``MAX_SAMPLES``) and the start of the one in flight. ``health()`` is a
-``DiskHealth``: the p99 of the window's fsyncs (an fsync still in flight counts with its
-age so far, so a disk that stopped answering is slow at once), how many there were, and
-for how long the fsync in flight has been waiting (``stalled_s``, 0 when none is).
+after it) and read from the loop. It keeps the last ``MAX_SAMPLES`` (100) fsyncs and the
+start of the one in flight. ``health()`` is a ``DiskHealth``: the p99 of those that ended
+within ``window_s`` (an fsync still in flight counts with its age so far, so a disk that
+stopped answering is slow at once), how many there were, and for how long the fsync in
+flight has been waiting (``stalled_s``, 0 when none is).
+
+Why the last 100 and not every fsync of the window: fsyncs are serial, so a disk that turns
+slow also turns rare. At 1,400 fsyncs a second, five seconds of a healthy past would need
+seventy 500 ms fsyncs (35 s) before they made 1 % of the window; of the last 100, two make
+the p99 at once. The p99 never rests on a single fsync (``p99``): one hiccup behind a big
+write is not a slow disk.
 
 ``DiskHealth.slow(threshold_s, min_samples)``: the p99 is at or past the threshold over at
-least ``min_samples`` fsyncs, or an fsync has been waiting at least ``threshold_s``. A disk
+least ``min_samples`` fsyncs, or one fsync has been waiting ``STALLED_SLOW_S`` (or four
+times the threshold, if longer). A disk
 that wrote nothing in the window is not slow (nothing says it is).
 
 ``choose_transferee``: the follower a slow leader hands leadership to, or None. Only a
@@ -39,11 +46,14 @@ with the lowest p99.
   (``ask_peer``: over the peer transport, ``GET /raft/disk``; only while slow, so a healthy
   cluster pays nothing), and hands leadership to ``choose_transferee``'s pick through raft's
   leadership transfer (``Node.transfer_leadership``), logging a WARNING that names the cause
-  and counting it (``transfers``). At most one such transfer per ``transfer_interval_s``
-  from this member; none when no follower is healthy (every write would wait on a slow disk
+  and counting it (``transfers``). New proposals wait in the node while the transfer is on
+  (up to ``transfer_hold_s``): see ``Node.transfer_leadership`` for why a slow leader's
+  transfer fails without that. At most one such transfer per ``transfer_interval_s`` from
+  this member; one that did not happen (still leader in the same term
+  ``RETRY_AFTER_HOLDS`` holds later) does not count. None when no follower is healthy (every write would wait on a slow disk
   either way, and a transfer costs an election's worth of unavailability).
 
-Bounds: the guard holds the loop for a sort of at most ``MAX_SAMPLES`` floats per check; the
+Bounds: the guard holds the loop for a sort of at most ``MAX_SAMPLES`` + 1 floats per check; the
 peer queries are bounded by ``ask_timeout_s`` each and run concurrently.
 """
 
@@ -63,7 +73,13 @@ from kvserver.server.config import ServerConfig
 
 log = logging.getLogger(__name__)
 
-MAX_SAMPLES = 4096  # fsyncs kept per window: at thousands per second, the newest ones
+MAX_SAMPLES = 100  # the newest fsyncs a p99 is taken over (module doc)
+# One fsync in flight this long makes a disk slow by itself (a healthy disk's fsync can take
+# a few hundred milliseconds now and then, behind a big write; a second is never healthy:
+# etcd warns of any fsync over one).
+STALLED_SLOW_S = 1.0
+STALLED_SLOW_FACTOR = 4  # ... or this many times the threshold, if that is longer
+RETRY_AFTER_HOLDS = 2  # a transfer that left this member leader in its term this long failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +91,7 @@ class DiskHealth:
     stalled_s: float = 0.0
 
     def slow(self, threshold_s: float, min_samples: int) -> bool:
-        if self.stalled_s >= threshold_s:
+        if self.stalled_s >= max(STALLED_SLOW_S, STALLED_SLOW_FACTOR * threshold_s):
             return True
         return self.samples >= min_samples and self.p99_s >= threshold_s
 
@@ -141,11 +157,14 @@ class FsyncWatch:
 
 
 def p99(values: Iterable[float]) -> float:
-    """The 99th percentile (nearest rank); 0 for no values."""
+    """The 99th percentile (nearest rank), but never the largest value alone of two or
+    more (below 100 values nearest rank is the maximum: one outlier would decide); 0 for no
+    values."""
     ordered = sorted(values)
     if not ordered:
         return 0.0
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+    rank = math.ceil(0.99 * len(ordered)) - 1
+    return ordered[max(0, min(rank, len(ordered) - 2))]
 
 
 def choose_transferee(
@@ -171,6 +190,9 @@ class SlowDiskOptions:
     stall_timeout_s: float = 10.0  # --disk-stall-timeout (0: never report a stall)
     check_interval_s: float = 1.0
     ask_timeout_s: float = 1.0
+    # New proposals wait while the transfer is on (Node.transfer_leadership), at most this
+    # long: two election timeouts.
+    transfer_hold_s: float = 2.0
 
     @classmethod
     def from_config(cls, cfg: ServerConfig) -> SlowDiskOptions:
@@ -180,6 +202,7 @@ class SlowDiskOptions:
             window_s=cfg.slow_disk_window_ms / 1000,
             transfer_interval_s=cfg.slow_disk_transfer_interval_ms / 1000,
             stall_timeout_s=cfg.disk_stall_timeout_ms / 1000,
+            transfer_hold_s=2 * cfg.election_timeout_ms / 1000,
         )
 
 
@@ -191,7 +214,10 @@ class LeaderNode(Protocol):
     @property
     def is_leader(self) -> bool: ...
 
-    def transfer_leadership(self, transferee: int) -> None: ...
+    @property
+    def term(self) -> int: ...
+
+    def transfer_leadership(self, transferee: int, hold_proposals_s: float = 0.0) -> None: ...
 
     def caught_up_voters(self) -> list[int]: ...
 
@@ -216,6 +242,7 @@ class SlowDiskGuard:
         self.transfers = 0  # leadership transfers for a slow disk (/metrics)
         self.stalls = 0  # stalls reported (/metrics)
         self._last_transfer = -math.inf
+        self._attempt: tuple[float, int] = (-math.inf, 0)  # (when, term) of the last transfer
         self._stall_logged = False
         self._stay_logged = -math.inf
         self._task: asyncio.Task | None = None
@@ -268,6 +295,15 @@ class SlowDiskGuard:
         if not own.slow(opts.threshold_s, opts.min_samples):
             return
         now = self._clock()
+        attempted_at, attempt_term = self._attempt
+        if (
+            self.node.term == attempt_term
+            and now - attempted_at >= RETRY_AFTER_HOLDS * opts.transfer_hold_s
+        ):
+            # Still leading in the term of the last attempt, long after it: that transfer
+            # did not happen (raft gave it up), so it does not count against the interval.
+            self._attempt = (-math.inf, 0)
+            self._last_transfer = -math.inf
         if now - self._last_transfer < opts.transfer_interval_s:
             return
         voters = self.node.caught_up_voters()
@@ -304,7 +340,8 @@ class SlowDiskGuard:
             peer,
             theirs.p99_s * 1000,
         )
-        self.node.transfer_leadership(peer)
+        self._attempt = (now, self.node.term)
+        self.node.transfer_leadership(peer, hold_proposals_s=opts.transfer_hold_s)
 
     def _check_stall(self) -> None:
         if self.problem():

@@ -7,8 +7,10 @@ the core — so every proposal that arrived while the previous Ready was being w
 into the next Ready together (batching falls out of the loop) — and then handles one Ready in
 the order etcd's raft documents for a Ready (``doc.go``, "Usage"):
 
-1. replication messages of a leader (MsgApp, MsgHeartbeat, MsgSnap) are sent first: a leader
-   may send entries before its own write completes (Raft thesis §10.2.1);
+1. replication messages of a leader (MsgApp, MsgHeartbeat, MsgSnap) and a leadership
+   transfer's MsgTimeoutNow are sent first: a leader may send entries before its own write
+   completes (Raft thesis §10.2.1), and none of them promises anything about its own disk
+   (etcd's leader sends all of its messages before it writes);
 2. the snapshot, entries and hard state are persisted (the WAL writer thread fsyncs when
    ``must_sync``; the loop keeps serving meanwhile);
 3. all other messages — votes and acknowledgements, which promise durable state — are sent;
@@ -98,8 +100,10 @@ from snap.spill import fill as spill_into
 
 log = logging.getLogger(__name__)
 
+# MsgTimeoutNow among them: a leader on a slow disk that hands leadership away would
+# otherwise hold it back for one more of its slow fsyncs (kvserver.server.disk_health).
 _SEND_BEFORE_PERSIST = frozenset(
-    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap}
+    {MessageType.MsgApp, MessageType.MsgHeartbeat, MessageType.MsgSnap, MessageType.MsgTimeoutNow}
 )
 PROPOSAL_HEADER_BYTES = 16  # origin | sequence, in front of every proposal
 # The apply task yields to the loop after this long: a batch of big committed entries (a
@@ -362,6 +366,8 @@ class Node:
         self._inbox: list[Message] = []
         self._ticks = 0
         self._proposals: list[bytes] = []
+        self._hold_proposals_until = 0.0  # monotonic; see transfer_leadership
+        self._held_forwarded: list[Message] = []  # proposals other members forwarded, held
         self._proposal_waiters: dict[int, asyncio.Future] = {}
         self._conf_proposals: list[ConfChange] = []
         self._conf_waiters: dict[int, asyncio.Future] = {}  # by ConfChange.id
@@ -418,11 +424,24 @@ class Node:
         self._snapshot_status.append((peer_id, failed))
         self._wake.set()
 
-    def transfer_leadership(self, transferee: int) -> None:
+    def transfer_leadership(self, transferee: int, hold_proposals_s: float = 0.0) -> None:
         """Ask the raft core to hand leadership to ``transferee`` (etcd's
         ``TransferLeadership``), on the raft task's next turn, as the message a peer would
         send (a follower passes it on to its leader). Nothing is answered: the caller watches
-        ``leader``; a leader gives a transfer up after an election timeout."""
+        ``leader``; a leader gives a transfer up after an election timeout.
+
+        ``hold_proposals_s``: new proposals wait in the node (not in the log) until the
+        leader changes or this long has passed, then go to the core (a follower's core
+        forwards them to the new leader). Raft refuses proposals only while the transfer is
+        on; a leader whose turns are slow (a slow disk: the raft task waits for each fsync)
+        counts an election timeout's ticks in two or three turns, gives the transfer up,
+        and takes proposals again, and the transferee's vote request then reaches voters
+        whose logs are longer than its own: the transfer fails. Held, the log stays where
+        the transferee caught up until it has won. Proposals other members forward here
+        are held alike: raft drops those during a transfer without a word, and their
+        clients waited out the request timeout."""
+        if hold_proposals_s > 0:
+            self._hold_proposals_until = time.monotonic() + hold_proposals_s
         self.receive([Message(type=MessageType.MsgTransferLeader, to=self.id, frm=transferee)])
 
     async def propose(self, payload: bytes, timeout_s: float | None = None) -> object:
@@ -671,7 +690,15 @@ class Node:
         # it has just heard from.
         if self._inbox:
             inbox, self._inbox = self._inbox, []
+            holding = self._holding_proposals()
             for m in inbox:
+                if holding and m.type == MessageType.MsgProp:
+                    self._held_forwarded.append(m)  # see transfer_leadership
+                else:
+                    self._step(m)
+        if self._held_forwarded and not self._holding_proposals():
+            held, self._held_forwarded = self._held_forwarded, []
+            for m in held:  # a follower's core forwards them to the new leader
                 self._step(m)
         ticks, self._ticks = self._ticks, 0
         for _ in range(ticks):
@@ -684,7 +711,7 @@ class Node:
             for peer, failed in self._snapshot_status:
                 raw.report_snapshot(peer, failed)
             self._snapshot_status.clear()
-        if self._proposals:
+        if self._proposals and not self._holding_proposals():
             proposals, self._proposals = self._proposals, []
             for data in proposals:
                 try:
@@ -706,6 +733,18 @@ class Node:
                             errors.no_leader() if self.leader == 0 else errors.leader_changed()
                         )
         self._ask_reads()
+
+    def _holding_proposals(self) -> bool:
+        if not self._hold_proposals_until:
+            return False
+        # Held while this member leads, and after it stepped down until it knows the new
+        # leader (a follower's core drops a proposal it has nowhere to forward).
+        leading_or_between = self.role == StateType.LEADER or self.leader == 0
+        if leading_or_between and time.monotonic() < self._hold_proposals_until:
+            return True
+        self._hold_proposals_until = 0.0  # leadership moved, or the hold ran out
+        self._wake.set()  # feed what waited on the next turn
+        return False
 
     def _step(self, m: Message) -> None:
         """Hand one peer message to the core.

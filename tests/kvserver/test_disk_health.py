@@ -24,11 +24,25 @@ class Clock:
         return self.now
 
 
-def test_p99_nearest_rank():
+def test_p99_nearest_rank_never_one_outlier():
     assert p99([]) == 0.0
     assert p99([0.5]) == 0.5
     assert p99([0.001] * 99 + [1.0]) == 0.001
     assert p99([0.001] * 98 + [1.0, 1.0]) == 1.0
+    assert p99([0.001] * 9 + [1.0]) == 0.001  # the maximum, were it plain nearest rank
+    assert p99([0.001] * 8 + [1.0, 1.0]) == 1.0
+
+
+def test_a_slow_disk_shows_within_two_fsyncs_however_busy_the_past():
+    clock = Clock()
+    watch = FsyncWatch(window_s=5.0, clock=clock)
+    for _ in range(5000):  # a second of a busy healthy disk
+        clock.now += 0.0002
+        watch.end(0.0002)
+    watch.end(0.5)
+    assert not watch.health().slow(0.25, 5)
+    watch.end(0.5)
+    assert watch.health().slow(0.25, 5)
 
 
 def test_watch_keeps_its_window_only():
@@ -40,7 +54,7 @@ def test_watch_keeps_its_window_only():
         watch.end(0.5)
     assert watch.health().samples == 10
     assert watch.health().p99_s == 0.5
-    clock.now += 4.0  # the first fsyncs leave the window
+    clock.now += 3.0  # the first fsyncs leave the window
     h = watch.health()
     assert 0 < h.samples < 10
     clock.now += 10
@@ -53,10 +67,12 @@ def test_an_fsync_in_flight_counts_with_its_age():
     for _ in range(20):
         watch.end(0.001)
     watch.begin()
-    clock.now += 3.0
+    clock.now += 0.5
+    assert not watch.health().slow(0.25, min_samples=5)  # one slow fsync is not a slow disk
+    clock.now += 2.5
     h = watch.health()
     assert h.stalled_s == 3.0
-    assert h.slow(0.25, min_samples=5)  # stalled past the threshold: slow at once
+    assert h.slow(0.25, min_samples=5)  # waiting a second or more: slow at once
     watch.end(3.0)
     assert watch.health().stalled_s == 0.0
 
@@ -106,11 +122,15 @@ class FakeNode:
     def __init__(self, caught_up=(2, 3)):
         self.id = 1
         self.is_leader = True
+        self.term = 5
         self.caught_up = list(caught_up)
         self.transfers: list[int] = []
+        self.holds: list[float] = []
 
-    def transfer_leadership(self, transferee):
+    def transfer_leadership(self, transferee, hold_proposals_s=0.0):
         self.transfers.append(transferee)
+        self.holds.append(hold_proposals_s)
+        self.term += 1  # it worked
 
     def caught_up_voters(self):
         return self.caught_up
@@ -152,6 +172,25 @@ def test_guard_transfers_once_per_interval_to_the_healthy_follower(caplog):
     asyncio.run(guard.check())
     assert node.transfers == [3]  # anti-flapping: one per interval
     clock.now += 60
+    _slow(watch)
+    asyncio.run(guard.check())
+    assert node.transfers == [3, 3]
+    assert node.holds == [2.0, 2.0]
+
+
+def test_a_transfer_that_did_not_happen_is_tried_again():
+    clock = Clock()
+    reports = {3: DiskHealth(0.003, 50, 0).to_json()}
+    node, watch, guard = _guard(reports, clock)
+    node.transfer_leadership = lambda peer, **_: node.transfers.append(peer)  # term stays
+    _slow(watch)
+    asyncio.run(guard.check())
+    assert node.transfers == [3]
+    clock.now += 1
+    _slow(watch)
+    asyncio.run(guard.check())
+    assert node.transfers == [3]  # too early to tell
+    clock.now += 4
     _slow(watch)
     asyncio.run(guard.check())
     assert node.transfers == [3, 3]
