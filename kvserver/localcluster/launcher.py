@@ -113,6 +113,10 @@ class LocalCluster:
     tls: bool = False
     pki: ClusterPKI | None = None
     die_with_parent: bool = False
+    # Per node name: environment added to its process (LD_PRELOAD of a fault shim, ...) and
+    # a command its serve command runs under (``fiu-run -x``, ...): fault tests.
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    node_wrapper: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.tls:
@@ -222,11 +226,11 @@ class LocalCluster:
         )
         log.flush()
         compile_member_packages()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.node_env.get(node.name, {}))
         # Each node in its own session: a Ctrl-C in the launcher's terminal reaches only the
         # launcher, which stops the nodes in order.
         node.proc = subprocess.Popen(
-            node.args,
+            [*self.node_wrapper.get(node.name, []), *node.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
