@@ -1,5 +1,9 @@
 """``python -m tests.chaos --duration 60 --nemesis kill,pause,partition --out DIR``
 
+(``--soak --rounds 100 --keys 1000000 --members 3|5``: the soak of tests/chaos/soak.py, every
+nemesis once per round, disk and clock faults included; prints a line per round and the
+table, writes ``DIR/report.json`` and ``DIR/timeline.png``.)
+
 (``--target compose``: the same against deploy/docker-compose.yml's three containers, with
 Docker's faults; see tests/chaos/docker_members.py.)
 
@@ -43,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--nemesis",
-        default="kill,pause,restart,partition",
-        help=f"families ({', '.join(FAMILIES)}, all) or faults "
+        default=p_default_nemesis(),
+        help=f"(with --soak: soak faults, default all of them) families ({', '.join(FAMILIES)}, all) or faults "
         f"({', '.join(ALL_FAULTS)}), comma-separated",
     )
     p.add_argument("--out", default="chaos-out", help="directory for the report, plot, logs")
@@ -77,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the register workload speaks etcd's gRPC API instead of the JSON gateway",
     )
+    p.add_argument("--soak", action="store_true", help="run the soak (tests/chaos/soak.py)")
+    p.add_argument("--rounds", type=int, default=100, help="--soak: rounds of every nemesis")
+    p.add_argument("--keys", type=int, default=1_000_000, help="--soak: keys loaded first")
+    p.add_argument("--members", type=int, default=3, help="--soak: 3, or 5 (two faults at once)")
     args = p.parse_args(argv)
+    if args.soak:
+        return _soak(args)
     cfg = ChaosConfig(
         duration_s=args.duration,
         nemesis=args.nemesis,
@@ -105,6 +115,31 @@ def main(argv: list[str] | None = None) -> int:
         raise
     print(json.dumps({k: report.get(k) for k in SUMMARY_KEYS}, indent=2, default=str))
     return 0 if report["ok"] else 1
+
+
+def _soak(args) -> int:
+    from tests.chaos.soak import SOAK_FAULTS, SoakConfig, run_soak, table
+
+    nemesis = args.nemesis if args.nemesis != p_default_nemesis() else ",".join(SOAK_FAULTS)
+    cfg = SoakConfig(
+        rounds=args.rounds,
+        keys=args.keys,
+        members=args.members,
+        out_dir=args.out,
+        seed=args.seed,
+        hold_s=args.hold,
+        gap_s=args.gap,
+        faults=[f.strip() for f in nemesis.split(",") if f.strip()],
+        extra_args=args.server_arg,
+    )
+    report = run_soak(cfg)
+    print(table(report))
+    print(json.dumps({k: report.get(k) for k in ("ok", "totals", "problems", "png")}, indent=2))
+    return 0 if report["ok"] else 1
+
+
+def p_default_nemesis() -> str:
+    return "kill,pause,restart,partition"
 
 
 if __name__ == "__main__":

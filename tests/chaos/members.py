@@ -75,6 +75,8 @@ class ChaosCluster:
         self.data_dir = data_dir
         self.net = net
         self.members: list[Member] = []
+        # environment added to one member's process, by name (the soak's fault shims)
+        self.member_env: dict[str, dict[str, str]] = {}
         os.makedirs(data_dir, exist_ok=True)
         if net is not None:
             assert net.size == size
@@ -145,7 +147,7 @@ class ChaosCluster:
                 [*prefix, *m.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **self.member_env.get(m.name, {})),
                 start_new_session=True,
             )
         m.paused = False

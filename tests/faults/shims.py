@@ -2,8 +2,11 @@
 
 - ``build_slowsync(dir)``: an ``LD_PRELOAD`` library, compiled with gcc from the few lines of
   C below, whose ``fdatasync`` first sleeps for the number of milliseconds written in the
-  file named by ``$SLOWSYNC_FILE`` (read on every call; no file or 0: no delay). A test
-  makes a member's disk slow, stalled or healthy again by writing that file.
+  file named by ``$SLOWSYNC_FILE`` (read on every call; no file or 0: no delay), and which
+  can also fail ``fdatasync`` or ``pwrite`` (the WAL's writes) with a given errno. A test
+  makes a member's disk slow, stalled, failing or healthy again by writing that file
+  (``set_delay``, ``set_failure``). The chaos soak uses it rather than libfiu: libfiu's
+  preload and libfaketime's crash together in one process.
 - ``fiu_wrapper()`` / ``fiu_enable(pid, name, errno)``: libfiu's failpoints (Debian's
   ``fiu-utils``): the member runs under ``fiu-run -x`` and a failpoint such as
   ``posix/io/sync/fdatasync`` is switched on from outside with ``fiu-ctrl``; ``failinfo`` is
@@ -21,30 +24,53 @@ from tests.conftest import require_program
 SLOWSYNC_C = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
-static long delay_ms(void) {
+/* $SLOWSYNC_FILE holds "<fdatasync delay ms> [<fdatasync errno> [<pwrite errno>]]" */
+static void control(long v[3]) {
     const char *path = getenv("SLOWSYNC_FILE");
-    char buf[32] = {0};
+    char buf[64] = {0};
+    v[0] = v[1] = v[2] = 0;
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-    if (fd < 0) return 0;
+    if (fd < 0) return;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    return n > 0 ? atol(buf) : 0;
+    if (n > 0) sscanf(buf, "%ld %ld %ld", &v[0], &v[1], &v[2]);
 }
 
 int fdatasync(int fd) {
     static int (*real)(int);
-    long ms = delay_ms();
-    if (ms > 0) {
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    long v[3];
+    control(v);
+    if (v[0] > 0) {
+        struct timespec ts = {v[0] / 1000, (v[0] % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0) {}
     }
+    if (v[1] > 0) { errno = (int)v[1]; return -1; }
     if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     return real(fd);
+}
+
+static ssize_t failing_pwrite(const char *name, int fd, const void *buf, size_t n, off_t off) {
+    long v[3];
+    control(v);
+    if (v[2] > 0) { errno = (int)v[2]; return -1; }
+    ssize_t (*real)(int, const void *, size_t, off_t) =
+        (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, name);
+    return real(fd, buf, n, off);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    return failing_pwrite("pwrite", fd, buf, n, off);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
+    return failing_pwrite("pwrite64", fd, buf, n, off);
 }
 """
 
@@ -72,6 +98,13 @@ def set_delay(control_file: str, ms: int) -> None:
     tmp = control_file + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(ms))
+    os.replace(tmp, control_file)
+
+
+def set_failure(control_file: str, fdatasync_errno: int = 0, pwrite_errno: int = 0) -> None:
+    tmp = control_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"0 {fdatasync_errno} {pwrite_errno}")
     os.replace(tmp, control_file)
 
 
