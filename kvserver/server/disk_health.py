@@ -53,6 +53,9 @@ with the lowest p99.
   ``RETRY_AFTER_HOLDS`` holds later) does not count. None when no follower is healthy (every write would wait on a slow disk
   either way, and a transfer costs an election's worth of unavailability).
 
+A check that comes more than two intervals late is skipped: the process stood still (SIGSTOP,
+a stalled loop), and an fsync in flight across the pause would look as old as the pause.
+
 Bounds: the guard holds the loop for a sort of at most ``MAX_SAMPLES`` + 1 floats per check; the
 peer queries are bounded by ``ask_timeout_s`` each and run concurrently.
 """
@@ -276,8 +279,15 @@ class SlowDiskGuard:
         }
 
     async def _run(self) -> None:
+        interval = self.opts.check_interval_s
         while True:
-            await asyncio.sleep(self.opts.check_interval_s)
+            asked = self._clock()
+            await asyncio.sleep(interval)
+            if self._clock() - asked > 2 * interval:
+                # The process (or its loop) stood still meanwhile (SIGSTOP, a stalled loop):
+                # the fsync in flight then looks as old as the pause. Judge from the next
+                # turn, when it has had a chance to complete.
+                continue
             try:
                 await self.check()
             except asyncio.CancelledError:

@@ -277,8 +277,11 @@ def run_soak(cfg: SoakConfig) -> dict:
         if reason is None:
             netns.collect_garbage()
             net = netns.NetTopology(cfg.members).create()
+        # One slow-disk transfer per member per minute is the default; a round puts slow
+        # disks on the same member closer than that.
+        args = ["--slow-disk-transfer-interval", "5000", *cfg.extra_args]
         cluster = ChaosCluster(
-            os.path.join(cfg.out_dir, "data"), cfg.members, net, cfg.extra_args, token="raftkv-soak"
+            os.path.join(cfg.out_dir, "data"), cfg.members, net, args, token="raftkv-soak"
         )
         for m in cluster.members:
             member_env = dict(env, **shims.slowsync_env(lib, controls[m.name]))

@@ -245,3 +245,28 @@ def test_stall_timeout_zero_never_reports():
     watch.begin()
     clock.now += 1000
     assert guard.problem() == ""
+
+
+def test_a_late_check_is_skipped_after_a_pause():
+    class Jumping(Clock):
+        def __call__(self):
+            self.now += 1.0  # every look at the clock: a second later (a paused process)
+            return self.now
+
+    clock = Jumping()
+    node, watch, guard = _guard({3: DiskHealth(0.001, 9, 0).to_json()}, clock)
+    guard.opts = SlowDiskOptions(check_interval_s=0.001)
+    checked = []
+
+    async def check():
+        checked.append(1)
+
+    guard.check = check
+
+    async def main():
+        guard.start()
+        await asyncio.sleep(0.05)
+        await guard.stop()
+
+    asyncio.run(main())
+    assert checked == []
