@@ -68,6 +68,34 @@ def needs_network(faults: list[str]) -> bool:
     return any(f.startswith("partition-") for f in faults)
 
 
+def healed_record(cluster, prober, rel, start: float, healthy_timeout_s: float) -> dict:
+    """A fault just healed: wait (bounded) for a healthy cluster; the record's times (``rel``
+    makes them relative to the run's start), the leader after, and ``recovery_s``: from
+    ``start`` to the first acknowledged write invoked after it (None without a prober)."""
+    healed = time.monotonic()
+    lead_after = cluster.wait_healthy(healthy_timeout_s)
+    healthy = time.monotonic()
+    first = prober.first_ack_after(start) if prober is not None else None
+    return {
+        "start_s": rel(start),
+        "heal_s": rel(healed),
+        "healthy_s": rel(healthy),
+        "leader_after": lead_after.name,
+        "recovery_s": None if first is None else round(first - start, 3),
+    }
+
+
+def heal_everything(cluster, net) -> None:
+    """Undo whatever a failed fault left behind: cuts, paused or dead members."""
+    if net is not None:
+        net.heal()
+    for m in cluster.members:
+        if m.paused:
+            cluster.resume(m)
+        if not m.alive():
+            cluster.start_member(m)
+
+
 class Nemesis:
     def __init__(
         self,
@@ -140,18 +168,8 @@ class Nemesis:
             self.net.heal()
         else:
             raise ValueError(f"unknown fault {fault!r}")
-        healed = time.monotonic()
-        lead_after = self.cluster.wait_healthy(self.healthy_timeout_s)
-        healthy = time.monotonic()
-        first = self.prober.first_ack_after(start)
         record.update(
-            {
-                "start_s": self.rel(start),
-                "heal_s": self.rel(healed),
-                "healthy_s": self.rel(healthy),
-                "leader_after": lead_after.name,
-                "recovery_s": None if first is None else round(first - start, 3),
-            }
+            healed_record(self.cluster, self.prober, self.rel, start, self.healthy_timeout_s)
         )
         return record
 
@@ -182,11 +200,4 @@ class Nemesis:
         return out, start
 
     def heal_everything(self) -> None:
-        """Undo whatever a failed fault left behind: cuts, paused or dead members."""
-        if self.net is not None:
-            self.net.heal()
-        for m in self.cluster.members:
-            if m.paused:
-                self.cluster.resume(m)
-            if not m.alive():
-                self.cluster.start_member(m)
+        heal_everything(self.cluster, self.net)

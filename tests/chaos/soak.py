@@ -49,6 +49,8 @@ from dataclasses import asdict, dataclass, field
 from tests.chaos import checks, netns
 from tests.chaos import kvhttp as h
 from tests.chaos.members import ChaosCluster, Member
+from tests.chaos.nemesis import heal_everything, healed_record
+from tests.chaos.runner import _put_retrying
 from tests.chaos.watchers import replay
 from tests.chaos.workloads import Bank, Prober, Recorder, Register
 from tests.faults import shims
@@ -153,18 +155,16 @@ class SoakNemesis:
         targets = self._targets(leader, who) if who else list(cluster.members)
         record["targets"] = [m.name for m in targets]
         start = time.monotonic()
-        if kind == "kill":
+        if kind in ("kill", "pause"):
+            on, off = {
+                "kill": (cluster.kill, cluster.start_member),
+                "pause": (cluster.pause, cluster.resume),
+            }[kind]
             for m in targets:
-                cluster.kill(m)
+                on(m)
             time.sleep(hold)
             for m in targets:
-                cluster.start_member(m)
-        elif kind == "pause":
-            for m in targets:
-                cluster.pause(m)
-            time.sleep(hold)
-            for m in targets:
-                cluster.resume(m)
+                off(m)
         elif kind == "restart":
             for m in targets:
                 cluster.kill(m)
@@ -217,18 +217,8 @@ class SoakNemesis:
             shims.set_offset(self.clock_file, "+0")
         else:
             raise ValueError(f"unknown soak fault {fault!r}")
-        healed = time.monotonic()
-        lead_after = cluster.wait_healthy(self.cfg.healthy_timeout_s)
-        healthy = time.monotonic()
-        first = self.prober.first_ack_after(start) if self.prober else None
         record.update(
-            {
-                "start_s": self.rel(start),
-                "heal_s": self.rel(healed),
-                "healthy_s": self.rel(healthy),
-                "leader_after": lead_after.name,
-                "recovery_s": None if first is None else round(first - start, 3),
-            }
+            healed_record(cluster, self.prober, self.rel, start, self.cfg.healthy_timeout_s)
         )
         return record
 
@@ -242,13 +232,7 @@ class SoakNemesis:
         shims.set_offset(self.clock_file, "+0")
         for m in self.cluster.members:
             shims.set_delay(self.controls[m.name], 0)
-        if self.net is not None:
-            self.net.heal()
-        for m in self.cluster.members:
-            if m.paused:
-                self.cluster.resume(m)
-            if not m.alive():
-                self.cluster.start_member(m)
+        heal_everything(self.cluster, self.net)
 
 
 def run_soak(cfg: SoakConfig) -> dict:
@@ -321,7 +305,7 @@ def _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, proble
     timeline: list[dict] = []
     all_ops = []
     report["rounds"] = rounds
-    last_rev = _put(endpoints, f"{h.PREFIX}soak-start")
+    last_rev = _put_retrying(endpoints, f"{h.PREFIX}soak-start", "1", 60)
     try:
         for r in range(cfg.rounds):
             recorder = Recorder()
@@ -350,7 +334,7 @@ def _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, proble
                 prober.stop()
             cluster.wait_healthy(cfg.healthy_timeout_s)
             register.final_reads(endpoints[0])
-            end_rev = _put(endpoints, f"{h.PREFIX}round-{r}-end")
+            end_rev = _put_retrying(endpoints, f"{h.PREFIX}round-{r}-end", "1", 60)
             bank_acked = [w for w in bank_recorder.acked_writes if last_rev < w[1] <= end_rev]
             bank_ops = [op for op in bank_recorder.ops if round_start <= op.start]
             rnd = _judge(
@@ -378,7 +362,7 @@ def _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, proble
             print(json.dumps(_summary(rnd)), flush=True)
     finally:
         bank.stop()
-    final_rev = _put(endpoints, f"{h.PREFIX}soak-end")
+    final_rev = _put_retrying(endpoints, f"{h.PREFIX}soak-end", "1", 60)
     rest = [w for w in bank_recorder.acked_writes if w[1] > last_rev]
     if rest and rounds:
         history = replay(endpoints[0], last_rev + 1, final_rev, timeout_s=120)
@@ -429,21 +413,6 @@ def _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, proble
         report["png"] = png
     except ImportError as exc:
         report["png"] = f"not drawn: {exc}"
-
-
-def _put(endpoints: list[str], key: str, timeout_s: float = 60.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    i = 0
-    while time.monotonic() < deadline:
-        try:
-            code, body = h.put(endpoints[i % len(endpoints)], key, "1", 5.0)
-            if code == 200:
-                return h.revision_of(body)
-        except h.NoAnswer:
-            pass
-        i += 1
-        time.sleep(0.2)
-    raise AssertionError(f"put {key} not acknowledged in {timeout_s}s")
 
 
 def _judge(

@@ -48,6 +48,15 @@ def _victim(cluster: FaultCluster, role: str):
     return next(n for n in cluster.nodes if n is not leader)
 
 
+def _start_under_load(cluster: FaultCluster, role: str):
+    """Start the cluster, put it under a write load; (the load, the member in ``role``)."""
+    cluster.start()
+    wait_healthy(cluster)
+    load = Load(cluster.endpoints, threads=4).start()
+    wait_for(lambda: load.acked_count() > 300, 60, "writes before the fault")
+    return load, _victim(cluster, role)
+
+
 def _others_keep_serving(load: Load, count: int = 100, timeout_s: float = 60) -> None:
     before = load.acked_count()
     wait_for(lambda: load.acked_count() >= before + count, timeout_s, "writes via the others")
@@ -97,13 +106,9 @@ def test_full_disk(tmp_path, role, size):
     cluster = FaultCluster(str(tmp_path / "c"), size=3, extra_args=[*FAST_TIMING, *SNAPSHOT_OFTEN])
     for n in cluster.nodes:
         cluster.mount_tmpfs(n, size)
-    cluster.start()
     load = None
     try:
-        wait_healthy(cluster)
-        load = Load(cluster.endpoints, threads=4).start()
-        wait_for(lambda: load.acked_count() > 300, 60, "writes before the fault")
-        victim = _victim(cluster, role)
+        load, victim = _start_under_load(cluster, role)
         filler = _fill(victim.data_dir)
         code = _wait_exit(cluster, victim, timeout_s=120)
         assert code != 0
@@ -144,13 +149,9 @@ def test_io_errors(tmp_path, failpoint, err, role, stops):
         extra_args=[*FAST_TIMING, *SNAPSHOT_OFTEN],
         node_wrapper={f"node{i}": wrapper for i in (1, 2, 3)},
     )
-    cluster.start()
     load = None
     try:
-        wait_healthy(cluster)
-        load = Load(cluster.endpoints, threads=4).start()
-        wait_for(lambda: load.acked_count() > 300, 60, "writes before the fault")
-        victim = _victim(cluster, role)
+        load, victim = _start_under_load(cluster, role)
         assert victim.proc is not None
         shims.fiu_enable(victim.proc.pid, failpoint, err)
         enabled_at = time.monotonic()
