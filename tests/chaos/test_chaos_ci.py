@@ -29,20 +29,11 @@ import pytest
 
 from tests.chaos import netns
 from tests.chaos.nemesis import ALL_FAULTS
+from tests.chaos.requirements import need_netns
 from tests.chaos.runner import ChaosConfig, run
-from tests.conftest import external_required
 from tests.lincheck import KvModel, KvOpKind, Verdict, check, kv
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
-
-
-def _need_netns() -> None:
-    reason = netns.unavailable_reason()
-    if reason is None:
-        return
-    if os.geteuid() == 0 and external_required():
-        pytest.fail(f"{reason} (RAFTKV_REQUIRE_EXTERNAL=1: .ci/run installs iproute2/iptables)")
-    pytest.skip(reason)
 
 
 def _can_connect(topo: netns.NetTopology, member: int | None, host: str, port: int) -> bool:
@@ -64,7 +55,7 @@ def test_partitions_cut_members_only_and_cleanup_leaves_nothing():
     """A cut stops traffic between the chosen members in both directions, the root
     namespace (the clients) still reaches everyone, heal restores it, and close() removes
     the namespaces, veths, bridge and FORWARD rule."""
-    _need_netns()
+    need_netns()
     topo = netns.NetTopology(3).create()
     servers = []
     try:
@@ -124,7 +115,7 @@ def _a_stale_read_would_have_been_caught(path) -> None:
 
 
 def test_every_nemesis_keeps_every_safety_property(tmp_path):
-    _need_netns()
+    need_netns()
     cfg = ChaosConfig(
         duration_s=70,
         nemesis="all",
@@ -184,7 +175,7 @@ def test_grpc_through_front_ends_keeps_the_register_linearizable(tmp_path):
     """The register workload over gRPC with every member's clients served by a front-end
     process (``--client-frontends 1``), while members are killed, paused, restarted and
     partitioned, their front ends with them."""
-    _need_netns()
+    need_netns()
     cfg = ChaosConfig(
         duration_s=40,
         nemesis="kill,pause,restart,partition",

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import pytest
 
+from tests.chaos.requirements import need_netns
 from tests.chaos.soak import SOAK_FAULTS, SoakConfig, run_soak, table
-from tests.chaos.test_chaos_ci import _need_netns
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 
 @pytest.mark.parametrize("members", [3, 5])
 def test_soak_one_round_of_every_nemesis(tmp_path, members):
-    _need_netns()
+    need_netns()
     report = run_soak(
         SoakConfig(rounds=1, keys=5000, members=members, out_dir=str(tmp_path / "soak"))
     )
