@@ -67,7 +67,8 @@ async def test_restarted_member_recovers_from_snapshot_and_wal(tmp_path):
         for i in range(120):
             await kv(members[i % 3]).put(PutRequest(b"r%03d" % i, b"%d" % i))
         victim = members[2]
-        assert victim.node.snapshot_index > 0, "no snapshot was taken"
+        # snapshots are made in the background: wait for the victim's, bounded
+        await async_wait_for(lambda: victim.node.snapshot_index > 0, 30.0, "a snapshot")
         await victim.stop()
         members[2] = Member(cfgs[2])
         await members[2].start()
