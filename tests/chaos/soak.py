@@ -29,7 +29,8 @@ clock-step          every member's wall clock one hour ahead for ``hold_s``, the
 Per round (``report.json``'s ``rounds``): the faults with their targets, acknowledged and
 lost operations (each acknowledged write of the round looked up in the round's history as
 one member replays it), whether the round's register history is linearizable
-(tests.lincheck, bounded; UNKNOWN is reported as such), bank reads that saw a total other
+(tests.lincheck, bounded; UNKNOWN is reported as such; the history is kept as
+``register-history-<round>.pickle``), bank reads that saw a total other
 than the initial one (the bank runs across rounds: transfers in txns, reads of all
 accounts at one revision, as Jepsen's bank test), and the time to recover (fault to the
 first acknowledged write invoked after it; p50 and max over the round's faults). A plot of
@@ -41,6 +42,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -437,9 +439,12 @@ def _judge(
         problems.append(f"round {r}: no history: {exc}")
     if lost:
         problems.append(f"round {r}: {len(lost)} acknowledged writes lost, e.g. {lost[:3]}")
+    with open(os.path.join(cfg.out_dir, f"register-history-{r}.pickle"), "wb") as f:
+        pickle.dump(register.history.operations(), f)  # for tests.lincheck offline
     result = check(KvModel(), register.history, timeout_s=cfg.check_timeout_s)
     if not result.ok:
         problems.append(f"round {r}: linearizability {result.verdict.name}")
+        problems.append(f"round {r}: {result.explanation[:3000]}")
     bank_violations = len(bank.violations) - violations_before
     if bank_violations:
         problems.append(f"round {r}: {bank_violations} bank reads off the total")
