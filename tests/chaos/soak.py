@@ -314,6 +314,8 @@ def _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, proble
             round_start = time.monotonic()
             violations_before = len(bank.violations)
             register = Register(endpoints, recorder, cfg.seed + r, cfg.register_clients, keys=5)
+            # keys of this round only: its history starts from absent keys, as the model does
+            register.keys = [f"{h.PREFIX}reg/round-{r}/k{i}" for i in range(5)]
             prober = Prober(endpoints, recorder)
             nemesis.prober = prober
             register.start()
