@@ -20,6 +20,7 @@ Three in-process members, each with one front end (a real child process). Checks
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import ssl
@@ -441,3 +442,20 @@ async def test_health_says_how_many_frontends_serve(tmp_path):
         async with aiohttp.ClientSession() as http:
             async with http.get(leader.cfg.advertise_client_urls[0] + "/health") as resp:
                 assert await resp.json() == {"health": "true", "frontends": "1/1"}
+
+
+async def test_a_big_http_request_goes_through_a_frontend(tmp_path):
+    """A request whose first read is big (here a 1 MiB value) is passed whole, or relayed
+    when it does not fit one hand-off message: either way the member serves it."""
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        url = leader.cfg.advertise_client_urls[0]
+        value = base64.b64encode(b"v" * (1 << 20)).decode()
+        async with aiohttp.ClientSession() as http:
+            body = {"key": "Yg==", "value": value}
+            async with http.post(url + "/v3/kv/put", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+            async with http.post(url + "/v3/kv/range", json={"key": "Yg=="}) as resp:
+                assert (await resp.json())["kvs"][0]["value"] == value
+        assert pool(leader).handed_off >= 1

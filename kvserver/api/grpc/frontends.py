@@ -35,7 +35,7 @@ from kvserver.tls import TLSInfo
 
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
-from .handoff import ConnectionReceiver
+from .handoff import ConnectionReceiver, handoff_pair
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class FrontendPool:
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
         link_here, link_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        handoff_here, handoff_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        handoff_here, handoff_there = handoff_pair()
         listen_args = []
         for listener in self.listeners:
             fd = listener.sock.fileno()

@@ -33,10 +33,26 @@ from .mux import peer_address
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024  # first bytes and the relay line, in one hand-off message
+# First bytes and the relay line, in one hand-off message: a front end's first read of a
+# connection can be a quarter of a MiB (a request with its body), and a plain connection
+# whose first read does not fit is relayed instead of passed whole.
+MAX_MESSAGE_BYTES = 512 * 1024
 RELAY_PREFIX = b"RAFTKV-RELAY "
 PLAIN, RELAYED = b"P", b"R"
 RELAY_HIGH_WATER = 256 * 1024  # bytes one side of a relay buffers before the other pauses
+
+
+def handoff_pair() -> tuple[socket.socket, socket.socket]:
+    """A hand-off channel: a ``SOCK_SEQPACKET`` pair whose buffers hold a whole message
+    (the kernel's default, about 200 KiB, may not; root may raise it past the system's cap)."""
+    pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for sock in pair:
+        for option, forced in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):
+            try:  # SO_SNDBUFFORCE / SO_RCVBUFFORCE (Linux, root), else the capped option
+                sock.setsockopt(socket.SOL_SOCKET, forced, 2 * MAX_MESSAGE_BYTES)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, option, 2 * MAX_MESSAGE_BYTES)
+    return pair
 
 
 def send_connection(channel: socket.socket, sock: socket.socket, message: bytes) -> bool:
