@@ -53,7 +53,6 @@ SPARK_SERVER_DATA_READERS = {
     "kvserver.spark.wal_rows",
     "kvserver.spark.wal_source",
     "kvserver.spark.source.cold_history",  # the changefeed's replay of the archive
-    "kvserver.spark.source.cold_replay",  # its state machine of current records
 }
 SPARK_DEMO = {"kvserver.spark.demo"}  # starts a local cluster when given none
 

@@ -35,6 +35,15 @@ Only ``history_size``, ``db_size_bytes`` and memory lag until the work is done. 
 compaction while work is pending adds its records to it; every cut uses the current compact
 revision.
 
+Without history (``MVCCStore(keep_history=False)``) a write replaces the key's record instead
+of adding a version, and the change log is not kept: memory ~ the keys ever written. Every
+write still takes the same path: the same checks and errors, compares, revisions, per-key
+fields, leases, request-id deduplication and events, so a replay of a member's log that only
+needs the current records and the events (the changefeed's cold tier) reaches what the
+member reached and changes what it changed. Reads at the current revision are exact; a read
+at an older revision sees the current records; ``serialize`` and watch replay have no history
+to give and raise ``ValueError``.
+
 Errors raised by an operation leave the store unchanged. ``apply`` turns them into
 ``ApplyResult.error``; the direct methods (``put``, ``range``, ...) raise them.
 
@@ -296,6 +305,7 @@ class MVCCStore:
         "_open_streams",
         "_wevents",
         "_dedup",
+        "_keep_history",
         "lease_exists",
         "max_txn_ops",
     )
@@ -308,6 +318,7 @@ class MVCCStore:
         dedup_ids_per_client: int = DEFAULT_IDS_PER_CLIENT,
         dedup_max_clients: int = DEFAULT_MAX_CLIENTS,
         compact_in_background: bool = False,
+        keep_history: bool = True,
     ) -> None:
         self._histories = KeyIndex()  # read through _index (see there)
         self._rev = 1  # etcd: a new store is at revision 1
@@ -342,6 +353,8 @@ class MVCCStore:
         self._open_streams = 0
         self._wevents: list[Event] | None = None  # events of the open write txn
         self._dedup = DedupTable(dedup_ids_per_client, dedup_max_clients)
+        # False: a write replaces the key's record, and _log stays empty (module docstring).
+        self._keep_history = keep_history
         # Hook of the lease manager: does this lease exist? None accepts every lease id.
         self.lease_exists = lease_exists
         self.max_txn_ops = max_txn_ops
@@ -775,24 +788,37 @@ class MVCCStore:
                     self._new_histories[key] = [kv]
                 else:
                     self._histories[key] = [kv]
-            else:
+            elif self._keep_history:
                 hist.append(kv)
+            else:
+                self._replace(hist, kv)
             if self._defer_order:
                 self._new_live.append(key)
             else:
                 self._live_sorted.add(key)
         else:
             kv = _new_kv(key, value, prev.create_revision, wrev, prev.version + 1, lease)
-            hist.append(kv)  # type: ignore[union-attr]
+            if self._keep_history:
+                hist.append(kv)  # type: ignore[union-attr]
+            else:
+                self._replace(hist, kv)  # type: ignore[arg-type]
             if prev.lease and prev.lease != lease:
                 self._detach(prev.lease, key)
         if lease and (prev is None or prev.lease != lease):
             self._attach(lease, key)
-        self._log.append(kv)
+        if self._keep_history:
+            self._log.append(kv)
         self._records += 1
         self._size_bytes += len(key) + len(value) + RECORD_OVERHEAD_BYTES
         self._wevents.append(_new_event(_PUT, kv, prev))  # type: ignore[union-attr]
         return prev
+
+    def _replace(self, hist: list[KeyValue], kv: KeyValue) -> None:
+        """Without history: ``kv`` takes the place of the key's one record."""
+        old = hist[-1]
+        hist[-1] = kv
+        self._records -= 1
+        self._size_bytes -= record_size_bytes(old)
 
     def _delete_keys(self, keys: list[bytes]) -> int:
         """Tombstone the given live keys (sorted) inside the open write txn."""
@@ -806,8 +832,11 @@ class MVCCStore:
             prev = hist[-1]
             assert prev.mod_revision < wrev and prev.create_revision != 0
             tomb = _new_kv(prev.key, b"", 0, wrev, 0, 0)
-            hist.append(tomb)
-            log.append(tomb)
+            if self._keep_history:
+                hist.append(tomb)
+                log.append(tomb)
+            else:
+                self._replace(hist, tomb)
             size += len(prev.key) + RECORD_OVERHEAD_BYTES
             events.append(_new_event(_DELETE, tomb, prev))  # type: ignore[union-attr]
             if prev.lease:
@@ -1275,6 +1304,7 @@ class MVCCStore:
         of that revision are then split between calls, so a caller that must hand a
         revision out whole (a watcher) keeps them until the revision is complete. Otherwise
         ``next_skip`` is 0 and the call is ``replay``."""
+        self._check_history("a watch replay")
         compact_rev = self._compact_rev
         if revision < compact_rev:
             raise CompactedError(compact_revision=compact_rev)
@@ -1398,6 +1428,7 @@ class MVCCStore:
         return _SnapshotStream(self, chunks)
 
     def _snapshot_view(self) -> SnapshotView:
+        self._check_history("a snapshot")
         return SnapshotView(
             revision=self._rev,
             compact_revision=self._compact_rev,
@@ -1408,6 +1439,10 @@ class MVCCStore:
             log_end=bisect_right(self._log, self._rev, lo=self._log_start, key=_MOD),
             dedup=self._dedup.export(),
         )
+
+    def _check_history(self, what: str) -> None:
+        if not self._keep_history:
+            raise ValueError(f"raftkv: {what} needs the history this store does not keep")
 
     def _stream_closed(self) -> None:
         self._open_streams -= 1
@@ -1446,6 +1481,11 @@ class MVCCStore:
         revision, compact_revision = parts.revision, parts.compact_revision
         base, log, dedup = parts.base, parts.log, parts.dedup
         store = cls(**options)
+        if not store._keep_history and log:
+            # each key's last record: its current one (a tombstone for a deleted key)
+            latest = dict(zip(map(_KEY, base), base, strict=True))
+            latest.update(zip(map(_KEY, log), log, strict=True))
+            base, log = list(latest.values()), []
         # Built with C loops (map, zip, compress, filterfalse): a Python statement per record
         # is seconds at a million. Every key first gets a history of its one record (the last
         # one, for a key with several); the keys with several records are then rebuilt.

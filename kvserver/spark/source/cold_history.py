@@ -8,12 +8,13 @@ with the rules of the members' state machine gives the same revisions and the sa
 with ``create_revision``, ``version``, ``lease`` and ``prev_kv``, as the store gave its
 watchers when it applied them.
 
-The replay (``ColdReplay``) is ``RaftKV`` itself (its entry dispatch, alarms, auth and
-lessor, restored from the snapshot as a member restores them) over a ``LatestState``
-(``cold_replay``) in place of the MVCC store: each key's current record and no history,
-events built for the watched range only, and the common entry (a txn of plain puts) applied
-from its msgpack form without building request objects. ``tests/changefeed`` checks it
-against ``RaftKV`` with its ``MVCCStore``, entry by entry, over random logs.
+The replay (``ColdReplay``) is the members' own state machine: ``RaftKV`` (its entry
+dispatch, alarms, auth and lessor, restored from the snapshot as a member restores them) over
+an ``MVCCStore`` that keeps no history (``keep_history=False``): each key's current record,
+every write applied by the store's own code, so the rules for revisions, checks, compares,
+leases, compactions and retries exist in one place and the changefeed cannot come to
+disagree with the store it describes. ``tests/changefeed`` checks the replay against a
+member's ``RaftKV`` with a whole ``MVCCStore``, entry by entry, over random logs.
 
 Driver side (``ArchiveView``, from the manifests only, nothing decoded):
 
@@ -61,10 +62,10 @@ from kvserver.archive.store import parse_options as storage_options
 from kvserver.auth.store import split_auth_frame
 from kvserver.kvpb.kv import Event
 from kvserver.lease.snapshot import split_snapshot
+from kvserver.mvcc.store import MVCCStore
 from kvserver.server.alarms import AlarmStore, split_alarm_frame
 from kvserver.server.node import PROPOSAL_HEADER_BYTES, ApplyInSteps
 from kvserver.server.replicated_kv import RaftKV
-from kvserver.spark.source.cold_replay import LatestState
 from kvserver.spark.source.store import CompactedRevisionError
 from raft import EntryType
 
@@ -137,9 +138,8 @@ class ArchiveView:
 
 
 class _Capture:
-    """Stands for the watch hub of a replayed state machine: keeps the events it is handed
-    (``LatestState`` builds events of the watched range only) with ``first <= revision <=
-    last``, in the order they were applied."""
+    """Stands for the watch hub of a replayed state machine: keeps the events of the key
+    range it is handed with ``first <= revision <= last``, in the order they were applied."""
 
     def __init__(self, key: bytes, range_end: bytes, first: int, last: int) -> None:
         self.key = key
@@ -157,7 +157,8 @@ class _Capture:
 
     def notify(self, revision: int, events) -> None:
         if self.first <= revision <= self.last:
-            self.events.extend(events)
+            matches = self.matches
+            self.events.extend(ev for ev in events if matches(ev.kv.key))
 
     def reset(self, store) -> None:
         return None
@@ -167,9 +168,9 @@ class _Capture:
 
 
 class ColdReplay:
-    """A replayed member: ``RaftKV`` (alarms, auth, the lessor, the entry dispatch) over a
-    ``LatestState`` instead of the whole MVCC store; keeps the events of the key range
-    ``[key, range_end)`` with ``first <= revision <= last`` (``events``)."""
+    """A replayed member: ``RaftKV`` (alarms, auth, the lessor, the entry dispatch) over an
+    ``MVCCStore`` without history; keeps the events of the key range ``[key, range_end)``
+    with ``first <= revision <= last`` (``events``)."""
 
     def __init__(
         self,
@@ -194,16 +195,16 @@ class ColdReplay:
         kv.watch_hub.close()
         kv.watch_hub = self.capture  # type: ignore[assignment]
         self.kv = kv
-        self._install(LatestState(self.capture.matches))
+        self._install(MVCCStore(keep_history=False))
 
-    def _install(self, state: LatestState) -> None:
-        self.state = state
-        self.kv.store = state  # type: ignore[assignment]
-        self.kv.lessor.bind(state)
+    def _install(self, store: MVCCStore) -> None:
+        self.store = store
+        self.kv.store = store
+        self.kv.lessor.bind(store)
 
     @property
     def revision(self) -> int:
-        return self.state.revision
+        return self.store.revision
 
     @property
     def events(self) -> list[Event]:
@@ -211,8 +212,7 @@ class ColdReplay:
 
     def restore(self, data: bytes | memoryview) -> None:
         """A snapshot image, as ``RaftKV.restore`` takes it: RaftKV's own parts (alarms,
-        auth, the lease table) restored as there, the store's part read into a
-        ``LatestState``."""
+        auth, the lease table) restored as there, the store's part without its history."""
         alarm_blob, after_alarms = split_alarm_frame(data)
         auth_blob, after_auth = split_auth_frame(after_alarms)
         lease_blob, rest = split_snapshot(after_auth)
@@ -220,16 +220,14 @@ class ColdReplay:
         kv.alarms = AlarmStore.restore(alarm_blob)
         kv.auth.restore(auth_blob)
         kv.lessor.restore(lease_blob)
-        self._install(LatestState.from_snapshot(rest, self.capture.matches))
+        view = memoryview(rest)
+        step = 1 << 20  # copied a MiB at a time, as a member's restore does
+        chunks = (bytes(view[i : i + step]) for i in range(0, len(view), step))
+        self._install(MVCCStore.restore(chunks, keep_history=False))
 
     def apply(self, index: int, payload: bytes) -> None:
-        """One committed entry's payload (the proposal header removed)."""
-        if not len(self.kv.alarms):  # a raised alarm may refuse writes: RaftKV decides
-            events = self.state.apply_plain_puts(payload)
-            if events is not None:
-                if events:
-                    self.capture.notify(self.state.revision, events)
-                return
+        """One committed entry's payload (the proposal header removed), applied as a member
+        applies it."""
         result = self.kv.apply(index, payload)
         if type(result) is ApplyInSteps:
             result.run_now()
