@@ -18,11 +18,21 @@ What it does, for table ``T`` (``--table``, default ``daily_sales``):
    generates the day's events (a pure function of the seed and the day), aggregates them per
    category (events, distinct users, revenue in cents: integers, so every run computes the
    same numbers), writes Parquet into ``OUT/_staging/day=D.t<token>`` (any other staging
-   directory of that day is uncommitted debris and is removed first), then **commits**: one
+   directory of that day is uncommitted debris and is removed first) and the same rows into
+   raftkv (the data source's batch write, fenced by the lock: ``demo/T/rows/D/<category>``,
+   the row as JSON), then **commits**: one
    txn puts version N (payload: day, directory, files with sizes, rows, token) and the
    progress record, only if version N is absent, N-1 is present and the lock is still held;
    then renames the staging directory to ``OUT/day=D``;
-5. records the final state (``done`` or ``stopped``), fenced like every write, and releases
+5. reads the table back from raftkv (the data source's batch read, at one revision) and
+   checks it holds exactly the rows the commit log counts;
+6. streams the changefeed of ``demo/T/rows/`` (from the earliest revision, through the
+   archive with ``--archive-url`` when the store has compacted that history) into
+   ``demo/T/feed/`` with the data source's exactly-once sink, fenced too, with
+   ``Trigger.AvailableNow`` and its checkpoint in ``OUT/_checkpoints/feed``: each run
+   continues the feed where the last one left it, so every PUT of a row reaches the feed
+   exactly once (a row key's version in the feed equals its version in ``rows/``);
+7. records the final state (``done`` or ``stopped``), fenced like every write, and releases
    the lock.
 
 The commit-log entry is the commit point. A crash before it leaves only a staging directory
@@ -33,7 +43,12 @@ lock (paused past its lease, partitioned) is refused at its next commit and stop
 ``FencedOutError``; its staging output is never renamed.
 
 Keys in raftkv: ``__raftkv/locks/demo/T/…`` (the lock queue), ``__raftkv/commitlog/T/v/…``
-(the commit log), ``demo/T/state`` (status, owner, token, days done) and ``demo/T/config``.
+(the commit log), ``demo/T/state`` (status, owner, token, days done), ``demo/T/config``,
+``demo/T/rows/…`` and ``demo/T/feed/…``.
+
+On a cluster (``deploy/up.sh spark-demo``: ``spark-submit --master spark://…``) the master
+comes from spark-submit, and ``OUT`` must be a directory every executor and the driver share
+(the tasks write the Parquet files, the driver renames them).
 """
 
 from __future__ import annotations
@@ -52,6 +67,7 @@ from dataclasses import dataclass, field
 
 from kvserver.client import Client, Cmp, Op, Txn
 from kvserver.client.errors import ClientError
+from kvserver.spark import register
 from kvserver.spark.commitlog import CommitConflictError, CommitEntry, CommitLog
 from kvserver.spark.fencing import Fence, FencedOutError
 from kvserver.spark.lock import FencedLock
@@ -59,6 +75,7 @@ from kvserver.spark.txn_reads import range_kvs
 
 CATEGORIES = ("books", "games", "garden", "music", "tools")
 STAGING = "_staging"
+CHECKPOINTS = "_checkpoints"
 COMMIT_ATTEMPTS = 3
 
 __all__ = ["DemoConfig", "RunResult", "run", "main", "read_output"]
@@ -101,6 +118,14 @@ def config_key(table: str) -> str:
     return f"demo/{table}/config"
 
 
+def rows_prefix(table: str) -> str:
+    return f"demo/{table}/rows/"
+
+
+def feed_prefix(table: str) -> str:
+    return f"demo/{table}/feed/"
+
+
 # ---------------------------------------------------------------------------------------------
 # The computation (Spark)
 
@@ -131,6 +156,16 @@ def daily_aggregate(spark, cfg: DemoConfig, index: int):
     )
 
 
+def read_tables(client: Client, table: str) -> dict[str, list[tuple[str, str, int]]]:
+    """The rows and the feed in raftkv: ``(key below the prefix, value, version)``, in key
+    order, for ``rows`` and ``feed``."""
+    out = {}
+    for name, prefix in (("rows", rows_prefix(table)), ("feed", feed_prefix(table))):
+        kvs = client.range(prefix, prefix=True).kvs
+        out[name] = [(kv.key.decode()[len(prefix) :], kv.value.decode(), kv.version) for kv in kvs]
+    return out
+
+
 def read_output(out_dir: str) -> list[tuple]:
     """Every committed row under ``out_dir`` (``day=*`` directories), sorted; via pyarrow."""
     import pyarrow.parquet as pq
@@ -145,6 +180,83 @@ def read_output(out_dir: str) -> list[tuple]:
                 table = pq.read_table(os.path.join(path, f))
                 rows.extend(tuple(r.values()) for r in table.to_pylist())
     return sorted(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# raftkv as a table: the data source's batch write and read, its changefeed and sink
+
+
+def _source_options(client: Client, fence: Fence | None = None) -> dict[str, str]:
+    options = {"endpoints": ",".join(client.endpoints)}
+    if fence is not None:
+        options.update(fence.to_options())
+    return options
+
+
+def _write_rows(client: Client, df, table: str, fence: Fence) -> None:
+    """The day's rows into ``demo/T/rows/<day>/<category>`` (the row as JSON), fenced."""
+    from pyspark.sql import functions as F
+
+    rows = df.select(
+        F.concat(F.lit(rows_prefix(table)), "day", F.lit("/"), "category").alias("key"),
+        F.to_json(F.struct(*df.columns)).alias("value"),
+    )
+    rows.write.format("raftkv").options(**_source_options(client, fence)).mode("append").save()
+
+
+def _count_rows(spark, client: Client, table: str) -> int:
+    """The rows of ``demo/T/rows/`` at one revision (the data source's batch read)."""
+    return (
+        spark.read.format("raftkv")
+        .options(**_source_options(client))
+        .option("prefix", rows_prefix(table))
+        .load()
+        .count()
+    )
+
+
+def _stream_feed(
+    spark, client: Client, table: str, out_dir: str, fence: Fence, archive_url: str
+) -> None:
+    """Every PUT of ``demo/T/rows/`` not yet in the feed copied into ``demo/T/feed/``: the
+    changefeed from its first revision (its start stored once under ``sourceName``; history
+    the store compacted read from ``archive_url``) into the exactly-once sink, fenced, up to
+    what is there now (``Trigger.AvailableNow``), continuing from the checkpoint."""
+    from pyspark.sql import functions as F
+
+    feed = (
+        spark.readStream.format("raftkv")
+        .options(**_source_options(client))
+        .option("changefeed", "true")
+        .option("prefix", rows_prefix(table))
+        .option("startingRevision", "earliest")
+        .option("sourceName", f"demo/{table}/feed")
+    )
+    if archive_url:
+        feed = feed.option("archiveUrl", archive_url)
+    copies = (
+        feed.load()
+        .where("type = 'PUT'")
+        .select(
+            F.concat(
+                F.lit(feed_prefix(table)), F.expr(f"substring(key, {len(rows_prefix(table)) + 1})")
+            ).alias("key"),
+            "value",
+        )
+    )
+    query = (
+        copies.writeStream.format("raftkv")
+        .options(**_source_options(client, fence))
+        .option("checkpointLocation", os.path.join(out_dir, CHECKPOINTS, "feed"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"the feed's streaming query failed: {query.exception()}")
+    finally:
+        query.stop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,11 +387,13 @@ def run(
     ttl: int = 10,
     lock_timeout: float | None = 60.0,
     stop_after: int | None = None,
+    archive_url: str = "",
     say: Callable[[str], None] = print,
 ) -> RunResult:
     """One run of the pipeline (see the module docstring); returns what it did."""
     os.makedirs(out_dir, exist_ok=True)
     out_dir = os.path.abspath(out_dir)
+    register(spark)
     result = RunResult()
     run_id = uuid.uuid4().hex[:12]
     owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -332,6 +446,7 @@ def run(
             df.coalesce(1).write.mode("overwrite").parquet(staging)
             files = _parquet_files(staging)
             rows = sum(pq_rows(os.path.join(staging, f)) for f in files)
+            _write_rows(client, df, cfg.table, lock.fence())
             payload = {
                 "day": day,
                 "dir": f"day={day}",
@@ -351,6 +466,15 @@ def run(
                 f"({time.monotonic() - started:.1f} s); {index + 1}/{cfg.days} done"
             )
         done = len(entries) + len(result.committed)
+        have = _count_rows(spark, client, cfg.table)
+        if done == cfg.days:  # then every row written is a committed one
+            want = sum(e.json()["rows"] for e in log.history())
+            if have != want:
+                raise RuntimeError(
+                    f"raftkv holds {have} rows of {cfg.table!r}; the commit log counts {want}"
+                )
+        _stream_feed(spark, client, cfg.table, out_dir, lock.fence(), archive_url)
+        say(f"  raftkv holds {have} rows; the feed is up to date")
         result.status = "done" if done == cfg.days else "stopped"
         state.update(status=result.status, days_done=done, updated_at=time.time())
         _fenced_put(client, lock.fence(), state_key(cfg.table), state)
@@ -384,19 +508,27 @@ def show_status(client: Client, table: str, say: Callable[[str], None] = print) 
 # Command line
 
 
-def _spark_session(master: str):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+def _spark_session(master: str | None):
+    """Local Spark on 127.0.0.1 (``master``, default ``local[2]``), or, under spark-submit
+    (its gateway is already running), the master and addresses spark-submit was given."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("raftkv-demo")
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit's settings
+        if master is not None:
+            builder = builder.master(master)
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.master(master or "local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
     spark = (
-        SparkSession.builder.master(master)
-        .appName("raftkv-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
+        builder.config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
@@ -427,7 +559,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=DemoConfig.seed)
     p.add_argument("--stop-after", type=int, help="commit at most this many days, then stop")
     p.add_argument("--ttl", type=int, default=10, help="lock lease TTL (s)")
-    p.add_argument("--master", default="local[2]")
+    p.add_argument(
+        "--master",
+        help="Spark master (default: spark-submit's --master under spark-submit, else local[2])",
+    )
+    p.add_argument(
+        "--archive-url",
+        default="",
+        help="the members' continuous archive (raftkv serve --archive-url), for the feed's "
+        "changefeed to read history the store has compacted",
+    )
     p.add_argument("--status", action="store_true", help="show the state and commit log, exit")
     args = p.parse_args(argv)
     if args.days < 1 or args.events_per_day < 1:
@@ -460,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                     cfg,
                     ttl=args.ttl,
                     stop_after=args.stop_after,
+                    archive_url=args.archive_url,
                     say=lambda line: print(line, flush=True),
                 )
             finally:
