@@ -6,6 +6,7 @@
 #   deploy/up.sh build [ARGS]  build the image only (ARGS go to docker build)
 #   deploy/up.sh down [ARGS]   stop and remove the containers (ARGS -v: the data volumes too)
 #   deploy/up.sh CMD [ARGS]    any other compose command (ps, logs, stop, start, ...)
+#   deploy/up.sh spark-demo [ARGS]  (the spark profile, below) submit the example pipeline
 #
 # --tls anywhere in ARGS (or RAFTKV_TLS=1): the TLS profile, docker-compose.tls.yml over
 # docker-compose.yml: https client and peer URLs, peers authenticated by certificate. `up`
@@ -22,6 +23,22 @@
 # base image chosen below) and waits until it is ready (RAFTKV_PROMETHEUS_PORT, default 9090).
 # Give it to every command of such a cluster, `down` included. Not with --tls: it scrapes
 # over plain http.
+#
+# --spark anywhere in ARGS (or RAFTKV_SPARK=1): the `spark` profile, docker-compose.spark.yml
+# over docker-compose.yml: the members archive to moto's S3 server in its own container, and a
+# Spark standalone master and two workers run beside them. `up` also builds the Spark image
+# (RAFTKV_SPARK_IMAGE, default raftkv-spark:latest; deploy/spark/Dockerfile on the same base
+# image, its Python packages from deploy/spark/wheelhouse/, filled once by
+# deploy/build-wheelhouse.sh --spark) and waits until both workers are registered. Give it to
+# every command of such a cluster, `down` included. Not with --tls (see docs/spark.md).
+#   spark-demo [ARGS]  builds raftkv's wheel (deploy/spark/dist/, with RAFTKV_PYTHON as for
+#                      --tls) and runs, in a one-off container of the spark-driver service,
+#                      spark-submit --master spark://spark-master:7077 --py-files <the wheel>
+#                      with kvserver.spark.demo as the application: every member in
+#                      --endpoints, output in the shared volume (/data/spark-demo-out), the
+#                      changefeed's archiveUrl on the S3 container. ARGS go to the demo after
+#                      those (a later flag wins); RAFTKV_SPARK_SUBMIT_ARGS go to spark-submit.
+#                      Implies --spark.
 #
 # (`make compose-up` / `make compose-down` run the first and third.)
 #
@@ -69,11 +86,14 @@ compose=("${compose[@]}" -f "$COMPOSE_FILE")
 # --tls (anywhere) or RAFTKV_TLS=1: the TLS overlay. The flag is removed from the arguments.
 tls="${RAFTKV_TLS:-0}"
 monitoring="${RAFTKV_MONITORING:-0}"
+spark="${RAFTKV_SPARK:-0}"
+[ "${1:-}" = spark-demo ] && spark=1
 args=()
 for arg in "$@"; do
   case "$arg" in
     --tls) tls=1 ;;
     --monitoring) monitoring=1 ;;
+    --spark) spark=1 ;;
     *) args+=("$arg") ;;
   esac
 done
@@ -91,6 +111,14 @@ scheme=http
 if [ "$monitoring" = 1 ]; then
   [ "$tls" = 1 ] && { say "--monitoring scrapes over plain http: not with --tls"; exit 2; }
   export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}monitoring"
+fi
+
+[ "$spark" = true ] && spark=1
+SPARK_IMAGE="${RAFTKV_SPARK_IMAGE:-raftkv-spark:latest}"
+if [ "$spark" = 1 ]; then
+  [ "$tls" = 1 ] && { say "--spark runs the members over plain http: not with --tls"; exit 2; }
+  compose=("${compose[@]}" -f deploy/docker-compose.spark.yml)
+  export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}spark"
 fi
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -156,6 +184,16 @@ build() {
       docker image rm "$before" >/dev/null 2>&1 || stale+=" $before"
     fi
   done
+  if [ "$spark" = 1 ]; then
+    deploy/build-wheelhouse.sh --spark
+    before="$(image_id "$SPARK_IMAGE")"
+    docker build -f deploy/spark/Dockerfile \
+      --build-arg "BASE_IMAGE=${RAFTKV_BASE_IMAGE:-$REGISTRY_BASE}" \
+      -t "$SPARK_IMAGE" deploy/spark
+    if [ -n "$before" ] && [ "$before" != "$(image_id "$SPARK_IMAGE")" ]; then
+      docker image rm "$before" >/dev/null 2>&1 || stale+=" $before"
+    fi
+  fi
   if [ "$monitoring" = 1 ]; then
     before="$(image_id "$PROMETHEUS_IMAGE")"
     docker build -f deploy/monitoring/Dockerfile \
@@ -199,9 +237,66 @@ wait_healthy() {
     done
     say "Prometheus: $prom (alerts: $prom/alerts)"
   fi
+  if [ "$spark" = 1 ]; then
+    wait_spark "$deadline"
+  fi
   say "export RAFTKV_ENDPOINTS=$(IFS=,; echo "${urls[*]}")"
   [ "$tls" = 1 ] && say "export RAFTKV_CACERT=$TLS_DIR/ca.pem"
   return 0
+}
+
+# Both workers registered with the master (its /json/ lists them ALIVE) and S3 answering,
+# asked from inside the network.
+wait_spark() {
+  local deadline="$1" alive
+  until alive="$("${compose[@]}" exec -T spark-master curl -sf http://localhost:8080/json/ 2>/dev/null |
+                 sed -n 's/.*"aliveworkers" *: *\([0-9]*\).*/\1/p')" && [ "${alive:-0}" -ge 2 ] &&
+        "${compose[@]}" exec -T s3 curl -sf -o /dev/null http://localhost:5000/ 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      say "the Spark workers are not registered (or S3 does not answer) after ${HEALTH_TIMEOUT_S} s; see: ${compose[*]} logs"
+      exit 1
+    fi
+    sleep 1
+  done
+  say "Spark: spark://spark-master:7077 with $alive workers (web UI http://${RAFTKV_PUBLISH_ADDR:-127.0.0.1}:${RAFTKV_SPARK_UI_PORT:-8080}); S3: http://s3:5000"
+}
+
+# raftkv's wheel, for spark-submit --py-files: built on this host from the working tree.
+build_wheel() {
+  local py="${RAFTKV_PYTHON:-}"
+  if [ -z "$py" ]; then
+    if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
+  fi
+  rm -rf deploy/spark/dist
+  mkdir -p deploy/spark/dist
+  "$py" -m pip wheel -q --no-deps --no-build-isolation -w deploy/spark/dist . >&2 ||
+    missing "cannot build raftkv's wheel with $py (it needs pip and setuptools; set RAFTKV_PYTHON)"
+  rm -rf build ./*.egg-info
+  wheel="$(cd deploy/spark/dist && ls raftkv-*.whl)"
+}
+
+spark_demo() {
+  build_wheel
+  local endpoints=http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379
+  local submit_args=()
+  [ -n "${RAFTKV_SPARK_SUBMIT_ARGS:-}" ] && read -r -a submit_args <<<"$RAFTKV_SPARK_SUBMIT_ARGS"
+  # Client deploy mode: the driver runs here, in the one-off container, and the executors
+  # connect back to it at its address on the compose network. --py-files ships the wheel
+  # and puts it on the path of the driver's Python, but not on that of the Python workers
+  # that run a Python data source (Spark 4.x): the ones the driver's JVM starts to plan it
+  # (PYTHONPATH, which the JVM hands down, does that) and the executors' (their
+  # PYTHONPATH, spark.executorEnv.PYTHONPATH, names the wheel in the executor's working
+  # directory, where --py-files land).
+  "${compose[@]}" run --rm -T -v "$PWD/deploy/spark:/opt/raftkv-deploy:ro" spark-driver \
+    bash -c 'export PYTHONPATH="/opt/raftkv-deploy/dist/$0${PYTHONPATH:+:$PYTHONPATH}"
+      exec spark-submit --master spark://spark-master:7077 \
+        --conf spark.driver.host="$(hostname -i | cut -d" " -f1)" \
+        --conf spark.driver.bindAddress=0.0.0.0 \
+        --conf spark.executorEnv.PYTHONPATH="$0" \
+        --py-files "/opt/raftkv-deploy/dist/$0" "$@"' \
+    "$wheel" "${submit_args[@]+"${submit_args[@]}"}" /opt/raftkv-deploy/demo_main.py \
+    --endpoints "$endpoints" --out /data/spark-demo-out \
+    --archive-url s3://raftkv-archive/compose "$@"
 }
 
 make_certs() {
@@ -238,6 +333,10 @@ case "${1:-}" in
   build)
     shift
     build "$@"
+    ;;
+  spark-demo)
+    shift
+    spark_demo "$@"
     ;;
   "")
     say "usage: deploy/up.sh up|build|down|COMPOSE-COMMAND [ARGS]"
