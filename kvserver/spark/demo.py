@@ -30,8 +30,9 @@ What it does, for table ``T`` (``--table``, default ``daily_sales``):
    archive with ``--archive-url`` when the store has compacted that history) into
    ``demo/T/feed/`` with the data source's exactly-once sink, fenced too, with
    ``Trigger.AvailableNow`` and its checkpoint in ``OUT/_checkpoints/feed``: each run
-   continues the feed where the last one left it, so every PUT of a row reaches the feed
-   exactly once (a row key's version in the feed equals its version in ``rows/``);
+   continues the feed where the last one left it. An event of row ``D/C`` at revision R
+   becomes ``feed/D/C@R`` (R zero-padded), so every PUT reaches the feed exactly once when
+   each row key has as many feed keys as versions, each feed key at version 1;
 7. records the final state (``done`` or ``stopped``), fenced like every write, and releases
    the lock.
 
@@ -218,7 +219,8 @@ def _count_rows(spark, client: Client, table: str) -> int:
 def _stream_feed(
     spark, client: Client, table: str, out_dir: str, fence: Fence, archive_url: str
 ) -> None:
-    """Every PUT of ``demo/T/rows/`` not yet in the feed copied into ``demo/T/feed/``: the
+    """Every PUT of ``demo/T/rows/`` not yet in the feed copied into ``demo/T/feed/`` (a key
+    per event: ``<row key>@<revision>``, the revision zero-padded to 12 digits): the
     changefeed from its first revision (its start stored once under ``sourceName``; history
     the store compacted read from ``archive_url``) into the exactly-once sink, fenced, up to
     what is there now (``Trigger.AvailableNow``), continuing from the checkpoint."""
@@ -239,7 +241,10 @@ def _stream_feed(
         .where("type = 'PUT'")
         .select(
             F.concat(
-                F.lit(feed_prefix(table)), F.expr(f"substring(key, {len(rows_prefix(table)) + 1})")
+                F.lit(feed_prefix(table)),
+                F.expr(f"substring(key, {len(rows_prefix(table)) + 1})"),
+                F.lit("@"),
+                F.lpad(F.col("mod_revision").cast("string"), 12, "0"),
             ).alias("key"),
             "value",
         )
@@ -394,6 +399,7 @@ def run(
     os.makedirs(out_dir, exist_ok=True)
     out_dir = os.path.abspath(out_dir)
     register(spark)
+    _make_active(spark)
     result = RunResult()
     run_id = uuid.uuid4().hex[:12]
     owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -485,6 +491,15 @@ def run(
         return result
     finally:
         lock.release()
+
+
+def _make_active(spark) -> None:
+    """Make ``spark`` the JVM's active session on this thread. Spark looks a Python data
+    source up in the active session, which the JVM keeps per thread: a run on another thread
+    than the one that made the session would not find ``format("raftkv")``."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is not None:  # a classic session (Spark Connect has no JVM here, nor the issue)
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 def pq_rows(path: str) -> int:
