@@ -63,6 +63,12 @@ Options (Spark lower-cases option names; unknown options are refused)
                      snapshots, replayed in parallel (default 1; see ``changefeed``).
 ``driverBufferBytes`` stream: bytes of decoded events the driver keeps to hand each hot
                      partition its events (default 128 MiB; 0: tasks read them from the store).
+``caFile``, ``certFile``, ``keyFile`` https endpoints: the CA to trust, and a client
+                     certificate and key (etcdctl's ``--cacert --cert --key``). Paths, read
+                     where each task runs: every Spark host needs the files at that path.
+``user``, ``password`` the store's auth (``raftkv auth enable``): every process of the job
+                     authenticates as this user. Spark redacts option values whose names
+                     match ``spark.redaction.regex`` (``password`` does) in plans and its UI.
 ``testFailAfterTxns`` tests only: attempt 0 of every write task fails after this many txns.
 
 Schemas

@@ -53,6 +53,12 @@ KNOWN = {
     "minpartitionkeys",
     # batch write: chunk txns outstanding at once per task
     "txnsinflight",
+    # TLS and auth of the client every task, planner and committer opens
+    "cafile",
+    "certfile",
+    "keyfile",
+    "user",
+    "password",
     # Spark's own options that it passes through to the source too:
     "checkpointlocation",
     "queryname",
@@ -109,13 +115,28 @@ class SourceOptions:
     raw: tuple[tuple[str, str], ...]  # every option as given (lower-cased keys), for Fence
     min_partition_keys: int = DEFAULT_MIN_PARTITION_KEYS  # batch read planning
     txns_in_flight: int = DEFAULT_TXNS_IN_FLIGHT  # batch write
+    # the client's TLS files (paths on every Spark host) and its user; see client_options
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password: str | None = None
 
     @property
     def single_key(self) -> bool:
         return self.range_end == b""
 
     def client_options(self) -> dict:
-        return {"timeout_s": self.timeout_s, "attempt_timeout_s": min(self.timeout_s, 10.0)}
+        """The ``Client`` arguments of every process that talks to the store (driver,
+        planner, executors): timeouts, and ``caFile``/``certFile``/``keyFile`` (etcdctl's
+        ``--cacert/--cert/--key``, files that must exist at that path wherever Spark runs a
+        task) and ``user``/``password`` when given."""
+        out: dict = {"timeout_s": self.timeout_s, "attempt_timeout_s": min(self.timeout_s, 10.0)}
+        for name in ("ca_file", "cert_file", "key_file", "user", "password"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 def parse(options, *, need_range: bool = True) -> SourceOptions:
@@ -178,6 +199,11 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
                 f"option startingRevision: want earliest, latest or a revision "
                 f">= 1, got {starting!r}"
             ) from None
+    user, password = opts.get("user"), opts.get("password")
+    if (user is None) != (password is None) or user == "":
+        raise OptionError("options user and password: give both (user not empty), or neither")
+    if opts.get("keyfile") is not None and opts.get("certfile") is None:
+        raise OptionError("option keyFile needs option certFile")
     marker_prefix = opts.get("markerprefix", DEFAULT_MARKER_PREFIX).encode("utf-8")
     if not marker_prefix:
         raise OptionError("option markerPrefix must not be empty")
@@ -203,6 +229,11 @@ def parse(options, *, need_range: bool = True) -> SourceOptions:
             opts, "minPartitionKeys", DEFAULT_MIN_PARTITION_KEYS, 1, (1 << 63) - 1
         ),
         txns_in_flight=_int(opts, "txnsInFlight", DEFAULT_TXNS_IN_FLIGHT, 1, 64),
+        ca_file=opts.get("cafile"),
+        cert_file=opts.get("certfile"),
+        key_file=opts.get("keyfile"),
+        user=user,
+        password=password,
     )
 
 
