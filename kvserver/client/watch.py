@@ -565,6 +565,10 @@ class SyncWatch:
     def __init__(self, loop: asyncio.AbstractEventLoop, awatch: AsyncWatch) -> None:
         self._loop = loop
         self._awatch = awatch
+        # The read a timed-out get left running, taken up by the next call. Cancelling it
+        # instead raced the next call's read: the cancellation reaches the loop later than
+        # a new read may start, and aiohttp refuses a second reader of one stream.
+        self._inflight: concurrent.futures.Future[WatchEvent | None] | None = None
 
     @property
     def next_revision(self) -> int:
@@ -599,27 +603,37 @@ class SyncWatch:
             except StopAsyncIteration:
                 return None
 
-        future = asyncio.run_coroutine_threadsafe(one(), self._loop)
+        future = self._inflight
+        if future is None:
+            future = self._inflight = asyncio.run_coroutine_threadsafe(one(), self._loop)
         waited_s = 0.0
-        try:
-            while True:
-                step = (
-                    self._POLL_S if timeout_s is None else min(self._POLL_S, timeout_s - waited_s)
-                )
-                try:
-                    return future.result(max(step, 0.0))
-                except concurrent.futures.TimeoutError:
-                    waited_s += step
-                    if timeout_s is not None and waited_s >= timeout_s:
-                        raise TimeoutError(f"no watch event within {timeout_s:g} s") from None
-        except BaseException:
-            if not future.done():
-                future.cancel()  # an event that arrives later stays queued in the watch
-            raise
+        while True:
+            step = self._POLL_S if timeout_s is None else min(self._POLL_S, timeout_s - waited_s)
+            try:
+                event = future.result(max(step, 0.0))
+            except concurrent.futures.TimeoutError:
+                if future.done():  # the watch itself raised it
+                    self._inflight = None
+                    raise
+                waited_s += step
+                if timeout_s is not None and waited_s >= timeout_s:
+                    # the read goes on: its event is the next call's
+                    raise TimeoutError(f"no watch event within {timeout_s:g} s") from None
+                continue
+            except BaseException:
+                if not future.done():
+                    future.cancel()  # interrupted (Ctrl-C): no one will take its event
+                self._inflight = None
+                raise
+            self._inflight = None
+            return event
 
     def close(self) -> None:
         if self._loop.is_closed():
             return
+        future, self._inflight = self._inflight, None
+        if future is not None and not future.done():
+            future.cancel()
         try:
             asyncio.run_coroutine_threadsafe(self._awatch.close(), self._loop).result(5.0)
         except (concurrent.futures.TimeoutError, RuntimeError):

@@ -15,6 +15,8 @@ the same order, so they number revisions alike, as raft replicas do.
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
 
 import pytest
 
@@ -194,6 +196,35 @@ def test_get_times_out_without_losing_the_next_event(one):
             w.get(timeout_s=0.3)
         rev = one.put("k", "v")
         assert w.get(timeout_s=WAIT_S).revision == rev
+
+
+def test_short_timeouts_while_events_flow_keep_one_reader_of_the_stream(one):
+    """A timed-out ``get`` leaves its read in flight for the next call, which takes its
+    event. Cancelling it instead raced the next call's read (the cancellation reaches the
+    loop after the new read may have started) and aiohttp refused the second reader of the
+    stream (``readany() called while another coroutine is already waiting``): the watch
+    failed, and a FencedLock watching its key reported its lock lost."""
+    stop = threading.Event()
+
+    def putter():
+        while not stop.is_set():
+            one.put("k", "v")
+            stop.wait(random.random() * 0.02)
+
+    t = threading.Thread(target=putter)
+    t.start()
+    seen = []
+    try:
+        with Client(one.urls, **FAST) as c, c.watch("k") as w:
+            for i in range(2000):
+                try:
+                    seen.append(w.get(timeout_s=(0.0005, 0.001, 0.002, 0.005)[i % 4]).revision)
+                except TimeoutError:
+                    pass
+    finally:
+        stop.set()
+        t.join()
+    assert seen and seen == sorted(set(seen)), "an event lost its order or came twice"
 
 
 def test_closing_the_watch_frees_the_watcher_on_the_server(one):
