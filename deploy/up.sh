@@ -39,6 +39,10 @@
 #                      changefeed's archiveUrl on the S3 container. ARGS go to the demo after
 #                      those (a later flag wins); RAFTKV_SPARK_SUBMIT_ARGS go to spark-submit.
 #                      Implies --spark.
+#   spark-submit APP [ARGS]  the same spark-submit with APP, a Python file of this
+#                      repository (mounted read-only at /opt/raftkv-src in the driver's
+#                      container), e.g. benchmarks/spark_bench.py --endpoints
+#                      http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379
 #
 # (`make compose-up` / `make compose-down` run the first and third.)
 #
@@ -87,7 +91,7 @@ compose=("${compose[@]}" -f "$COMPOSE_FILE")
 tls="${RAFTKV_TLS:-0}"
 monitoring="${RAFTKV_MONITORING:-0}"
 spark="${RAFTKV_SPARK:-0}"
-[ "${1:-}" = spark-demo ] && spark=1
+case "${1:-}" in spark-demo | spark-submit) spark=1 ;; esac
 args=()
 for arg in "$@"; do
   case "$arg" in
@@ -267,17 +271,24 @@ build_wheel() {
   if [ -z "$py" ]; then
     if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
   fi
-  rm -rf deploy/spark/dist
+  local tmp
   mkdir -p deploy/spark/dist
-  "$py" -m pip wheel -q --no-deps --no-build-isolation -w deploy/spark/dist . >&2 ||
+  tmp="$(mktemp -d deploy/spark/dist/.build.XXXXXX)"
+  "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp" . >&2 ||
     missing "cannot build raftkv's wheel with $py (it needs pip and setuptools; set RAFTKV_PYTHON)"
   rm -rf build ./*.egg-info
-  wheel="$(cd deploy/spark/dist && ls raftkv-*.whl)"
+  wheel="$(cd "$tmp" && ls raftkv-*.whl)"
+  # renamed into place: a driver started earlier may still be serving the previous one
+  mv -f "$tmp/$wheel" "deploy/spark/dist/$wheel"
+  rmdir "$tmp"
 }
 
-spark_demo() {
+# spark-submit, in a one-off container of spark-driver, of APP (a path in this repository,
+# which is mounted read-only at /opt/raftkv-src) with raftkv's wheel.
+spark_submit() {
+  local app="$1"
+  shift
   build_wheel
-  local endpoints=http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379
   local submit_args=()
   [ -n "${RAFTKV_SPARK_SUBMIT_ARGS:-}" ] && read -r -a submit_args <<<"$RAFTKV_SPARK_SUBMIT_ARGS"
   # Client deploy mode: the driver runs here, in the one-off container, and the executors
@@ -287,16 +298,20 @@ spark_demo() {
   # (PYTHONPATH, which the JVM hands down, does that) and the executors' (their
   # PYTHONPATH, spark.executorEnv.PYTHONPATH, names the wheel in the executor's working
   # directory, where --py-files land).
-  "${compose[@]}" run --rm -T -v "$PWD/deploy/spark:/opt/raftkv-deploy:ro" spark-driver \
-    bash -c 'export PYTHONPATH="/opt/raftkv-deploy/dist/$0${PYTHONPATH:+:$PYTHONPATH}"
+  "${compose[@]}" run --rm -T -v "$PWD:/opt/raftkv-src:ro" spark-driver \
+    bash -c 'export PYTHONPATH="/opt/raftkv-src/deploy/spark/dist/$0${PYTHONPATH:+:$PYTHONPATH}"
       exec spark-submit --master spark://spark-master:7077 \
         --conf spark.driver.host="$(hostname -i | cut -d" " -f1)" \
         --conf spark.driver.bindAddress=0.0.0.0 \
         --conf spark.executorEnv.PYTHONPATH="$0" \
-        --py-files "/opt/raftkv-deploy/dist/$0" "$@"' \
-    "$wheel" "${submit_args[@]+"${submit_args[@]}"}" /opt/raftkv-deploy/demo_main.py \
-    --endpoints "$endpoints" --out /data/spark-demo-out \
-    --archive-url s3://raftkv-archive/compose "$@"
+        --py-files "/opt/raftkv-src/deploy/spark/dist/$0" "$@"' \
+    "$wheel" "${submit_args[@]+"${submit_args[@]}"}" "/opt/raftkv-src/$app" "$@"
+}
+
+spark_demo() {
+  spark_submit deploy/spark/demo_main.py \
+    --endpoints http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379 \
+    --out /data/spark-demo-out --archive-url s3://raftkv-archive/compose "$@"
 }
 
 make_certs() {
@@ -337,6 +352,11 @@ case "${1:-}" in
   spark-demo)
     shift
     spark_demo "$@"
+    ;;
+  spark-submit)
+    shift
+    [ $# -ge 1 ] || { say "usage: deploy/up.sh spark-submit APP [ARGS]"; exit 2; }
+    spark_submit "$@"
     ;;
   "")
     say "usage: deploy/up.sh up|build|down|COMPOSE-COMMAND [ARGS]"

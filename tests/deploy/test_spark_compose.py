@@ -1,0 +1,153 @@
+"""The pipeline as users deploy it: the compose ``spark`` profile (three members, moto's S3, a
+Spark standalone master and two workers), the example pipeline submitted with
+``deploy/up.sh spark-demo`` (spark-submit --master spark://..., raftkv shipped as a wheel),
+and faults in the middle of a run.
+
+Every run must end as ``tests/deploy/spark_compose.check_pipeline`` says: each day committed
+exactly once, the output equal to a local-mode run of the same input, the rows in raftkv, and
+every PUT of them delivered to the feed exactly once by the changefeed, across restarts.
+Faults, each while a run is between its first and last commit:
+
+- the raftkv leader's container killed (and started again once the others have a leader):
+  the run finishes by itself;
+- the driver's container killed: the run is resubmitted and finishes, continuing from the
+  commit log and the feed's checkpoint;
+- the driver frozen past its lock's lease while a second driver is submitted: the second
+  finishes the table; the first, thawed, is refused at its next fenced write and publishes
+  nothing (its staging output stays unpublished debris).
+
+The tests share one cluster (module fixture) and use one table each. Waits are bounded
+polls; nothing asserts on timing (the times are printed for docs/spark.md).
+"""
+
+import time
+
+import pytest
+
+from kvserver.client.errors import ClientError
+from kvserver.spark import demo
+from kvserver.spark.commitlog import CommitLog
+from tests.deploy.compose import NOT_YET, SERVICES, docker_command, remove_stale_projects
+from tests.deploy.spark_compose import (
+    check_pipeline,
+    client_of,
+    committed_days,
+    driver_containers,
+    finish,
+    local_demo,
+    spark_cluster,
+    submit,
+)
+from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.external, pytest.mark.timeout(2400)]
+
+WAIT_S = 300
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    docker = docker_command()
+    remove_stale_projects(docker)  # before the build: they hold the old image
+    with spark_cluster(docker) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def local(cluster, tmp_path_factory):
+    """The local-mode run (table ``local``): its Parquet rows (the reference) and wall time."""
+    rows, took = local_demo(cluster, "local", str(tmp_path_factory.mktemp("local") / "out"))
+    print(f"local mode (local[2]): {took:.1f} s")
+    return rows, took
+
+
+def wait_committed(client, table: str, days: int) -> None:
+    wait_for(
+        lambda: committed_days(client, table) >= days,
+        WAIT_S,
+        f"{days} day(s) of {table} committed",
+        interval_s=0.2,
+        ignore=(*NOT_YET, ClientError),
+    )
+
+
+def test_the_demo_on_the_cluster_equals_local_mode(cluster, local):
+    reference, local_s = local
+    start = time.monotonic()
+    proc = submit(cluster, "compose")
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    print(f"deploy/up.sh spark-demo: {took:.1f} s (local mode: {local_s:.1f} s)")
+    assert "raftkv: http://raftkv1:2379, http://raftkv2:2379, http://raftkv3:2379" in proc.stdout
+    with client_of(cluster) as client:
+        check_pipeline(cluster, client, "compose", reference)
+        ours, theirs = demo.read_tables(client, "compose"), demo.read_tables(client, "local")
+        assert [(k, v) for k, v, _ in ours["rows"]] == [(k, v) for k, v, _ in theirs["rows"]]
+        assert sorted(v for _, v, _ in ours["feed"]) == sorted(v for _, v, _ in theirs["feed"])
+
+
+def test_leader_killed_mid_run(cluster, local):
+    reference, _ = local
+    table = "leaderkill"
+    with client_of(cluster) as client:
+        proc = submit(cluster, table, background=True)
+        try:
+            wait_committed(client, table, 1)
+            leader = cluster.leader()
+            cluster.docker_run("kill", cluster.containers[leader])
+            cluster.leader(among=[s for s in SERVICES if s != leader])
+            cluster.docker_run("start", cluster.containers[leader])
+            rc, out = finish(proc)
+        finally:
+            proc.kill()
+        assert rc == 0, out[-4000:]
+        cluster.wait_healthy()
+        check_pipeline(cluster, client, table, reference)
+
+
+def test_driver_killed_and_the_job_resubmitted(cluster, local):
+    reference, _ = local
+    table = "driverkill"
+    with client_of(cluster) as client:
+        proc = submit(cluster, table, background=True)
+        try:
+            wait_committed(client, table, 1)
+            drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
+            cluster.docker_run("kill", *drivers)
+            rc, out = finish(proc)
+        finally:
+            proc.kill()
+        assert rc != 0, "the killed driver's spark-demo exited 0"
+        assert committed_days(client, table) < 3, "the run was over before the kill"
+        again = submit(cluster, table)
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+        assert "already committed" in again.stdout
+        check_pipeline(cluster, client, table, reference)
+
+
+def test_a_driver_frozen_past_its_lease_is_fenced_out_and_publishes_nothing(cluster, local):
+    reference, _ = local
+    table = "zombie"
+    # One core per application: the frozen driver's executors keep theirs, the second
+    # driver gets the other one.
+    one_core = "--conf spark.cores.max=1"
+    with client_of(cluster) as client:
+        first = submit(cluster, table, background=True, submit_args=one_core)
+        try:
+            wait_committed(client, table, 1)
+            drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
+            cluster.docker_run("pause", *drivers)
+            second = submit(cluster, table, submit_args=one_core)
+            assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+            cluster.docker_run("unpause", *drivers)
+            rc, out = finish(first)
+        finally:
+            first.kill()
+        assert rc != 0, f"the fenced-out driver exited 0:\n{out[-4000:]}"
+        assert "FencedOutError" in out or "lock lost" in out, out[-4000:]
+        tokens = [e.json()["token"] for e in CommitLog(client, table).history()]
+        first_token = tokens[0]
+        # the first driver's days, then only the second's: nothing of the first after it
+        taken_over = tokens.index(next(t for t in tokens if t != first_token))
+        assert set(tokens[taken_over:]) == {tokens[-1]} != {first_token}, tokens
+        check_pipeline(cluster, client, table, reference, debris_tokens=(first_token,))
