@@ -34,6 +34,12 @@ Starts one ``raftkv serve`` on loopback (``--nodes 3`` for three) archiving to a
   ``--writers`` processes write ``--cold-events`` events as fast as they go (txns of
   ``--txn-keys`` puts), and the cold catch-up reads them all.
 
+- ``--endpoints URLS``: the steady phase only, against those members instead of starting
+  any; under spark-submit the session is spark-submit's (its master and addresses) instead
+  of ``local[2]``: ``deploy/up.sh spark-submit benchmarks/changefeed_bench.py --endpoints
+  http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379`` measures it with the
+  executors in the Spark workers' containers (docs/spark.md, "Running on a Spark cluster").
+
 Not a timed test: the machine's load changes the numbers; compare rows of one run.
 """
 
@@ -70,18 +76,22 @@ def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
 
 
 def spark_session(extra_conf: list[str] | None = None):
-    """The warm local session; ``extra_conf`` holds ``key=value`` settings (``--spark-conf``)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    """The warm local session (under spark-submit: spark-submit's); ``extra_conf`` holds
+    ``key=value`` settings (``--spark-conf``)."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("raftkv-changefeed-bench")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        builder = (
+            builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
     builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftkv-changefeed-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+        builder.config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
     )
@@ -538,6 +548,32 @@ def moto(tmp: str):
     return proc, (fs, url)
 
 
+def on_cluster(args) -> int:
+    """The steady phase against ``args.endpoints`` (``feed/`` and ``bench/`` emptied first)."""
+    endpoints = args.endpoints.split(",")
+    with Client(endpoints, timeout_s=30) as cl:
+        wait_healthy(cl)
+        for prefix in ("feed/", "bench/"):
+            cl.delete(prefix, prefix=True)
+    spark = spark_session(args.spark_conf)
+    spark.range(10).count()  # warm the session
+    master = spark.sparkContext.master
+    s = steady(spark, endpoints, args)
+    spark.stop()
+    print()
+    print(
+        f"changefeed, {args.endpoints}, {master}, {args.writers} {args.writer} writers, "
+        f"txns of {args.txn_keys} puts of {args.value_size} B, {args.seconds:g} s"
+    )
+    print(f"{'written (events/s)':44} {s['write_rate']:>14,.0f}")
+    print(f"{'changefeed steady (events/s)':44} {s['steady_rate']:>14,.0f}")
+    print(f"{'changefeed lag p50 (s)':44} {s['lag_p50_s']:>14.3f}")
+    print(f"{'changefeed lag p99 (s)':44} {s['lag_p99_s']:>14.3f}")
+    print(f"{'events delivered / written':44} {s['delivered']:>7,} / {s['written']:,}")
+    print(f"{'micro-batches':44} {s['batches']:>14,}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20)
@@ -552,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
         help="lean: pre-encoded txns over plain HTTP (the default); client: kvserver.client",
     )
     ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument(
+        "--endpoints", help="the steady phase against these members (comma-separated) only"
+    )
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--no-cold", action="store_true", help="the steady part only")
     ap.add_argument(
@@ -604,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in sorted(f["phases_ms"].items()):
             print(f"{'  mean ms per batch, ' + k:44} {v:>14,.0f}")
         return 0
+
+    if args.endpoints:
+        return on_cluster(args)
 
     root = tempfile.mkdtemp(prefix="raftkv-cf-bench-")
     archive = f"file://{root}/archive"

@@ -30,6 +30,13 @@ Order of the run, and what each figure is:
    them with ``numPartitions`` 2 into the ``noop`` sink and with ``count()`` — nothing is
    collected to the driver.
 
+On a cluster: ``--endpoints URLS`` runs against those members instead of starting any
+(the prefixes ``raw/``, ``sp/``, ``cold/``, ``warm/`` and ``lag/`` are deleted first), and
+under spark-submit the session is spark-submit's (its master, e.g. ``spark://...``, and
+addresses) instead of ``local[2]``; ``deploy/up.sh spark-submit benchmarks/spark_bench.py
+--endpoints http://raftkv1:2379,http://raftkv2:2379,http://raftkv3:2379`` runs it with two
+Spark workers in containers (docs/spark.md, "Running on a Spark cluster").
+
 ``--lag-events N`` adds the changefeed's end-to-end lag (a streaming query, trigger 100 ms,
 one put every 50 ms). Not a timed test: the machine's load changes the numbers; compare the
 rows of one run.
@@ -64,19 +71,26 @@ def wait_healthy(client: Client, timeout_s: float = 30.0) -> None:
     raise SystemExit("the cluster did not become healthy")
 
 
+def under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM already
+
+
 def spark_session():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("raftkv-bench")
+    if not under_spark_submit():
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        builder = (
+            builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftkv-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+        builder.config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
@@ -290,15 +304,21 @@ def run(args) -> dict:
             size=args.nodes,
             extra_args=["--heartbeat-interval", "50", "--election-timeout", "500"],
         )
-        cluster.start()
+        endpoints = args.endpoints.split(",") if args.endpoints else cluster.endpoints
+        if not args.endpoints:
+            cluster.start()
         try:
-            with Client(cluster.endpoints, timeout_s=120) as client:
+            with Client(endpoints, timeout_s=120) as client:
                 wait_healthy(client)
-                opts = {"endpoints": ",".join(cluster.endpoints), "timeout": "120"}
+                if args.endpoints:  # someone's cluster: start from empty prefixes
+                    for prefix in ("raw/", "sp/", "cold/", "warm/", "lag/"):
+                        client.delete(prefix, prefix=True)
+                opts = {"endpoints": ",".join(endpoints), "timeout": "120"}
                 out["write raw rows/s"] = raw_write(client, "raw/", args.rows, value)
                 # Before any Spark: the JVM and its workers would share the cores.
                 out["decode old ms/1000"], out["decode arrow ms/1000"] = decode_ms(client, "raw/")
                 t_session, t_first, spark = cold_start(opts)
+                out["master"] = spark.sparkContext.master
                 out["cold session start s"] = t_session
                 out["cold first job s"] = t_first
                 warm_up(spark, opts, client, args.value_size)
@@ -321,14 +341,17 @@ def run(args) -> dict:
                     )
                 spark.stop()
         finally:
-            cluster.stop()
+            if not args.endpoints:
+                cluster.stop()
     return out
 
 
 def report(args, r: dict) -> str:
+    where = args.endpoints or f"{args.nodes} node(s)"
+    master = r.get("master", "local[2]")
     lines = [
-        f"raftkv data source: {args.nodes} node(s), {r['rows']:,} keys of {args.value_size}-byte "
-        f"values ({r['write_rows']:,} written through Spark), local[2], {os.cpu_count()} cores",
+        f"raftkv data source: {where}, {r['rows']:,} keys of {args.value_size}-byte "
+        f"values ({r['write_rows']:,} written through Spark), {master}, {os.cpu_count()} cores",
         "",
         f"| {'what':<40} | {'figure':>14} |",
         f"|{'-' * 42}|{'-' * 16}|",
@@ -361,6 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rows", type=int, default=1_000_000, help="keys read (and loaded)")
     ap.add_argument("--write-rows", type=int, default=200_000, help="rows written via Spark")
     ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--endpoints", help="use these members (comma-separated) instead of starting")
     ap.add_argument("--value-size", type=int, default=256)
     ap.add_argument("--page-size", type=int, default=1000)
     ap.add_argument("--lag-events", type=int, default=0)
