@@ -14,7 +14,12 @@ Faults, each while a run is between its first and last commit:
   commit log and the feed's checkpoint;
 - the driver frozen past its lock's lease while a second driver is submitted: the second
   finishes the table; the first, thawed, is refused at its next fenced write and publishes
-  nothing (its staging output stays unpublished debris).
+  nothing (its staging output stays unpublished debris);
+- a worker's container disconnected from the network (``docker network disconnect``) until
+  the run has committed another day without it, then connected again: the run finishes;
+- the S3 container (the members' archive, the changefeed's ``archiveUrl``) frozen until the
+  members' archive lags and another day is committed: the run finishes, and the archive
+  catches up once S3 is back.
 
 The tests share one cluster (module fixture) and use one table each. Waits are bounded
 polls; nothing asserts on timing (the times are printed for docs/spark.md).
@@ -95,9 +100,12 @@ def test_leader_killed_mid_run(cluster, local):
             wait_committed(client, table, 1)
             leader = cluster.leader()
             cluster.docker_run("kill", cluster.containers[leader])
+            t0 = time.monotonic()
             cluster.leader(among=[s for s in SERVICES if s != leader])
+            print(f"leader killed: a new leader after {time.monotonic() - t0:.1f} s")
             cluster.docker_run("start", cluster.containers[leader])
             rc, out = finish(proc)
+            print(f"leader killed: the run finished {time.monotonic() - t0:.1f} s after")
         finally:
             proc.kill()
         assert rc == 0, out[-4000:]
@@ -119,7 +127,9 @@ def test_driver_killed_and_the_job_resubmitted(cluster, local):
             proc.kill()
         assert rc != 0, "the killed driver's spark-demo exited 0"
         assert committed_days(client, table) < 3, "the run was over before the kill"
+        t0 = time.monotonic()
         again = submit(cluster, table)
+        print(f"driver killed: the resubmitted run took {time.monotonic() - t0:.1f} s")
         assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
         assert "already committed" in again.stdout
         check_pipeline(cluster, client, table, reference)
@@ -137,10 +147,14 @@ def test_a_driver_frozen_past_its_lease_is_fenced_out_and_publishes_nothing(clus
             wait_committed(client, table, 1)
             drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
             cluster.docker_run("pause", *drivers)
+            t0 = time.monotonic()
             second = submit(cluster, table, submit_args=one_core)
+            print(f"driver frozen: the second driver's run took {time.monotonic() - t0:.1f} s")
             assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
             cluster.docker_run("unpause", *drivers)
+            t0 = time.monotonic()
             rc, out = finish(first)
+            print(f"driver frozen: thawed, it exited {rc} after {time.monotonic() - t0:.1f} s")
         finally:
             first.kill()
         assert rc != 0, f"the fenced-out driver exited 0:\n{out[-4000:]}"
@@ -151,3 +165,76 @@ def test_a_driver_frozen_past_its_lease_is_fenced_out_and_publishes_nothing(clus
         taken_over = tokens.index(next(t for t in tokens if t != first_token))
         assert set(tokens[taken_over:]) == {tokens[-1]} != {first_token}, tokens
         check_pipeline(cluster, client, table, reference, debris_tokens=(first_token,))
+
+
+def test_a_worker_cut_from_the_network_and_restored(cluster, local):
+    reference, _ = local
+    table = "workercut"
+    network = f"{cluster.project}_raftkv"
+    worker = cluster.containers["spark-worker1"]
+    # An executor that stops answering is given up after spark.network.timeout (120 s by
+    # default); 20 s keeps the test short, and its tasks run again on the other worker.
+    fast_loss = "--conf spark.network.timeout=20s --conf spark.executor.heartbeatInterval=2s"
+    with client_of(cluster) as client:
+        proc = submit(cluster, table, background=True, submit_args=fast_loss)
+        try:
+            wait_committed(client, table, 1)
+            cluster.docker_run("network", "disconnect", network, worker)
+            t0 = time.monotonic()
+            try:
+                wait_committed(client, table, 2)  # the run goes on without it
+                print(f"worker cut: a day committed without it {time.monotonic() - t0:.1f} s after")
+            finally:
+                cluster.docker_run(
+                    "network", "connect", "--alias", "spark-worker1", network, worker
+                )
+            rc, out = finish(proc)
+        finally:
+            proc.kill()
+        assert rc == 0, out[-4000:]
+        check_pipeline(cluster, client, table, reference)
+
+
+def archive_lag(cluster) -> list:
+    """Every member's archive lag in entries (None where a member does not answer)."""
+    return [((cluster.status(s) or {}).get("archive") or {}).get("lag_entries") for s in SERVICES]
+
+
+def test_the_archive_s3_stopped_for_a_while(cluster, local):
+    reference, _ = local
+    table = "s3stop"
+    s3 = cluster.containers["s3"]
+    with client_of(cluster) as client:
+        proc = submit(cluster, table, background=True)
+        try:
+            wait_committed(client, table, 1)
+            cluster.docker_run("pause", s3)  # frozen: moto keeps its objects in memory
+            try:
+                # the members cannot archive: their lag grows while the run writes
+                wait_for(
+                    lambda: max(lag or 0 for lag in archive_lag(cluster)) > 0,
+                    WAIT_S,
+                    "an archive lag",
+                    interval_s=0.2,
+                    ignore=NOT_YET,
+                )
+                wait_committed(client, table, 2)
+                print(f"S3 frozen: lag {archive_lag(cluster)}, a day committed meanwhile")
+            finally:
+                cluster.docker_run("unpause", s3)
+            t0 = time.monotonic()
+            rc, out = finish(proc)
+            print(f"S3 frozen: the run finished {time.monotonic() - t0:.1f} s after the thaw")
+        finally:
+            proc.kill()
+        assert rc == 0, out[-4000:]
+        check_pipeline(cluster, client, table, reference)
+        t0 = time.monotonic()
+        wait_for(
+            lambda: archive_lag(cluster) == [0, 0, 0],
+            WAIT_S,
+            "every member's archive caught up",
+            interval_s=0.5,
+            ignore=NOT_YET,
+        )
+        print(f"S3 frozen: every archive caught up {time.monotonic() - t0:.1f} s after the run")
