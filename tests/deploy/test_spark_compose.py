@@ -66,9 +66,17 @@ def local(cluster, tmp_path_factory):
     return rows, took
 
 
-def wait_committed(client, table: str, days: int) -> None:
+def wait_committed(client, table: str, days: int, proc=None) -> None:
+    """Until ``days`` days of ``table`` are committed; fails at once if ``proc`` (the
+    submission) has exited."""
+
+    def done() -> bool:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"spark-demo exited {proc.returncode}: {proc.stdout.read()[-4000:]}")
+        return committed_days(client, table) >= days
+
     wait_for(
-        lambda: committed_days(client, table) >= days,
+        done,
         WAIT_S,
         f"{days} day(s) of {table} committed",
         interval_s=0.2,
@@ -97,11 +105,18 @@ def test_leader_killed_mid_run(cluster, local):
     with client_of(cluster) as client:
         proc = submit(cluster, table, background=True)
         try:
-            wait_committed(client, table, 1)
+            wait_committed(client, table, 1, proc)
             leader = cluster.leader()
             cluster.docker_run("kill", cluster.containers[leader])
             t0 = time.monotonic()
-            cluster.leader(among=[s for s in SERVICES if s != leader])
+            others = [s for s in SERVICES if s != leader]
+            wait_for(
+                lambda: cluster.leader(among=others) != leader,
+                WAIT_S,
+                "a new leader among the others",
+                interval_s=0.2,
+                ignore=NOT_YET,
+            )
             print(f"leader killed: a new leader after {time.monotonic() - t0:.1f} s")
             cluster.docker_run("start", cluster.containers[leader])
             rc, out = finish(proc)
@@ -119,7 +134,7 @@ def test_driver_killed_and_the_job_resubmitted(cluster, local):
     with client_of(cluster) as client:
         proc = submit(cluster, table, background=True)
         try:
-            wait_committed(client, table, 1)
+            wait_committed(client, table, 1, proc)
             drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
             cluster.docker_run("kill", *drivers)
             rc, out = finish(proc)
@@ -144,7 +159,7 @@ def test_a_driver_frozen_past_its_lease_is_fenced_out_and_publishes_nothing(clus
     with client_of(cluster) as client:
         first = submit(cluster, table, background=True, submit_args=one_core)
         try:
-            wait_committed(client, table, 1)
+            wait_committed(client, table, 1, first)
             drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
             cluster.docker_run("pause", *drivers)
             t0 = time.monotonic()
@@ -174,15 +189,18 @@ def test_a_worker_cut_from_the_network_and_restored(cluster, local):
     worker = cluster.containers["spark-worker1"]
     # An executor that stops answering is given up after spark.network.timeout (120 s by
     # default); 20 s keeps the test short, and its tasks run again on the other worker.
-    fast_loss = "--conf spark.network.timeout=20s --conf spark.executor.heartbeatInterval=2s"
+    fast_loss = (
+        "--conf spark.network.timeout=20s --conf spark.network.timeoutInterval=5s "
+        "--conf spark.executor.heartbeatInterval=2s"
+    )
     with client_of(cluster) as client:
         proc = submit(cluster, table, background=True, submit_args=fast_loss)
         try:
-            wait_committed(client, table, 1)
+            wait_committed(client, table, 1, proc)
             cluster.docker_run("network", "disconnect", network, worker)
             t0 = time.monotonic()
             try:
-                wait_committed(client, table, 2)  # the run goes on without it
+                wait_committed(client, table, 2, proc)  # the run goes on without it
                 print(f"worker cut: a day committed without it {time.monotonic() - t0:.1f} s after")
             finally:
                 cluster.docker_run(
@@ -207,7 +225,7 @@ def test_the_archive_s3_stopped_for_a_while(cluster, local):
     with client_of(cluster) as client:
         proc = submit(cluster, table, background=True)
         try:
-            wait_committed(client, table, 1)
+            wait_committed(client, table, 1, proc)
             cluster.docker_run("pause", s3)  # frozen: moto keeps its objects in memory
             try:
                 # the members cannot archive: their lag grows while the run writes
@@ -218,7 +236,7 @@ def test_the_archive_s3_stopped_for_a_while(cluster, local):
                     interval_s=0.2,
                     ignore=NOT_YET,
                 )
-                wait_committed(client, table, 2)
+                wait_committed(client, table, 2, proc)
                 print(f"S3 frozen: lag {archive_lag(cluster)}, a day committed meanwhile")
             finally:
                 cluster.docker_run("unpause", s3)
