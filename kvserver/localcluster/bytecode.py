@@ -18,7 +18,7 @@ from __future__ import annotations
 import compileall
 import importlib.util
 
-MEMBER_PACKAGES = ("raft", "raftpb", "wal", "snap", "kvserver")
+MEMBER_PACKAGES = ("raft", "raftpb", "wal", "snap", "bolt", "kvserver")
 
 
 def compile_member_packages(packages: tuple[str, ...] = MEMBER_PACKAGES) -> None:
