@@ -841,10 +841,7 @@ class GrpcConnection(asyncio.Protocol):
         return self._over_output()
 
     def _over_output(self) -> bool:
-        buffered = self.output_bytes
-        if self.transport is not None:
-            buffered += self.transport.get_write_buffer_size()
-        return buffered > self.limits.max_output_bytes
+        return self._buffered_output() > self.limits.max_output_bytes
 
     def _arm_drain_timer(self) -> None:
         if self.drain_timer is None:
