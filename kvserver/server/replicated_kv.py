@@ -807,8 +807,8 @@ class RaftKV:
     def raft_term(self) -> int:
         return self.node.term
 
-    def watch_stream(self) -> WatchStream:
-        return self.watch_hub.open_stream()
+    def watch_stream(self, max_watchers: int | None = None) -> WatchStream:
+        return self.watch_hub.open_stream(max_watchers)
 
     async def wait_recovered(self) -> None:
         """Local reads and new watches wait until a restarted member has re-applied what it

@@ -769,11 +769,18 @@ class WatchStream:
         "_wakeup",
         "_progress_pending",
         "_input_closed",
+        "_max_watchers",
     )
 
-    def __init__(self, hub: WatchHub, private: bool = False) -> None:
+    def __init__(
+        self, hub: WatchHub, private: bool = False, max_watchers: int | None = None
+    ) -> None:
         self._hub = hub
         self._private = private
+        # watchers this stream may hold (the hub's per-stream limit unless given)
+        self._max_watchers = (
+            hub.limits.max_watchers_per_stream if max_watchers is None else max_watchers
+        )
         # (watcher or None, response, kind, bytes)
         # (a _BigDelivery when the kind is _K_BIG)
         self._fifo: deque[tuple[Watcher | None, WatchResponse | _BigDelivery, int, int]] = deque()
@@ -831,7 +838,7 @@ class WatchStream:
             return None
         if (
             len(hub._watchers) >= hub.limits.max_watchers
-            or len(self._watchers) >= hub.limits.max_watchers_per_stream
+            or len(self._watchers) >= self._max_watchers
         ):
             self._refuse(current, MSG_TOO_MANY_WATCHERS)
             return None
@@ -1211,8 +1218,10 @@ class WatchHub:
 
     # --- consumers ------------------------------------------------------------------------------
 
-    def open_stream(self) -> WatchStream:
-        return WatchStream(self)
+    def open_stream(self, max_watchers: int | None = None) -> WatchStream:
+        """A new stream; ``max_watchers`` overrides the per-stream limit (a front end's
+        stream of feeds holds one watcher for each of its clients' distinct watches)."""
+        return WatchStream(self, max_watchers=max_watchers)
 
     def create(
         self,

@@ -113,10 +113,10 @@ class LocalKV:
             Member(member_id, name, (peer_url,), (client_url,)), cluster_id, lambda: self.raft_term
         )
 
-    def watch_stream(self) -> WatchStream:
+    def watch_stream(self, max_watchers: int | None = None) -> WatchStream:
         if self.fail_with is not None:
             raise self.fail_with
-        return self.watch_hub.open_stream()
+        return self.watch_hub.open_stream(max_watchers)
 
     async def wait_recovered(self) -> None:
         pass  # an in-memory store that never restarts

@@ -40,22 +40,12 @@ from kvserver.assembly.member import Member
 from kvserver.etcdpb import rpc_pb2, rpc_pb2_grpc
 from tests.support.auth_setup import caught_up, enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
-from tests.support.grpc_members import dial, refused, target, token
+from tests.support.grpc_members import dial, frontends_ready, refused, target, token
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
 from tests.tls.conftest import PKI, cluster_configs
 
 WAIT_S = 20.0
-
-
-async def frontends_ready(members: list[Member]) -> None:
-    def ready() -> bool:
-        return all(
-            m.grpc is not None and m.grpc.frontends is not None and m.grpc.frontends.ready == 1
-            for m in members
-        )
-
-    await async_wait_for(ready, WAIT_S, "every member's front end ready")
 
 
 def pool(member: Member) -> Any:
@@ -169,7 +159,55 @@ async def test_a_slow_watcher_gets_every_event(tmp_path):
                 seen.extend((e.kv.mod_revision, e.kv.value[-2:]) for e in resp.events)
             assert seen == [(r, (value + str(i).encode())[-2:]) for i, r in enumerate(revisions)]
             watch.cancel()
+
+
+async def test_a_slow_reader_of_a_stream_pauses_the_member(tmp_path):
+    """A server stream the client reads slowly (a snapshot over a window that stays 64 KiB)
+    makes the front end ask its member to wait (PAUSE), and every byte still arrives."""
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        async with dial(leader, [("grpc.http2.bdp_probe", 0)]) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            for i in range(24):  # 6 MiB: several times what a stream may have unsent
+                await kv.Put(rpc_pb2.PutRequest(key=b"big%d" % i, value=b"v" * (256 * 1024)))
+            chunks = rpc_pb2_grpc.MaintenanceStub(channel).Snapshot(rpc_pb2.SnapshotRequest())
+            size = 0
+            async for chunk in chunks:
+                size += len(chunk.blob)
+                await asyncio.sleep(0.001)  # a slow reader
+            assert size > 6 * 1024 * 1024
         assert pool(leader).frontends[0].link.pauses >= 1
+
+
+async def test_watchers_of_one_prefix_are_one_watcher_at_the_member(tmp_path):
+    """100 watchers on one prefix, over 4 connections through a front end, are one watcher
+    in the member's hub; each gets the event."""
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        channels = [dial(leader) for _ in range(4)]
+        try:
+            calls = [rpc_pb2_grpc.WatchStub(channel).Watch() for channel in channels]
+            for call in calls:
+                for _ in range(25):
+                    await call.write(create(key=b"p/", range_end=b"p0"))
+            for call in calls:
+                assert all([(await read(call)).created for _ in range(25)])
+            assert leader.kv.watch_hub.watcher_count == 1
+            put = await rpc_pb2_grpc.KVStub(channels[0]).Put(
+                rpc_pb2.PutRequest(key=b"p/1", value=b"v")
+            )
+            for call in calls:
+                got = [await read(call) for _ in range(25)]
+                assert sorted(r.watch_id for r in got) == list(range(25))
+                assert {(r.events[0].kv.key, r.header.revision) for r in got} == {
+                    (b"p/1", put.header.revision)
+                }
+        finally:
+            for channel in channels:
+                await channel.close()
+        await async_wait_for(lambda: leader.kv.watch_hub.watcher_count == 0, WAIT_S, "gone")
 
 
 async def test_cancel_and_deadline_end_the_call_on_the_member(tmp_path):
@@ -183,9 +221,10 @@ async def test_cancel_and_deadline_end_the_call_on_the_member(tmp_path):
             watch = stub.Watch()
             await watch.write(create(key=b"x"))
             assert (await read(watch)).created
-            assert len(link.calls) == 1 and hub.watcher_count == 1
+            assert link.watches is not None
+            assert len(link.watches.clients) == 1 and hub.watcher_count == 1
             watch.cancel()
-            await async_wait_for(lambda: not link.calls, WAIT_S, "the canceled call gone")
+            await async_wait_for(lambda: not link.watches.clients, WAIT_S, "the call gone")
             await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "the watcher gone")
 
             timed = stub.Watch(timeout=0.5)
@@ -194,7 +233,7 @@ async def test_cancel_and_deadline_end_the_call_on_the_member(tmp_path):
                 while True:
                     assert await asyncio.wait_for(timed.read(), WAIT_S) is not grpc.aio.EOF
             assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-            await async_wait_for(lambda: not link.calls, WAIT_S, "the expired call gone")
+            await async_wait_for(lambda: not link.watches.clients, WAIT_S, "the expired one gone")
             await async_wait_for(lambda: hub.watcher_count == 0, WAIT_S, "its watcher gone")
 
 

@@ -12,6 +12,7 @@ lost), etcd's auth refusals and cancel reasons, and the real etcdctl 3.4: ``watc
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -34,7 +35,7 @@ from kvserver.watch.hub import MSG_DUPLICATE_WATCH_ID, MSG_WATCH_STOPPED
 from tests.support import async_procs
 from tests.support.auth_setup import caught_up, enable_auth
 from tests.support.etcdctl import AsyncEtcdctl
-from tests.support.grpc_members import dial, target
+from tests.support.grpc_members import dial, frontends_ready, target
 from tests.support.inprocess import configs, running, wait_leader
 from tests.support.wait import async_wait_for
 
@@ -44,6 +45,21 @@ SMALL_WINDOW = [("grpc.http2.bdp_probe", 0)]
 ETCDCTL_TIMEOUT_S = 30.0
 HASLEADER = (("hasleader", "true"),)
 NOPUT, NODELETE = rpc_pb2.WatchCreateRequest.NOPUT, rpc_pb2.WatchCreateRequest.NODELETE
+
+
+@pytest.fixture(params=[0, 1], ids=["member", "frontend"])
+def frontends(request) -> int:
+    """Watch calls served by the member itself, or kept by a front end that fans out the
+    member's feeds (``kvserver.api.grpc.watch_fanout``): a client sees the same."""
+    return request.param
+
+
+@asynccontextmanager
+async def cluster(tmp_path, frontends: int = 0):
+    async with running(configs(tmp_path, grpc_frontends=frontends)) as members:
+        if frontends:
+            await frontends_ready(members, frontends)
+        yield members
 
 
 def create(**fields) -> rpc_pb2.WatchRequest:
@@ -107,8 +123,8 @@ def header_is(resp, member, revision: int) -> bool:
     )
 
 
-async def test_watchers_on_one_stream(tmp_path):
-    async with running(configs(tmp_path)) as members:
+async def test_watchers_on_one_stream(tmp_path, frontends):
+    async with cluster(tmp_path, frontends) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         async with dial(follower) as channel:
@@ -184,8 +200,8 @@ async def test_watchers_on_one_stream(tmp_path):
             )
 
 
-async def test_progress_compaction_and_fragments(tmp_path):
-    async with running(configs(tmp_path)) as members:
+async def test_progress_compaction_and_fragments(tmp_path, frontends):
+    async with cluster(tmp_path, frontends) as members:
         leader = await wait_leader(members)
         async with dial(leader) as channel:
             kv = rpc_pb2_grpc.KVStub(channel)
@@ -334,8 +350,8 @@ async def test_the_stream_ends_and_frees_its_watchers(tmp_path):
             await ended_with(call)
 
 
-async def test_hasleader_refused_without_a_leader_and_ended_when_it_is_lost(tmp_path):
-    async with running(configs(tmp_path)) as members:
+async def test_hasleader_refused_without_a_leader_and_ended_when_it_is_lost(tmp_path, frontends):
+    async with cluster(tmp_path, frontends) as members:
         await wait_leader(members)
         watched, *others = members
         async with dial(watched) as channel:
@@ -364,8 +380,8 @@ async def test_hasleader_refused_without_a_leader_and_ended_when_it_is_lost(tmp_
             plain.cancel()
 
 
-async def test_auth_refusals_as_etcd(tmp_path):
-    async with running(configs(tmp_path)) as members:
+async def test_auth_refusals_as_etcd(tmp_path, frontends):
+    async with cluster(tmp_path, frontends) as members:
         leader = await wait_leader(members)
         follower = next(m for m in members if m is not leader)
         # alice may read a/ .. a0 only
@@ -404,7 +420,9 @@ async def test_auth_refusals_as_etcd(tmp_path):
             revoked = await read(call, 2)
             assert sorted(r.watch_id for r in revoked) == [0, 1]
             assert all(r.canceled and r.cancel_reason == REASON_PERMISSION_DENIED for r in revoked)
-            assert follower.kv.watch_hub.watcher_count == 0
+            await async_wait_for(
+                lambda: follower.kv.watch_hub.watcher_count == 0, WAIT_S, "watchers removed"
+            )
             call.cancel()
 
             # No token, a bad token: the stream opens, its creates are refused.

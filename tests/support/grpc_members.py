@@ -62,3 +62,18 @@ async def refused(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str | None]:
 
 def token(value: str) -> tuple[tuple[str, str], ...]:
     return (("token", value),)
+
+
+async def frontends_ready(
+    members: Sequence[Member], count: int = 1, timeout_s: float = 20.0
+) -> None:
+    """Waits until every member's ``count`` front ends serve (until then the member accepts
+    its clients itself, and a test of the front ends would not test them)."""
+
+    def ready() -> bool:
+        return all(
+            m.grpc is not None and m.grpc.frontends is not None and m.grpc.frontends.ready == count
+            for m in members
+        )
+
+    await async_wait_for(ready, timeout_s, "every member's front ends ready")

@@ -18,7 +18,9 @@ C:plain|tls ...`` with sockets from its member:
   and its answers back. A request is passed on as the bytes the client sent; the member
   parses it and runs the servicer. Nothing about a call is decided here except what HTTP/2
   decides: the method table, the message-size limit, keepalive, the budgets and the TLS
-  files come from the member's HELLO.
+  files come from the member's HELLO. Watch calls are the exception: this process keeps
+  them and fans out one member feed per distinct watch to all its clients' watchers
+  (``kvserver.api.grpc.watch_fanout``).
 
 So the member's loop keeps raft, applying and the requests themselves, and the TLS and
 HTTP/2 work runs on other cores (``docs/performance.md``, "gRPC front ends").
@@ -49,6 +51,7 @@ from .handoff import RelayedClient, hand_off_plain
 from .mux import advertise_alpn, client_port_factory
 from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
 from .stream import STREAM_HIGH_WATER
+from .watch_fanout import WATCH_PATH, WatchFanout
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,7 @@ class MemberLink(asyncio.Protocol):
         self.next_id = 0
         self.hello: asyncio.Future[tuple[Any, ...]] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
+        self.watches: WatchFanout | None = None  # this process's Watch streams
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -118,6 +122,10 @@ class MemberLink(asyncio.Protocol):
                 if not self.hello.done():
                     self.hello.set_result(event[1:])
                 continue
+            if kind in wire.WATCH_EVENTS_TO_FRONTEND:
+                if self.watches is not None:
+                    self.watches.event(event)
+                continue
             call = self.calls.get(event[1])
             if call is None:
                 continue  # canceled here meanwhile
@@ -136,6 +144,8 @@ class MemberLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.writer.transport = None
+        if self.watches is not None:
+            self.watches.link_lost()
         for call in self.calls.values():
             if call.status is None:
                 call.status = (
@@ -272,9 +282,13 @@ async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -
     handoff_sock = socket.socket(fileno=handoff_fd)
     handoff_sock.setblocking(False)
     _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
-    kinds, max_receive, min_time, interval, timeout, limits, tls = await member.hello
+    kinds, max_receive, min_time, interval, timeout, limits, tls, watch_limits = await member.hello
+    methods = member.methods(dict(kinds))
+    if watch_limits is not None and WATCH_PATH in methods:
+        member.watches = WatchFanout(loop, member.writer.send, watch_limits)
+        methods[WATCH_PATH] = member.watches.method()
     settings = ServerSettings(
-        member.methods(dict(kinds)),
+        methods,
         max_receive=max_receive,
         keepalive_min_time=min_time,
         keepalive_interval=interval,

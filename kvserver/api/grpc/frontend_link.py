@@ -21,6 +21,8 @@ a socket write per connection: that work runs in the front ends, on other cores.
   ended, not when the front end cancels it; a write it proposed stays counted by the raft
   driver until it is applied or dropped (``Node.propose``).
 - CANCEL from the front end, or the link closing, cancels the handler; nothing is answered.
+- Watches are not calls: the front end keeps its clients' Watch streams and asks for one feed
+  per distinct watch (``kvserver.api.grpc.watch_feeds``, built by ``watch_feeds``).
 - Events that break the link's format close the link (the front end's clients then see
   their connections go, and reconnect); events about calls that have ended are ignored.
 """
@@ -49,6 +51,7 @@ from .rpc import (
     status_code,
 )
 from .stream import Requests
+from .watch_feeds import WatchFeeds
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +143,7 @@ class FrontendLink(asyncio.Protocol):
         budgets: BudgetCounts | None = None,
         on_ready: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
+        watch_feeds: Callable[[FrontendLink], WatchFeeds] | None = None,
     ):
         self.methods = methods
         self.counts = counts
@@ -160,6 +164,8 @@ class FrontendLink(asyncio.Protocol):
         self.running = 0  # handler tasks not yet ended, canceled ones included
         self.budgets = budgets if budgets is not None else BudgetCounts()
         self.frontend_budgets: dict[str, int] = {}  # the front end's own counts (STATS)
+        # the front end's watches (kvserver.api.grpc.watch_feeds), if this member serves them
+        self.watches = watch_feeds(self) if watch_feeds is not None else None
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -182,6 +188,8 @@ class FrontendLink(asyncio.Protocol):
         for call in list(self.calls.values()):
             self._cancel(call)
         self.calls.clear()
+        if self.watches is not None:
+            self.watches.close()
         if self.on_lost is not None:
             self.on_lost()
 
@@ -192,6 +200,8 @@ class FrontendLink(asyncio.Protocol):
         self.write_paused = False
         for call in self.calls.values():
             call.wake()
+        if self.watches is not None:
+            self.watches.resume()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -203,6 +213,9 @@ class FrontendLink(asyncio.Protocol):
         kind = event[0]
         if kind == wire.CALL:
             self._open(*event[1:])
+            return
+        if kind in wire.WATCH_EVENTS_TO_MEMBER and self.watches is not None:
+            self.watches.event(event)
             return
         if kind == wire.READY:
             self.ready = True

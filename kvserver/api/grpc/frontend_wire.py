@@ -25,13 +25,42 @@ From the front end to the member:
 From the member to the front end:
 
 - ``(HELLO, methods, max_receive, keepalive_min_time, keepalive_interval,
-  keepalive_timeout, limits)``: the method table as ``{path: kind}``, the biggest request a
-  client may send, keepalive, and the connection budgets (``Http2Limits`` as a map), the
-  first event of a link.
+  keepalive_timeout, limits, tls, watch_limits)``: the method table as ``{path: kind}``, the
+  biggest request a client may send, keepalive, the connection budgets (``Http2Limits`` as a
+  map), the TLS files (or None), and the hub's watch limits (``max_watchers``,
+  ``max_watchers_per_stream``, ``max_buffered_bytes``; None: Watch calls are passed on
+  like any other), the first event of a link.
 - ``(REPLY, id, bytes)``: a unary call's answer; the call ended with OK.
 - ``(MSG, id, bytes)``: a streaming call's next answer.
 - ``(END, id, code, details)``: the call ended with this status (RESOURCE_EXHAUSTED at once
   when the front end already has ``frontend_max_calls`` calls in flight here).
+
+Watches (``kvserver.api.grpc.watch_fanout`` in the front end, ``kvserver.api.grpc.watch_feeds``
+here) do not travel as calls: a front end keeps its clients' Watch streams itself and asks the
+member for one *feed* per distinct watch, which it fans out to every client watcher of that
+range. From the front end:
+
+- ``(WOPEN, cid, metadata, address, common_name)``: a client opened a Watch stream; the member
+  checks it as it checks a Watch call (``hasleader``, a restarted member's replay) and
+  answers WOPENED, or WEND with the status that refuses it.
+- ``(WAUTH, cid, rid, key, range_end)``: may the stream's user read this range (auth)?
+  Answered by WAUTHED; the member keeps the range to re-check it when auth changes.
+- ``(WFORGET, cid, rid)``: that watcher ended. ``(WCLOSE, cid)``: the stream ended.
+- ``(FEED, fid, key, range_end, start_revision, filters, prev_kv, progress_notify,
+  fragment)``: open a feed (a watcher of the member's hub, watch id ``fid``).
+- ``(UNFEED, fid)``: no client watches that feed any more.
+- ``(FEED_PROGRESS,)``: answer with a progress response once every feed is synced.
+
+From the member:
+
+- ``(WOPENED, cid)``; ``(WEND, cid, code, details)``: the stream is refused or must end
+  (``hasleader`` and the member lost its leader).
+- ``(WAUTHED, cid, rid, reason)``: ``reason`` is empty when permitted, else etcd's cancel
+  reason. ``(WREVOKE, cid, rid, reason)``: auth changed and the user may no longer read it.
+- ``(FED, fid, cluster_id, member_id, revision, raft_term, created, canceled,
+  compact_revision, cancel_reason, fragment, events)``: a response of feed ``fid`` (or
+  -1: the answer to FEED_PROGRESS), ``events`` the serialized ``events`` fields of a
+  WatchResponse (``kvserver.api.grpc.watch.event_field``), encoded once for every client.
 
 Call ids are the front end's, unique per link. An event about an id the receiver does not
 know (a call that ended meanwhile) is ignored. Anything else malformed ends the link.
@@ -55,6 +84,22 @@ HELLO = 8
 REPLY = 9
 END = 10
 STATS = 11
+# watches (front end to member)
+WOPEN = 20
+WAUTH = 21
+WFORGET = 22
+WCLOSE = 23
+FEED = 24
+UNFEED = 25
+FEED_PROGRESS = 26
+# watches (member to front end)
+WOPENED = 30
+WEND = 31
+WAUTHED = 32
+WREVOKE = 33
+FED = 34
+WATCH_EVENTS_TO_MEMBER = frozenset({WOPEN, WAUTH, WFORGET, WCLOSE, FEED, UNFEED, FEED_PROGRESS})
+WATCH_EVENTS_TO_FRONTEND = frozenset({WOPENED, WEND, WAUTHED, WREVOKE, FED})
 
 # A unary answer travels whole in one event, and a member answers a range of any size (as
 # etcd does); msgpack's own ceiling for one bin is 4 GiB, its Unpacker's default 100 MiB.

@@ -6,7 +6,8 @@ starts N front-end processes (``kvserver.api.grpc.frontend``) that inherit the s
 accept every client connection themselves, TLS included, so the handshake, HTTP/2 and every
 per-connection budget cost the front ends' cores and never the raft loop's. A front end
 serves gRPC itself and passes each call over its link (``FrontendLink``), where the member's
-own method table runs it; it passes HTTP/1.1 connections to the member over its hand-off
+own method table runs it, except Watch streams, which it keeps and feeds from one member-side
+watcher per distinct watch (``kvserver.api.grpc.watch_feeds``); it passes HTTP/1.1 connections to the member over its hand-off
 socket (``kvserver.api.grpc.handoff``: the socket itself for plain TCP, a relay of the
 plaintext for TLS), and the member serves them with its HTTP app.
 
@@ -36,6 +37,7 @@ from kvserver.tls import TLSInfo
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
 from .handoff import ConnectionReceiver, handoff_pair
+from .watch_feeds import WatchFeeds
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,12 @@ class FrontendPool:
         http_protocol: Callable[[], asyncio.Protocol],
         fallback_protocol: Callable[[], asyncio.Protocol],
         tls: TLSInfo | None = None,
+        watch_feeds: Callable[[FrontendLink], WatchFeeds] | None = None,
+        watch_limits: dict[str, int] | None = None,
     ):
         self.count = count
+        self.watch_feeds = watch_feeds  # the member's end of the front ends' watches
+        self.watch_limits = watch_limits  # for the front ends' own checks of Watch streams
         self.settings = settings
         self.max_calls = max_calls  # calls in flight here from one front end
         self.listeners = listeners
@@ -101,6 +107,7 @@ class FrontendPool:
             s.keepalive_timeout,
             dataclasses.asdict(s.limits),
             tls,
+            self.watch_limits if self.watch_feeds is not None else None,
         )
 
     async def start(self) -> None:
@@ -146,6 +153,7 @@ class FrontendPool:
             budgets=self.settings.budgets,
             on_ready=lambda: self._ready(frontend),
             on_lost=lambda: self._lost(frontend),
+            watch_feeds=self.watch_feeds,
         )
         receiver = ConnectionReceiver(handoff_here, self.http_protocol)
         frontend = FrontendProcess(process, link, receiver)

@@ -111,6 +111,11 @@ class RpcContext:
         gets this status (e.g. a ``hasleader`` stream whose member lost its leader)."""
         self._stream.end(status_code(code), details)
 
+    @property
+    def answer_stream(self) -> AnswerStream:
+        """Where the answers go (a front end's watch fan-out writes to its stream directly)."""
+        return self._stream
+
 
 def first_metadata(metadata: tuple[tuple[str, str], ...], name: str) -> str | None:
     for key, value in metadata:

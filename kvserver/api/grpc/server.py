@@ -32,6 +32,7 @@ import grpc
 from kvserver.api.shared.snapshot_capture import SnapshotGate
 from kvserver.server.service import serves_as_learner
 from kvserver.tls import TLSInfo
+from kvserver.watch.hub import WatchLimits
 
 from .auth import AuthServicer
 from .budgets import Http2Limits
@@ -47,6 +48,7 @@ from .maintenance import MaintenanceServicer
 from .metrics import GrpcCollector
 from .rpc import ClientIdentity, Method
 from .watch import WatchServicer
+from .watch_feeds import WatchFeeds
 
 GRPC_OVERHEAD_BYTES = 512 * 1024
 KEEPALIVE_MIN_TIME_S = 5.0
@@ -92,8 +94,22 @@ class GrpcServer:
         tls: TLSInfo | None,
     ) -> None:
         """Client front ends that accept on ``listeners`` (``kvserver.api.grpc.frontends``)."""
+        hub_limits = getattr(getattr(self.service, "watch_hub", None), "limits", None)
+        limits = hub_limits if hub_limits is not None else WatchLimits()
         self.frontends = FrontendPool(
-            count, self.settings, max_calls, listeners, http_protocol, fallback_protocol, tls
+            count,
+            self.settings,
+            max_calls,
+            listeners,
+            http_protocol,
+            fallback_protocol,
+            tls,
+            watch_feeds=lambda link: WatchFeeds(self.service, self.calls, link),
+            watch_limits={
+                "max_watchers": limits.max_watchers,
+                "max_watchers_per_stream": limits.max_watchers_per_stream,
+                "max_buffered_bytes": limits.max_buffered_bytes,
+            },
         )
         await self.frontends.start()
 

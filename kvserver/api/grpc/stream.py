@@ -119,9 +119,14 @@ class Stream:
         """A streaming answer's next message; waits while too much is unsent."""
         if self.closed:
             raise asyncio.CancelledError()
-        conn = self.conn
         self.queue_message(data)
-        conn.flush_stream(self)
+        self.conn.flush_stream(self)
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Waits while more than ``STREAM_HIGH_WATER`` bytes of the answer are unsent, or the
+        socket's buffer is full, or the connection is over its output budget."""
+        conn = self.conn
         while (
             self.outbound_bytes > STREAM_HIGH_WATER or conn.paused or conn.congested
         ) and not self.closed:
@@ -129,6 +134,18 @@ class Stream:
                 self.drained = asyncio.Event()
             self.drained.clear()
             await self.drained.wait()
+
+    def send_framed(self, data: bytes) -> None:
+        """Queues messages already framed (each its 5-byte prefix and bytes, concatenated)
+        and sends what the windows let through, without waiting: a front end's watch fan-out
+        writes the responses of one revision for all a stream's watchers in one go, and
+        bounds each stream itself (``kvserver.api.grpc.watch_fanout``)."""
+        if self.closed or not data:
+            return
+        self.outbound.append(memoryview(data))
+        self.outbound_bytes += len(data)
+        self.conn.output_bytes += len(data)
+        self.conn.flush_stream(self)
 
     def queue_message(self, data: bytes) -> None:
         prefix = b"\x00" + U32.pack(len(data))
