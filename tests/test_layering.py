@@ -31,7 +31,8 @@ ALLOWED = {
 
 # kvserver's layers, lowest first; a layer may import the layers before it.
 KVSERVER_LAYERS: list[set[str]] = [
-    {"kvpb", "etcdpb", "tls"},  # the wire contracts (ours, etcd's gRPC API); TLS contexts
+    # the wire contracts (ours, etcd's gRPC API); TLS contexts; stage marks for timing
+    {"kvpb", "etcdpb", "tls", "stages"},
     {"client"},  # the client library: kvpb and tls only (CLIENT_SIDE below)
     {"mvcc", "auth", "rafthttp"},  # the store, auth state, raft messages between peers
     {"watch", "lease"},  # subsystems over the store

@@ -66,6 +66,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvserver import stages
 from kvserver.kvpb import service_errors as errors
 from kvserver.membership.registry import frame_members, split_members_frame
 from kvserver.server.gc_pacer import freeze_heap
@@ -413,6 +414,8 @@ class Node:
     # --- inputs (called from any coroutine on the loop) ----------------------------------
 
     def receive(self, messages: list[Message]) -> None:
+        if stages.ON:
+            _mark_received(messages)
         self._inbox.extend(messages)
         self._wake.set()
 
@@ -714,6 +717,8 @@ class Node:
         if self._proposals and not self._holding_proposals():
             proposals, self._proposals = self._proposals, []
             for data in proposals:
+                if stages.ON:
+                    stages.mark("raft.propose")
                 try:
                     raw.propose(data)
                 except ProposalDroppedError:
@@ -817,9 +822,13 @@ class Node:
         vote_changed = hs is not None and (hs.term, hs.vote) != self._durable_term_vote
         for m in rd.messages:
             (early if m.type in _SEND_BEFORE_PERSIST and not vote_changed else late).append(m)
+        if stages.ON:
+            _mark_ready(rd, early, before_persist=True)
         if early:
             self._send(early)
         await self.storage.persist(rd)
+        if stages.ON:
+            _mark_ready(rd, late, before_persist=False)
         if hs is not None:
             self._durable_term_vote = (hs.term, hs.vote)
         if late:
@@ -969,6 +978,8 @@ class Node:
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
+        if stages.ON:
+            stages.mark("apply.done")
             if clock() > yield_at:
                 await asyncio.sleep(0)  # a long catch-up must not starve the raft task
                 yield_at = clock() + _APPLY_SLICE_S
@@ -1372,3 +1383,27 @@ class Node:
             "voters": list(self.conf_state.voters),
             "learners": list(self.conf_state.learners),
         }
+
+
+def _mark_received(messages: list[Message]) -> None:
+    """Stage marks of a peer's appends and acknowledgements (``kvserver.stages``)."""
+    for m in messages:
+        if m.type == MessageType.MsgApp and m.entries:
+            stages.mark("peer.append_recv")
+        elif m.type == MessageType.MsgAppResp and not m.reject:
+            stages.mark("peer.ack_recv", m.frm)
+
+
+def _mark_ready(rd: Ready, sent: list[Message], *, before_persist: bool) -> None:
+    """Stage marks of a Ready: appends sent (before the write), the write done,
+    acknowledgements sent and entries committed (after it)."""
+    if before_persist:
+        if any(m.type == MessageType.MsgApp and m.entries for m in sent):
+            stages.mark("raft.append_sent")
+        return
+    if rd.entries:
+        stages.mark("wal.persisted")
+    if any(m.type == MessageType.MsgAppResp for m in sent):
+        stages.mark("raft.ack_sent")
+    if any(e.type == EntryType.NORMAL and e.data for e in rd.committed_entries):
+        stages.mark("raft.committed")

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import raftpb
 import snap
 import wal
+from kvserver import stages
 from kvserver.membership.identity import decode_metadata, encode_metadata
 from kvserver.server.config import ServerConfig
 from kvserver.server.disk_health import FsyncWatch
@@ -294,6 +295,8 @@ class NodeStorage:
                 raise errs[0]
             self._stats["wal_entries"] += len(rd.entries)
             if need_sync:
+                if stages.ON:
+                    stages.mark("wal.written")
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._writer, self._sync_blocking, seq)
         if snapshot is not None:
@@ -307,7 +310,11 @@ class NodeStorage:
         watch = self.fsync_watch
         watch.begin()
         started = time.perf_counter()
+        if stages.ON:
+            stages.mark("wal.fsync_start")
         self.wal.sync_upto(seq)
+        if stages.ON:
+            stages.mark("wal.fsync_end")
         elapsed = time.perf_counter() - started
         self.fsync_seconds.observe(elapsed)
         watch.end(elapsed)

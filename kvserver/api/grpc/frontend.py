@@ -42,6 +42,7 @@ from typing import Any
 
 import grpc
 
+from kvserver import stages
 from kvserver.tls import TLSInfo, server_context
 
 from . import frontend_wire as wire
@@ -130,6 +131,8 @@ class MemberLink(asyncio.Protocol):
             if call is None:
                 continue  # canceled here meanwhile
             if kind == wire.REPLY:
+                if stages.ON:
+                    stages.mark("fe.reply")
                 call.answers.append(event[2])
                 call.status = (_OK, "")
             elif kind == wire.MSG:
@@ -167,6 +170,8 @@ class MemberLink(asyncio.Protocol):
 
     def _unary(self, path: str) -> Any:
         async def forward(request: bytes, context: RpcContext) -> bytes:
+            if stages.ON:
+                stages.mark("fe.call")
             call = self._open(path, request, context)
             try:
                 await self._wait(call)

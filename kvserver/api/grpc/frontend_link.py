@@ -38,6 +38,8 @@ from typing import Any
 
 import grpc
 
+from kvserver import stages
+
 from . import frontend_wire as wire
 from .budgets import BudgetCounts
 from .metrics import CallCounts
@@ -261,6 +263,8 @@ class FrontendLink(asyncio.Protocol):
         request: bytes | None,
         common_name: str | None = None,
     ) -> None:
+        if stages.ON:
+            stages.mark("link.call_in")
         method = self.methods.get(path)
         if method is None or call_id in self.calls or type(metadata) is not tuple:
             raise ValueError(f"a call to an unknown method, a reused id or bad metadata: {path!r}")
@@ -319,6 +323,8 @@ class FrontendLink(asyncio.Protocol):
                 self.calls.pop(call.id, None)
                 self.counts.handled(call.path, _OK)
                 self.writer.send((wire.REPLY, call.id, answer))
+                if stages.ON:
+                    stages.mark("link.reply_out")
         except asyncio.CancelledError:
             if call.ended_with is not None:
                 self.finish(call, *call.ended_with)
