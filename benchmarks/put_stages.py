@@ -96,6 +96,10 @@ STAGES = [
     ("follower round trip (in parallel)", "follower"),
     ("  appends to the follower", "to_follower"),
     ("  follower's write and fsync", "follower_disk"),
+    ("    raft step and pwrite", "f_step"),
+    ("    to the WAL thread", "f_hop"),
+    ("    fdatasync", "f_fsync"),
+    ("    back to the loop, acknowledgement sent", "f_back"),
     ("  acknowledgement to the leader", "ack"),
     ("quorum to commit", "commit"),
     ("apply", "apply"),
@@ -127,8 +131,11 @@ def put_stages(
             sent = first_after(f, "raft.ack_sent", r)
         except LookupError:
             continue
-        chains.append((sent, r))
-    sent, r = min(chains)
+        chains.append((sent, r, f))
+    sent, r, f = min(chains, key=lambda chain: chain[0])
+    fw = first_after(f, "wal.written", r)
+    ffs = first_after(f, "wal.fsync_start", fw)
+    ffe = first_after(f, "wal.fsync_end", ffs)
     quorum = max(lp, ack)
     cm = first_after(leader, "raft.committed", quorum)
     ap = first_after(leader, "apply.done", cm)
@@ -147,6 +154,10 @@ def put_stages(
         "follower": ack - d,
         "to_follower": r - d,
         "follower_disk": sent - r,
+        "f_step": fw - r,
+        "f_hop": ffs - fw,
+        "f_fsync": ffe - ffs,
+        "f_back": sent - ffe,
         "ack": ack - sent,
         "quorum": quorum - d,
         "leader_later": int(lp > ack),

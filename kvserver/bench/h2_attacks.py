@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 from hpack import Decoder, Encoder
 
+from kvserver.etcdpb import rpc_pb2
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
     0x0,
@@ -71,6 +73,7 @@ class AttackResult:
     resets: dict[int, int] = field(default_factory=dict)  # RST_STREAM codes the server sent
     statuses: dict[str, int] = field(default_factory=dict)  # gRPC statuses (grpc-status)
     http_status: str = ""  # an HTTP/1.1 attack: the status line the server answered
+    watch_refusals: dict[str, int] = field(default_factory=dict)  # refused creates, by reason
     closed: bool = False  # the server closed the connection
     sent_bytes: int = 0
     units: int = 0  # streams, frames or connections the attack sent
@@ -86,6 +89,8 @@ class AttackResult:
         for status, n in sorted(self.statuses.items()):
             if status != "0":
                 parts.append(f"{n} {GRPC_STATUS_NAMES.get(status, status)}")
+        for reason, n in sorted(self.watch_refusals.items()):
+            parts.append(f"{n} watches refused ({reason})")
         if self.http_status:
             parts.append(self.http_status)
         if self.closed and self.goaway is None:
@@ -144,6 +149,8 @@ class Reader(threading.Thread):
         self.decoder = Decoder()
         self.decoder.max_header_list_size = 1 << 24
         self.block = bytearray()  # a header block waiting for its CONTINUATIONs
+        self.watch_sids: set[int] = set()  # Watch calls: their answers are read
+        self.bodies: dict[int, bytearray] = {}  # a Watch call's answer bytes not yet parsed
 
     def run(self) -> None:
         try:
@@ -169,11 +176,29 @@ class Reader(threading.Thread):
                 self._header_block(kind, _flags, payload)
             elif kind == GOAWAY and len(payload) >= 8:
                 self.result.goaway = struct.unpack(">I", payload[4:8])[0]
+            elif kind == DATA and _sid in self.watch_sids:
+                self._watch_answers(_sid, payload)
             elif kind == RST_STREAM and len(payload) == 4:
                 code = struct.unpack(">I", payload)[0]
                 self.result.resets[code] = self.result.resets.get(code, 0) + 1
             pos += 9 + length
         del buffer[:pos]
+
+    def _watch_answers(self, sid: int, payload: bytes) -> None:
+        """Counts the refused creates among a Watch call's answers (created and canceled,
+        with a reason)."""
+        body = self.bodies.setdefault(sid, bytearray())
+        body += payload
+        while len(body) >= 5:
+            size = struct.unpack_from(">I", body, 1)[0]
+            if len(body) < 5 + size:
+                break
+            answer = rpc_pb2.WatchResponse.FromString(bytes(body[5 : 5 + size]))
+            del body[: 5 + size]
+            if answer.created and answer.canceled:
+                refusals = self.result.watch_refusals
+                reason = answer.cancel_reason
+                refusals[reason] = refusals.get(reason, 0) + 1
 
     def _header_block(self, kind: int, flags: int, payload: bytes) -> None:
         if kind == HEADERS:
@@ -241,6 +266,8 @@ class Attacker:
         sid = self.next_sid
         self.next_sid += 2
         data = frame(HEADERS, END_HEADERS, sid, self.call_headers(path))
+        if path == WATCH and self.reader is not None:
+            self.reader.watch_sids.add(sid)
         if message is not None:
             data += frame(DATA, END_STREAM if end else 0, sid, grpc_message(message))
         self.send(data)

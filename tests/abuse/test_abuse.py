@@ -44,7 +44,7 @@ EXPECTED = {  # the attacker's answer, as AttackResult.answer() spells it (a pre
     "open_streams": "RST_STREAM REFUSED_STREAM",
     "oversized_grpc": "RESOURCE_EXHAUSTED",
     "oversized_http": "HTTP 413",
-    "watch_flood": "RESOURCE_EXHAUSTED",
+    "watch_flood": "watches refused (raftkv: too many watchers)",
 }
 # (a SETTINGS flood's answers fit in the kernel's socket buffers: nothing is held here, so
 # no budget is met; tests/grpcapi/test_budgets.py meets the control-frame budget itself)

@@ -50,9 +50,11 @@ def test_a_put_is_split_into_stages_that_add_up():
         "apply.done": [150],
     }
     frontend = {"fe.call": [10], "fe.reply": [160]}
-    slow = {"peer.append_recv": [70], "raft.ack_sent": [128]}
-    fast = {"peer.append_recv": [60], "raft.ack_sent": [110]}
+    disk = {"wal.written": [75], "wal.fsync_start": [80], "wal.fsync_end": [100]}
+    slow = {"peer.append_recv": [70], "raft.ack_sent": [128], **disk}
+    fast = {"peer.append_recv": [60], "raft.ack_sent": [110], **disk}
     got = put_stages((0, 200), leader, frontend, [slow, fast])
     assert got["to_follower"] == 20 and got["follower_disk"] == 50 and got["ack"] == 10
+    assert (got["f_step"], got["f_hop"], got["f_fsync"], got["f_back"]) == (15, 5, 20, 10)
     assert got["quorum"] == 80 and got["leader_later"] == 0 and got["commit"] == 5
     assert sum(got[key] for key in CRITICAL) == got["total"] == 200

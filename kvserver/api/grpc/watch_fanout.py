@@ -23,8 +23,10 @@ these differences, both as grpc-proxy's:
 
 Requests are taken in order, one at a time, as the member takes them: a create waits for its
 ``created`` before the next request is read. Creates are checked as the member checks them
-and answered with etcd's texts (compacted start revision, auth through the member, empty
-range, negative or duplicate watch id, too many watchers per stream or per front end). The
+and answered with etcd's texts (compacted start revision, empty range, negative or duplicate
+watch id, too many watchers per stream or per front end, then auth through the member). A
+create that fails several checks gets the first of this order, where a Watch call on the
+member checks auth first: the limits are checked here without asking the member. The
 stream opens only once the member has checked it (learner, ``hasleader``, a restarted
 member's replay), and ends when the member says so (``hasleader`` and no leader) or the link
 goes (Unavailable).
@@ -221,6 +223,11 @@ class WatchFanout:
             return self._refuse(call, MSG_COMPACTED)
         key = m.key or b"\0"  # etcd: an empty key is the smallest key
         range_end = m.range_end
+        # What this process can refuse it refuses before asking the member anything, so a
+        # client that floods creates costs the member nothing past the limits.
+        reason = self._check(call, key, range_end, m.watch_id)
+        if reason:
+            return self._refuse(call, reason)
         rid = self._id()
         answer: asyncio.Future[str] = self.loop.create_future()
         call.auth[rid] = answer
@@ -230,10 +237,6 @@ class WatchFanout:
         finally:
             call.auth.pop(rid, None)
         if reason:
-            return self._refuse(call, reason)
-        reason = self._check(call, key, range_end, m.watch_id)
-        if reason:
-            self.send((wire.WFORGET, call.cid, rid))
             return self._refuse(call, reason)
         watch_id = m.watch_id
         if watch_id == 0:
