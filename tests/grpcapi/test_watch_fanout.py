@@ -10,7 +10,8 @@ is ``LocalKV`` with a real watch hub. Checks that:
 - watchers that ask for history, or differ in filters or ``prev_kv``, get feeds of their own;
 - the last receiver's cancel or its stream's end removes the hub watcher;
 - a stream that does not read gets its watchers canceled as too slow, and nobody else waits;
-- the front end's limits refuse with the hub's texts; a progress request is answered;
+- the front end's limits refuse with the hub's texts; both count as budgets met; a progress
+  request is answered;
 - the link going away ends every stream Unavailable.
 """
 
@@ -256,6 +257,7 @@ async def test_a_stream_that_does_not_read_is_canceled_and_nobody_waits():
     assert (held[-1].canceled, held[-1].cancel_reason) == (True, MSG_WATCHER_TOO_SLOW)
     seen = [ev.kv.mod_revision for r in held for ev in r.events]
     assert 0 < len(seen) < len(revisions) and seen == revisions[: len(seen)]
+    assert link.fanout.budgets["watch_backlog"] == 1
     assert stuck.sink.outbound_bytes < 4096 + 2 * len(value) + 512
     await reader.close()
     await stuck.close()
@@ -277,6 +279,7 @@ async def test_limits_refuse_with_the_hubs_texts_and_progress_is_answered():
     c.create(key=b"d")
     (refused,) = await c.answers(1)
     assert refused.canceled and refused.cancel_reason == MSG_TOO_MANY_WATCHERS
+    assert link.fanout.budgets["watchers"] == 2
     rev = await link.put(b"a")
     a.progress()
     await a.answers(4 + 1)

@@ -88,6 +88,8 @@ BUDGETS = (
     "connections",
     "connections_per_address",
     "calls_in_flight",
+    "watchers",  # a front end's watchers per stream or in all (kvserver.api.grpc.watch_fanout)
+    "watch_backlog",  # a front end's Watch stream with too much unread: a watcher canceled
 )
 
 

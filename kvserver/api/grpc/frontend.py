@@ -288,18 +288,17 @@ async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -
     handoff_sock.setblocking(False)
     _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
     kinds, max_receive, min_time, interval, timeout, limits, tls, watch_limits = await member.hello
-    methods = member.methods(dict(kinds))
-    if watch_limits is not None and WATCH_PATH in methods:
-        member.watches = WatchFanout(loop, member.writer.send, watch_limits)
-        methods[WATCH_PATH] = member.watches.method()
     settings = ServerSettings(
-        methods,
+        member.methods(dict(kinds)),
         max_receive=max_receive,
         keepalive_min_time=min_time,
         keepalive_interval=interval,
         keepalive_timeout=timeout,
         limits=Http2Limits(**limits),
     )
+    if watch_limits is not None and WATCH_PATH in settings.methods:
+        member.watches = WatchFanout(loop, member.writer.send, watch_limits, settings.budgets)
+        settings.methods[WATCH_PATH] = member.watches.method()
     door = FrontDoor(settings, handoff_sock)
     context = advertise_alpn(server_context(TLSInfo(**tls))) if tls else None
     factory = client_port_factory(door.relayed_http, door, http_hand_off=door.hand_off_http)

@@ -42,6 +42,7 @@ Receivers per front end are bounded by the hub's ``max_watchers``, per stream by
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -153,9 +154,11 @@ class WatchFanout:
         loop: asyncio.AbstractEventLoop,
         send: Callable[[tuple[Any, ...]], None],
         limits: dict[str, int],
+        budgets: Counter[str] | None = None,
     ):
         self.loop = loop
         self.send = send  # an event to the member
+        self.budgets = budgets if budgets is not None else Counter()  # limits clients met
         self.max_watchers = int(limits["max_watchers"])
         self.max_per_stream = int(limits["max_watchers_per_stream"])
         self.max_backlog = int(limits["max_buffered_bytes"])
@@ -227,6 +230,8 @@ class WatchFanout:
         # client that floods creates costs the member nothing past the limits.
         reason = self._check(call, key, range_end, m.watch_id)
         if reason:
+            if reason is MSG_TOO_MANY_WATCHERS:
+                self.budgets["watchers"] += 1
             return self._refuse(call, reason)
         rid = self._id()
         answer: asyncio.Future[str] = self.loop.create_future()
@@ -477,6 +482,7 @@ class WatchFanout:
                     self.loop.call_soon(self._flush)
                 self.dirty[call] = None
         for receiver in slow:
+            self.budgets["watch_backlog"] += 1
             slow_head = self._head(self.revision, canceled=True, cancel_reason=MSG_WATCHER_TOO_SLOW)
             self._end_receiver(receiver, slow_head)
 
