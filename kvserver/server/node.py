@@ -978,11 +978,11 @@ class Node:
             elif e.type == EntryType.CONF_CHANGE:
                 self._apply_conf_change(ConfChange.decode(e.data))
             self.applied = e.index
-        if stages.ON:
-            stages.mark("apply.done")
             if clock() > yield_at:
                 await asyncio.sleep(0)  # a long catch-up must not starve the raft task
                 yield_at = clock() + _APPLY_SLICE_S
+        if stages.ON:
+            stages.mark("apply.done")
 
     def _apply_conf_change(self, cc: ConfChange) -> None:
         self.conf_state = self.raw.apply_conf_change(cc)
