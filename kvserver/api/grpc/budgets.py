@@ -49,7 +49,6 @@ the link (``kvserver.api.grpc.frontend_link``).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -98,19 +97,19 @@ class BudgetCounts(Counter[str]):
 
 
 class ResetBucket:
-    """A token bucket of stream resets: ``rate`` a second, up to two seconds' worth saved."""
+    """A token bucket of stream resets: ``rate`` a second, up to two seconds' worth saved.
+    Time is given (``now``, in seconds of any monotonic clock): the bucket reads no clock."""
 
     __slots__ = ("rate", "capacity", "tokens", "stamp")
 
-    def __init__(self, rate: float):
+    def __init__(self, rate: float, now: float):
         self.rate = rate
         self.capacity = max(1.0, 2 * rate)
         self.tokens = self.capacity
-        self.stamp = time.monotonic()
+        self.stamp = now
 
-    def take(self) -> bool:
-        """One reset; False once the client has reset more than its budget."""
-        now = time.monotonic()
+    def take(self, now: float) -> bool:
+        """One reset at ``now``; False once the client has reset more than its budget."""
         self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.tokens < 1.0:

@@ -137,7 +137,7 @@ class GrpcConnection(asyncio.Protocol):
             table_size=limits.header_table_bytes,
             cache_bytes=limits.decode_cache_bytes,
         )
-        self.resets = ResetBucket(limits.max_resets_per_s)
+        self.resets = ResetBucket(limits.max_resets_per_s, time.monotonic())
         self.handlers = 0  # handler tasks still running, a reset stream's included
         self.unary_running = 0  # ... of them, unary calls (the running budget counts these)
         self.deferred: deque[Stream] = deque()  # calls waiting for the output budget
@@ -320,7 +320,7 @@ class GrpcConnection(asyncio.Protocol):
                 raise ConnectionError_(h2.PROTOCOL_ERROR, "bad RST_STREAM")
             stream = self.streams.get(sid)
             if stream is not None:
-                if not self.resets.take():
+                if not self.resets.take(time.monotonic()):
                     raise ConnectionError_(
                         h2.ENHANCE_YOUR_CALM, "too many stream resets", budget="resets"
                     )
