@@ -228,6 +228,27 @@ async def test_a_reset_stream_keeps_its_slot_until_its_handler_ends():
     assert h.started == 3  # a slot is free again
 
 
+async def test_a_stream_error_ends_its_call_and_not_the_connection():
+    h = Handlers()
+    conf = server(h)
+    client = Client(conf)
+    sid = client.call(PUT, put(b"slow"))  # the request is complete: half-closed (remote)
+    await settle()
+    assert h.running == 1
+    client.send(h2.frame(h2.DATA, 0, sid, b"more"))  # DATA after the client's END_STREAM
+    await settle()
+    resets = [
+        struct.unpack(">I", p)[0]
+        for kind, _, s, p in frames(client.answered())
+        if kind == h2.RST_STREAM and s == sid
+    ]
+    assert resets == [h2.STREAM_CLOSED]
+    assert h.running == 0 and not client.conn.streams  # its handler was canceled
+    client.call(PUT, put(b"k"))
+    await settle()
+    assert h.started == 2 and not client.transport.closed
+
+
 async def test_a_block_of_table_size_updates_is_refused_from_its_bytes():
     conf = server(Handlers())
     client = Client(conf)

@@ -25,10 +25,11 @@ budget                     over it
                            no new call starts and, when the socket's buffer is what is full,
                            nothing more is read; a connection still over it after
                            ``drain_timeout_s`` ends with GOAWAY ENHANCE_YOUR_CALM
-``input``                  the connection's receive window: a client's request bytes are
-                           credited back as calls take them, so at most ``max_input_bytes``
-                           of unfinished requests wait per connection (more: GOAWAY
-                           FLOW_CONTROL_ERROR, the client broke the window)
+``input``                  request bytes received that no call has taken yet: past
+                           ``max_input_bytes`` the call whose bytes cross it ends with
+                           RESOURCE_EXHAUSTED; the connection's receive window (credited back
+                           as bytes arrive) is as large, and a client that sends past it gets
+                           GOAWAY FLOW_CONTROL_ERROR
 ``idle``                   GOAWAY NO_ERROR after ``idle_timeout_s`` with no call open (clients
                            reconnect when they next need to)
 ``deadline``               a unary call sent without a deadline gets ``default_call_timeout_s``
@@ -43,13 +44,17 @@ budget                     over it
                            calls whose answers nobody reads can make the server hold
 =========================  ==================================================================
 
-The calls a front end may have in flight at its member are bounded where the member reads
-the link (``kvserver.api.grpc.frontend_link``).
+The budgets on what a client sends (``streams``, ``resets``, ``header_block``,
+``header_list``, ``table_updates``, ``control_frames``, ``input``) are enforced by the
+HTTP/2 state machine (``kvserver.api.grpc.h2_machine``), which needs no socket or clock of
+its own to be tested; those that need a timer or the socket's buffer (``output``, ``idle``,
+``deadline``, ``running``, the connection counts) by ``kvserver.api.grpc.connection``. The
+calls a front end may have in flight at its member are bounded where the member reads the
+link (``kvserver.api.grpc.frontend_link``).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -98,19 +103,19 @@ class BudgetCounts(Counter[str]):
 
 
 class ResetBucket:
-    """A token bucket of stream resets: ``rate`` a second, up to two seconds' worth saved."""
+    """A token bucket of stream resets: ``rate`` a second, up to two seconds' worth saved.
+    Time is given (``now``, in seconds of any monotonic clock): the bucket reads no clock."""
 
     __slots__ = ("rate", "capacity", "tokens", "stamp")
 
-    def __init__(self, rate: float):
+    def __init__(self, rate: float, now: float):
         self.rate = rate
         self.capacity = max(1.0, 2 * rate)
         self.tokens = self.capacity
-        self.stamp = time.monotonic()
+        self.stamp = now
 
-    def take(self) -> bool:
-        """One reset; False once the client has reset more than its budget."""
-        now = time.monotonic()
+    def take(self, now: float) -> bool:
+        """One reset at ``now``; False once the client has reset more than its budget."""
         self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.tokens < 1.0:

@@ -1,4 +1,5 @@
-"""HTTP/2 as the gRPC server needs it: frame layout, settings, and the header codec.
+"""HTTP/2 as the gRPC server needs it: frame layout, settings, and the header codec (the
+connection's state machine that uses them is ``kvserver.api.grpc.h2_machine``).
 
 Only what a server of gRPC calls uses (RFC 9113, RFC 7541):
 
