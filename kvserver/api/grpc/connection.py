@@ -325,7 +325,7 @@ class GrpcConnection(asyncio.Protocol):
             self._answer_only(sid, grpc.StatusCode.UNIMPLEMENTED, _unknown_method(path or ""))
             return
         assert path is not None
-        stream = Stream(sid, self, path, method, 0)  # its windows are the machine's
+        stream = Stream(sid, self, path, method)
         self.settings.calls.started(path)
         self.last_active = now = time.monotonic()
         stream.encoding = encoding if encoding not in (None, "identity") else None

@@ -1,10 +1,11 @@
 """One gRPC call's HTTP/2 stream: what the connection keeps per call, and its request reader.
 
 ``Stream`` holds a call's state on both sides: the request bytes and complete messages
-received, flow-control credit owed to the client, the answer's messages waiting for the
-peer's windows, its trailers, its deadline, and the handler's task. The connection that owns
-it (``StreamOwner``: ``kvserver.api.grpc.connection.GrpcConnection``) parses frames into it
-and sends what it queues. ``Stream.write_message`` is a streaming handler's ``write``: it
+received, the answer's messages waiting for the peer's windows, its trailers, its deadline,
+and the handler's task; its HTTP/2 state and windows are the connection's machine's
+(``kvserver.api.grpc.h2_machine``). The connection that owns it (``StreamOwner``:
+``kvserver.api.grpc.connection.GrpcConnection``) feeds it what the machine delivers and
+sends what it queues. ``Stream.write_message`` is a streaming handler's ``write``: it
 queues a message and waits while more than ``STREAM_HIGH_WATER`` bytes of the answer are
 unsent, or while the socket's buffer is full. ``Requests`` is a streaming handler's request
 iterator: it waits for the next complete message and credits the stream's window back to
@@ -54,21 +55,18 @@ class Stream:
         "remote_closed",
         "closed",
         "encoding",
-        "send_window",
         "outbound",
         "outbound_bytes",
         "headers_sent",
         "trailers",
-        "recv_unacked",
         "drained",
         "deadline",
         "deadline_hit",
         "default_deadline",
         "ended_with",
-        "held",
     )
 
-    def __init__(self, sid: int, conn: StreamOwner, path: str, method: Method, send_window: int):
+    def __init__(self, sid: int, conn: StreamOwner, path: str, method: Method):
         self.sid = sid
         self.conn = conn
         self.path = path
@@ -81,17 +79,14 @@ class Stream:
         self.remote_closed = False  # the client half-closed
         self.closed = False  # trailers sent or the stream reset
         self.encoding: str | None = None  # grpc-encoding of compressed requests
-        self.send_window = send_window
         self.outbound: deque[memoryview] = deque()
         self.outbound_bytes = 0
         self.headers_sent = False
         self.trailers: bytes | None = None  # sent once everything before it is
-        self.recv_unacked = 0  # received bytes not yet credited back to the client
         self.drained: asyncio.Event | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.deadline_hit = False
         self.default_deadline = False  # the deadline is the server's, not the client's
-        self.held = 0  # request bytes received that the handler has not taken
         self.ended_with: tuple[int, str] | None = None  # a status set by ``end``
 
     def end(self, code: int, details: str) -> None:
