@@ -32,9 +32,10 @@ member's replay), and ends when the member says so (``hasleader`` and no leader)
 goes (Unavailable).
 
 Bounds. A client stream whose answers are not read holds at most ``max_buffered_bytes``
-(the hub's per-watcher bound) queued here: past it, each of its watchers that gets a new
-response is canceled with ``MSG_WATCHER_TOO_SLOW`` instead, as the hub cancels a slow
-watcher; requests are not read while the stream has more than ``STREAM_HIGH_WATER`` unsent.
+(the hub's per-watcher bound) queued here, and its connection at most its output budget
+(``--client-max-output-bytes``): past either, each of its watchers that gets a new response
+is canceled with ``MSG_WATCHER_TOO_SLOW`` instead, as the hub cancels a slow watcher;
+requests are not read while the stream has more than ``STREAM_HIGH_WATER`` unsent.
 Receivers per front end are bounded by the hub's ``max_watchers``, per stream by
 ``max_watchers_per_stream``.
 """
@@ -92,6 +93,9 @@ class AnswerSink(Protocol):
     """Where a client stream's answers go (its HTTP/2 stream, ``Stream``)."""
 
     outbound_bytes: int  # queued and not yet sent
+
+    @property
+    def congested(self) -> bool: ...  # its connection is over its output budget
 
     def send_framed(self, data: bytes) -> None: ...
 
@@ -471,7 +475,8 @@ class WatchFanout:
         slow = []
         for receiver in feed.receivers:
             call = receiver.call
-            if call.stream.outbound_bytes + call.out_bytes > limit:
+            stream = call.stream
+            if stream.outbound_bytes + call.out_bytes > limit or stream.congested:
                 slow.append(receiver)
                 continue
             size = len(head) + len(receiver.id_field) + len(events)
