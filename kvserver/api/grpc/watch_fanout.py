@@ -146,9 +146,6 @@ class FanoutCall:
         self.out: list[bytes] = []  # framed answers of this loop turn
         self.out_bytes = 0
 
-    def backlog(self) -> int:
-        return self.stream.outbound_bytes + self.out_bytes
-
 
 class WatchFanout:
     """This front end's watches (see the module docstring)."""
