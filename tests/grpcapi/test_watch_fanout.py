@@ -296,10 +296,12 @@ async def test_limits_refuse_with_the_hubs_texts_and_progress_is_answered():
     b.create(key=b"b")
     b.create(key=b"c")
     await b.answers(2)
+    before = await link.put(b"x")
     c = Client(link)
     c.create(key=b"d")
     (refused,) = await c.answers(1)
     assert refused.canceled and refused.cancel_reason == MSG_TOO_MANY_WATCHERS
+    assert (refused.header.revision, refused.header.member_id) == (before, link.kv.member_id)
     assert link.fanout.budgets["watchers"] == 2
     rev = await link.put(b"a")
     a.progress()

@@ -53,8 +53,10 @@ range. From the front end:
 
 From the member:
 
-- ``(WOPENED, cid)``; ``(WEND, cid, code, details)``: the stream is refused or must end
-  (``hasleader`` and the member lost its leader).
+- ``(WOPENED, cid, cluster_id, member_id, revision, raft_term)``: the stream may start (the
+  member's header fields, for the answers the front end makes itself, such as a refusal);
+  ``(WEND, cid, code, details)``: the stream is refused or must end (``hasleader`` and the
+  member lost its leader).
 - ``(WAUTHED, cid, rid, reason)``: ``reason`` is empty when permitted, else etcd's cancel
   reason. ``(WREVOKE, cid, rid, reason)``: auth changed and the user may no longer read it.
 - ``(FED, fid, cluster_id, member_id, revision, raft_term, created, canceled,

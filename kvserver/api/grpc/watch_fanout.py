@@ -397,6 +397,9 @@ class WatchFanout:
         if call is None:
             return  # ended meanwhile
         if kind == wire.WOPENED:
+            _, _, cluster_id, member_id, revision, term = event
+            self.header = (cluster_id, member_id, term)
+            self.revision = max(self.revision, revision)
             if not call.opened.done():
                 call.opened.set_result(None)
         elif kind == wire.WEND:

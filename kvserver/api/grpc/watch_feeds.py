@@ -264,7 +264,17 @@ class WatchFeeds:
             client.fail(exc)
             return
         if self.clients.get(client.cid) is client:
-            self.link.writer.send((wire.WOPENED, client.cid))
+            service = self.service
+            self.link.writer.send(
+                (
+                    wire.WOPENED,
+                    client.cid,
+                    service.cluster_id,
+                    service.member_id,
+                    service.store.revision,
+                    service.raft_term,
+                )
+            )
 
     def _authorize(self, cid: int, rid: int, key: bytes, range_end: bytes) -> None:
         client = self.clients.get(cid)
