@@ -9,8 +9,8 @@ is ``LocalKV`` with a real watch hub. Checks that:
   has delivered and gets every event after it;
 - watchers that ask for history, or differ in filters or ``prev_kv``, get feeds of their own;
 - the last receiver's cancel or its stream's end removes the hub watcher;
-- a stream that does not read, or whose connection is over its output budget, gets its
-  watchers canceled as too slow, and nobody else waits;
+- a stream that does not read, or whose connection's Watch streams together hold more than
+  its output budget, gets its watchers canceled as too slow, and nobody else waits;
 - the front end's limits refuse with the hub's texts; both count as budgets met; a progress
   request is answered;
 - the link going away ends every stream Unavailable.
@@ -102,7 +102,7 @@ class Sink:
         self.reads = reads
         self.held = bytearray()  # what a stream that does not read has been sent
         self.outbound_bytes = 0
-        self.congested = False  # its connection over its output budget
+        self.conn = self  # a connection of its own
         self.answers: list[rpc_pb2.WatchResponse] = []
         self.ended: tuple[int, str] | None = None
         self.task: asyncio.Task[None] | None = None
@@ -266,23 +266,27 @@ async def test_a_stream_that_does_not_read_is_canceled_and_nobody_waits():
     await async_wait_for(lambda: link.hub_watchers == 0, WAIT_S, "the feed gone")
 
 
-async def test_a_stream_on_a_connection_over_its_output_budget_is_canceled():
-    link = Link()
-    reader, other = Client(link), Client(link)
-    reader.create(key=b"c")
-    other.create(key=b"c")
+async def test_the_watch_streams_of_one_connection_share_its_output_budget():
+    link = Link(WatchLimits(max_buffered_bytes=4096))
+    link.fanout.max_connection_backlog = 2048
+    reader = Client(link)
+    stuck = [Client(link, reads=False) for _ in range(2)]
+    for s in stuck[1:]:
+        s.sink.conn = stuck[0].sink  # one connection
+    for c in (reader, *stuck):
+        c.create(key=b"c")
     await reader.answers(1)
-    await other.answers(1)
-    other.sink.congested = True  # its connection holds its whole output budget unread
-    rev = await link.put(b"c")
-    await reader.answers(2)
-    await other.answers(2)
-    assert reader.events(0) == [(rev, b"c")]
-    last = other.sink.answers[1]
-    assert (last.watch_id, last.canceled, last.cancel_reason) == (0, True, MSG_WATCHER_TOO_SLOW)
-    assert not last.events and link.fanout.budgets["watch_backlog"] == 1
-    await reader.close()
-    await other.close()
+    await async_wait_for(lambda: all(s.sink.outbound_bytes for s in stuck), WAIT_S, "created")
+    value = b"x" * 600
+    for i in range(4):  # each stream alone stays under 4096; both together pass 2048
+        await link.put(b"c", value)
+        await reader.answers(2 + i)
+    held = [parse(bytes(s.sink.held)) for s in stuck]
+    assert all(h[-1].cancel_reason == MSG_WATCHER_TOO_SLOW for h in held)
+    assert all(s.sink.outbound_bytes < 4096 for s in stuck)
+    assert len(reader.events(0)) == 4 and link.fanout.budgets["watch_backlog"] == 2
+    for c in (reader, *stuck):
+        await c.close()
 
 
 async def test_limits_refuse_with_the_hubs_texts_and_progress_is_answered():

@@ -297,7 +297,12 @@ async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -
         limits=Http2Limits(**limits),
     )
     if watch_limits is not None and WATCH_PATH in settings.methods:
-        member.watches = WatchFanout(loop, member.writer.send, watch_limits, settings.budgets)
+        member.watches = WatchFanout(
+            loop,
+            member.writer.send,
+            {**watch_limits, "max_output_bytes": settings.limits.max_output_bytes},
+            settings.budgets,
+        )
         settings.methods[WATCH_PATH] = member.watches.method()
     door = FrontDoor(settings, handoff_sock)
     context = advertise_alpn(server_context(TLSInfo(**tls))) if tls else None

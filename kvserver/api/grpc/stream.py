@@ -130,11 +130,6 @@ class Stream:
             self.drained.clear()
             await self.drained.wait()
 
-    @property
-    def congested(self) -> bool:
-        """The stream's connection is over its output budget."""
-        return self.conn.congested
-
     def send_framed(self, data: bytes) -> None:
         """Queues messages already framed (each its 5-byte prefix and bytes, concatenated)
         and sends what the windows let through, without waiting: a front end's watch fan-out

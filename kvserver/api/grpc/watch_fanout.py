@@ -32,8 +32,8 @@ member's replay), and ends when the member says so (``hasleader`` and no leader)
 goes (Unavailable).
 
 Bounds. A client stream whose answers are not read holds at most ``max_buffered_bytes``
-(the hub's per-watcher bound) queued here, and its connection at most its output budget
-(``--client-max-output-bytes``): past either, each of its watchers that gets a new response
+(the hub's per-watcher bound) queued here, and all the Watch streams of one connection
+together at most its output budget (``--client-max-output-bytes``): past either, each of its watchers that gets a new response
 is canceled with ``MSG_WATCHER_TOO_SLOW`` instead, as the hub cancels a slow watcher;
 requests are not read while the stream has more than ``STREAM_HIGH_WATER`` unsent.
 Receivers per front end are bounded by the hub's ``max_watchers``, per stream by
@@ -93,9 +93,7 @@ class AnswerSink(Protocol):
     """Where a client stream's answers go (its HTTP/2 stream, ``Stream``)."""
 
     outbound_bytes: int  # queued and not yet sent
-
-    @property
-    def congested(self) -> bool: ...  # its connection is over its output budget
+    conn: Any  # its connection: the streams of one connection share its budget
 
     def send_framed(self, data: bytes) -> None: ...
 
@@ -163,7 +161,10 @@ class WatchFanout:
         self.max_watchers = int(limits["max_watchers"])
         self.max_per_stream = int(limits["max_watchers_per_stream"])
         self.max_backlog = int(limits["max_buffered_bytes"])
+        # a connection's watch answers not yet sent, all its streams together
+        self.max_connection_backlog = int(limits.get("max_output_bytes", self.max_backlog))
         self.calls: dict[int, FanoutCall] = {}
+        self.by_connection: dict[Any, dict[FanoutCall, None]] = {}
         self.feeds: dict[int, Feed] = {}
         self.shared: dict[tuple[Any, ...], Feed] = {}
         self.receivers = 0
@@ -191,6 +192,7 @@ class WatchFanout:
         stream = cast(AnswerSink, context.answer_stream)
         call = FanoutCall(self._id(), stream, self.loop.create_future())
         self.calls[call.cid] = call
+        self.by_connection.setdefault(stream.conn, {})[call] = None
         who = context.identity
         metadata = [list(pair) for pair in context.invocation_metadata()]
         self.send((wire.WOPEN, call.cid, metadata, who.address, who.cert_common_name))
@@ -338,6 +340,11 @@ class WatchFanout:
         """The client's stream ended: its watchers leave their feeds."""
         if self.calls.pop(call.cid, None) is None:
             return
+        siblings = self.by_connection.get(call.stream.conn)
+        if siblings is not None:
+            siblings.pop(call, None)
+            if not siblings:
+                del self.by_connection[call.stream.conn]
         for receiver in list(call.receivers.values()):
             self._detach(receiver)
         self.progress_waiting.pop(call, None)
@@ -471,17 +478,23 @@ class WatchFanout:
                 feed.ready.set_result(None)
         elif not fragment and revision > feed.revision:
             feed.revision = revision
-        limit = self.max_backlog
+        limit, connection_limit = self.max_backlog, self.max_connection_backlog
+        backlogs: dict[Any, int] = {}  # by connection, as this revision adds to them
         slow = []
         for receiver in feed.receivers:
             call = receiver.call
             stream = call.stream
-            if stream.outbound_bytes + call.out_bytes > limit or stream.congested:
+            conn = stream.conn
+            backlog = backlogs.get(conn)
+            if backlog is None:
+                backlog = backlogs[conn] = self._connection_backlog(conn)
+            if stream.outbound_bytes + call.out_bytes > limit or backlog > connection_limit:
                 slow.append(receiver)
                 continue
             size = len(head) + len(receiver.id_field) + len(events)
             call.out.append(b"\x00" + U32.pack(size) + head + receiver.id_field + events)
             call.out_bytes += size + 5
+            backlogs[conn] = backlog + size + 5
             if call not in self.dirty:
                 if not self.dirty:
                     self.loop.call_soon(self._flush)
@@ -490,6 +503,11 @@ class WatchFanout:
             self.budgets["watch_backlog"] += 1
             slow_head = self._head(self.revision, canceled=True, cancel_reason=MSG_WATCHER_TOO_SLOW)
             self._end_receiver(receiver, slow_head)
+
+    def _connection_backlog(self, conn: Any) -> int:
+        """Watch answers of ``conn``'s streams not yet sent (other answers do not count: a
+        big Range answer on the same connection must not cancel its watchers)."""
+        return sum(c.stream.outbound_bytes + c.out_bytes for c in self.by_connection.get(conn, ()))
 
     def link_lost(self) -> None:
         """The member went away: every client stream ends Unavailable."""
