@@ -23,7 +23,10 @@ import asyncio
 import base64
 import os
 import signal
+import socket
 import ssl
+import subprocess
+import sys
 from typing import Any
 
 import aiohttp
@@ -498,3 +501,24 @@ async def test_a_big_http_request_goes_through_a_frontend(tmp_path):
             async with http.post(url + "/v3/kv/range", json={"key": "Yg=="}) as resp:
                 assert (await resp.json())["kvs"][0]["value"] == value
         assert pool(leader).handed_off >= 1
+
+
+def test_a_frontend_of_other_code_than_its_member_exits():
+    """A front end restarted from files that changed under its running member reads another
+    link version in the member's HELLO and exits (the member serves its clients meanwhile)."""
+    here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    handoff_here, handoff_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with here, handoff_here:
+        with there, handoff_there:
+            fds = (there.fileno(), handoff_there.fileno())
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kvserver.api.grpc.frontend", "--link-fd", str(fds[0]),
+                 "--handoff-fd", str(fds[1])],
+                pass_fds=fds,
+                stderr=subprocess.PIPE,
+            )  # fmt: skip
+        hello = (wire.HELLO, {}, 1 << 20, 5.0, 2.0, 20.0, {}, None, None, wire.LINK_VERSION - 1)
+        here.sendall(msgpack.packb(hello, use_bin_type=True))
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert b"another version of the link" in err

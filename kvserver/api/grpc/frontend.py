@@ -287,7 +287,14 @@ async def serve(link_fd: int, handoff_fd: int, listen: list[tuple[int, bool]]) -
     handoff_sock = socket.socket(fileno=handoff_fd)
     handoff_sock.setblocking(False)
     _, member = await loop.create_unix_connection(lambda: MemberLink(loop), sock=link_sock)
-    kinds, max_receive, min_time, interval, timeout, limits, tls, watch_limits = await member.hello
+    hello = await member.hello
+    if hello[-1:] != (wire.LINK_VERSION,):
+        log.error(
+            "gRPC front end: the member speaks another version of the link (its code changed "
+            "on disk after it started?); exiting, restart the member"
+        )
+        raise SystemExit(2)
+    kinds, max_receive, min_time, interval, timeout, limits, tls, watch_limits, _ = hello
     settings = ServerSettings(
         member.methods(dict(kinds)),
         max_receive=max_receive,

@@ -29,7 +29,10 @@ From the member to the front end:
   biggest request a client may send, keepalive, the connection budgets (``Http2Limits`` as a
   map), the TLS files (or None), and the hub's watch limits (``max_watchers``,
   ``max_watchers_per_stream``, ``max_buffered_bytes``; None: Watch calls are passed on
-  like any other), the first event of a link.
+  like any other), then ``LINK_VERSION``: the first event of a link. A front end started
+  from other code than its member's (the files changed under a running member, and a
+  front end was restarted) finds another version there and exits: the member serves its
+  clients itself meanwhile.
 - ``(REPLY, id, bytes)``: a unary call's answer; the call ended with OK.
 - ``(MSG, id, bytes)``: a streaming call's next answer.
 - ``(END, id, code, details)``: the call ended with this status (RESOURCE_EXHAUSTED at once
@@ -74,6 +77,8 @@ import asyncio
 from typing import Any
 
 import msgpack
+
+LINK_VERSION = 2  # of this list of events: changed whenever an event changes
 
 CALL = 1
 MSG = 2

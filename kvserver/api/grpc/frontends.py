@@ -34,6 +34,7 @@ from typing import Any
 
 from kvserver.tls import TLSInfo
 
+from . import frontend_wire as wire
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
 from .handoff import ConnectionReceiver, handoff_pair
@@ -108,6 +109,7 @@ class FrontendPool:
             dataclasses.asdict(s.limits),
             tls,
             self.watch_limits if self.watch_feeds is not None else None,
+            wire.LINK_VERSION,
         )
 
     async def start(self) -> None:
