@@ -69,6 +69,7 @@ from kvserver.kvpb.errors import EtcdError, GrpcCode
 from kvserver.kvpb.service_errors import ServiceError, no_leader, stopping
 from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
 from kvserver.watch.hub import WatchStream
+from raftpb.wire import encode_varint
 
 from . import convert
 from .calls import MSG_INTERNAL, Calls, requires_leader, service_handler
@@ -155,9 +156,7 @@ def encode_response_pieces(
         cancel_reason=resp.cancel_reason,
         fragment=resp.fragment,
     ).SerializeToString()
-    events = resp.events
-    for start in range(0, len(events), step):
-        yield b"".join([event_field(ev) for ev in events[start : start + step]])
+    yield from event_fields_in_steps(resp, step)
 
 
 # Encoded events, by the event object: a put on a prefix that 5,000 watchers watch is one
@@ -179,7 +178,7 @@ def event_field(ev: Any) -> bytes:
     if hit is not None and hit[0] is ev:
         return hit[1]
     data = convert.event_to_pb(ev).SerializeToString()
-    field = _EVENTS_FIELD_TAG + _varint(len(data)) + data
+    field = _EVENTS_FIELD_TAG + encode_varint(len(data)) + data
     if len(field) <= EVENT_CACHE_MAX_EVENT:
         if _EVENT_FIELDS_BYTES + len(field) > EVENT_CACHE_BYTES:
             _EVENT_FIELDS.clear()
@@ -189,23 +188,27 @@ def event_field(ev: Any) -> bytes:
     return field
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 async def encode_response_in_steps(
     resp: WatchResponse, cluster_id: int, member_id: int, raft_term: int
 ) -> bytes:
     """``encode_response`` for a response of many events, yielding to the loop between
     pieces; the pieces are joined in a worker thread (a join that large releases the GIL)."""
+    return await join_in_steps(encode_response_pieces(resp, cluster_id, member_id, raft_term))
+
+
+def event_fields_in_steps(resp: WatchResponse, step: int = ENCODE_STEP_EVENTS) -> Iterator[bytes]:
+    """The ``events`` fields of ``resp``, serialized ``step`` events at a time."""
+    events = resp.events
+    for start in range(0, len(events), step):
+        yield b"".join([event_field(ev) for ev in events[start : start + step]])
+
+
+async def join_in_steps(pieces: Iterator[bytes]) -> bytes:
+    """The pieces joined, each made between two turns of the loop; a big join runs in a
+    worker thread (a join that large releases the GIL)."""
     parts = []
     size = 0
-    for piece in encode_response_pieces(resp, cluster_id, member_id, raft_term):
+    for piece in pieces:
         parts.append(piece)
         size += len(piece)
         await asyncio.sleep(0)

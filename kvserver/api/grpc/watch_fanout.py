@@ -60,6 +60,7 @@ from kvserver.watch.hub import (
     MSG_TOO_MANY_WATCHERS,
     MSG_WATCHER_TOO_SLOW,
 )
+from raftpb.wire import encode_varint
 
 from . import frontend_wire as wire
 from .h2 import U32
@@ -67,23 +68,14 @@ from .rpc import STREAM_STREAM, Method, RpcAbort, RpcContext, status_code
 from .watch import MSG_UNMARSHAL
 
 WATCH_PATH = "/etcdserverpb.Watch/Watch"
+_U64 = (1 << 64) - 1
 MSG_MEMBER_GONE = "raftkv: the member behind this front end went away"
 _KNOWN_FILTERS = frozenset(rpc_pb2.WatchCreateRequest.FilterType.values())
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # int64 on the wire: negatives as ten bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def id_field(watch_id: int) -> bytes:
     """``watch_id`` as a serialized WatchResponse field (2, varint): fields concatenate."""
-    return b"\x10" + _varint(watch_id)
+    return b"\x10" + encode_varint(watch_id & _U64)  # int64: a negative id in ten bytes
 
 
 _NO_WATCH_ID = id_field(INVALID_WATCH_ID)

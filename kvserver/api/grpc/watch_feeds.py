@@ -41,7 +41,7 @@ import grpc
 
 from kvserver.kvpb.errors import EtcdError, GrpcCode
 from kvserver.kvpb.service_errors import MSG_NOT_FOR_LEARNER, ServiceError, no_leader
-from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter, WatchResponse
+from kvserver.kvpb.watch import WatchCreateRequest, WatchFilter
 from kvserver.server.service import serves_as_learner
 from kvserver.watch.hub import INVALID_WATCH_ID, WatchStream
 
@@ -51,10 +51,11 @@ from .leader_monitor import LeaderMonitor
 from .rpc import ClientIdentity, RpcContext, status_code
 from .watch import (
     ENCODE_STEP_EVENTS,
-    JOIN_IN_THREAD_BYTES,
     REASON_PERMISSION_DENIED,
     event_field,
+    event_fields_in_steps,
     go_status_text,
+    join_in_steps,
 )
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,7 @@ class WatchFeeds:
                     fid = self.refused.popleft()
                 if len(resp.events) > ENCODE_STEP_EVENTS:
                     try:
-                        events = await _events_in_steps(resp)
+                        events = await join_in_steps(event_fields_in_steps(resp))
                     finally:
                         stream.release(resp)
                 else:
@@ -342,19 +343,3 @@ def _int(value: Any) -> int:
     if type(value) is not int:
         raise ValueError(f"not an integer: {value!r}")
     return value
-
-
-async def _events_in_steps(resp: WatchResponse) -> bytes:
-    """The events of a big response serialized ``ENCODE_STEP_EVENTS`` at a time, yielding to
-    the loop between steps."""
-    parts = []
-    size = 0
-    events = resp.events
-    for start in range(0, len(events), ENCODE_STEP_EVENTS):
-        part = b"".join([event_field(ev) for ev in events[start : start + ENCODE_STEP_EVENTS]])
-        parts.append(part)
-        size += len(part)
-        await asyncio.sleep(0)
-    if size < JOIN_IN_THREAD_BYTES:
-        return b"".join(parts)
-    return await asyncio.to_thread(b"".join, parts)
