@@ -12,6 +12,9 @@ what ``raftkv serve`` defaults to, front ends included; etcd 3.4 from Debian). T
 - watch fan-out: ``--watchers`` watches on one prefix over 10 connections, one writer at
   ``--rate`` puts a second: events delivered a second, the writer's puts a second, and the
   delivery latency (the writer's clock to the watcher's).
+  ``--client-window`` sets the watchers' receive windows instead of grpc-go's default (64 KiB,
+  grown by its bandwidth-delay estimate): with the default, how fast a server answers
+  the client's pings sets how soon the windows grow.
 
 Prints one table; ``--json`` prints the numbers. The load generator's CPU is Go's, so it takes
 less of the machine from a Python server than a Python load generator would.
@@ -67,6 +70,8 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
                 str(args.rate),
                 "-duration",
                 d,
+                "-window",
+                str(args.client_window),
             ],
         ),
     ]
@@ -100,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=40.0)
     ap.add_argument("--only", choices=("put", "range", "watch"), default=None)
     ap.add_argument("--raftkv-args", default="", help="extra flags for raftkv serve")
+    ap.add_argument(
+        "--client-window",
+        type=int,
+        default=0,
+        help="the watchers' stream receive window in bytes (0: grpc-go's default, 64 KiB "
+        "growing by its bandwidth-delay estimate)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not os.path.exists(BINARY):

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
+	"google.golang.org/grpc"
 )
 
 type result struct {
@@ -52,10 +53,17 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
-func clients(endpoints []string, n int) []*clientv3.Client {
+// clients dials n connections. window > 0 sets each stream's receive window (and twice that
+// for the connection) instead of grpc-go's default, which starts at 64 KiB and grows by its
+// bandwidth-delay estimate.
+func clients(endpoints []string, n int, window int) []*clientv3.Client {
+	var opts []grpc.DialOption
+	if window > 0 {
+		opts = append(opts, grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(2*window)))
+	}
 	out := make([]*clientv3.Client, n)
 	for i := range out {
-		c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+		c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, DialOptions: opts})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "etcd-bench:", err)
 			os.Exit(1)
@@ -111,9 +119,10 @@ func main() {
 	keys := flag.Int("keys", 10000, "distinct keys (put)")
 	watchers := flag.Int("watchers", 1000, "watches on the prefix (watch)")
 	rate := flag.Float64("rate", 100, "writer puts a second (watch)")
+	window := flag.Int("window", 0, "each stream's receive window in bytes (0: grpc-go's default)")
 	flag.Parse()
 	eps := strings.Split(*endpoints, ",")
-	cs := clients(eps, *conns)
+	cs := clients(eps, *conns, *window)
 	value := strings.Repeat("v", *valueSize)
 	var r result
 	switch *op {
