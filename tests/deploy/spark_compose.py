@@ -266,11 +266,14 @@ class Output:
         return False
 
     def finish(self, timeout_s: float = DEMO_TIMEOUT_S) -> tuple[int, str]:
+        """Its exit status and its whole output (the tail alone would miss a line printed
+        before a long stack trace)."""
         rc = self.proc.wait(timeout=timeout_s)
         self._thread.join(timeout=30)
-        return rc, self.text()
+        return rc, "\n".join(self.lines)
 
     def text(self, tail: int = 6000) -> str:
+        """The last ``tail`` characters of its output, for a failure's message."""
         return "\n".join(self.lines)[-tail:]
 
 

@@ -336,9 +336,11 @@ def test_a_member_cut_from_the_clients_but_not_its_peers(cluster, local):
             first.proc.kill()
             if second is not None:
                 second.proc.kill()
-        assert rc2 == 0, out2
-        assert rc1 != 0, f"the driver that could reach only the cut member exited 0:\n{out1}"
-        assert "lock lost" in out1 or "FencedOutError" in out1, out1
+        assert rc2 == 0, out2[-6000:]
+        assert rc1 != 0, (
+            f"the driver that could reach only the cut member exited 0:\n{out1[-6000:]}"
+        )
+        assert "lock lost" in out1 or "FencedOutError" in out1, out1[-6000:]
         tokens = [e.json()["token"] for e in CommitLog(client, table).history()]
         first_token = tokens[0]
         taken_over = tokens.index(next(t for t in tokens if t != first_token))
@@ -432,9 +434,9 @@ def test_the_archive_s3_stopped_while_a_feed_reads_cold_history(cluster):
             )
         finally:
             app.proc.kill()
-        assert rc == 0, text
+        assert rc == 0, text[-6000:]
         restarts = re.search(r"feed: caught up after (\d+) restart", text)
-        assert restarts and int(restarts.group(1)) >= 2, text
+        assert restarts and int(restarts.group(1)) >= 2, text[-6000:]
         kvs = client.range(out, prefix=True).kvs
         want = {f"{out}{rev:012d}/{k}": v for rev, puts in events.items() for k, v in puts}
         got_kvs = {kv.key.decode(): kv.value.decode() for kv in kvs}
