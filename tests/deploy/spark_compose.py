@@ -6,6 +6,12 @@ S3 server, a Spark standalone master and two workers; images tagged ``APP_IMAGE`
 with the other compose tests, and ``SPARK_IMAGE``) and free host ports for the Spark UI and
 S3. ``submit(c, table, ...)`` runs ``deploy/up.sh spark-demo`` as a user does (or starts it,
 ``background=True``); its output goes to ``/data/<table>`` in the shared volume.
+``submit_app`` starts ``deploy/up.sh spark-submit APP ARGS``; ``Output`` collects a running
+submission's lines on a thread, so a test can wait for a line while the job goes on.
+``clients_network``, ``cut``/``heal`` take a container off the clients' network (the
+profile's ``raftkv``; members keep their own ``raftkv-peers``) and put it back under its
+service name; ``status_inside`` asks a member for its status from inside its container,
+which works while it is cut from the clients' network.
 ``check_pipeline`` asserts what every run must end with, faults or not:
 
 - every day committed exactly once (commit-log versions 0..days-1, each key at version 1)
@@ -23,6 +29,7 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 
 from kvserver.client import Client
@@ -216,3 +223,105 @@ def driver_containers(c) -> list[str]:
         "label=com.docker.compose.service=spark-driver",
     )
     return proc.stdout.split()
+
+
+def submit_app(c, app: str, *args: str, submit_args: str = "") -> subprocess.Popen:
+    """``deploy/up.sh spark-submit APP ARGS``, started (stdout and stderr in one pipe)."""
+    return subprocess.Popen(
+        [*UP, "spark-submit", app, *args],
+        cwd=ROOT,
+        env={**c.env, "RAFTKV_SPARK_SUBMIT_ARGS": submit_args},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+class Output:
+    """The lines of a running submission, read on a thread (its pipe never fills)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def has(self, text: str) -> bool:
+        """Whether a line holds ``text``; raises once the process has exited without one."""
+        if any(text in line for line in self.lines):
+            return True
+        if self.proc.poll() is not None:
+            self._thread.join(timeout=10)
+            if any(text in line for line in self.lines):
+                return True
+            raise RuntimeError(
+                f"exited {self.proc.returncode} without a line holding {text!r}:\n{self.text()}"
+            )
+        return False
+
+    def finish(self, timeout_s: float = DEMO_TIMEOUT_S) -> tuple[int, str]:
+        """Its exit status and its whole output (the tail alone would miss a line printed
+        before a long stack trace)."""
+        rc = self.proc.wait(timeout=timeout_s)
+        self._thread.join(timeout=30)
+        return rc, "\n".join(self.lines)
+
+    def text(self, tail: int = 6000) -> str:
+        """The last ``tail`` characters of its output, for a failure's message."""
+        return "\n".join(self.lines)[-tail:]
+
+
+def clients_network(c) -> str:
+    """The profile's clients' network (members, S3, Spark); the members also have their own
+    ``raftkv-peers``."""
+    return f"{c.project}_raftkv"
+
+
+def cut(c, service: str) -> None:
+    c.docker_run("network", "disconnect", clients_network(c), c.containers[service])
+
+
+def heal(c, service: str) -> None:
+    """Back on the clients' network, under its service name (the alias compose gave it)."""
+    c.docker_run(
+        "network", "connect", "--alias", service, clients_network(c), c.containers[service]
+    )
+
+
+STATUS_INSIDE = (
+    "import urllib.request; "
+    "print(urllib.request.urlopen('http://127.0.0.1:2379/v1/status', timeout=5).read().decode())"
+)
+
+
+def status_inside(c, member: str) -> dict:
+    """``/v1/status`` of ``member`` asked from inside its container."""
+    proc = c.docker_run("exec", c.containers[member], "/opt/raftkv/bin/python", "-c", STATUS_INSIDE)
+    return json.loads(proc.stdout)
+
+
+def reachable(c, src: str, url: str) -> bool:
+    """Whether ``url`` answers from the container of service ``src`` (curl, 3 s)."""
+    proc = subprocess.run(
+        [c.docker, "exec", c.containers[src], "curl", "-s", "-o", "/dev/null", "-m", "3", url],
+        capture_output=True,
+        timeout=30,
+    )
+    return proc.returncode == 0
+
+
+@contextlib.contextmanager
+def logs_on_failure(c):
+    """The profile's logs (every service's last lines) printed when the block fails: the
+    module's cluster outlives a failed test, so ``compose_cluster`` would not print them."""
+    try:
+        yield
+    except BaseException:
+        print(f"--- logs of compose project {c.project} ---\n{c.logs()}")
+        raise
