@@ -854,3 +854,56 @@ def test_any_frames_end_in_the_protocols_own_answers(steps):
                 StreamState.HALF_CLOSED_REMOTE,
             )
             assert s.recv_unacked <= STREAM_WINDOW
+
+
+# --- malformed requests (RFC 9113 sections 8.2 and 8.3) ------------------------------------------
+
+
+def _without(name: str) -> list[tuple[str, str]]:
+    return [(n, v) for n, v in REQUEST if n != name]
+
+
+MALFORMED = {
+    "an uppercase name": [*REQUEST, ("X-Token", "a")],
+    "a connection-specific field": [*REQUEST, ("connection", "keep-alive")],
+    "transfer-encoding": [*REQUEST, ("transfer-encoding", "chunked")],
+    "te other than trailers": [*_without("te"), ("te", "gzip")],
+    "a pseudo-header after a regular field": [*_without(":path"), (":path", "/p")],
+    "a response's pseudo-header": [(":status", "200"), *REQUEST],
+    "a pseudo-header twice": [(":path", "/a"), *REQUEST],
+    "no :method": _without(":method"),
+    "no :scheme": _without(":scheme"),
+    "no :path": _without(":path"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_request_is_reset_with_protocol_error(case):
+    p = Peer()
+    events = p.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 1, p.block(MALFORMED[case])))
+    assert events == []  # the application never sees it
+    assert p.resets() == {1: h2.PROTOCOL_ERROR}
+    (opened,) = p.open(3, end=True)  # the connection goes on
+    assert isinstance(opened, RequestReceived) and (opened.stream_id, opened.headers) == (
+        3,
+        REQUEST,
+    )
+
+
+def test_trailers_with_a_pseudo_header_reset_the_stream():
+    p = Peer()
+    p.open(1)
+    block = p.block([(":path", "/x")])
+    events = p.send(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, 1, block))
+    assert [type(e) for e in events] == [StreamReset]
+    assert p.resets() == {1: h2.PROTOCOL_ERROR}
+
+
+def test_a_well_formed_block_sent_again_comes_from_the_cache_and_passes():
+    p = Peer()
+    p.send(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, 1, p.block()))  # literals
+    again = p.block()  # the same fields, now table references only
+    first = p.send(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, 3, again))
+    second = p.send(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, 5, again))
+    assert [type(e) for e in first + second] == [RequestReceived, RequestReceived]
+    assert second[0].headers is first[0].headers  # the decoder's cached list, checked once

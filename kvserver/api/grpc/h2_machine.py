@@ -38,10 +38,14 @@ delivered and not yet released by the application are bounded by ``max_input_byt
 So is the keepalive policy: a peer that pings more often than ``keepalive_min_time`` while
 we send nothing gets GOAWAY ENHANCE_YOUR_CALM after ``MAX_PING_STRIKES`` strikes.
 
-Not implemented: server push (a gRPC server has no use for it), priorities (checked for
-form, then ignored, as RFC 9113 allows), and the checks RFC 9113 section 8.2 asks of header
-fields (pseudo-header order, connection-specific fields, lowercase names): the application
-reads only the fields it needs and answers a request it cannot serve itself.
+A request's header fields get RFC 9113's checks (sections 8.2 and 8.3, ``malformed``):
+lowercase names, no connection-specific field (``te`` only as ``trailers``), pseudo-headers
+first, each known to requests, none twice, ``:method``, ``:scheme`` and ``:path`` present;
+trailers carry no pseudo-header. A malformed request or trailer is a stream error
+PROTOCOL_ERROR. A block the decoder answered from its cache was checked when first seen.
+
+Not implemented: server push (a gRPC server has no use for it) and priorities (checked for
+form, then ignored, as RFC 9113 allows).
 """
 
 from __future__ import annotations
@@ -106,6 +110,36 @@ class H2UsageError(Exception):
     peer's): sending past a window, or on a stream it already ended."""
 
 
+_WELL_FORMED_KEPT: Final = 256
+_REQUEST_PSEUDO: Final = frozenset({":method", ":scheme", ":authority", ":path"})
+_CONNECTION_SPECIFIC: Final = frozenset(
+    {"connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade"}
+)
+
+
+def well_formed(headers: list[tuple[str, str]], *, trailers: bool = False) -> bool:
+    """Whether a request's header fields (or its trailers) are well formed by RFC 9113
+    8.2-8.3: lowercase names, no connection-specific field, ``te`` only ``trailers``,
+    pseudo-headers before the rest, each a request's, none twice, and ``:method``,
+    ``:scheme`` and ``:path`` present (trailers: no pseudo-header at all)."""
+    seen: set[str] = set()
+    regular = False
+    for name, value in headers:
+        if name.startswith(":"):
+            if trailers or regular or name not in _REQUEST_PSEUDO or name in seen:
+                return False
+            seen.add(name)
+            continue
+        regular = True
+        if name != name.lower() or name in _CONNECTION_SPECIFIC:
+            return False
+        if name == "te" and value != "trailers":
+            return False
+    if trailers:
+        return True
+    return ":method" in seen and ":scheme" in seen and ":path" in seen
+
+
 class H2Stream:
     """One stream's HTTP/2 state: its ``StreamState``, windows and request bytes held."""
 
@@ -144,6 +178,8 @@ class H2Machine:
             table_size=limits.header_table_bytes,
             cache_bytes=limits.decode_cache_bytes,
         )
+        # header lists found well formed, by id (the decoder's cache returns the same list)
+        self._well_formed_lists: dict[tuple[int, bool], list[tuple[str, str]]] = {}
         self.resets = ResetBucket(limits.max_resets_per_s, clock())
         self.streams: dict[int, H2Stream] = {}  # every stream not closed
         self.closed_resets: dict[int, bool] = {}  # recently reset streams: by us or the peer
@@ -392,7 +428,8 @@ class H2Machine:
         if stream is not None:  # trailers
             if stream.state is HALF_CLOSED_REMOTE:
                 self._stream_error(stream, h2.STREAM_CLOSED)
-            elif not end_stream:  # a request is malformed if more HEADERS leave it open
+            elif not end_stream or not self._well_formed(headers, trailers=True):
+                # a request is malformed if more HEADERS leave it open, or its trailers are
                 self._stream_error(stream, h2.PROTOCOL_ERROR)
             else:
                 self._remote_end(stream)
@@ -412,9 +449,27 @@ class H2Machine:
             self.budgets["streams"] = self.budgets.get("streams", 0) + 1
             self._refuse(sid)
             return
+        if not self._well_formed(headers, trailers=False):
+            self._control(h2.rst_stream(sid, h2.PROTOCOL_ERROR))  # malformed: RFC 9113 8.1.1
+            self._remember(sid, _BY_US)
+            return
         state = HALF_CLOSED_REMOTE if end_stream else OPEN
         self.streams[sid] = H2Stream(sid, state, self.peer_initial_window)
         self._events.append(RequestReceived(sid, headers, end_stream))
+
+    def _well_formed(self, headers: list[tuple[str, str]], *, trailers: bool) -> bool:
+        """RFC 9113 8.2-8.3 for a request's fields (or its trailers'); a list the decoder
+        gave before (its cache answers with the same list) passed already."""
+        checked = self._well_formed_lists
+        key = (id(headers), trailers)
+        if checked.get(key) is headers:
+            return True
+        ok = well_formed(headers, trailers=trailers)
+        if ok:
+            if len(checked) >= _WELL_FORMED_KEPT:
+                checked.clear()
+            checked[key] = headers  # kept: its id is not reused while it is here
+        return ok
 
     def _refuse(self, sid: int) -> None:
         """The stream never opens: the peer may retry it (REFUSED_STREAM), and its frames
