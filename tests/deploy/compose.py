@@ -258,14 +258,25 @@ class ComposeCluster:
 
 @contextlib.contextmanager
 def compose_cluster(
-    docker: str, image: str, extra_env: dict[str, str] | None = None, tls_dir: str | None = None
+    docker: str,
+    image: str,
+    extra_env: dict[str, str] | None = None,
+    tls_dir: str | None = None,
+    taken_ports: frozenset[int] = frozenset(),
 ):
     """``deploy/up.sh up`` (build, start, wait healthy) as a unique project; ``down -v`` at
     the end. Yields the cluster and how long ``up.sh up`` took (seconds). With ``tls_dir``:
     the TLS profile (``RAFTKV_TLS=1``, certificates made by up.sh in ``tls_dir``), https
     URLs, and ``ssl_context`` trusting ``tls_dir/ca.pem`` once up.sh has made it."""
     project = f"{PROJECT_PREFIX}{os.getpid()}x{secrets.token_hex(3)}"
+    # ``taken_ports``: ports the caller picked for the project's other services. The kernel
+    # may hand a port it just released out again, and Docker would then refuse to publish
+    # one port twice.
     ports = free_ports(len(SERVICES))
+    for _ in range(100):
+        if not taken_ports.intersection(ports):
+            break
+        ports = free_ports(len(SERVICES))
     env = {
         **os.environ,
         **(extra_env or {}),

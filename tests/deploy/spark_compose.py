@@ -70,7 +70,7 @@ def spark_cluster(docker: str):
         "RAFTKV_SPARK_UI_PORT": str(ui),
         "RAFTKV_S3_PORT": str(s3),
     }
-    with compose_cluster(docker, APP_IMAGE, env) as (c, up_s):
+    with compose_cluster(docker, APP_IMAGE, env, taken_ports=frozenset((ui, s3))) as (c, up_s):
         print(f"deploy/up.sh up --spark (build + start + healthy + workers): {up_s:.1f} s")
         for service in ("s3", "spark-master", "spark-worker1", "spark-worker2"):
             c.containers[service] = c.compose_run("ps", "-q", service).stdout.strip()

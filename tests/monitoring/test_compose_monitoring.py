@@ -63,7 +63,7 @@ def test_monitoring_profile_scrapes_the_members_and_evaluates_the_alerts():
         "RAFTKV_PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
         "RAFTKV_PROMETHEUS_PORT": str(port),
     }
-    with compose_cluster(docker, APP_IMAGE, env) as (c, up_s):
+    with compose_cluster(docker, APP_IMAGE, env, taken_ports=frozenset((port,))) as (c, up_s):
         prom = f"http://127.0.0.1:{port}"
 
         def targets_up():
