@@ -368,13 +368,16 @@ class WatchFanout:
             fragment=fragment,
         ).SerializeToString()
 
-    def _queue(self, call: FanoutCall, head: bytes, watch_id: bytes, events: bytes) -> None:
+    def _queue(self, call: FanoutCall, head: bytes, watch_id: bytes, events: bytes) -> int:
+        """One framed answer for ``call``, written with the others of this loop turn; the
+        bytes it queued."""
         size = len(head) + len(watch_id) + len(events)
         call.out.append(b"\x00" + U32.pack(size) + head + watch_id + events)
         call.out_bytes += size + 5
         if not self.dirty:
             self.loop.call_soon(self._flush)
         self.dirty[call] = None
+        return size + 5
 
     def _flush(self) -> None:
         dirty = self.dirty
@@ -483,14 +486,7 @@ class WatchFanout:
             if stream.outbound_bytes + call.out_bytes > limit or backlog > connection_limit:
                 slow.append(receiver)
                 continue
-            size = len(head) + len(receiver.id_field) + len(events)
-            call.out.append(b"\x00" + U32.pack(size) + head + receiver.id_field + events)
-            call.out_bytes += size + 5
-            backlogs[conn] = backlog + size + 5
-            if call not in self.dirty:
-                if not self.dirty:
-                    self.loop.call_soon(self._flush)
-                self.dirty[call] = None
+            backlogs[conn] = backlog + self._queue(call, head, receiver.id_field, events)
         for receiver in slow:
             self.budgets["watch_backlog"] += 1
             slow_head = self._head(self.revision, canceled=True, cancel_reason=MSG_WATCHER_TOO_SLOW)
