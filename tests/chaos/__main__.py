@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=100, help="--soak: rounds of every nemesis")
     p.add_argument("--keys", type=int, default=1_000_000, help="--soak: keys loaded first")
     p.add_argument("--members", type=int, default=3, help="--soak: 3, or 5 (two faults at once)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="--soak: minutes of rounds (the preload not counted) after which none starts",
+    )
     args = p.parse_args(argv)
     if args.soak:
         return _soak(args)
@@ -130,11 +136,20 @@ def _soak(args) -> int:
         hold_s=args.hold,
         gap_s=args.gap,
         faults=[f.strip() for f in nemesis.split(",") if f.strip()],
+        time_limit_s=None if args.time_limit is None else 60 * args.time_limit,
         extra_args=args.server_arg,
     )
     report = run_soak(cfg)
     print(table(report))
-    print(json.dumps({k: report.get(k) for k in ("ok", "totals", "problems", "png")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: report.get(k)
+                for k in ("ok", "totals", "stopped_by_time_limit", "problems", "png")
+            },
+            indent=2,
+        )
+    )
     return 0 if report["ok"] else 1
 
 
