@@ -32,7 +32,13 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.systems import EtcdSystem, RaftkvSystem, System  # noqa: E402
+from benchmarks.systems import (  # noqa: E402
+    EtcdSystem,
+    RaftkvSystem,
+    System,
+    frontend_pids,
+    process_cpu_s,
+)
 from kvserver.bench.result import find_leader  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,14 +84,32 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     return [r for r in runs if args.only is None or r[1][1] == args.only]
 
 
+def cpu_s(pids: list[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
+
+
 def measure(system: System, runs: list[tuple[str, list[str]]]) -> dict[str, dict]:
+    """Each run's numbers from the load generator, plus the servers' CPU per operation:
+    ``cpu_us_per_op`` over every server process, ``leader_us_per_op`` over the leader's own
+    process (a raftkv member without its front ends: the part that cannot spread over cores)."""
     with system:
         system.wait_ready()
-        leader = urlsplit(find_leader(system.urls)).netloc
+        leader_url = find_leader(system.urls)
+        leader = urlsplit(leader_url).netloc
+        leader_proc = system.member_proc(system.urls.index(leader_url))
+        assert leader_proc is not None
         out = {}
         for name, flags in runs:
             print(f"{system.name}: {name} ...", file=sys.stderr, flush=True)
-            out[name] = etcd_bench(leader, *flags)
+            pids = system.pids()
+            before, leader_before = cpu_s(pids), process_cpu_s(leader_proc.pid)
+            r = etcd_bench(leader, *flags)
+            ops = r["events"] if r["op"] == "watch" else r["ops"]
+            if ops:
+                r["cpu_us_per_op"] = 1e6 * (cpu_s(pids) - before) / ops
+                r["leader_us_per_op"] = 1e6 * (process_cpu_s(leader_proc.pid) - leader_before) / ops
+                r["leader_frontends"] = len(frontend_pids(leader_proc.pid))
+            out[name] = r
         return out
 
 
@@ -133,6 +157,20 @@ def main(argv: list[str] | None = None) -> int:
         key = "events_per_s" if a["op"] == "watch" else "ops_per_s"
         ratio = a[key] / b[key] if b[key] else float("nan")
         print(f"| {name} | {cell(a)} | {cell(b)} | {ratio:.2f}x |")
+    print()
+    print("Server CPU per operation (per event for watch), microseconds: every server process,")
+    print("and the leader's own process (raftkv: the member without its front ends).")
+    print()
+    print(
+        "| workload | raftkv, all servers | raftkv, leader's process | etcd, all servers | etcd, leader |"
+    )
+    print("|---|---|---|---|---|")
+    for name, _ in runs:
+        a, b = results["raftkv"][name], results["etcd"][name]
+        print(
+            f"| {name} | {a.get('cpu_us_per_op', 0):.0f} | {a.get('leader_us_per_op', 0):.0f} | "
+            f"{b.get('cpu_us_per_op', 0):.0f} | {b.get('leader_us_per_op', 0):.0f} |"
+        )
     return 0
 
 
