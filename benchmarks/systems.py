@@ -12,12 +12,14 @@ SIGKILL after a bound; no leftovers), and works as a context manager.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import cast
 
 from kvserver.bench.result import BenchError, find_leader, post_json
@@ -188,6 +190,28 @@ class RaftkvSystem(System):
 
     def start(self) -> None:
         self.cluster.start()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """The leader's URL, once it has acknowledged a write and every member's front ends
+        serve: a connection a member accepts before that is sent away once they do, and a
+        benchmark should not measure that move."""
+        deadline = time.monotonic() + timeout_s
+        leader = super().wait_ready(timeout_s)
+        waiting = list(self.urls)
+        while waiting:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(waiting[0] + "/health", timeout=2.0) as resp:
+                    ready, configured = json.load(resp).get("frontends", "0/0").split("/")
+                if ready == configured:
+                    waiting.pop(0)
+                    continue
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"raftkv: front ends of {waiting[0]} not ready")
+            time.sleep(0.1)
+        return leader
 
     def check_alive(self) -> None:
         for n in self.cluster.nodes:

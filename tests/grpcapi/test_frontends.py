@@ -291,6 +291,39 @@ async def test_a_killed_frontend_is_replaced(tmp_path):
         assert pool(leader).calls_served >= 1
 
 
+async def test_clients_the_member_accepted_meanwhile_move_to_the_new_frontend(tmp_path):
+    """While no front end is ready the member accepts its clients itself; once one is, the
+    connections it accepted meanwhile are sent away (GOAWAY; HTTP/1.1 closed), so no client
+    keeps its calls on the raft loop for the life of its connection."""
+    async with running(configs(tmp_path, grpc_frontends=1)) as members:
+        leader = await wait_leader(members)
+        await frontends_ready(members)
+        assert leader.grpc is not None
+        (pid,) = frontend_pids(leader)
+        os.kill(pid, signal.SIGKILL)
+        await async_wait_for(lambda: pool(leader).ready == 0, WAIT_S, "the front end gone")
+        host, port = target(leader).rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive
+        assert b" 200 " in await asyncio.wait_for(reader.readuntil(b"\r\n"), WAIT_S)
+        async with dial(leader) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"1"))
+            assert leader.grpc.open_connections == 1  # the member serves it
+            served = pool(leader).calls_served
+            await async_wait_for(lambda: pool(leader).ready == 1, WAIT_S, "a new front end")
+            await async_wait_for(
+                lambda: leader.grpc is not None and leader.grpc.open_connections == 0,
+                WAIT_S,
+                "the member's gRPC connection sent away",
+            )
+            await kv.Put(rpc_pb2.PutRequest(key=b"a", value=b"2"), timeout=WAIT_S)
+            assert pool(leader).calls_served == served + 1  # through the new front end
+        await asyncio.wait_for(reader.read(), WAIT_S)  # the rest of the answer, then EOF
+        assert reader.at_eof()  # the member closed its HTTP/1.1 connection too
+        writer.close()
+
+
 async def test_tls_terminates_in_the_frontends(tmp_path):
     """On an https client URL the front ends accept and terminate TLS: gRPC is served there,
     and HTTP/1.1 is relayed to the member, which still sees the client's verified

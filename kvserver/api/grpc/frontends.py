@@ -38,12 +38,14 @@ from . import frontend_wire as wire
 from .connection import ServerSettings
 from .frontend_link import FrontendLink
 from .handoff import ConnectionReceiver, handoff_pair
+from .mux import ClientPortProtocol
 from .watch_feeds import WatchFeeds
 
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 1.0
 STOP_TIMEOUT_S = 3.0
+RETIRE_GRACE_S = 10.0  # what a fallback connection still runs this long after GOAWAY is cut
 
 
 @dataclasses.dataclass
@@ -92,6 +94,9 @@ class FrontendPool:
         self.tls = tls
         self.frontends: list[FrontendProcess] = []
         self.fallback: list[asyncio.Server] = []
+        # accepted while no front end was ready; closed ones pruned each time the list doubles
+        self.fallback_connections: list[ClientPortProtocol] = []
+        self.fallback_prune_at = 64
         self.stopping = False
         self.started = 0  # processes started, restarts included
         self.restart_tasks: set[asyncio.Task[None]] = set()
@@ -199,16 +204,32 @@ class FrontendPool:
         for listener in self.listeners:
             # a duplicate of the socket: closing this server must leave the front ends' open
             server = await loop.create_server(
-                self.fallback_protocol, sock=listener.sock.dup(), ssl=listener.tls
+                self._fallback_connection, sock=listener.sock.dup(), ssl=listener.tls
             )
             self.fallback.append(server)
         if self.ready:  # a front end became ready meanwhile
             self._stop_fallback()
 
+    def _fallback_connection(self) -> asyncio.Protocol:
+        protocol = self.fallback_protocol()
+        if isinstance(protocol, ClientPortProtocol):
+            if len(self.fallback_connections) >= self.fallback_prune_at:
+                live = [c for c in self.fallback_connections if not c.closed()]
+                self.fallback_connections = live
+                self.fallback_prune_at = max(64, 2 * len(live))
+            self.fallback_connections.append(protocol)
+        return protocol
+
     def _stop_fallback(self) -> None:
+        """Stop accepting, and send the clients accepted meanwhile to the front ends: a
+        connection lives long (gRPC clients keep theirs), and one left here would keep its
+        client's calls on the raft loop for good."""
         servers, self.fallback = self.fallback, []
         for server in servers:
             server.close()
+        connections, self.fallback_connections = self.fallback_connections, []
+        for connection in connections:
+            connection.retire(RETIRE_GRACE_S)
 
     # --- state ----------------------------------------------------------------------------------
 

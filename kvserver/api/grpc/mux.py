@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from kvserver.tls import peer_common_name
 
@@ -75,6 +75,8 @@ class ClientPortProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.timer: asyncio.TimerHandle | None = None
+        self.inner: asyncio.Protocol | None = None  # the dialect's protocol, once known
+        self.grpc = False  # the dialect is HTTP/2 (gRPC)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -122,17 +124,60 @@ class ClientPortProtocol(asyncio.Protocol):
         transport = self.transport
         assert transport is not None and self.grpc_server is not None
         who = ClientIdentity(peer_address(transport), peer_common_name(transport))
+        self.grpc = True
         self._hand_over(self.grpc_server.connection(who))
 
     def _hand_over(self, inner: asyncio.Protocol) -> None:
         self._cancel_timer()
         transport = self.transport
         assert transport is not None
+        self.inner = inner
         transport.set_protocol(inner)
         inner.connection_made(transport)
         if self.buffer and not transport.is_closing():
             inner.data_received(self.buffer)
         self.buffer = b""
+
+    def closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def retire(self, grace_s: float) -> None:
+        """Send the client elsewhere, as a server going away does: HTTP/2 gets GOAWAY and
+        closes once its running calls end, HTTP/1.1 closes after the answer in progress; what
+        still runs after ``grace_s`` (a Watch stream, a streamed answer) is cut, as grpc-go's
+        MaxConnectionAgeGrace cuts it. The client reconnects, and meets whoever accepts now."""
+        inner, transport = self.inner, self.transport
+        if transport is None or transport.is_closing():
+            return
+        if inner is None:  # the dialect is not known yet: nothing is running
+            self._cancel_timer()
+            transport.close()
+            return
+        loop = asyncio.get_running_loop()
+        if self.grpc:
+            grpc_connection = cast(Leaving, inner)
+            grpc_connection.go_away()
+            loop.call_later(grace_s, grpc_connection.abort)
+        else:
+            handler = cast(LeavingHttp, inner)
+            handler.close()
+            loop.call_later(grace_s, handler.force_close)
+
+
+class Leaving(Protocol):
+    """What ``retire`` needs of a gRPC connection (``connection.GrpcConnection``)."""
+
+    def go_away(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class LeavingHttp(Protocol):
+    """What ``retire`` needs of an HTTP/1.1 connection (aiohttp's ``RequestHandler``)."""
+
+    def close(self) -> None: ...
+
+    def force_close(self) -> None: ...
 
 
 def client_port_factory(

@@ -31,8 +31,10 @@ import asyncio
 import logging
 import resource
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from kvserver.api.http.common import LIMITS_KEY, etcd_error_body, json_response, rest_error_body
 from kvserver.kvpb.service_errors import GrpcCode
@@ -98,6 +100,18 @@ class _Conn(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.admitted:
             self.inner.resume_writing()
+
+    # --- sent away (a client URL's front end has taken over) -------------------------------
+
+    def close(self) -> None:
+        """Close once the answer in progress is out (aiohttp's ``RequestHandler.close``)."""
+        if self.admitted:
+            cast(RequestHandler, self.inner).close()
+
+    def force_close(self) -> None:
+        """Close now, whatever is running."""
+        if self.admitted:
+            cast(RequestHandler, self.inner).force_close()
 
     # --- the header deadline -------------------------------------------------------------
 
