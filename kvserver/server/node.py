@@ -1068,6 +1068,10 @@ class Node:
     def _snapshot_done(self, task: asyncio.Task) -> None:
         self._snapshot_task = None
         self._forget_task(task)
+        # One that failed in its child, or ended with more applied meanwhile, is still due:
+        # taken now, not at the next apply, which on an idle member may never come.
+        if not self._stopped and not task.cancelled() and self.snapshot_may_start(time.monotonic()):
+            self._start_snapshot()
 
     def _forget_task(self, task: asyncio.Task) -> None:
         if task in self._tasks:

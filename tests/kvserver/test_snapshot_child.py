@@ -84,6 +84,36 @@ async def test_a_failed_child_leaves_the_member_up_and_snapshots_move_to_the_loo
     assert 1 <= len(started) <= 4
 
 
+async def test_a_child_failing_after_the_last_write_is_followed_by_a_snapshot_on_the_loop(
+    tmp_path, monkeypatch
+):
+    """The next snapshot does not wait for the next write: on an idle member it would never
+    come, and every restart would replay the whole log."""
+
+    def broken_late(work):
+        def failing():
+            import time
+
+            time.sleep(1.0)  # (in the child) the writes are all applied before it fails
+            raise RuntimeError("injected: the snapshot child broke")
+
+        return failing
+
+    started = _count_children(monkeypatch, broken_late)
+    cfgs = configs(tmp_path, snapshot_count=40, snapshot_in_child=True)
+    members = await start_all(cfgs)
+    try:
+        await wait_leader(members)
+        for i in range(60):  # past the threshold of every member, then nothing more
+            await members[0].node.sm.put(PutRequest(b"i%03d" % i, b"v"))
+        await async_wait_for(
+            lambda: all(m.node.snapshot_index > 0 for m in members), 30.0, "every member's snapshot"
+        )
+        assert started  # the children failed; these were made on the loop
+    finally:
+        await stop_all(members)
+
+
 async def test_each_fork_is_timed_in_the_metrics(tmp_path):
     """A snapshot's fork holds the loop for as long as the page tables take to copy:
     ``raftkv_snapshot_fork_seconds`` counts one observation per child started."""
