@@ -74,6 +74,7 @@ from prometheus_client.process_collector import ProcessCollector
 from raft import MessageType
 
 _MSG_APP = MessageType.MsgApp
+_MSG_HEARTBEAT = MessageType.MsgHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,11 @@ NODE_METRICS: Mapping[str, NodeMetricSpec] = {
     ),
     "raft_append_entries_sent": NodeMetricSpec(
         C, "Log entries carried by the MsgApp messages handed to the peer transport."
+    ),
+    "raft_heartbeats_sent": NodeMetricSpec(
+        C,
+        "MsgHeartbeat messages handed to the peer transport: one per follower each heartbeat "
+        "interval, and one per follower for each round of linearizable reads a leader runs.",
     ),
     "archive_lag_entries": NodeMetricSpec(
         G, "WAL entries written locally but not yet in the archive (--archive-url)."
@@ -311,6 +317,7 @@ class NodeStats(TypedDict, total=False):
     alarm_active: Mapping[str, int]
     raft_append_messages_sent: int
     raft_append_entries_sent: int
+    raft_heartbeats_sent: int
     archive_lag_entries: int
     archive_lag_seconds: float
     archive_uploaded_bytes: int
@@ -328,7 +335,8 @@ class NodeStats(TypedDict, total=False):
 
 
 class AppendCounter:
-    """Counts the MsgApp messages (and the entries in them) a node sends: batching made visible.
+    """Counts the MsgApp messages (and the entries in them) a node sends: batching made
+    visible; and its MsgHeartbeats, which also carry its rounds of linearizable reads.
 
     ``wrap(send)`` returns ``send`` preceded by the count (one pass over each Ready's
     messages, a type check apiece); ``stats()`` gives the two ``NODE_METRICS`` counters.
@@ -336,17 +344,21 @@ class AppendCounter:
     over ``raft_commit_index``.
     """
 
-    __slots__ = ("messages", "entries")
+    __slots__ = ("messages", "entries", "heartbeats")
 
     def __init__(self) -> None:
         self.messages = 0
         self.entries = 0
+        self.heartbeats = 0
 
     def count(self, messages: Iterable[Any]) -> None:
         for m in messages:
-            if m.type == _MSG_APP:
+            kind = m.type
+            if kind == _MSG_APP:
                 self.messages += 1
                 self.entries += len(m.entries)
+            elif kind == _MSG_HEARTBEAT:
+                self.heartbeats += 1
 
     def wrap(self, send: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
         count = self.count
@@ -361,6 +373,7 @@ class AppendCounter:
         return {
             "raft_append_messages_sent": self.messages,
             "raft_append_entries_sent": self.entries,
+            "raft_heartbeats_sent": self.heartbeats,
         }
 
 
