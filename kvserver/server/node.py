@@ -41,8 +41,9 @@ of the state machine's in every snapshot this node makes (``membership.frame_mem
 split off again when a snapshot is restored.
 
 Linearizable reads use ReadIndex, batched: all callers waiting when the raft task runs share
-one read_index request; a batch whose answer does not come (leader change, dropped message)
-is asked again every ``read_retry_s``.
+one read_index request, and while one is out unanswered the next callers wait to share the
+following one; a batch whose answer does not come (leader change, dropped message) is asked
+again every ``read_retry_s``.
 
 Failures (``_step``, ``health_problem``): an exception that escapes the raft task stops the
 node (``failed`` is set, ``failure`` says why; ``kvserver.assembly.member`` exits non-zero), so does a
@@ -793,8 +794,9 @@ class Node:
 
     def _ask_reads(self) -> None:
         now = time.monotonic()
-        batch, self._read_new = self._read_new, None
-        if batch is not None:
+        batch = self._read_new
+        if batch is not None and not self._read_in_flight(now):
+            self._read_new = None
             batch.waiters = [w for w in batch.waiters if not w.done()]
             if batch.waiters:
                 self._reads_asked[batch.ctx] = batch
@@ -807,6 +809,17 @@ class Node:
                     self.raw.read_index(batch.ctx)
                 except ProposalDroppedError:
                     pass  # no leader yet: asked again after read_retry_s, or times out
+
+    def _read_in_flight(self, now: float) -> bool:
+        """A read batch was asked less than ``read_retry_s`` ago and has no answer yet. The
+        reads that arrive meanwhile wait for it and then share the next round, as etcd's
+        linearizable read loop has one ReadIndex round out at a time: a round is a heartbeat
+        to every follower and back, and under many readers one per raft turn costs every
+        member more than the reads need."""
+        return any(
+            b.index is None and now - b.asked_at < self.opts.read_retry_s
+            for b in self._reads_asked.values()
+        )
 
     async def _handle_ready(self, rd: Ready) -> None:
         if rd.soft_state is not None:
@@ -845,6 +858,8 @@ class Node:
             if batch is not None:
                 batch.index = rs.index
                 self._reads_ready.append(batch)
+        if rd.read_states and self._read_new is not None:
+            self._wake.set()  # the reads that waited for that round: the next one now
         self._serve_reads()
         self.raw.advance(rd)
 
