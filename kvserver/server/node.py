@@ -70,6 +70,7 @@ from typing import Any, Protocol
 from kvserver import stages
 from kvserver.kvpb import service_errors as errors
 from kvserver.membership.registry import frame_members, split_members_frame
+from kvserver.server.expiry import Expired, Expiry
 from kvserver.server.gc_pacer import freeze_heap
 from kvserver.server.metrics import DurationHistogram
 from raft import (
@@ -371,6 +372,8 @@ class Node:
         self._hold_proposals_until = 0.0  # monotonic; see transfer_leadership
         self._held_forwarded: list[Message] = []  # proposals other members forwarded, held
         self._proposal_waiters: dict[int, asyncio.Future] = {}
+        # the deadlines of proposals' and reads' waiters, failed by the ticker when overdue
+        self._expiry = Expiry()
         self._conf_proposals: list[ConfChange] = []
         self._conf_waiters: dict[int, asyncio.Future] = {}  # by ConfChange.id
         self._unreachable: list[int] = []
@@ -469,11 +472,11 @@ class Node:
         self._proposals.append(self._origin + seq.to_bytes(8, "big") + payload)
         self._wake.set()
         timeout = timeout_s or self.opts.request_timeout_s
+        self._expiry.add(time.monotonic() + timeout, fut)
         abandoned = False
         try:
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
+            return await fut
+        except Expired:
             self.stats["proposals_failed"] += 1
             raise errors.timed_out() from None
         except asyncio.CancelledError:
@@ -583,10 +586,10 @@ class Node:
         fut = asyncio.get_running_loop().create_future()
         self._read_new.waiters.append(fut)
         self._wake.set()
+        self._expiry.add(time.monotonic() + (timeout_s or self.opts.request_timeout_s), fut)
         try:
-            async with asyncio.timeout(timeout_s or self.opts.request_timeout_s):
-                return await fut
-        except TimeoutError:
+            return await fut
+        except Expired:
             if self.leader == 0:
                 raise errors.no_leader() from None
             raise errors.timed_out() from None
@@ -646,6 +649,7 @@ class Node:
                 next_at = now + interval
             self._ticks += 1
             self._wake.set()
+            self._expiry.expire(now)
 
     async def _guarded(self, body) -> None:
         """Run the raft or the apply task; an error that escapes it stops the node."""
