@@ -4,7 +4,8 @@ members, with the register and bank workloads running throughout.
 ``python -m tests.chaos --soak --rounds 100 --keys 1000000 --members 3 --out DIR``
 
 One cluster for the whole run. It is loaded with ``keys`` keys first (outside the prefix
-the checks read, so each round's checks stay small), then each round runs every fault of
+the checks read, so each round's checks stay small), then written to with small puts until
+every member has made a snapshot (as a long-running cluster has), then each round runs every fault of
 ``SOAK_FAULTS`` once, in a shuffled order, each from a healthy cluster and followed by a
 bounded wait for health again. With five members every fault hits two members at once
 (two killed, paused, cut off, two disks full, two fsyncs failing, two disks slow; the
@@ -45,6 +46,7 @@ import os
 import pickle
 import random
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -96,6 +98,43 @@ class SoakConfig:
     healthy_timeout_s: float = 120.0
     time_limit_s: float | None = None  # no round starts after this long; the report says so
     extra_args: list[str] = field(default_factory=list)
+
+
+def snapshot_count(keys: int) -> int:
+    """The soak's ``--snapshot-count``: the preload's entries, at most 10,000 (what the
+    million-key benchmark sets), at least 1,000."""
+    return min(10_000, max(1_000, keys // PRELOAD_TXN_PUTS))
+
+
+def snapshots_made(url: str) -> int:
+    """Snapshots a member has made since it started (``raftkv_snapshots_made_total``)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return int(
+        sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("raftkv_snapshots_made_total")
+        )
+    )
+
+
+def until_snapshotted(endpoints: list[str], timeout_s: float, threads: int = 8) -> int:
+    """Small puts until every member has made a snapshot since it started; how many it took.
+    The preload alone can stay under a member's threshold (each member's is up to a quarter
+    above ``--snapshot-count``), and a member restarted before its first snapshot replays
+    the whole preload: minutes at a million keys, which is not what a long-running cluster
+    does. Bounded by ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    puts = 0
+    with ThreadPoolExecutor(threads) as pool:
+        while not all(snapshots_made(url) for url in endpoints):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no snapshot on every member after {puts} filler puts")
+            batch = [(endpoints[(puts + i) % len(endpoints)], puts + i) for i in range(200)]
+            list(pool.map(lambda a: h.put(a[0], f"{PRELOAD_PREFIX}fill/{a[1]}", "f", 30.0), batch))
+            puts += len(batch)
+    return puts
 
 
 def preload(endpoints: list[str], keys: int, threads: int = 8) -> float:
@@ -265,14 +304,15 @@ def run_soak(cfg: SoakConfig) -> dict:
             netns.collect_garbage()
             net = netns.NetTopology(cfg.members).create()
         # One slow-disk transfer per member per minute is the default; a round puts slow
-        # disks on the same member closer than that. Snapshots every 10,000 entries, as the
-        # million-key benchmark sets them: at the defaults a million preloaded keys stay under
-        # the first snapshot, and every restart replays them all (a minute or more a member).
+        # disks on the same member closer than that. Snapshots every 10,000 entries at a
+        # million keys, as the million-key benchmark sets them: at the defaults a million
+        # preloaded keys stay under the first snapshot, and every restart replays them all
+        # (a minute or more a member).
         args = [
             "--slow-disk-transfer-interval",
             "5000",
             "--snapshot-count",
-            "10000",
+            str(snapshot_count(cfg.keys)),
             *cfg.extra_args,
         ]
         cluster = ChaosCluster(
@@ -285,6 +325,7 @@ def run_soak(cfg: SoakConfig) -> dict:
         cluster.start()
         cluster.wait_healthy(cfg.healthy_timeout_s)
         report["preload_s"] = round(preload(cluster.endpoints, cfg.keys), 1)
+        report["filler_puts"] = until_snapshotted(cluster.endpoints, cfg.healthy_timeout_s)
         _rounds(cfg, cluster, net, controls, clock_file, faults, rng, report, problems)
     finally:
         if cluster is not None:
