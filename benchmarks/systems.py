@@ -12,17 +12,15 @@ SIGKILL after a bound; no leftovers), and works as a context manager.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import cast
 
-from kvserver.bench.result import BenchError, find_leader, post_json
+from kvserver.bench.result import BenchError, find_leader, post_json, serving
 from kvserver.localcluster.launcher import LocalCluster, free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -200,14 +198,9 @@ class RaftkvSystem(System):
         waiting = list(self.urls)
         while waiting:
             self.check_alive()
-            try:
-                with urllib.request.urlopen(waiting[0] + "/health", timeout=2.0) as resp:
-                    ready, configured = json.load(resp).get("frontends", "0/0").split("/")
-                if ready == configured:
-                    waiting.pop(0)
-                    continue
-            except (OSError, ValueError):
-                pass
+            if serving(waiting[0], timeout_s=2.0):
+                waiting.pop(0)
+                continue
             if time.monotonic() > deadline:
                 raise BenchError(f"raftkv: front ends of {waiting[0]} not ready")
             time.sleep(0.1)

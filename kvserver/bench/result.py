@@ -57,6 +57,19 @@ def post_json(url: str, path: str, body: dict, timeout_s: float = 2.0, context=N
         return json.loads(resp.read())
 
 
+def serving(url: str, timeout_s: float = 1.0) -> bool:
+    """The member at ``url`` is healthy and its client front ends (if it has any) all serve
+    (``/health`` says ``"frontends": "N/N"``). Until they do it accepts clients itself, and
+    sends them to a front end once one is ready."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout_s) as resp:
+            body = json.loads(resp.read() or b"{}")
+    except (OSError, ValueError):  # an HTTP error (503: unhealthy) included
+        return False
+    ready, _, configured = str(body.get("frontends", "0/0")).partition("/")
+    return ready == configured
+
+
 def find_leader(
     endpoints: list[str],
     timeout_s: float = 10.0,

@@ -46,7 +46,6 @@ import os
 import pickle
 import random
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -59,6 +58,7 @@ from tests.chaos.watchers import replay
 from tests.chaos.workloads import Bank, Prober, Recorder, Register
 from tests.faults import shims
 from tests.lincheck import KvModel, check
+from tests.support.scale import metrics
 
 SOAK_FAULTS = [
     "kill-leader",
@@ -108,14 +108,8 @@ def snapshot_count(keys: int) -> int:
 
 def snapshots_made(url: str) -> int:
     """Snapshots a member has made since it started (``raftkv_snapshots_made_total``)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
-        text = resp.read().decode()
     return int(
-        sum(
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("raftkv_snapshots_made_total")
-        )
+        sum(v for k, v in metrics(url).items() if k.startswith("raftkv_snapshots_made_total"))
     )
 
 

@@ -9,6 +9,7 @@ import json
 import urllib.error
 import urllib.request
 
+from kvserver.bench.result import serving
 from kvserver.localcluster.launcher import LocalCluster, NodeProcess
 from tests.support.wait import wait_for
 
@@ -139,18 +140,6 @@ def wait_healthy(
         return leader_of(cluster, among)
 
     return wait_for(ready, timeout_s, "a healthy cluster with an agreed leader")
-
-
-def serving(url: str) -> bool:
-    """The member is healthy and its client front ends (if it has any) all serve: until
-    they do, the member accepts clients itself and sends them to a front end once one is
-    ready, which a test of what a client meets should not race with."""
-    try:
-        status, body = get_json(url, "/health", timeout_s=1.0)
-    except (OSError, ValueError):
-        return False
-    ready, _, configured = str(body.get("frontends", "0/0")).partition("/")
-    return status == 200 and ready == configured
 
 
 def get_json_safe(url: str, path: str) -> int:
