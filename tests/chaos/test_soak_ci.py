@@ -1,6 +1,9 @@
 """The soak's CI mode (tests/chaos/soak.py): one round of every soak nemesis -- kill, pause,
-restart, partition, full disk, failing fsync, slow disk, clock step -- on three members,
-then on five (two members hit at once), with a few thousand keys loaded first. The full
+restart, partition, full disk, failing fsync, slow disk, clock step -- on five members (two
+members hit at once), with a few thousand keys loaded first. Three members meet each of
+these faults in test_chaos_ci.py (kill, pause, partition, restart) and tests/faults (disk,
+fsync, slow disk, clock), so a three-member round here would repeat them at CI's expense;
+``python -m tests.chaos --soak --rounds 1 --members 3`` runs one by hand. The full
 soak (``python -m tests.chaos --soak``: 100 rounds at a million keys) runs by hand; its
 numbers are in docs/reliability.md.
 
@@ -20,12 +23,9 @@ from tests.chaos.soak import SOAK_FAULTS, SoakConfig, run_soak, table
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 
-@pytest.mark.parametrize("members", [3, 5])
-def test_soak_one_round_of_every_nemesis(tmp_path, members):
+def test_soak_one_round_of_every_nemesis_on_five_members(tmp_path):
     need_netns()
-    report = run_soak(
-        SoakConfig(rounds=1, keys=5000, members=members, out_dir=str(tmp_path / "soak"))
-    )
+    report = run_soak(SoakConfig(rounds=1, keys=5000, members=5, out_dir=str(tmp_path / "soak")))
     print(table(report))
     assert report["faults"] == SOAK_FAULTS
     (rnd,) = report["rounds"]
