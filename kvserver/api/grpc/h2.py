@@ -5,11 +5,11 @@ Only what a server of gRPC calls uses (RFC 9113, RFC 7541):
 
 - ``FRAME`` packs and unpacks the 9-byte frame header; ``frame(type, flags, sid, payload)``
   builds one frame.
-- ``HeaderDecoder`` decodes header blocks with ``hpack``'s decoder (the peer's dynamic table
-  is state the connection must keep in step). A block made only of references to entries
-  already in the table decodes to the same headers every time, and gRPC clients send exactly
-  such blocks once their first call has filled the table, so those answers are cached (up
-  to a byte budget) until a block changes the table. A block that opens with more table
+- ``HeaderDecoder`` decodes header blocks (``kvserver.api.grpc.hpack_decoder``; the peer's
+  dynamic table is state the connection must keep in step). A block made only of references
+  to entries already in the table decodes to the same headers every time, and gRPC clients
+  without deadlines send exactly such blocks once their first call has filled the table, so
+  those answers are cached (up to a byte budget) until a block changes the table. A block that opens with more table
   size updates than RFC 7541 allows is refused from its bytes, before any decoding.
 - ``encode_headers`` writes header blocks as literals that are never indexed: our answers
   never touch the peer's decoder table, so a block can be built once and sent on any
@@ -21,8 +21,9 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from hpack import Decoder
 from hpack.exceptions import HPACKError, OversizedHeaderListError
+
+from kvserver.api.grpc.hpack_decoder import Decoder
 
 # Frame types
 DATA: Final = 0x0
@@ -191,9 +192,7 @@ class HeaderDecoder:
     def __init__(
         self, max_header_list_size: int, *, table_size: int = 4096, cache_bytes: int = 64 * 1024
     ):
-        self._decoder = Decoder()
-        self._decoder.max_header_list_size = max_header_list_size
-        self._decoder.max_allowed_table_size = table_size
+        self._decoder = Decoder(max_header_list_size, table_size)
         self._cache: dict[bytes, list[tuple[str, str]]] = {}
         self._cache_bytes = 0
         self.cache_limit = cache_bytes
@@ -208,16 +207,14 @@ class HeaderDecoder:
             return cached
         if leading_table_updates(block, MAX_TABLE_SIZE_UPDATES) > MAX_TABLE_SIZE_UPDATES:
             raise TooManyTableUpdates(COMPRESSION_ERROR, "too many table size updates")
-        table = self._decoder.header_table.dynamic_entries
-        size_before = len(table)
-        first_before = table[0] if table else None
+        generation = self._decoder.generation
         try:
-            headers: list[tuple[str, str]] = list(self._decoder.decode(block))  # type: ignore[arg-type]
+            headers = self._decoder.decode(block)
         except OversizedHeaderListError:
             raise HeaderListTooLarge(COMPRESSION_ERROR, "header list too large") from None
         except HPACKError as exc:
             raise ConnectionError_(COMPRESSION_ERROR, f"bad header block: {exc}") from None
-        if len(table) == size_before and (table[0] if table else None) is first_before:
+        if self._decoder.generation == generation:
             cost = len(block) + sum(len(n) + len(v) + 32 for n, v in headers)
             if cost <= self.cache_limit:
                 if self._cache_bytes + cost > self.cache_limit:
