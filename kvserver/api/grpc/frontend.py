@@ -223,13 +223,12 @@ class MemberLink(asyncio.Protocol):
         self.next_id += 1
         call = ForwardedCall(self.next_id)
         self.calls[call.id] = call
-        metadata = [list(pair) for pair in context.invocation_metadata()]
         self.writer.send(
             (
                 wire.CALL,
                 call.id,
                 path,
-                metadata,
+                context.invocation_metadata(),  # pairs: msgpack packs tuples as arrays
                 context.time_remaining(),
                 context.identity.address,
                 request,
