@@ -9,8 +9,9 @@ Only what a server of gRPC calls uses (RFC 9113, RFC 7541):
   dynamic table is state the connection must keep in step). A block made only of references
   to entries already in the table decodes to the same headers every time, and gRPC clients
   without deadlines send exactly such blocks once their first call has filled the table, so
-  those answers are cached (up to a byte budget) until a block changes the table. A block that opens with more table
-  size updates than RFC 7541 allows is refused from its bytes, before any decoding.
+  those answers are cached (up to a byte budget) until a block changes the table. A block
+  that opens with more table size updates than RFC 7541 allows is refused from its bytes,
+  before any decoding.
 - ``encode_headers`` writes header blocks as literals that are never indexed: our answers
   never touch the peer's decoder table, so a block can be built once and sent on any
   connection (the answers' headers and the trailers of each status are constants).

@@ -14,10 +14,10 @@ is a lookup, and only literals are decoded (Huffman with ``hpack``'s own table).
 
 Bounds, as ``hpack`` 4.2's: an integer takes at most ``VARINT_MAX_CONTINUATION`` bytes after
 its prefix; the decoded list at most ``max_header_list_size`` (RFC 7541's accounting: name,
-value and 32 bytes a field); the peer's table at most ``max_allowed_table_size``, checked at each size
-update and again at the block's end; size updates only before the block's first field.
-``generation`` changes whenever the dynamic table does (callers cache answers for blocks
-that leave it alone).
+value and 32 bytes a field); the peer's table at most ``max_allowed_table_size``, checked at
+each size update and again at the block's end; size updates only before the block's first
+field. ``generation`` changes whenever the dynamic table does (callers cache answers for
+blocks that leave it alone).
 """
 
 from __future__ import annotations
