@@ -37,12 +37,10 @@ VARINT_MAX_CONTINUATION = 5  # bytes after an integer's prefix, as hpack 4.2 all
 ENTRY_OVERHEAD = 32  # RFC 7541 4.1
 DEFAULT_TABLE_SIZE = 4096  # RFC 9113 6.5.2: SETTINGS_HEADER_TABLE_SIZE's initial value
 
-# Index 1..61 (index 0 is never valid), with each entry's name and value lengths in bytes.
-_STATIC: tuple[tuple[str, str], ...] = tuple(
-    (n.decode(), v.decode()) for n, v in HeaderTable.STATIC_TABLE
-)
-_STATIC_LENS: tuple[tuple[int, int], ...] = tuple(
-    (len(n), len(v)) for n, v in HeaderTable.STATIC_TABLE
+# Index 1..61 (index 0 is never valid): each entry as the dynamic table holds its own, the
+# header and its name's and value's lengths in bytes.
+_STATIC: tuple[tuple[tuple[str, str], tuple[int, int]], ...] = tuple(
+    ((n.decode(), v.decode()), (len(n), len(v))) for n, v in HeaderTable.STATIC_TABLE
 )
 _STATIC_LEN = len(_STATIC)
 
@@ -77,9 +75,13 @@ class Decoder:
         self.max_allowed_table_size = max_allowed_table_size
         self.table_size = DEFAULT_TABLE_SIZE  # the peer's current maximum
         self.generation = 0
-        self._entries: deque[tuple[str, str]] = deque()  # newest first
-        self._lens: deque[tuple[int, int]] = deque()  # their name and value bytes, in step
+        # Newest first, as _STATIC's entries: (header, (name bytes, value bytes)).
+        self._entries: deque[tuple[tuple[str, str], tuple[int, int]]] = deque()
         self._size = 0  # the table's RFC 7541 size
+
+    def dynamic_entries(self) -> list[tuple[str, str]]:
+        """The peer's dynamic table, newest first."""
+        return [header for header, _ in self._entries]
 
     def decode(self, block: bytes) -> list[tuple[str, str]]:
         headers: list[tuple[str, str]] = []
@@ -116,11 +118,11 @@ class Decoder:
 
     def _entry(self, index: int) -> tuple[tuple[str, str], tuple[int, int]]:
         if 0 < index <= _STATIC_LEN:
-            return _STATIC[index - 1], _STATIC_LENS[index - 1]
+            return _STATIC[index - 1]
         dynamic = index - _STATIC_LEN - 1
-        if index == 0 or dynamic >= len(self._entries):
+        if not 0 <= dynamic < len(self._entries):
             raise InvalidTableIndex(f"no table entry {index}")
-        return self._entries[dynamic], self._lens[dynamic]
+        return self._entries[dynamic]
 
     def _literal(
         self, block: bytes, pos: int, prefix_bits: int
@@ -141,11 +143,9 @@ class Decoder:
         size = name_len + value_len + ENTRY_OVERHEAD
         if size > self.table_size:  # an entry larger than the table empties it (4.4)
             self._entries.clear()
-            self._lens.clear()
             self._size = 0
             return
-        self._entries.appendleft(header)
-        self._lens.appendleft((name_len, value_len))
+        self._entries.appendleft((header, (name_len, value_len)))
         self._size += size
         self._evict()
 
@@ -156,8 +156,7 @@ class Decoder:
 
     def _evict(self) -> None:
         while self._size > self.table_size:
-            self._entries.pop()
-            name_len, value_len = self._lens.pop()
+            _, (name_len, value_len) = self._entries.pop()
             self._size -= name_len + value_len + ENTRY_OVERHEAD
 
 
