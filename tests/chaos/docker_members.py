@@ -182,7 +182,7 @@ class DockerCluster(ChaosCluster):
         """``docker pause``; returns when the command returned (the freezer is in place)."""
         if m.dead or m.paused:
             return None
-        self.docker("pause", m.container)
+        dc.pause(self.compose.docker, m.container)
         m.paused = True
         return time.monotonic()
 

@@ -93,6 +93,31 @@ def run(
     return proc
 
 
+FREEZE_RETRY_S = 60.0
+
+
+def pause(docker: str, *containers: str, timeout_s: float = FREEZE_RETRY_S) -> None:
+    """``docker pause`` each container, trying again while the freezer cannot freeze it.
+
+    runc freezes a container's cgroup and polls until every task is frozen. A busy task (a
+    JVM's hundred threads on a loaded machine) can miss runc's short window: runc thaws the
+    cgroup again and the daemon answers "unable to freeze". The container is then running
+    as before, so another try is safe; any other error, or no success in ``timeout_s``,
+    fails the test.
+    """
+    for container in containers:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            proc = run([docker, "pause", container], timeout_s=timeout_s, check=False)
+            if proc.returncode == 0 or "is already paused" in proc.stderr:
+                break
+            if "unable to freeze" not in proc.stderr or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"docker pause {container} exited {proc.returncode}: {proc.stderr[-2000:]}"
+                )
+            time.sleep(0.5)  # let the busy tasks reach a point the freezer can stop them at
+
+
 def _image_exists(docker: str, tag: str) -> bool:
     return run([docker, "image", "inspect", tag], check=False).returncode == 0
 
@@ -193,6 +218,10 @@ class ComposeCluster:
 
     def docker_run(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
         return run([self.docker, *args], timeout_s=timeout_s)
+
+    def pause(self, *containers: str) -> None:
+        """Freeze the containers (the cgroup freezer); see :func:`pause`."""
+        pause(self.docker, *containers)
 
     def inspect(self, service: str, template: str) -> str:
         return self.docker_run("inspect", "-f", template, self.containers[service]).stdout.strip()

@@ -183,7 +183,7 @@ def test_paused_follower_writes_continue_and_it_catches_up_when_resumed(cluster)
     leader = c.leader()
     follower = next(s for s in SERVICES if s != leader)
     others = [s for s in SERVICES if s != follower]
-    c.docker_run("pause", c.containers[follower])  # every process frozen (cgroup freezer)
+    c.pause(c.containers[follower])  # every process frozen (cgroup freezer)
     try:
         assert c.inspect(follower, "{{.State.Paused}}") == "true"
         write_until(c, others, "while-paused", WRITES_WHILE_DOWN)

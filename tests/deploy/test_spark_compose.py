@@ -179,7 +179,7 @@ def test_a_driver_frozen_past_its_lease_is_fenced_out_and_publishes_nothing(clus
         try:
             wait_committed(client, table, 1, first)
             drivers = wait_for(lambda: driver_containers(cluster), 60, "the driver's container")
-            cluster.docker_run("pause", *drivers)
+            cluster.pause(*drivers)
             t0 = time.monotonic()
             second = submit(cluster, table, submit_args=one_core)
             print(f"driver frozen: the second driver's run took {time.monotonic() - t0:.1f} s")
@@ -244,7 +244,7 @@ def test_the_archive_s3_stopped_for_a_while(cluster, local):
         proc = submit(cluster, table, background=True)
         try:
             wait_committed(client, table, 1, proc)
-            cluster.docker_run("pause", s3)  # frozen: moto keeps its objects in memory
+            cluster.pause(s3)  # frozen: moto keeps its objects in memory
             try:
                 # the members cannot archive: their lag grows while the run writes
                 wait_for(
