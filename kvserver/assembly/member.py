@@ -46,7 +46,7 @@ from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.disk_health import SlowDiskGuard, SlowDiskOptions
-from kvserver.server.gc_pacer import GCPacer, freeze_heap
+from kvserver.server.gc_pacer import GCPacer, collect_young_less_often, freeze_heap
 from kvserver.server.heap_trim import HeapTrimmer
 from kvserver.server.loop_monitor import LoopMonitor
 from kvserver.server.metrics import AppendCounter, Metrics
@@ -493,6 +493,7 @@ def run(cfg: ServerConfig) -> None:
     # hard limit allows (Go raises the soft limit for etcd at start).
     soft, _ = raise_nofile_limit()
     log.info("open-file limit: %d", soft)
+    collect_young_less_often()
     try:
         import uvloop
 

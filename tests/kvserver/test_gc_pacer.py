@@ -6,7 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from kvserver.server.gc_pacer import FULL_PASS_THRESHOLD, GCPacer
+from kvserver.server.gc_pacer import (
+    FULL_PASS_THRESHOLD,
+    YOUNG_THRESHOLD,
+    GCPacer,
+    collect_young_less_often,
+)
 
 
 async def test_a_slow_full_pass_is_followed_by_a_freeze():
@@ -72,3 +77,13 @@ async def test_the_pacer_considers_full_passes_often_while_it_runs():
     finally:
         pacer.stop()
     assert gc.get_threshold() == was
+
+
+def test_a_serving_process_collects_the_young_generation_less_often():
+    was = gc.get_threshold()
+    try:
+        collect_young_less_often()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *was[1:])
+        assert YOUNG_THRESHOLD > was[0]
+    finally:
+        gc.set_threshold(*was)

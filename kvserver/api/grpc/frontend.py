@@ -43,6 +43,7 @@ from typing import Any
 import grpc
 
 from kvserver import stages
+from kvserver.server.gc_pacer import collect_young_less_often
 from kvserver.tls import TLSInfo, server_context
 
 from . import frontend_wire as wire
@@ -358,6 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen-fd", type=_listen_fd, action="append", default=[])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s frontend %(message)s")
+    collect_young_less_often()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
