@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import time
 import zlib
@@ -454,8 +455,17 @@ class GrpcConnection(asyncio.Protocol):
     def _run(self, stream: Stream) -> None:
         self.handlers += 1
         self.machine.running = self.handlers  # a reset stream keeps its slot until it ends
-        if stream.method.kind == UNARY_UNARY:
+        method = stream.method
+        if method.kind == UNARY_UNARY:
             self.unary_running += 1
+            if method.start is not None:
+                request = stream.messages.popleft()
+                self.machine.release_input(stream.sid)
+                assert stream.context is not None
+                stream.task = method.start(
+                    request, stream.context, functools.partial(self._answered, stream)
+                )
+                return
         stream.task = self.loop.create_task(self._serve(stream))
 
     # --- running a call ------------------------------------------------------------------------
@@ -476,25 +486,41 @@ class GrpcConnection(asyncio.Protocol):
             else:
                 self.answer_unary(stream, answer)
         except asyncio.CancelledError:
-            if stream.ended_with is not None:
-                self.finish(stream, *stream.ended_with)
-            elif stream.deadline_hit:
-                self.finish(
-                    stream, status_code(grpc.StatusCode.DEADLINE_EXCEEDED), "Deadline Exceeded"
-                )
-            elif not stream.closed and stream.trailers is None:
-                self._reset(stream, h2.CANCEL)  # the server is stopping
+            self._canceled(stream)
         except Exception as exc:
             self.finish(stream, *error_status(method, exc))
         finally:
-            self.handlers -= 1
-            self.machine.running = self.handlers
-            if method.kind == UNARY_UNARY:
-                self.unary_running -= 1
-            if stream.deadline is not None:
-                stream.deadline.cancel()
-            if self.deferred:
-                self._output_progress()
+            self._handler_ended(stream)
+
+    def _answered(
+        self, stream: Stream, answer: bytes | None, status: tuple[int, str] | None
+    ) -> None:
+        """A ``Method.start`` call's end, as ``_serve`` ends a handler's task."""
+        if answer is not None:
+            self.answer_unary(stream, answer)
+        elif status is not None:
+            self.finish(stream, *status)
+        else:
+            self._canceled(stream)
+        self._handler_ended(stream)
+
+    def _canceled(self, stream: Stream) -> None:
+        if stream.ended_with is not None:
+            self.finish(stream, *stream.ended_with)
+        elif stream.deadline_hit:
+            self.finish(stream, status_code(grpc.StatusCode.DEADLINE_EXCEEDED), "Deadline Exceeded")
+        elif not stream.closed and stream.trailers is None:
+            self._reset(stream, h2.CANCEL)  # the server is stopping
+
+    def _handler_ended(self, stream: Stream) -> None:
+        self.handlers -= 1
+        self.machine.running = self.handlers
+        if stream.method.kind == UNARY_UNARY:
+            self.unary_running -= 1
+        if stream.deadline is not None:
+            stream.deadline.cancel()
+        if self.deferred:
+            self._output_progress()
 
     def answer_unary(self, stream: Stream, data: bytes) -> None:
         if stream.closed:

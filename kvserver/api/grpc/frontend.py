@@ -38,6 +38,7 @@ import logging
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -51,7 +52,15 @@ from .budgets import Http2Limits
 from .connection import GrpcConnection, ServerSettings
 from .handoff import RelayedClient, hand_off_plain
 from .mux import advertise_alpn, client_port_factory
-from .rpc import UNARY_UNARY, ClientIdentity, Method, RpcAbort, RpcContext, status_code
+from .rpc import (
+    UNARY_UNARY,
+    Answered,
+    ClientIdentity,
+    Method,
+    RpcAbort,
+    RpcContext,
+    status_code,
+)
 from .stream import STREAM_HIGH_WATER
 from .watch_fanout import WATCH_PATH, WatchFanout
 
@@ -61,6 +70,8 @@ STOP_GRACE_S = 1.0
 STATS_INTERVAL_S = 1.0
 _STATUS = {status_code(code): code for code in grpc.StatusCode}
 _OK = 0
+_UNKNOWN = status_code(grpc.StatusCode.UNKNOWN)
+_UNAVAILABLE = status_code(grpc.StatusCode.UNAVAILABLE)
 
 
 class RawMessage:
@@ -90,6 +101,47 @@ class ForwardedCall:
             waiter.set_result(None)
 
 
+class PassedOnUnary:
+    """A unary call passed on to the member, answered by a callback when its answer comes
+    (``Method.start``): no task, no future, no wake-up of its own."""
+
+    __slots__ = ("id", "link", "answered", "finished")
+
+    def __init__(self, call_id: int, link: MemberLink, answered: Answered):
+        self.id = call_id
+        self.link = link
+        self.answered = answered
+        self.finished = False
+
+    def end(self, answer: bytes | None, status: tuple[int, str] | None) -> None:
+        """The member answered, ended the call, or went away."""
+        if self.finished:
+            return
+        self.finished = True
+        self.link.calls.pop(self.id, None)
+        if status is not None and status[0] not in _STATUS:
+            status = (_UNKNOWN, status[1])
+        self.answered(answer, status)
+
+    def cancel(self) -> None:
+        """The client's side ended first (reset, deadline, the connection): the member
+        cancels its side, and the connection hears of it on the next loop turn."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.link.calls.pop(self.id, None) is not None:
+            self.link.writer.send((wire.CANCEL, self.id))
+        self.link.loop.call_soon(self.answered, None, None)
+
+    def done(self) -> bool:
+        return self.finished
+
+
+async def _passed_on(request: bytes, context: RpcContext) -> bytes:
+    """The handler of a passed-on unary call, which ``Method.start`` serves instead."""
+    raise RpcAbort(grpc.StatusCode.INTERNAL, "raftkv: a passed-on call has no handler here")
+
+
 class MemberLink(asyncio.Protocol):
     """This process's end of the link: passes calls on and routes the answers back."""
 
@@ -97,7 +149,7 @@ class MemberLink(asyncio.Protocol):
         self.loop = loop
         self.writer = wire.EventWriter(loop)
         self.unpacker = wire.unpacker()
-        self.calls: dict[int, ForwardedCall] = {}
+        self.calls: dict[int, ForwardedCall | PassedOnUnary] = {}
         self.next_id = 0
         self.hello: asyncio.Future[tuple[Any, ...]] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
@@ -131,6 +183,15 @@ class MemberLink(asyncio.Protocol):
             call = self.calls.get(event[1])
             if call is None:
                 continue  # canceled here meanwhile
+            if type(call) is PassedOnUnary:
+                if kind == wire.REPLY:
+                    if stages.ON:
+                        stages.mark("fe.reply")
+                    call.end(event[2], None)
+                elif kind == wire.END:
+                    call.end(None, (event[2], event[3]))
+                continue  # (a unary call's answer is one REPLY: nothing else comes)
+            assert type(call) is ForwardedCall
             if kind == wire.REPLY:
                 if stages.ON:
                     stages.mark("fe.reply")
@@ -150,12 +211,14 @@ class MemberLink(asyncio.Protocol):
         self.writer.transport = None
         if self.watches is not None:
             self.watches.link_lost()
-        for call in self.calls.values():
+        gone = (_UNAVAILABLE, "raftkv: the member behind this front end went away")
+        for call in list(self.calls.values()):
+            if type(call) is PassedOnUnary:
+                call.end(None, gone)
+                continue
+            assert type(call) is ForwardedCall
             if call.status is None:
-                call.status = (
-                    status_code(grpc.StatusCode.UNAVAILABLE),
-                    "raftkv: the member behind this front end went away",
-                )
+                call.status = gone
             call.wake()
         if not self.closed.done():
             self.closed.set_result(None)
@@ -165,24 +228,26 @@ class MemberLink(asyncio.Protocol):
     def methods(self, kinds: dict[str, str]) -> dict[str, Method]:
         table = {}
         for path, kind in kinds.items():
-            handler = self._unary(path) if kind == UNARY_UNARY else self._streaming(path)
-            table[path] = Method(handler, RawMessage, kind)
+            if kind == UNARY_UNARY:
+                table[path] = Method(_passed_on, RawMessage, kind, start=self._unary(path))
+            else:
+                table[path] = Method(self._streaming(path), RawMessage, kind)
         return table
 
-    def _unary(self, path: str) -> Any:
-        async def forward(request: bytes, context: RpcContext) -> bytes:
+    def _unary(self, path: str) -> Callable[[bytes, RpcContext, Answered], PassedOnUnary]:
+        def start(request: bytes, context: RpcContext, answered: Answered) -> PassedOnUnary:
             if stages.ON:
                 stages.mark("fe.call")
-            call = self._open(path, request, context)
-            try:
-                await self._wait(call)
-                if call.answers:
-                    return call.answers.popleft()
-                raise self._abort(call)
-            finally:
-                self._close(call)
+            self.next_id += 1
+            call = PassedOnUnary(self.next_id, self, answered)
+            if self.writer.transport is None:
+                self.loop.call_soon(call.end, None, (_UNAVAILABLE, "raftkv: the member went away"))
+                return call
+            self.calls[call.id] = call
+            self._send_call(call.id, path, request, context)
+            return call
 
-        return forward
+        return start
 
     def _streaming(self, path: str) -> Any:
         async def forward(request: Any, context: RpcContext) -> Any:
@@ -224,10 +289,16 @@ class MemberLink(asyncio.Protocol):
         self.next_id += 1
         call = ForwardedCall(self.next_id)
         self.calls[call.id] = call
+        self._send_call(call.id, path, request, context)
+        return call
+
+    def _send_call(
+        self, call_id: int, path: str, request: bytes | None, context: RpcContext
+    ) -> None:
         self.writer.send(
             (
                 wire.CALL,
-                call.id,
+                call_id,
                 path,
                 context.invocation_metadata(),  # pairs: msgpack packs tuples as arrays
                 context.time_remaining(),
@@ -236,7 +307,6 @@ class MemberLink(asyncio.Protocol):
                 context.identity.cert_common_name,
             )
         )
-        return call
 
     async def _wait(self, call: ForwardedCall) -> None:
         if call.answers or call.status is not None:

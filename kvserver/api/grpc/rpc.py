@@ -9,6 +9,8 @@
   streaming answer, and ``end(code, details)`` to end a call from outside its handler. ``identity`` is who is at the far end of
   the connection (the client's address and, with ``--client-cert-auth``, its verified
   certificate's common name).
+- ``Method.start``: a unary call served without a task, for a front end's calls that only
+  wait for their member's answer (a task and its wake-up cost more than the rest of it).
 - ``run_handler(method, context, request, write)``: runs a call's handler to its end, the
   same way for a client's own HTTP/2 connection and for a call a front-end process passed on
   (``kvserver.api.grpc.frontend_link``); ``error_status(exc)`` is the status a call ends with
@@ -47,11 +49,29 @@ class ClientIdentity:
     cert_common_name: str | None  # the verified client certificate's CN, if any
 
 
+class PendingCall(Protocol):
+    """A call's handler while it runs: an ``asyncio.Task``, or a ``Method.start`` call."""
+
+    def cancel(self) -> object: ...
+
+    def done(self) -> bool: ...
+
+
+# How a ``Method.start`` call ends: ``(answer, None)``, ``(None, (code, details))``, or
+# ``(None, None)`` once it was canceled (as a canceled task ends).
+Answered = Callable[[bytes | None, tuple[int, str] | None], None]
+
+
 @dataclass(frozen=True, slots=True)
 class Method:
     handler: Callable[..., Any]
     request_type: Any  # a generated message class: FromString parses a request
     kind: str = UNARY_UNARY
+    # A unary call answered by a callback instead of a handler's task (a front end's calls
+    # passed on to its member): ``start(request, context, answered)`` returns the running
+    # call and calls ``answered`` exactly once; once canceled, on a later loop turn, with
+    # ``(None, None)``, as a canceled task ends.
+    start: Callable[[bytes, RpcContext, Answered], PendingCall] | None = None
 
 
 def serialize(message: Any) -> bytes:

@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from .h2 import U32
-from .rpc import Method, RpcContext
+from .rpc import Method, PendingCall, RpcContext
 
 STREAM_HIGH_WATER = 1024 * 1024
 
@@ -72,7 +72,7 @@ class Stream:
         self.path = path
         self.method = method
         self.context: RpcContext | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: PendingCall | None = None  # the handler while it runs
         self.body = bytearray()  # bytes of a message not yet complete
         self.messages: deque[bytes] = deque()  # complete messages not yet read
         self.waiter: asyncio.Future[None] | None = None  # a reader waiting for a message
