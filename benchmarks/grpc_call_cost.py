@@ -4,11 +4,18 @@
     .venv/bin/python benchmarks/grpc_call_cost.py --root /path/to/another/checkout
 
 Feeds one in-memory connection packets of Put calls (HEADERS and DATA per call, 1, 16 and
-64 calls a packet, as clients' calls meet in one read) to a handler that answers at once,
-runs the loop until every answer is written, and prints the process CPU time per call (the
-best of ``--rounds`` rounds of 20 packets). What it measures is the server's HTTP/2 and
-gRPC framing, the call's task and the answer's write: the put path above raft. Process CPU
-time, not wall time, so a busy machine changes it less; compare two checkouts in
+64 calls a packet, as clients' calls meet in one read), runs the loop until every answer is
+written, and prints the process CPU time per call (the best of ``--rounds`` rounds of 20
+packets). Two servers:
+
+- ``handler``: a handler that answers at once: the server's HTTP/2 and gRPC framing, the
+  call's handler and the answer's write, the put path above raft;
+- ``front end``: a client front end's method table (``MemberLink``) and a member faked on
+  the link that answers every call of a loop turn in the next one: what a front end spends
+  per call, its link events included (not the sockets). Each call carries a new
+  ``grpc-timeout``, as a Go client's do, so no two header blocks repeat.
+
+Process CPU time, not wall time, so a busy machine changes it less; compare two checkouts in
 alternation (``--root``) rather than with numbers taken at another time.
 """
 
@@ -63,19 +70,58 @@ class _Transport:
         return default
 
 
-async def _measure(batch: int, rounds: int) -> float:
+class _FakeMember:
+    """The front end's link socket: every CALL of a loop turn is answered in the next."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, link: object) -> None:
+        from kvserver.api.grpc import frontend_wire as wire
+        from kvserver.etcdpb import rpc_pb2
+
+        self.wire = wire
+        self.loop = loop
+        self.link = link
+        self.unpacker = wire.unpacker()
+        self.packer = wire.msgpack.Packer(use_bin_type=True)
+        self.answer = rpc_pb2.PutResponse().SerializeToString()
+        self.replies: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.unpacker.feed(data)
+        for event in self.unpacker:
+            if event[0] == self.wire.CALL:
+                if not self.replies:
+                    self.loop.call_soon(self._reply)
+                self.replies.append(self.packer.pack((self.wire.REPLY, event[1], self.answer)))
+
+    def _reply(self) -> None:
+        data = b"".join(self.replies)
+        self.replies.clear()
+        self.link.data_received(data)  # type: ignore[attr-defined]
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def _measure(batch: int, rounds: int, front_end: bool) -> float:
     from hpack import Encoder
 
     from kvserver.api.grpc import h2
     from kvserver.api.grpc.connection import GrpcConnection, ServerSettings
-    from kvserver.api.grpc.rpc import ClientIdentity, Method
+    from kvserver.api.grpc.frontend import MemberLink
+    from kvserver.api.grpc.rpc import UNARY_UNARY, ClientIdentity, Method
     from kvserver.etcdpb import rpc_pb2
 
     async def put(request: object, context: object) -> rpc_pb2.PutResponse:
         return rpc_pb2.PutResponse()
 
+    if front_end:
+        link = MemberLink(asyncio.get_running_loop())
+        link.connection_made(_FakeMember(asyncio.get_running_loop(), link))  # type: ignore[arg-type]
+        methods = link.methods({PATH: UNARY_UNARY})
+    else:
+        methods = {PATH: Method(put, rpc_pb2.PutRequest)}
     settings = ServerSettings(
-        {PATH: Method(put, rpc_pb2.PutRequest)},
+        methods,
         max_receive=4 * 1024 * 1024,
         keepalive_min_time=5.0,
         keepalive_interval=7200.0,
@@ -94,14 +140,19 @@ async def _measure(batch: int, rounds: int) -> float:
         for _ in range(20):
             parts = []
             for _ in range(batch):
-                parts.append(h2.frame(h2.HEADERS, h2.END_HEADERS, sid, encoder.encode(FIELDS)))
+                fields = FIELDS
+                if front_end:
+                    fields = [*FIELDS[:-1], ("grpc-timeout", f"{4_999_000 - sid}u")]
+                parts.append(h2.frame(h2.HEADERS, h2.END_HEADERS, sid, encoder.encode(fields)))
                 parts.append(h2.frame(h2.DATA, h2.END_STREAM, sid, body))
                 sid += 2
             packets.append(b"".join(parts))
         start = time.process_time()
         for packet in packets:
             conn.data_received(packet)
-            for _ in range(3):  # the calls' tasks, then the flush of their answers
+            # the calls' tasks (and the member's answers), then the flush of their answers,
+            # and the calls held back by the running-calls budget
+            for _ in range(3 + (8 if front_end else 0) * (1 + batch // 32)):
                 await asyncio.sleep(0)
         conn.data_received(h2.window_update(0, 20 * batch * 64))  # as a client credits
         best = min(best, (time.process_time() - start) / (20 * batch))
@@ -116,8 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=60)
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.abspath(args.root))
-    cells = [f"{b}/packet {asyncio.run(_measure(b, args.rounds)):.1f} us" for b in (1, 16, 64)]
-    print(f"{args.root}: CPU per call: " + ", ".join(cells))
+    import uvloop
+
+    for name, front_end in (("handler", False), ("front end", True)):
+        cells = [
+            f"{b}/packet {uvloop.run(_measure(b, args.rounds, front_end)):.1f} us"
+            for b in (1, 16, 64)
+        ]
+        print(f"{args.root}: CPU per call, {name}: " + ", ".join(cells))
     return 0
 
 
