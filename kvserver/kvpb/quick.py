@@ -15,12 +15,18 @@ with the same arguments, and frozen from then on. Nothing else about the instanc
 Contract: only positional arguments; ``cls`` must be a frozen dataclass with slots and no
 ``__post_init__``. For any other class, ``quick_constructor`` returns ``cls`` itself, so a
 caller is never wrong, at worst no quicker.
+
+``replace_field(obj, name, value)`` is ``dataclasses.replace(obj, **{name: value})`` for a
+dataclass whose fields all go to ``__init__``, built through the quick constructor with the
+other fields read by one ``attrgetter``: a member stamps every answer's header this way
+(about a fifth of ``dataclasses.replace``'s cost, which looks the fields up each time).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -75,3 +81,33 @@ def quick_constructor(cls: type[T]) -> Callable[..., T]:
     build.__name__ = f"quick_{cls.__name__}"
     build.__doc__ = f"{cls.__name__}(*args), built through an unfrozen twin."
     return build
+
+
+@functools.cache
+def _replacer(cls: type, name: str) -> Callable[[Any, Any], Any]:
+    fields = dataclasses.fields(cls)
+    if any(not f.init for f in fields):
+        return lambda obj, value: dataclasses.replace(obj, **{name: value})
+    names = [f.name for f in fields]
+    at = names.index(name)
+    others = names[:at] + names[at + 1 :]
+    build = quick_constructor(cls)
+    if not others:
+        return lambda obj, value: build(value)
+    get = operator.attrgetter(*others)
+    if len(others) == 1:
+        if at == 0:
+            return lambda obj, value: build(value, get(obj))
+        return lambda obj, value: build(get(obj), value)
+
+    def replace(obj: Any, value: Any) -> Any:
+        rest = get(obj)
+        return build(*rest[:at], value, *rest[at:])
+
+    return replace
+
+
+def replace_field(obj: T, name: str, value: Any) -> T:
+    """``dataclasses.replace(obj, **{name: value})``, quicker (see the module docstring)."""
+    cls: type = type(obj)
+    return _replacer(cls, name)(obj, value)  # type: ignore[no-any-return]

@@ -109,6 +109,7 @@ from kvserver.kvpb.lease import (
     LeaseRevokeResponse,
     LeaseTimeToLiveResponse,
 )
+from kvserver.kvpb.quick import replace_field
 from kvserver.lease.codec import (
     LeaseCheckpointRequest,
     decode_lease_entry,
@@ -582,7 +583,7 @@ class RaftKV:
         return ResponseHeader(self.cluster_id, self.member_id, revision, self.node.term)
 
     def _finish(self, response):
-        return dataclasses.replace(response, header=self._header(response.header.revision))
+        return replace_field(response, "header", self._header(response.header.revision))
 
     async def range(self, req: RangeRequest) -> RangeResponse:
         check_range(req)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvserver.kvpb import kv
-from kvserver.kvpb.quick import quick_constructor
+from kvserver.kvpb import kv, lease
+from kvserver.kvpb.quick import quick_constructor, replace_field
 
 FROZEN_CLASSES = [
     c
@@ -80,3 +80,29 @@ def test_classes_it_cannot_mirror_are_returned_as_they_are():
 
     for cls in (Mutable, NoSlots, Checked, int):
         assert quick_constructor(cls) is cls
+
+
+RESPONSES = [  # every answer a member stamps with its header (KV and lease)
+    c
+    for module in (kv, lease)
+    for c in vars(module).values()
+    if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__name__.endswith("Response")
+]
+
+
+@given(st.integers(0, 2**63), st.integers(0, 2**63), st.integers(0, 2**63))
+def test_replacing_a_field_is_dataclasses_replace(cluster, revision, term):
+    """Every response's header replaced quickly equals ``dataclasses.replace``'s, for any
+    field's place (first, last, the only one)."""
+    assert len(RESPONSES) > 8
+    header = kv.ResponseHeader(cluster, 1, revision, term)
+    for cls in RESPONSES:
+        required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        old = cls(*(kv.ResponseHeader() if f.name == "header" else 0 for f in required))
+        for f in dataclasses.fields(cls):
+            value = header if f.name == "header" else getattr(old, f.name)
+            quick = replace_field(old, f.name, value)
+            assert type(quick) is cls and quick == dataclasses.replace(old, **{f.name: value})
+    put = kv.PutRequest(b"k", b"v", 7)
+    assert replace_field(put, "value", b"w") == kv.PutRequest(b"k", b"w", 7)
+    assert replace_field(put, "ignore_lease", True) == dataclasses.replace(put, ignore_lease=True)
