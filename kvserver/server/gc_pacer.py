@@ -49,9 +49,9 @@ them and promoted them to the middle generation, where they were walked again, a
 promotion counts toward the next full pass. At 20,000 most of them have died by the next
 young pass. Under 64 clients putting through etcd's Go client, three members on two cores,
 the leader, its front end and the followers each spent about 5 % less CPU per put (young
-and middle passes were 7-10 % of their CPU in ``perf``). 100,000 did no better. Full passes
-come about 30 times rarer, and each walks what was promoted since the last one (the pacer
-above still freezes after a slow one).
+and middle passes had been 7-10 % of the leader's and the front end's CPU in ``perf``).
+100,000 did no better. Full passes come about 30 times rarer, and each walks what was
+promoted since the last one (the pacer above still freezes after a slow one).
 """
 
 from __future__ import annotations
