@@ -46,6 +46,7 @@ from kvserver.membership.service import REMOVED_MESSAGE, MembershipService
 from kvserver.rafthttp.transport import PeerTransport
 from kvserver.server.config import ServerConfig, check_url_schemes, host_port
 from kvserver.server.disk_health import SlowDiskGuard, SlowDiskOptions
+from kvserver.server.event_loop import run_main
 from kvserver.server.gc_pacer import GCPacer, collect_young_less_often, freeze_heap
 from kvserver.server.heap_trim import HeapTrimmer
 from kvserver.server.loop_monitor import LoopMonitor
@@ -494,25 +495,4 @@ def run(cfg: ServerConfig) -> None:
     soft, _ = raise_nofile_limit()
     log.info("open-file limit: %d", soft)
     collect_young_less_often()
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at runtime
-        runner = asyncio.Runner()
-    profile_dir = os.environ.get("RAFTKV_PROFILE_DIR")
-    if not profile_dir:
-        with runner:
-            runner.run(serve(cfg))
-        return
-    # Performance work: a cProfile of the whole process, written at a clean stop to
-    # ``$RAFTKV_PROFILE_DIR/<name>.prof`` (read it with ``python -m pstats``).
-    import cProfile
-
-    profiler = cProfile.Profile(time.thread_time)  # CPU of the loop thread, not waits
-    try:
-        with runner:
-            profiler.runcall(runner.run, serve(cfg))
-    finally:
-        os.makedirs(profile_dir, exist_ok=True)
-        profiler.dump_stats(os.path.join(profile_dir, f"{cfg.name}.prof"))
+    run_main(serve(cfg), cfg.name)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -44,6 +45,7 @@ from typing import Any
 import grpc
 
 from kvserver import stages
+from kvserver.server.event_loop import run_main
 from kvserver.server.gc_pacer import collect_young_less_often
 from kvserver.tls import TLSInfo, server_context
 
@@ -430,12 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s frontend %(message)s")
     collect_young_less_often()
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
-        asyncio.run(serve(args.link_fd, args.handoff_fd, args.listen_fd))
-    else:
-        uvloop.run(serve(args.link_fd, args.handoff_fd, args.listen_fd))
+    run_main(serve(args.link_fd, args.handoff_fd, args.listen_fd), f"frontend-{os.getpid()}")
 
 
 if __name__ == "__main__":
