@@ -9,14 +9,14 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-slow test-fast lint typecheck genproto compose-up compose-down clean spark-demo etcd-bench
+.PHONY: run test test-slow test-fast lint typecheck genproto compose-up compose-down clean spark-demo etcd-bench native
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[native]'
 	touch $@
 
 # The dev extras include every runtime dependency, so they satisfy `make run` too.
@@ -24,26 +24,34 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@ $(RUN_STAMP)
 
-run: $(RUN_STAMP)
+# The gRPC server's HTTP/2 modules, compiled to C with mypyc beside their sources
+# (kvserver/native.py says which and why). Rebuilt when a source in kvserver/api/grpc changes;
+# until then those modules run from source, and importing kvserver warns.
+NATIVE := .build/native.json
+native: $(NATIVE)
+$(NATIVE): kvserver/native.py $(wildcard kvserver/api/grpc/*.py) | $(RUN_STAMP)
+	$(BIN)/python -c 'import kvserver.native as n; n.build()'
+
+run: $(RUN_STAMP) $(NATIVE)
 	$(BIN)/raftkv cluster up --nodes 3
 
 # The Spark example pipeline (kvserver/spark/demo.py). ENDPOINTS=url,url,... uses a running
 # raftkv; otherwise a local three-node one is started in raftkv-data/spark-demo (ports 2479,
 # 22479, 32479) for the run and kept on disk, so a second `make spark-demo` continues.
-spark-demo: $(DEV_STAMP)
+spark-demo: $(DEV_STAMP) $(NATIVE)
 	$(BIN)/python -m kvserver.spark.demo $(if $(ENDPOINTS),--endpoints $(ENDPOINTS),--start-cluster raftkv-data/spark-demo) --out $(or $(OUT),spark-demo-out) $(DEMO_ARGS)
 
 # What to run before a commit (a few minutes): lint, format, types, then the default suite.
-test: lint typecheck $(DEV_STAMP)
+test: lint typecheck $(DEV_STAMP) $(NATIVE)
 	$(BIN)/pytest -q -m "not slow"
 
 # The slow-marked suites (Spark, chaos, Docker, S3, etcd compatibility, the long simulation):
 # about 50 minutes on a 2-core machine, a fifth of it the Spark cluster in compose. CI runs
 # `make test test-slow`; the slowest tests are listed at the end, to see where CI's time goes.
-test-slow: $(DEV_STAMP)
+test-slow: $(DEV_STAMP) $(NATIVE)
 	$(BIN)/pytest -q -m slow --durations=30
 
-test-fast: $(DEV_STAMP)
+test-fast: $(DEV_STAMP) $(NATIVE)
 	$(BIN)/pytest -q -m "not slow" -x
 
 lint: $(DEV_STAMP)
@@ -72,7 +80,9 @@ compose-down:
 	deploy/up.sh down
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(NATIVE) .build/native
+	find kvserver -name '*.so' -delete
+	rm -f kvserver_native__mypyc.*.so
 
 # etcd's own Go client (clientv3 3.4) as a load generator (benchmarks/etcdbench): built from
 # Debian's golang-etcd-server-dev in GOPATH mode, offline; the binary is never committed.

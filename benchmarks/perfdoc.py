@@ -11,7 +11,8 @@ ANALYSIS: list[str] = [
     "Measured on 2026-11-22 with the machine otherwise idle; the CPU lines above come from "
     "the same run as the table. Profiles: `RAFTKV_PROFILE_DIR=DIR` makes every `raftkv "
     "serve` write a cProfile of its event-loop thread (CPU time, not waits) to "
-    "`DIR/<name>.prof` when it stops cleanly.",
+    "`DIR/<name>.prof` when it stops cleanly, and each of its front ends to "
+    "`DIR/frontend-<pid>.prof`.",
     "",
     "- **Puts at 64 clients (target 1.5x etcd).** raftkv spends *less* CPU per put than "
     "etcd across its three servers, and the load generator is cheap, so the machine is not "

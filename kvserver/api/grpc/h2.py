@@ -20,7 +20,7 @@ Only what a server of gRPC calls uses (RFC 9113, RFC 7541):
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import ClassVar, Final
 
 from hpack.exceptions import HPACKError, OversizedHeaderListError
 
@@ -80,13 +80,13 @@ class ConnectionError_(Exception):
     """The peer broke the protocol or a budget: the connection ends with GOAWAY and this
     code (``budget``: which of ``kvserver.api.grpc.budgets.BUDGETS`` it met, if any)."""
 
-    budget: str | None = None
+    # A subclass that always stands for one budget names it here.
+    BUDGET: ClassVar[str | None] = None
 
     def __init__(self, code: int, message: str, budget: str | None = None):
         super().__init__(message)
         self.code = code
-        if budget is not None:
-            self.budget = budget
+        self.budget = budget if budget is not None else self.BUDGET
 
 
 def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -157,13 +157,13 @@ MAX_TABLE_SIZE_UPDATES: Final = 2  # at the start of a block (RFC 7541 4.2)
 class HeaderListTooLarge(ConnectionError_):
     """A block that decodes to more than the header-list budget."""
 
-    budget = "header_list"
+    BUDGET = "header_list"
 
 
 class TooManyTableUpdates(ConnectionError_):
     """A block that starts with more dynamic-table size updates than RFC 7541 allows."""
 
-    budget = "table_updates"
+    BUDGET = "table_updates"
 
 
 def leading_table_updates(block: bytes | bytearray, stop_after: int) -> int:
