@@ -15,6 +15,9 @@ packets). Two servers:
   per call, its link events included (not the sockets). Each call carries a new
   ``grpc-timeout``, as a Go client's do, so no two header blocks repeat.
 
+Where ``make`` compiled the HTTP/2 modules (``kvserver/native.py``), they run compiled;
+``RAFTKV_NATIVE=0`` runs them from source, to compare the two. Each line says which ran.
+
 Process CPU time, not wall time, so a busy machine changes it less; compare two checkouts in
 alternation (``--root``) rather than with numbers taken at another time.
 """
@@ -169,12 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.abspath(args.root))
     import uvloop
 
+    from kvserver import native
+
+    form = "compiled" if native.compiled() else "source"
     for name, front_end in (("handler", False), ("front end", True)):
         cells = [
             f"{b}/packet {uvloop.run(_measure(b, args.rounds, front_end)):.1f} us"
             for b in (1, 16, 64)
         ]
-        print(f"{args.root}: CPU per call, {name}: " + ", ".join(cells))
+        print(f"{args.root} ({form}): CPU per call, {name}: " + ", ".join(cells))
     return 0
 
 
