@@ -94,7 +94,7 @@ def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
 
 
 def settings_frame(settings: dict[int, int]) -> bytes:
-    return frame(SETTINGS, 0, 0, b"".join(SETTING.pack(k, v) for k, v in settings.items()))
+    return frame(SETTINGS, 0, 0, b"".join([SETTING.pack(k, v) for k, v in settings.items()]))
 
 
 def window_update(sid: int, increment: int) -> bytes:
