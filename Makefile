@@ -30,7 +30,7 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 NATIVE := .build/native.json
 native: $(NATIVE)
 $(NATIVE): kvserver/native.py $(wildcard kvserver/api/grpc/*.py) | $(RUN_STAMP)
-	$(BIN)/python -c 'import kvserver.native as n; n.build()'
+	RAFTKV_NATIVE=0 $(BIN)/python -c 'import kvserver.native as n; n.build()'
 
 run: $(RUN_STAMP) $(NATIVE)
 	$(BIN)/raftkv cluster up --nodes 3
