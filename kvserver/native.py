@@ -66,13 +66,11 @@ def source_path(module: str, root: Path = ROOT) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def compiled_paths(module: str, root: Path = ROOT) -> list[Path]:
+def is_compiled(module: str, root: Path = ROOT) -> bool:
+    """Whether an extension module this interpreter can import sits beside the source."""
     source = source_path(module, root)
-    return [
-        source.with_name(source.stem + suffix)
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES
-        if source.with_name(source.stem + suffix).exists()
-    ]
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    return any(source.with_name(source.stem + suffix).exists() for suffix in suffixes)
 
 
 def source_hashes(modules: Sequence[str], root: Path = ROOT) -> dict[str, str]:
@@ -83,7 +81,7 @@ def choose(modules: Sequence[str], root: Path, manifest: Path, env: str | None) 
     """``"compiled"``; ``"source"`` (nothing compiled here); ``"off"`` (compiled, but
     ``RAFTKV_NATIVE=0``); or ``"stale"`` (compiled, but not from today's sources, or only in
     part)."""
-    present = [m for m in modules if compiled_paths(m, root)]
+    present = [m for m in modules if is_compiled(m, root)]
     if not present:
         return "source"
     if env == "0":
