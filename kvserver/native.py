@@ -59,7 +59,14 @@ NATIVE_MODULES = (
 GROUP = "kvserver_native"
 ENV = "RAFTKV_NATIVE"
 ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = ROOT / ".build" / "native.json"
+
+
+def manifest_path(root: Path) -> Path:
+    """Where a build records the hashes of the sources it compiled."""
+    return root / ".build" / "native.json"
+
+
+MANIFEST = manifest_path(ROOT)
 
 
 def source_path(module: str, root: Path = ROOT) -> Path:
@@ -140,7 +147,7 @@ def build(modules: Sequence[str] = NATIVE_MODULES, root: Path = ROOT) -> None:
 
     build_dir = root / ".build" / "native"
     build_dir.mkdir(parents=True, exist_ok=True)
-    manifest = root / MANIFEST.relative_to(ROOT)
+    manifest = manifest_path(root)
     manifest.unlink(missing_ok=True)  # until this build has ended, what is here is stale
     hashes = source_hashes(modules, root)
     os.chdir(root)
@@ -159,4 +166,4 @@ def build(modules: Sequence[str] = NATIVE_MODULES, root: Path = ROOT) -> None:
         ),
         script_args=["-q", "build_ext", "--inplace", "--build-temp", str(build_dir / "tmp")],
     )
-    manifest.write_text(json.dumps({"python": sys.version, "sources": hashes}, indent=1))
+    manifest.write_text(json.dumps({"sources": hashes}, indent=1))
